@@ -1,0 +1,19 @@
+# Every dependency comes from a Debian 12 package (see scripts/install-deps.sh).
+
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(LIBELF REQUIRED IMPORTED_TARGET libelf)
+pkg_check_modules(LIBDW REQUIRED IMPORTED_TARGET libdw)
+find_package(Boost 1.74 REQUIRED COMPONENTS program_options)
+find_package(fmt REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(Threads REQUIRED)
+find_package(ZLIB REQUIRED)
+find_package(Catch2 2 REQUIRED)
+if(HVPROF_BUILD_BENCH)
+  find_package(benchmark REQUIRED)
+endif()
+
+find_path(XEN_INCLUDE_DIR xen/xenoprof.h)
+if(NOT XEN_INCLUDE_DIR)
+  message(FATAL_ERROR "libxen-dev headers not found: run scripts/install-deps.sh")
+endif()

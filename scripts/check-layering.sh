@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Fails if the freestanding engine (hypervisor-pmu/, outside hosted/) uses anything a
+# hypervisor cannot provide: library headers beyond the <cstdint> class, user-space hvprof
+# headers, exceptions, RTTI, the heap or the std:: library.
+set -u
+cd "$(dirname "$0")/.."
+
+allowed_system='^(cstdint|cstddef|climits|type_traits|stdint\.h|stddef\.h)$'
+status=0
+files=$(find hypervisor-pmu/include hypervisor-pmu/src -name '*.h' -o -name '*.cpp' | sort)
+
+for f in $files; do
+  while IFS=: read -r line header; do
+    if ! [[ $header =~ $allowed_system ]]; then
+      echo "$f:$line: includes <$header>; the engine may only include <cstdint>-class headers"
+      status=1
+    fi
+  done < <(grep -n -o -P '^\s*#\s*include\s*<\K[^>]+' "$f" | sed 's/:/:/')
+  while IFS=: read -r line header; do
+    if ! [[ $header =~ ^hvpmu/ || -f "$(dirname "$f")/$header" ]]; then
+      echo "$f:$line: includes \"$header\", which is not part of the engine"
+      status=1
+    fi
+  done < <(grep -n -o -P '^\s*#\s*include\s*"\K[^"]+' "$f")
+  # Strip comments and string literals, then look for forbidden constructs.
+  while IFS=: read -r line text; do
+    echo "$f:$line: forbidden in the engine: $text"
+    status=1
+  done < <(sed -e 's://.*$::' -e 's/"[^"]*"//g' "$f" |
+           grep -n -P '\b(throw|try|catch|dynamic_cast|typeid|malloc|calloc|realloc|free)\b|\bstd::|\bnew\b|(?<!= )\bdelete\b' |
+           grep -v -P '^\d+:\s*\*')
+done
+
+if [ $status -eq 0 ]; then
+  echo "layering: $(echo "$files" | wc -l) engine files include only what a hypervisor has"
+fi
+exit $status

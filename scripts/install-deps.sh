@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages hvprof needs to build, test and benchmark.
+# Idempotent: packages already present are skipped by apt. Needs root (or sudo).
+set -euo pipefail
+
+packages=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config git python3
+  clang llvm libclang-rt-14-dev
+  # libraries
+  libelf-dev libdw-dev elfutils
+  libboost-program-options-dev
+  catch2
+  libxen-dev
+  nlohmann-json3-dev libfmt-dev
+  libprotobuf-dev protobuf-compiler
+  zlib1g-dev
+  libbenchmark-dev
+  # real images and peers used by tests and benchmarks
+  xen-hypervisor-4.17-amd64-dbg
+  libc6-dbg binutils xz-utils
+)
+
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: run as root or install sudo" >&2; exit 1; }
+  sudo_cmd=(sudo)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+stamp=/var/lib/apt/periodic/update-success-stamp
+if [ ! -e /var/lib/apt/lists/lock ] || [ -z "$(ls -A /var/lib/apt/lists 2>/dev/null | grep -v -e lock -e partial)" ]; then
+  "${sudo_cmd[@]}" apt-get update -q
+fi
+"${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" || {
+  "${sudo_cmd[@]}" apt-get update -q
+  "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
