@@ -169,8 +169,10 @@ ErrorCode Engine::AllocateRings(DomainSlot* slot, RingFormat format, uint32_t ca
     pcpu_rings_[cpu].AttachV2(base + (nvcpu + cpu) * ring_bytes, capacity, watermark, slot->id,
                               static_cast<uint16_t>(cpu), ring::RingKind::kPcpu);
   }
-  num_pcpu_rings_ = npcpu;
-  if (npcpu != 0) pcpu_ring_base_ = nvcpu;
+  if (with_pcpu_rings) {
+    num_pcpu_rings_ = npcpu;
+    pcpu_ring_base_ = nvcpu;
+  }
 
   slot->format = format;
   slot->region = region;

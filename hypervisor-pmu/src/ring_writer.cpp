@@ -158,44 +158,45 @@ RingWriter::Result RingWriter::WriteV2(const SampleToWrite& sample, bool* notify
 
   uint8_t* slots = base_ + ring::kHeaderSize;
   if (pad != 0) {
-    ring::PadRecord pad_record{};
-    pad_record.kind = static_cast<uint8_t>(ring::RecordKind::kPad);
-    pad_record.slots = pad;
-    __builtin_memcpy(slots + static_cast<uint64_t>(position) * ring::kRecordSize, &pad_record,
-                     sizeof pad_record);
+    auto* pad_record =
+        reinterpret_cast<ring::PadRecord*>(slots + uint64_t{position} * ring::kRecordSize);
+    __builtin_memset(pad_record, 0, sizeof *pad_record);
+    pad_record->kind = static_cast<uint8_t>(ring::RecordKind::kPad);
+    pad_record->slots = pad;
   }
   uint32_t slot = (position + pad) & mask;
 
-  ring::SampleRecord record;
-  record.kind = static_cast<uint8_t>(ring::RecordKind::kSample);
-  record.mode = static_cast<uint8_t>(sample.mode);
-  record.event = sample.event;
-  record.nframes = static_cast<uint8_t>(nframes);
-  record.flags = sample.flags;
-  record.pcpu = sample.pcpu;
-  record.ip = sample.ip;
-  record.time_ns = sample.time_ns;
-  record.period = sample.period;
-  record.address_space = sample.address_space;
-  record.pid = sample.pid;
-  record.tid = sample.tid;
-  record.domain = sample.domain;
-  record.vcpu = sample.vcpu;
-  record.reserved0 = 0;
-  record.reserved1 = 0;
-  __builtin_memcpy(slots + static_cast<uint64_t>(slot) * ring::kRecordSize, &record,
-                   sizeof record);
+  // Written in place, field by field: building it on the stack and copying it costs a
+  // store-forwarding stall on the reload.
+  auto* record = reinterpret_cast<ring::SampleRecord*>(slots + uint64_t{slot} * ring::kRecordSize);
+  record->kind = static_cast<uint8_t>(ring::RecordKind::kSample);
+  record->mode = static_cast<uint8_t>(sample.mode);
+  record->event = sample.event;
+  record->nframes = static_cast<uint8_t>(nframes);
+  record->flags = sample.flags;
+  record->pcpu = sample.pcpu;
+  record->ip = sample.ip;
+  record->time_ns = sample.time_ns;
+  record->period = sample.period;
+  record->address_space = sample.address_space;
+  record->pid = sample.pid;
+  record->tid = sample.tid;
+  record->domain = sample.domain;
+  record->vcpu = sample.vcpu;
+  record->reserved0 = 0;
+  record->reserved1 = 0;
 
   for (uint32_t done = 0; done < nframes; done += ring::kFramesPerRecord) {
     slot = (slot + 1) & mask;
-    ring::FramesRecord frames{};
-    frames.kind = static_cast<uint8_t>(ring::RecordKind::kFrames);
+    auto* frames = reinterpret_cast<ring::FramesRecord*>(slots + uint64_t{slot} * ring::kRecordSize);
     const uint32_t left = nframes - done;
-    frames.count = static_cast<uint8_t>(left < ring::kFramesPerRecord ? left
-                                                                      : ring::kFramesPerRecord);
-    for (uint32_t i = 0; i < frames.count; ++i) frames.ip[i] = sample.frames[done + i];
-    __builtin_memcpy(slots + static_cast<uint64_t>(slot) * ring::kRecordSize, &frames,
-                     sizeof frames);
+    const uint32_t count = left < ring::kFramesPerRecord ? left : ring::kFramesPerRecord;
+    frames->kind = static_cast<uint8_t>(ring::RecordKind::kFrames);
+    frames->count = static_cast<uint8_t>(count);
+    for (uint8_t& byte : frames->reserved) byte = 0;
+    for (uint32_t i = 0; i < ring::kFramesPerRecord; ++i) {
+      frames->ip[i] = i < count ? sample.frames[done + i] : 0;
+    }
   }
 
   const uint64_t new_head = head + pad + group;

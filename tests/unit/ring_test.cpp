@@ -1,0 +1,392 @@
+// The rings, producer and consumer together: ordering, wrap, full, exact accounting, hostile
+// indices, and a two-thread stress run.
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "hvpmu/abi/ring.h"
+#include "hvpmu/ring_writer.h"
+#include "hvprof/agent/ring_reader.h"
+
+namespace ring = hvpmu::ring;
+namespace legacy = hvpmu::legacy;
+using hvpmu::RingWriter;
+using hvpmu::SampleToWrite;
+using hvprof::agent::LegacyRingReader;
+using hvprof::agent::LegacySample;
+using hvprof::agent::RingReader;
+
+namespace {
+
+// Exactly-sized, zeroed memory, so ASan catches any write past the ring.
+struct Memory {
+  explicit Memory(size_t size) : bytes(size), data(new uint8_t[size]()) {}
+  size_t bytes;
+  std::unique_ptr<uint8_t[]> data;
+};
+
+SampleToWrite MakeSample(uint64_t ip, const uint64_t* frames = nullptr, uint32_t nframes = 0,
+                         ring::Mode mode = ring::Mode::kKernel) {
+  SampleToWrite sample{};
+  sample.mode = mode;
+  sample.event = 1;
+  sample.pcpu = 3;
+  sample.domain = 7;
+  sample.vcpu = 2;
+  sample.ip = ip;
+  sample.time_ns = ip * 10;
+  sample.period = 100000;
+  sample.pid = 42;
+  sample.tid = 43;
+  sample.frames = frames;
+  sample.nframes = nframes;
+  sample.backtrace_group = frames != nullptr;
+  return sample;
+}
+
+struct Received {
+  uint64_t ip;
+  std::vector<uint64_t> frames;
+};
+
+std::vector<Received> DrainAll(RingReader& reader, hvprof::agent::DrainStats* stats = nullptr) {
+  std::vector<Received> out;
+  auto result = reader.Drain([&](const ring::SampleRecord& record, std::span<const uint64_t> f) {
+    out.push_back({record.ip, {f.begin(), f.end()}});
+  });
+  if (stats != nullptr) *stats = result;
+  return out;
+}
+
+struct V2Ring {
+  explicit V2Ring(uint32_t capacity, uint32_t watermark = 0)
+      : memory(ring::RingBytes(capacity)) {
+    writer.AttachV2(memory.data.get(), capacity, watermark == 0 ? capacity / 2 : watermark, 7, 2,
+                    ring::RingKind::kVcpu);
+    auto attached = RingReader::Attach(memory.data.get(), memory.bytes, capacity);
+    REQUIRE(attached.has_value());
+    reader.emplace(std::move(attached).value());
+  }
+  ring::RingHeader* header() { return reinterpret_cast<ring::RingHeader*>(memory.data.get()); }
+  Memory memory;
+  RingWriter writer;
+  std::optional<RingReader> reader;
+};
+
+}  // namespace
+
+TEST_CASE("v2 ring carries every field of a sample", "[ring]") {
+  V2Ring r(64);
+  bool notify = false;
+  REQUIRE(r.writer.Write(MakeSample(0xffff82d040201234), &notify) == RingWriter::Result::kWritten);
+  ring::SampleRecord seen{};
+  auto stats = r.reader->Drain([&](const ring::SampleRecord& record, std::span<const uint64_t>) {
+    seen = record;
+  });
+  CHECK(stats.samples == 1);
+  CHECK(stats.malformed == 0);
+  CHECK(seen.kind == static_cast<uint8_t>(ring::RecordKind::kSample));
+  CHECK(seen.ip == 0xffff82d040201234);
+  CHECK(seen.time_ns == 0xffff82d040201234 * 10);
+  CHECK(seen.mode == static_cast<uint8_t>(ring::Mode::kKernel));
+  CHECK(seen.event == 1);
+  CHECK(seen.pcpu == 3);
+  CHECK(seen.domain == 7);
+  CHECK(seen.vcpu == 2);
+  CHECK(seen.period == 100000);
+  CHECK(seen.pid == 42);
+  CHECK(seen.tid == 43);
+  CHECK(r.header()->samples[static_cast<int>(ring::Mode::kKernel)] == 1);
+  CHECK(r.header()->tail == r.header()->head);
+}
+
+TEST_CASE("v2 ring wraps without splitting backtrace groups", "[ring]") {
+  V2Ring r(64);
+  std::mt19937_64 random(1);
+  uint64_t next_ip = 1;
+  uint64_t expected_ip = 1;
+  for (int round = 0; round < 2000; ++round) {
+    const int burst = static_cast<int>(random() % 5) + 1;
+    std::vector<std::vector<uint64_t>> written;
+    for (int i = 0; i < burst; ++i) {
+      std::vector<uint64_t> frames(random() % 30);
+      for (auto& frame : frames) frame = random();
+      bool notify = false;
+      auto result = r.writer.Write(MakeSample(next_ip, frames.data(), frames.size()), &notify);
+      REQUIRE(result == RingWriter::Result::kWritten);
+      written.push_back(frames);
+      ++next_ip;
+    }
+    const uint64_t head_before_drain = r.header()->head;
+    hvprof::agent::DrainStats stats;
+    auto got = DrainAll(*r.reader, &stats);
+    REQUIRE(stats.malformed == 0);
+    REQUIRE(got.size() == written.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      CHECK(got[i].ip == expected_ip++);
+      CHECK(got[i].frames == written[i]);
+    }
+    CHECK(r.header()->tail == head_before_drain);
+  }
+  // 2000 rounds through 64 slots: the array wrapped many times, and padding was needed.
+  CHECK(r.header()->head > 64 * 100);
+  CHECK(r.header()->lost[static_cast<int>(ring::LossReason::kRingFull)] == 0);
+}
+
+TEST_CASE("v2 ring full: produced = consumed + lost, exactly", "[ring]") {
+  V2Ring r(64);
+  std::mt19937_64 random(7);
+  uint64_t produced = 0;
+  uint64_t consumed = 0;
+  uint64_t lost = 0;
+  for (int step = 0; step < 20000; ++step) {
+    if (random() % 3 != 0) {
+      std::vector<uint64_t> frames(random() % 12, 0x1234);
+      bool notify = false;
+      ++produced;
+      auto result = r.writer.Write(MakeSample(produced, frames.data(), frames.size()), &notify);
+      if (result == RingWriter::Result::kFull) ++lost;
+      else REQUIRE(result == RingWriter::Result::kWritten);
+    } else {
+      consumed += r.reader->Drain([](const auto&, auto) {}, random() % 40).samples;
+    }
+  }
+  consumed += DrainAll(*r.reader).size();
+  CHECK(lost > 0);
+  CHECK(produced == consumed + lost);
+  CHECK(r.header()->lost[static_cast<int>(ring::LossReason::kRingFull)] == lost);
+  CHECK(r.writer.stats().lost[static_cast<int>(ring::LossReason::kRingFull)] == lost);
+  uint64_t samples = 0;
+  for (uint64_t count : r.header()->samples) samples += count;
+  CHECK(samples == consumed);
+}
+
+TEST_CASE("v2 ring refuses a consumer's impossible tail and writes nothing", "[ring][security]") {
+  V2Ring r(64);
+  bool notify = false;
+  for (uint64_t i = 0; i < 10; ++i) r.writer.Write(MakeSample(i), &notify);
+  const uint64_t head = r.header()->head;
+
+  // Ahead of the producer, or wildly so.
+  uint64_t refused = 0;
+  for (uint64_t garbage : {head + 1, uint64_t{0xFFFFFFFFFFFFFFFF}, head + (uint64_t{1} << 40)}) {
+    r.header()->tail = garbage;
+    CHECK(r.writer.Write(MakeSample(99), &notify) == RingWriter::Result::kCorruptIndex);
+    ++refused;
+  }
+  CHECK(r.header()->head == head);
+
+  // Behind by more than a ring's worth.
+  r.header()->tail = head;
+  for (uint64_t i = 0; i < 200; ++i) {
+    r.writer.Write(MakeSample(i), &notify);
+    r.header()->tail = r.header()->head;  // a consumer that keeps up
+  }
+  const uint64_t head_after = r.header()->head;
+  REQUIRE(head_after > 64);
+  r.header()->tail = 0;
+  CHECK(r.writer.Write(MakeSample(1), &notify) == RingWriter::Result::kCorruptIndex);
+  ++refused;
+  CHECK(r.header()->head == head_after);
+  CHECK(r.header()->lost[static_cast<int>(ring::LossReason::kCorruptIndex)] == refused);
+
+  // A consumer that comes back to its senses gets samples again.
+  r.header()->tail = r.header()->head;
+  CHECK(r.writer.Write(MakeSample(5), &notify) == RingWriter::Result::kWritten);
+}
+
+TEST_CASE("v2 ring ignores a head scribbled by the consumer", "[ring][security]") {
+  V2Ring r(64);
+  bool notify = false;
+  r.writer.Write(MakeSample(1), &notify);
+  r.header()->head = 1000000;  // the producer keeps its own copy and never reads this
+  REQUIRE(r.writer.Write(MakeSample(2), &notify) == RingWriter::Result::kWritten);
+  CHECK(r.header()->head == 2);
+}
+
+TEST_CASE("v2 reader survives a corrupted ring", "[ring][security]") {
+  V2Ring r(64);
+  bool notify = false;
+  for (uint64_t i = 0; i < 20; ++i) {
+    uint64_t frames[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    r.writer.Write(MakeSample(i, frames, 9), &notify);
+  }
+  std::mt19937 random(3);
+  uint8_t* slots = r.memory.data.get() + ring::kHeaderSize;
+  for (int i = 0; i < 200; ++i) slots[random() % (64 * ring::kRecordSize)] = random();
+  hvprof::agent::DrainStats stats;
+  DrainAll(*r.reader, &stats);
+  CHECK(r.header()->tail == r.header()->head);  // it always makes progress
+  // A producer index that cannot be right makes the reader resynchronise, not read garbage.
+  r.header()->head = r.header()->tail + 1000;
+  auto bad = r.reader->Drain([](const auto&, auto) { FAIL("no sample expected"); });
+  CHECK(bad.malformed == 1);
+}
+
+TEST_CASE("v2 ring notifies once per watermark crossing", "[ring]") {
+  V2Ring r(64, 8);
+  int notifications = 0;
+  for (uint64_t i = 0; i < 20; ++i) {
+    bool notify = false;
+    r.writer.Write(MakeSample(i), &notify);
+    notifications += notify;
+  }
+  CHECK(notifications == 1);  // the consumer has not moved since it was told
+  DrainAll(*r.reader);
+  for (uint64_t i = 0; i < 7; ++i) {
+    bool notify = false;
+    r.writer.Write(MakeSample(i), &notify);
+    CHECK_FALSE(notify);  // below the watermark
+  }
+  bool notify = false;
+  r.writer.Write(MakeSample(8), &notify);
+  CHECK(notify);
+  CHECK(r.header()->notifications == 2);
+}
+
+TEST_CASE("10M records across threads: no loss, no duplicates, in order", "[ring][stress]") {
+  constexpr uint64_t kRecords = 10'000'000;
+  V2Ring r(4096);
+  std::atomic<bool> done{false};
+  uint64_t full_retries = 0;
+  std::thread producer([&] {
+    uint64_t frames[3] = {7, 8, 9};
+    for (uint64_t i = 1; i <= kRecords; ++i) {
+      bool notify = false;
+      const bool with_frames = (i % 16) == 0;
+      for (;;) {
+        auto result = r.writer.Write(MakeSample(i, with_frames ? frames : nullptr,
+                                                with_frames ? 3 : 0), &notify);
+        if (result == RingWriter::Result::kWritten) break;
+        REQUIRE(result == RingWriter::Result::kFull);
+        ++full_retries;
+        std::this_thread::yield();
+      }
+    }
+    done.store(true, std::memory_order_release);
+  });
+  uint64_t expected = 1;
+  uint64_t bad_order = 0;
+  uint64_t bad_frames = 0;
+  uint64_t malformed = 0;
+  auto on_sample = [&](const ring::SampleRecord& record, std::span<const uint64_t> frames) {
+    bad_order += record.ip != expected;
+    const bool with_frames = (record.ip % 16) == 0;
+    bad_frames += frames.size() != (with_frames ? 3u : 0u);
+    expected = record.ip + 1;
+  };
+  while (!done.load(std::memory_order_acquire)) {
+    malformed += r.reader->Drain(on_sample).malformed;
+  }
+  malformed += r.reader->Drain(on_sample).malformed;
+  producer.join();
+  CHECK(expected == kRecords + 1);
+  CHECK(bad_order == 0);
+  CHECK(bad_frames == 0);
+  CHECK(malformed == 0);
+  // Every refused attempt was counted as a loss, and nothing else was.
+  CHECK(r.header()->lost[static_cast<int>(ring::LossReason::kRingFull)] == full_retries);
+}
+
+// ---- legacy rings
+
+namespace {
+
+struct LegacyRing {
+  explicit LegacyRing(uint32_t size)
+      : memory(legacy::kBufHeaderSize + size * sizeof(legacy::EventLog)) {
+    writer.AttachLegacy(memory.data.get(), size, size / 2, 5);
+    auto attached = LegacyRingReader::Attach(memory.data.get(), memory.bytes, size);
+    REQUIRE(attached.has_value());
+    reader.emplace(std::move(attached).value());
+  }
+  legacy::XenoprofBuf* buf() { return reinterpret_cast<legacy::XenoprofBuf*>(memory.data.get()); }
+  Memory memory;
+  RingWriter writer;
+  std::optional<LegacyRingReader> reader;
+};
+
+std::vector<Received> DrainLegacy(LegacyRingReader& reader, bool flush) {
+  std::vector<Received> out;
+  auto collect = [&](const LegacySample& sample) {
+    out.push_back({sample.ip, {sample.frames.begin(), sample.frames.end()}});
+  };
+  reader.Drain(collect);
+  if (flush) reader.Flush(collect);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("legacy ring: one empty slot, wrap, counters", "[ring][legacy]") {
+  LegacyRing r(16);
+  CHECK(r.buf()->event_size == 16);
+  CHECK(r.buf()->vcpu_id == 5);
+  bool notify = false;
+  int written = 0;
+  for (uint64_t i = 0; i < 20; ++i) {
+    written += r.writer.Write(MakeSample(100 + i, nullptr, 0, ring::Mode::kUser), &notify) ==
+               RingWriter::Result::kWritten;
+  }
+  CHECK(written == 15);  // size - 1
+  CHECK(r.buf()->lost_samples == 5);
+  CHECK(r.buf()->user_samples == 15);
+  auto got = DrainLegacy(*r.reader, false);
+  REQUIRE(got.size() == 15);
+  CHECK(got.front().ip == 100);
+  CHECK(got.back().ip == 114);
+  // Wrap many times with a modest fill.
+  uint64_t expected = 1000;
+  for (uint64_t i = 0; i < 500; ++i) {
+    r.writer.Write(MakeSample(1000 + i, nullptr, 0, ring::Mode::kHypervisor), &notify);
+    if (i % 7 == 6) {
+      for (const auto& sample : DrainLegacy(*r.reader, false)) CHECK(sample.ip == expected++);
+    }
+  }
+  for (const auto& sample : DrainLegacy(*r.reader, false)) CHECK(sample.ip == expected++);
+  CHECK(expected == 1500);
+  CHECK(r.buf()->xen_samples == 500);
+}
+
+TEST_CASE("legacy ring: escape groups carry backtraces", "[ring][legacy]") {
+  LegacyRing r(64);
+  bool notify = false;
+  uint64_t frames[3] = {0x10, 0x20, 0x30};
+  r.writer.Write(MakeSample(0xA, frames, 3), &notify);
+  r.writer.Write(MakeSample(0xB, frames, 1), &notify);
+  // ESC + sample + 3 frames, then ESC + sample + 1 frame.
+  CHECK(r.buf()->event_head == 5 + 3);
+  const auto* log = reinterpret_cast<const legacy::EventLog*>(r.memory.data.get() + 48);
+  CHECK(log[0].eip == legacy::kEscapeCode);
+  CHECK(log[0].event == legacy::kTraceBegin);
+  CHECK(log[1].eip == 0xA);
+  CHECK(log[2].eip == 0x10);
+  CHECK(log[2].event == 0);
+  auto got = DrainLegacy(*r.reader, true);
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].frames == std::vector<uint64_t>{0x10, 0x20, 0x30});
+  CHECK(got[1].frames == std::vector<uint64_t>{0x10});
+  CHECK(r.buf()->kernel_samples == 2);  // frames and escapes are not samples
+}
+
+TEST_CASE("legacy ring: hostile tail is refused and counted", "[ring][legacy][security]") {
+  LegacyRing r(16);
+  bool notify = false;
+  r.writer.Write(MakeSample(1), &notify);
+  for (uint32_t garbage : {16u, 17u, 0xFFFFFFFFu}) {
+    r.buf()->event_tail = garbage;
+    CHECK(r.writer.Write(MakeSample(2), &notify) == RingWriter::Result::kCorruptIndex);
+  }
+  CHECK(r.writer.stats().lost[static_cast<int>(ring::LossReason::kCorruptIndex)] == 3);
+  CHECK(r.buf()->lost_samples == 0);  // as in Xen, corrupt indices are not "lost samples"
+  r.buf()->event_head = 9999;  // ignored: the producer keeps its own head
+  r.buf()->event_tail = 0;
+  CHECK(r.writer.Write(MakeSample(3), &notify) == RingWriter::Result::kWritten);
+  CHECK(r.buf()->event_head == 2);
+}
