@@ -10,7 +10,9 @@ if(HVPROF_SANITIZE STREQUAL "address,undefined")
   add_compile_options(-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)
   # GCC 12 reports false maybe-uninitialized warnings inside libstdc++ (std::regex, used by
   # Catch2) once the sanitizers change inlining.
-  add_compile_options(-Wno-maybe-uninitialized)
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    add_compile_options(-Wno-maybe-uninitialized)
+  endif()
   # The vptr check needs typeinfo, which the engine (built without RTTI, as a hypervisor
   # would build it) does not emit; every other UBSan check stays on.
   add_compile_options(-fno-sanitize=vptr)

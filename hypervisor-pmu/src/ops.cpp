@@ -488,15 +488,16 @@ ErrorCode Engine::OpStatus(DomainId caller, void* arg, uint32_t size) {
     entry.ring_format = static_cast<uint32_t>(slot.format);
     entry.capacity = slot.capacity;
     entry.shared = slot.shared;
-    auto add_ring = [&entry](const RingWriter& writer) {
+    // The primary's pCPU rings hold idle samples, counted in idle_samples, not in its own.
+    auto add_ring = [&entry](const RingWriter& writer, bool own_samples) {
       const RingStats& stats = writer.stats();
-      for (uint32_t m = 0; m < ring::kModeCount; ++m) entry.samples[m] += LoadRelaxed(&stats.samples[m]);
+      for (uint32_t m = 0; own_samples && m < ring::kModeCount; ++m) entry.samples[m] += LoadRelaxed(&stats.samples[m]);
       for (uint32_t r = 0; r < ring::kLossSlots; ++r) entry.lost[r] += LoadRelaxed(&stats.lost[r]);
       entry.max_fill = detail::Max(entry.max_fill, LoadRelaxed(&stats.max_fill));
     };
-    for (uint32_t i = 0; i < slot.nbuf_vcpu; ++i) add_ring(slot.rings[i]);
+    for (uint32_t i = 0; i < slot.nbuf_vcpu; ++i) add_ring(slot.rings[i], true);
     if (slot.id == primary_) {
-      for (uint32_t cpu = 0; cpu < num_pcpu_rings_; ++cpu) add_ring(pcpu_rings_[cpu]);
+      for (uint32_t cpu = 0; cpu < num_pcpu_rings_; ++cpu) add_ring(pcpu_rings_[cpu], false);
     }
     entry.lost[static_cast<uint32_t>(ring::LossReason::kNoRing)] += LoadRelaxed(&slot.no_ring_losses);
   }

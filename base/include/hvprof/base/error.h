@@ -68,4 +68,8 @@ inline Result<void> Ok() { return BOOST_OUTCOME_V2_NAMESPACE::success(); }
 // HVPROF_TRY(var, expr): evaluates expr (a Result); on error returns it, else binds var.
 #define HVPROF_TRY(var, ...) BOOST_OUTCOME_TRY(var, __VA_ARGS__)
 // HVPROF_TRYV(expr): evaluates expr (a Result<void> or any Result); on error returns it.
-#define HVPROF_TRYV(...) BOOST_OUTCOME_TRYV(__VA_ARGS__)
+// A single statement, so it may stand alone after an `if` or a `for`.
+#define HVPROF_TRYV(...)                \
+  do {                                  \
+    BOOST_OUTCOME_TRYV(__VA_ARGS__);    \
+  } while (false)

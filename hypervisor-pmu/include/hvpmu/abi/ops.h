@@ -116,7 +116,7 @@ struct DomainStatus {
   uint32_t ring_format;   // RingFormat
   uint32_t capacity;      // slots (v2) or records (legacy) per ring
   uint32_t shared;        // 1 while the rings are shared with their consumer
-  uint64_t samples[ring::kModeCount];
+  uint64_t samples[ring::kModeCount];  // in its vCPU rings (idle samples are apart)
   uint64_t lost[ring::kLossSlots];
   uint64_t max_fill;      // highest fill level seen by the producer, in slots
 };

@@ -10,21 +10,16 @@
 #include <utility>
 #include <vector>
 
+#include "hvpmu/hosted/cpu_models.h"
 #include "hvpmu/platform.h"
 
 namespace hvpmu::fake {
 
-// CPUID answers of well-known CPU models.
-struct CpuModel {
-  std::map<std::pair<uint32_t, uint32_t>, CpuidResult> leaves;
-  std::map<uint32_t, uint64_t> initial_msrs;  // e.g. IA32_PERF_CAPABILITIES
-};
-// Intel arch perfmon: `version`, `gp` counters of `width` bits, `fixed` fixed counters.
-CpuModel IntelArchPerfmonModel(uint32_t version = 4, uint32_t gp = 4, uint32_t fixed = 3,
-                               uint32_t width = 48, bool full_width_writes = true);
-CpuModel AmdModel(uint32_t family, bool perf_ctr_ext_core = true);
-CpuModel HygonModel();
-CpuModel UnknownVendorModel();
+using hosted::AmdModel;
+using hosted::CpuModel;
+using hosted::HygonModel;
+using hosted::IntelArchPerfmonModel;
+using hosted::UnknownVendorModel;
 
 struct MsrWrite {
   uint32_t cpu;

@@ -1,0 +1,80 @@
+// How an agent reaches the hypervisor: the profiling operations, ring mapping and
+// notifications. Two implementations: `hosted` (hvprof-hv's per-domain socket, here) and `xen`
+// (Xen 4.17's xenoprof through libxencall/libxenforeignmemory/libxenevtchn).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hvprof/base/error.h"
+#include "hvprof/base/scoped_fd.h"
+#include "hvpmu/abi/errors.h"
+#include "hvpmu/abi/ops.h"
+
+namespace hvprof::agent {
+
+// A mapped shared region; the mapping lives as long as any copy of `mapping`.
+struct MappedRegion {
+  std::shared_ptr<ScopedMmap> mapping;
+  uint64_t bytes = 0;
+  uint8_t* base() const { return static_cast<uint8_t*>(mapping->data()); }
+};
+
+struct SimClock {
+  uint64_t sim_time_ns = 0;
+  uint64_t pmis = 0;
+  bool halted = false;
+};
+
+class HypervisorLink {
+ public:
+  virtual ~HypervisorLink() = default;
+
+  // Who the hypervisor believes we are, and what it runs on.
+  virtual hvpmu::DomainId domain() const = 0;
+  virtual std::string platform_name() const = 0;
+  virtual std::string machine_name() const = 0;
+  virtual uint32_t num_cpus() const = 0;
+
+  // Runs one profiling operation with `argument` read and written in place. The engine's answer
+  // (kOk or a refusal) is the value; an Error means the link itself failed.
+  virtual Result<hvpmu::ErrorCode> Op(uint32_t op, std::span<std::byte> argument) = 0;
+  // Maps a region the hypervisor shared with this domain (region_handle / buf_gmaddr).
+  virtual Result<MappedRegion> MapRegion(uint64_t handle) = 0;
+  // One pollable descriptor per ring, readable when that ring has work.
+  virtual Result<std::vector<ScopedFd>> NotificationFds(uint64_t handle, uint32_t first,
+                                                        uint32_t count) = 0;
+  // The platform's description of this domain's processes and mappings (JSON), where the
+  // platform knows them (the sim); an empty object otherwise.
+  virtual Result<std::string> Context() = 0;
+  // The domains this caller may know of, as JSON: [{"id", "name", "type", "vcpus", "kernel"}].
+  virtual Result<std::string> Domains() = 0;
+
+  // Simulated machines only.
+  virtual Result<SimClock> SimQuery();
+  virtual Result<SimClock> SimRunFor(uint64_t ns);
+  virtual Result<std::string> GroundTruth(bool reset);
+};
+
+// Connects to hvprof-hv's socket for one domain and says hello.
+Result<std::unique_ptr<HypervisorLink>> ConnectHosted(const std::string& socket_path);
+
+// Typed helpers: run an op on a struct, or with no argument.
+template <typename T>
+Result<hvpmu::ErrorCode> RunOp(HypervisorLink& link, uint32_t op, T* argument) {
+  return link.Op(op, std::as_writable_bytes(std::span(argument, 1)));
+}
+inline Result<hvpmu::ErrorCode> RunOp(HypervisorLink& link, uint32_t op) {
+  return link.Op(op, {});
+}
+
+// "get_buffer", "enable_virq"... for messages.
+const char* OpName(uint32_t op);
+// An Error describing the engine's refusal of `op`, e.g.
+// "start refused: some active domains have not called enable_virq (NotActivated)".
+Error RefusalError(uint32_t op, hvpmu::ErrorCode code);
+
+}  // namespace hvprof::agent

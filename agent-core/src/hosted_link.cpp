@@ -1,0 +1,267 @@
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <cstring>
+
+#include "hvprof/agent/hypervisor_link.h"
+#include "hvpmu/hosted/framing.h"
+
+namespace hvprof::agent {
+
+namespace hosted = hvpmu::hosted;
+using hosted::MessageType;
+
+Result<SimClock> HypervisorLink::SimQuery() {
+  return MakeError(ErrorKind::kUnsupported, "{} is not a simulated machine", platform_name());
+}
+Result<SimClock> HypervisorLink::SimRunFor(uint64_t) { return SimQuery(); }
+Result<std::string> HypervisorLink::GroundTruth(bool) {
+  return MakeError(ErrorKind::kUnsupported, "{} has no ground truth", platform_name());
+}
+
+const char* OpName(uint32_t op) {
+  switch (op) {
+    case hvpmu::legacy::kOpInit: return "init";
+    case hvpmu::legacy::kOpResetActiveList: return "reset_active_list";
+    case hvpmu::legacy::kOpResetPassiveList: return "reset_passive_list";
+    case hvpmu::legacy::kOpSetActive: return "set_active";
+    case hvpmu::legacy::kOpSetPassive: return "set_passive";
+    case hvpmu::legacy::kOpReserveCounters: return "reserve_counters";
+    case hvpmu::legacy::kOpCounter: return "counter";
+    case hvpmu::legacy::kOpSetupEvents: return "setup_events";
+    case hvpmu::legacy::kOpEnableVirq: return "enable_virq";
+    case hvpmu::legacy::kOpStart: return "start";
+    case hvpmu::legacy::kOpStop: return "stop";
+    case hvpmu::legacy::kOpDisableVirq: return "disable_virq";
+    case hvpmu::legacy::kOpReleaseCounters: return "release_counters";
+    case hvpmu::legacy::kOpShutdown: return "shutdown";
+    case hvpmu::legacy::kOpGetBuffer: return "get_buffer";
+    case hvpmu::legacy::kOpSetBacktrace: return "set_backtrace";
+    case hvpmu::legacy::kOpGetIbsCaps: return "get_ibs_caps";
+    case hvpmu::legacy::kOpIbsCounter: return "ibs_counter";
+    case hvpmu::kOpInitV2: return "init_v2";
+    case hvpmu::kOpStatus: return "status";
+    case hvpmu::kOpGetBufferV2: return "get_buffer_v2";
+    case hvpmu::kOpSetPassiveV2: return "set_passive_v2";
+    default: return "unknown op";
+  }
+}
+
+Error RefusalError(uint32_t op, hvpmu::ErrorCode code) {
+  ErrorKind kind = ErrorKind::kBadState;
+  switch (code) {
+    case hvpmu::ErrorCode::kNotPrimary: kind = ErrorKind::kPermissionDenied; break;
+    case hvpmu::ErrorCode::kNoSuchDomain: kind = ErrorKind::kNotFound; break;
+    case hvpmu::ErrorCode::kBusy:
+    case hvpmu::ErrorCode::kProfiling: kind = ErrorKind::kBusy; break;
+    case hvpmu::ErrorCode::kNoPmu:
+    case hvpmu::ErrorCode::kNotSupported: kind = ErrorKind::kUnsupported; break;
+    case hvpmu::ErrorCode::kNoMemory: kind = ErrorKind::kNoSpace; break;
+    case hvpmu::ErrorCode::kBadOp:
+    case hvpmu::ErrorCode::kBadArgSize:
+    case hvpmu::ErrorCode::kReservedNotZero:
+    case hvpmu::ErrorCode::kBadAbiVersion: kind = ErrorKind::kProtocol; break;
+    case hvpmu::ErrorCode::kBadCounter:
+    case hvpmu::ErrorCode::kUnknownEvent:
+    case hvpmu::ErrorCode::kEventNotOnCounter:
+    case hvpmu::ErrorCode::kBadUnitMask:
+    case hvpmu::ErrorCode::kCountTooSmall:
+    case hvpmu::ErrorCode::kCountTooLarge:
+    case hvpmu::ErrorCode::kBadBufferSize:
+    case hvpmu::ErrorCode::kBadBacktraceDepth:
+    case hvpmu::ErrorCode::kTooManyDomains:
+    case hvpmu::ErrorCode::kAlreadyListed:
+    case hvpmu::ErrorCode::kActiveAndPassive: kind = ErrorKind::kInvalidArgument; break;
+    default: break;
+  }
+  return Error(kind, fmt::format("{} refused: {} ({})", OpName(op), hvpmu::ErrorMessage(code),
+                                 hvpmu::ErrorName(code)));
+}
+
+namespace {
+
+class HostedLink final : public HypervisorLink {
+ public:
+  explicit HostedLink(ScopedFd socket) : socket_(std::move(socket)) {}
+
+  Result<void> Hello() {
+    hosted::HelloRequest request{hosted::kProtocolVersion, 0};
+    HVPROF_TRY(reply, Call(MessageType::kHello, hosted::Pack(request)));
+    hosted::HelloReply hello;
+    if (!hosted::Unpack(std::span<const std::byte>(reply.payload), &hello)) {
+      return MakeError(ErrorKind::kProtocol, "hvprof-hv sent a malformed hello");
+    }
+    if (hello.error != 0) {
+      return MakeError(ErrorKind::kProtocol, "hvprof-hv refused the hello: {}",
+                       hosted::ProtocolErrorName(static_cast<hosted::ProtocolError>(hello.error)));
+    }
+    domain_ = hello.domain;
+    num_cpus_ = hello.num_cpus;
+    platform_ = std::string(hello.platform_name, strnlen(hello.platform_name, sizeof hello.platform_name));
+    machine_ = std::string(hello.machine_name, strnlen(hello.machine_name, sizeof hello.machine_name));
+    return Ok();
+  }
+
+  hvpmu::DomainId domain() const override { return domain_; }
+  std::string platform_name() const override { return platform_; }
+  std::string machine_name() const override { return machine_; }
+  uint32_t num_cpus() const override { return num_cpus_; }
+
+  Result<hvpmu::ErrorCode> Op(uint32_t op, std::span<std::byte> argument) override {
+    hosted::OpRequest request{op, static_cast<uint32_t>(argument.size())};
+    HVPROF_TRY(reply, Call(MessageType::kOp, hosted::Pack(request, argument)));
+    hosted::OpReply answer;
+    std::span<const std::byte> result;
+    if (!hosted::Unpack(std::span<const std::byte>(reply.payload), &answer, &result) ||
+        result.size() != argument.size()) {
+      return MakeError(ErrorKind::kProtocol, "hvprof-hv answered {} with a malformed reply",
+                       OpName(op));
+    }
+    if (!argument.empty()) std::memcpy(argument.data(), result.data(), result.size());
+    return static_cast<hvpmu::ErrorCode>(answer.error);
+  }
+
+  Result<MappedRegion> MapRegion(uint64_t handle) override {
+    HVPROF_TRY(reply, Call(MessageType::kMapRegion, hosted::Pack(hosted::MapRequest{handle})));
+    hosted::MapReply answer;
+    if (!hosted::Unpack(std::span<const std::byte>(reply.payload), &answer)) {
+      return MakeError(ErrorKind::kProtocol, "hvprof-hv sent a malformed map reply");
+    }
+    if (answer.error != 0 || reply.fds.size() != 1) {
+      return MakeError(ErrorKind::kPermissionDenied, "cannot map region {:#x}: {}", handle,
+                       hosted::ProtocolErrorName(static_cast<hosted::ProtocolError>(answer.error)));
+    }
+    HVPROF_TRY(mapping, ScopedMmap::MapShared(reply.fds[0].get(), answer.bytes,
+                                              PROT_READ | PROT_WRITE));
+    MappedRegion region;
+    region.mapping = std::make_shared<ScopedMmap>(std::move(mapping));
+    region.bytes = answer.bytes;
+    return region;
+  }
+
+  Result<std::vector<ScopedFd>> NotificationFds(uint64_t handle, uint32_t first,
+                                                uint32_t count) override {
+    std::vector<ScopedFd> fds;
+    while (count > 0) {
+      const uint32_t chunk = std::min(count, hosted::kMaxFdsPerMessage);
+      hosted::NotifyRequest request{handle, first, chunk};
+      HVPROF_TRY(reply, Call(MessageType::kNotifyFds, hosted::Pack(request)));
+      hosted::NotifyReply answer;
+      if (!hosted::Unpack(std::span<const std::byte>(reply.payload), &answer) ||
+          (answer.error == 0 && reply.fds.size() != chunk)) {
+        return MakeError(ErrorKind::kProtocol, "hvprof-hv sent a malformed notification reply");
+      }
+      if (answer.error != 0) {
+        return MakeError(ErrorKind::kPermissionDenied, "no notifications for region {:#x}: {}",
+                         handle,
+                         hosted::ProtocolErrorName(static_cast<hosted::ProtocolError>(answer.error)));
+      }
+      for (ScopedFd& fd : reply.fds) fds.push_back(std::move(fd));
+      first += chunk;
+      count -= chunk;
+    }
+    return fds;
+  }
+
+  Result<std::string> Context() override { return TextCall(MessageType::kContext, {}); }
+  Result<std::string> Domains() override { return TextCall(MessageType::kDomains, {}); }
+
+  Result<SimClock> SimQuery() override { return SimControl(hvpmu::hosted::SimCommand::kQuery, 0); }
+  Result<SimClock> SimRunFor(uint64_t ns) override {
+    return SimControl(hvpmu::hosted::SimCommand::kRunFor, ns);
+  }
+  Result<std::string> GroundTruth(bool reset) override {
+    hosted::GroundTruthRequest request{reset ? 1u : 0u, 0};
+    return TextCall(MessageType::kGroundTruth, hosted::Pack(request));
+  }
+
+ private:
+  Result<hosted::Message> Call(MessageType type, std::span<const std::byte> payload) {
+    const uint32_t sequence = ++sequence_;
+    HVPROF_TRYV(hosted::SendMessage(socket_.get(), static_cast<uint16_t>(type), sequence, payload));
+    HVPROF_TRY(reply, hosted::ReceiveMessage(socket_.get(), hosted::kMaxReplyPayload));
+    const auto kind = static_cast<MessageType>(reply.header.type & ~hosted::kReplyBit);
+    if (reply.header.sequence != sequence || (reply.header.type & hosted::kReplyBit) == 0) {
+      return MakeError(ErrorKind::kProtocol, "hvprof-hv answered out of order");
+    }
+    if (kind == MessageType::kError) {
+      hosted::StatusReply status;
+      std::span<const std::byte> text;
+      hosted::Unpack(std::span<const std::byte>(reply.payload), &status, &text);
+      return MakeError(ErrorKind::kProtocol, "hvprof-hv rejected the request: {}",
+                       std::string_view(reinterpret_cast<const char*>(text.data()), text.size()));
+    }
+    if (kind != type) return MakeError(ErrorKind::kProtocol, "hvprof-hv answered another request");
+    return reply;
+  }
+
+  Result<std::string> TextCall(MessageType type, std::span<const std::byte> payload) {
+    HVPROF_TRY(reply, Call(type, payload));
+    hosted::StatusReply status;
+    std::span<const std::byte> text;
+    if (!hosted::Unpack(std::span<const std::byte>(reply.payload), &status, &text)) {
+      return MakeError(ErrorKind::kProtocol, "hvprof-hv sent a malformed reply");
+    }
+    std::string body(reinterpret_cast<const char*>(text.data()), text.size());
+    if (status.error != 0) {
+      return MakeError(ErrorKind::kPermissionDenied, "{}", body.empty()
+                           ? hosted::ProtocolErrorName(static_cast<hosted::ProtocolError>(status.error))
+                           : body);
+    }
+    return body;
+  }
+
+  Result<SimClock> SimControl(hvpmu::hosted::SimCommand command, uint64_t argument) {
+    hosted::SimControlRequest request{static_cast<uint32_t>(command), 0, argument};
+    HVPROF_TRY(reply, Call(MessageType::kSimControl, hosted::Pack(request)));
+    hosted::SimControlReply answer;
+    if (!hosted::Unpack(std::span<const std::byte>(reply.payload), &answer)) {
+      return MakeError(ErrorKind::kProtocol, "hvprof-hv sent a malformed clock reply");
+    }
+    if (answer.error != 0) {
+      return MakeError(ErrorKind::kPermissionDenied, "machine control refused: {}",
+                       hosted::ProtocolErrorName(static_cast<hosted::ProtocolError>(answer.error)));
+    }
+    return SimClock{answer.sim_time_ns, answer.pmis, answer.halted != 0};
+  }
+
+  ScopedFd socket_;
+  uint32_t sequence_ = 0;
+  hvpmu::DomainId domain_ = 0;
+  uint32_t num_cpus_ = 0;
+  std::string platform_;
+  std::string machine_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<HypervisorLink>> ConnectHosted(const std::string& socket_path) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (socket_path.size() >= sizeof address.sun_path) {
+    return MakeError(ErrorKind::kInvalidArgument, "socket path {} is too long", socket_path);
+  }
+  std::memcpy(address.sun_path, socket_path.c_str(), socket_path.size() + 1);
+  ScopedFd socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!socket.valid()) return ErrnoError(errno, "socket");
+  if (::connect(socket.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    const int err = errno;
+    if (err == ENOENT || err == ECONNREFUSED) {
+      return MakeError(ErrorKind::kNotFound,
+                       "no hypervisor at {}: hvprof-hv is not running there (start it with "
+                       "`hvprof-hv --platform=sim --scenario=FILE`, or give the right --run-dir)",
+                       socket_path);
+    }
+    return ErrnoError(err, fmt::format("cannot connect to {}", socket_path));
+  }
+  auto link = std::make_unique<HostedLink>(std::move(socket));
+  auto hello = link->Hello();
+  if (!hello) {
+    // A connection the daemon refused (wrong uid) shows up as a closed socket here.
+    return hello.error().WithContext(fmt::format("hvprof-hv at {}", socket_path));
+  }
+  return std::unique_ptr<HypervisorLink>(std::move(link));
+}
+
+}  // namespace hvprof::agent

@@ -1,0 +1,234 @@
+// hvprof: the opcontrol-like command that drives profiling. Thin main over hvprof_control.
+
+#include <unistd.h>
+
+#include <climits>
+#include <filesystem>
+#include <iostream>
+#include <tuple>
+
+#include <boost/program_options.hpp>
+
+#include "hvprof/base/units.h"
+#include "hvprof/control/commands.h"
+#include "hvprof/control/run.h"
+#include "hvprof/control/setup.h"
+
+namespace po = boost::program_options;
+using hvprof::control::Outcome;
+
+namespace {
+
+constexpr const char* kUsage = R"(Usage: hvprof ACTION [options]
+       hvprof run [setup options] [--duration=T] [--repeat=N] [--json=FILE] -- [CMD ...]
+
+System-wide profiling of a virtualized host: the hypervisor, dom0 and every guest.
+One action per call; every action is safe to repeat. The Xenoprof workflow:
+
+  in dom0:   hvprof --start-daemon --active-domains=1,2 --passive-domains=3
+  in each active guest: hvprof --start-daemon && hvprof --start
+  in dom0:   hvprof --start
+             ... the workload runs ...
+  in dom0:   hvprof --stop          (samples are written; profiling can start again)
+             hvprof --shutdown      (releases the hypervisor's profiler)
+             hvprof-report -l       (the report, by symbol)
+
+`hvprof run` does all of that for one workload, saves the session and prints the report;
+its exit status is CMD's. On a simulated machine it runs the machine for --duration.
+
+On a host without our hypervisor, run hvprof-hv first (hvprof-hv --help).
+
+Actions)";
+
+std::string ExecutableDir() {
+  char path[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n <= 0) return ".";
+  path[n] = '\0';
+  return std::filesystem::path(path).parent_path().string();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool run = argc > 1 && std::string(argv[1]) == "run";
+  std::vector<std::string> command;
+  std::vector<char*> arguments(argv, argv + argc);
+  if (run) {
+    // hvprof run [options] -- CMD...: the options are parsed below, CMD is kept as it is.
+    arguments.erase(arguments.begin() + 1);
+    for (size_t i = 1; i < arguments.size(); ++i) {
+      if (std::string(arguments[i]) == "--") {
+        for (size_t j = i + 1; j < arguments.size(); ++j) command.emplace_back(arguments[j]);
+        arguments.resize(i);
+        break;
+      }
+    }
+    argc = static_cast<int>(arguments.size());
+    argv = arguments.data();
+  }
+  try {
+    hvprof::control::SetupOptions setup;
+    std::string save_name;
+    std::string run_sim;
+    std::string cpu_type;
+    std::string active, passive, passive_images;
+    po::options_description actions(kUsage);
+    actions.add_options()
+        ("start-daemon", "check the setup options below, start hvprofd and set up the "
+                         "hypervisor's profiler (counters stay off)")
+        ("start,s", "start profiling (in dom0: once every active guest has started)")
+        ("stop,t", "stop profiling and write the samples; the daemon stays up")
+        ("dump,d", "write the samples collected so far")
+        ("shutdown,h", "stop, write the samples, release the profiler and end the daemon")
+        ("reset", "empty the current session (samples/current)")
+        ("save", po::value(&save_name), "keep the current session as samples/NAME and carry on in a fresh one")
+        ("status", "the daemon, the hypervisor's profiler, every domain's role and rings, losses")
+        ("list-events,l", "the events of this machine's CPU and their unit masks")
+        ("run-sim", po::value(&run_sim), "simulated machines: advance the clock by DURATION (e.g. 2s) while draining")
+        ("help", "show this help");
+    po::options_description options("Setup options (with --start-daemon)");
+    options.add_options()
+        ("platform", po::value(&setup.platform)->default_value("sim"), "sim: hvprof-hv's simulated machine")
+        ("xen", po::value(&setup.xen_image), "the hypervisor image (xen-syms) to symbolize hypervisor samples with; default: what the platform reports")
+        ("vmlinux", po::value(&setup.vmlinux), "dom0's kernel image (vmlinux, System.map); default: what the platform reports, else /proc/kallsyms")
+        ("no-vmlinux", "do not symbolize dom0's kernel samples")
+        ("active-domains", po::value(&active), "domains (ids or names, comma-separated) that run their own agent; dom0 always does")
+        ("passive-domains", po::value(&passive), "domains profiled from dom0 without an agent inside (e.g. HVM guests)")
+        ("passive-images", po::value(&passive_images), "kernel images of the passive domains, in the same order")
+        ("event,e", po::value(&setup.events), "NAME:COUNT[:UNITMASK[:KERNEL[:USER]]] or 'default'; repeat for more counters")
+        ("buffer-size", po::value(&setup.buffer_size), "samples per ring (a power of two; default 16384)")
+        ("callgraph,c", po::value(&setup.callgraph), "record call chains this deep (frame pointers; 0-64)")
+        ("poll-interval", po::value(&setup.poll_interval_ms), "drain every N ms (default: sized from the buffer and the sample rate)")
+        ("verbose,V", "log more in hvprofd.log");
+    po::options_description general("General options");
+    general.add_options()
+        ("session-dir", po::value(&setup.session_root)->default_value(hvprof::store::kDefaultSessionRoot),
+         "where sessions, the lock and the log live")
+        ("run-dir", po::value(&setup.hv_run_dir), "where hvprof-hv's domain sockets are (default: its default)")
+        ("cpu-type", po::value(&cpu_type), "with --list-events: list this CPU type's events offline");
+    hvprof::control::RunOptions run_options;
+    std::string duration;
+    po::options_description run_described("Options of `hvprof run`");
+    run_described.add_options()
+        ("duration", po::value(&duration), "simulated machines: how long to run the machine (default 1s)")
+        ("repeat", po::value(&run_options.repeat)->default_value(1), "profile the workload N times and report the spread of each symbol's share")
+        ("json", po::value(&run_options.json_path), "write a JSON summary here (samples, losses, top symbols, wall time, exit status)")
+        ("top", po::value(&run_options.top)->default_value(20), "symbols in the summaries");
+    po::options_description all;
+    all.add(actions).add(options).add(general).add(run_described);
+    po::variables_map values;
+    po::store(po::parse_command_line(argc, argv, all), values);
+    po::notify(values);
+    if (values.count("help") != 0 || (argc == 1 && !run)) {
+      std::cout << all << "\n";
+      return argc == 1 ? 2 : 0;
+    }
+    if (run) {
+      for (const char* action : {"start-daemon", "start", "stop", "dump", "shutdown", "reset", "save",
+                                 "status", "list-events", "run-sim"}) {
+        if (values.count(action) != 0) {
+          std::cerr << "hvprof run: --" << action << " is an action of its own; `hvprof run` does them all\n";
+          return 2;
+        }
+      }
+      setup.no_vmlinux = values.count("no-vmlinux") != 0;
+      setup.verbose = values.count("verbose") != 0;
+      for (auto [text, option, target] : {std::tuple{&active, "active-domains", &setup.active_domains},
+                                          std::tuple{&passive, "passive-domains", &setup.passive_domains},
+                                          std::tuple{&passive_images, "passive-images", &setup.passive_images}}) {
+        if (text->empty()) continue;
+        auto items = hvprof::control::SplitList(*text, option);
+        if (!items) {
+          std::cerr << "hvprof run: " << items.error().message() << "\n";
+          return 2;
+        }
+        *target = items.value();
+      }
+      if (!duration.empty()) {
+        auto parsed = hvprof::ParseDurationNs(duration);
+        if (!parsed) {
+          std::cerr << "hvprof run: --duration: " << parsed.error().message() << "\n";
+          return 2;
+        }
+        run_options.duration_ns = parsed.value();
+      }
+      if (run_options.repeat == 0) {
+        std::cerr << "hvprof run: --repeat must be at least 1\n";
+        return 2;
+      }
+      run_options.setup = setup;
+      run_options.command = command;
+      run_options.hvprofd_path = ExecutableDir() + "/hvprofd";
+      auto outcome = hvprof::control::RunProfile(run_options);
+      if (!outcome) {
+        std::cerr << "hvprof run: " << outcome.error().message() << "\n";
+        return 1;
+      }
+      std::cout << outcome.value().message << "\n";
+      return outcome.value().exit_code;
+    }
+    std::vector<std::string> chosen;
+    for (const char* action : {"start-daemon", "start", "stop", "dump", "shutdown", "reset", "save",
+                               "status", "list-events", "run-sim"}) {
+      if (values.count(action) != 0) chosen.push_back(std::string("--") + action);
+    }
+    if (chosen.size() != 1) {
+      std::cerr << "hvprof: " << (chosen.empty() ? "no action given" : "one action per call; you gave " +
+                                                                          chosen[0] + " and " + chosen[1])
+                << "\nTry 'hvprof --help'.\n";
+      return 2;
+    }
+    const std::string action = chosen[0];
+    for (const char* setup_only : {"xen", "vmlinux", "no-vmlinux", "active-domains", "passive-domains",
+                                   "passive-images", "event", "buffer-size", "callgraph", "poll-interval",
+                                   "verbose"}) {
+      if (values.count(setup_only) != 0 && action != "--start-daemon") {
+        std::cerr << "hvprof: --" << setup_only << " is a setup option; it only goes with --start-daemon\n";
+        return 2;
+      }
+    }
+    setup.no_vmlinux = values.count("no-vmlinux") != 0;
+    setup.verbose = values.count("verbose") != 0;
+    auto split = [](const std::string& text, const char* option, std::vector<std::string>* out) {
+      if (text.empty()) return hvprof::Ok();
+      auto items = hvprof::control::SplitList(text, option);
+      if (!items) return hvprof::Result<void>(items.error());
+      *out = items.value();
+      return hvprof::Ok();
+    };
+    hvprof::Result<Outcome> outcome = Outcome{};
+    if (auto ok = split(active, "active-domains", &setup.active_domains); !ok) outcome = ok.error();
+    else if (auto ok2 = split(passive, "passive-domains", &setup.passive_domains); !ok2) outcome = ok2.error();
+    else if (auto ok3 = split(passive_images, "passive-images", &setup.passive_images); !ok3) outcome = ok3.error();
+    else {
+      const hvprof::store::SessionPaths paths{setup.session_root};
+      if (action == "--start-daemon") outcome = hvprof::control::StartDaemon(setup, ExecutableDir() + "/hvprofd");
+      else if (action == "--start") outcome = hvprof::control::Start(paths);
+      else if (action == "--stop") outcome = hvprof::control::Stop(paths);
+      else if (action == "--dump") outcome = hvprof::control::Dump(paths);
+      else if (action == "--shutdown") outcome = hvprof::control::Shutdown(paths);
+      else if (action == "--reset") outcome = hvprof::control::Reset(paths);
+      else if (action == "--save") outcome = hvprof::control::Save(paths, save_name);
+      else if (action == "--status") outcome = hvprof::control::Status(paths);
+      else if (action == "--list-events") outcome = hvprof::control::ListEvents(cpu_type, setup.hv_run_dir);
+      else if (action == "--run-sim") {
+        auto sim_time = hvprof::ParseDurationNs(run_sim);
+        outcome = sim_time ? hvprof::control::RunSim(paths, sim_time.value())
+                           : hvprof::Result<Outcome>(sim_time.error());
+      }
+    }
+    if (!outcome) {
+      std::cerr << "hvprof: " << outcome.error().message() << "\n";
+      return 1;
+    }
+    if (!outcome.value().message.empty()) std::cout << outcome.value().message << "\n";
+    return outcome.value().exit_code;
+  } catch (const po::error& error) {
+    std::cerr << "hvprof: " << error.what() << "\nTry 'hvprof --help'.\n";
+    return 2;
+  } catch (const std::exception& error) {
+    std::cerr << "hvprof: internal error: " << error.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,111 @@
+// hvprof-hv: the hosted hypervisor. Runs the profiling engine on a simulated machine and serves
+// each domain's profiling operations over that domain's socket. Thin main over hvpmu_hv.
+
+#include <unistd.h>
+
+#include <iostream>
+
+#include <boost/program_options.hpp>
+
+#include "hvprof/base/log.h"
+#include "hvprof/base/units.h"
+#include "hvpmu/hv/daemon.h"
+
+namespace po = boost::program_options;
+
+namespace {
+
+constexpr const char* kUsage = R"(Usage: hvprof-hv --platform=sim --scenario=FILE [options]
+
+Runs hvprof's hypervisor-side profiling engine on a simulated machine and serves the
+profiling operations to each domain of the scenario over that domain's own Unix socket
+(RUN_DIR/domain-N.sock). Start it first; then run `hvprof --start-daemon` as dom0.
+It runs in the foreground until SIGTERM or Ctrl-C.
+
+Example:
+  hvprof-hv --platform=sim --scenario=examples/default.json &
+  hvprof --start-daemon --active-domains=1,2 --passive-domains=3
+
+Options)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  hvprof::SetLogPrefix("hvprof-hv", true);
+  try {
+    hvpmu::hv::DaemonOptions options;
+    std::string speed;
+    std::string duration;
+    std::string log_level = "info";
+    uint64_t seed = 0;
+    po::options_description described(kUsage);
+    described.add_options()
+        ("help,h", "show this help")
+        ("platform", po::value(&options.platform)->default_value("sim"),
+         "the machine to run on: sim (a simulated machine described by --scenario)")
+        ("scenario", po::value(&options.scenario_path),
+         "the simulated machine: a JSON scenario (docs/sim-scenarios.md)")
+        ("run-dir", po::value(&options.run_dir),
+         "where the domain sockets go (default: /run/hvprof for root, else "
+         "$XDG_RUNTIME_DIR/hvprof or /tmp/hvprof-UID)")
+        ("speed", po::value(&speed),
+         "realtime (the default: simulated time follows the wall clock), a factor such as 10 "
+         "(ten times faster), or max (as fast as possible, advancing only while dom0 asks)")
+        ("duration", po::value(&duration),
+         "halt the machine after this much simulated time (e.g. 10s); default: never")
+        ("seed", po::value(&seed), "override the scenario's random seed")
+        ("ground-truth", po::value(&options.ground_truth_path),
+         "write the exact event counts of the run to this JSON file on exit")
+        ("log-level", po::value(&log_level)->default_value("info"), "debug, info, warning or error");
+    po::variables_map values;
+    po::store(po::parse_command_line(argc, argv, described), values);
+    po::notify(values);
+    if (values.count("help") != 0) {
+      std::cout << described << "\n";
+      return 0;
+    }
+    if (log_level == "debug") hvprof::SetLogLevel(hvprof::LogLevel::kDebug);
+    else if (log_level == "warning") hvprof::SetLogLevel(hvprof::LogLevel::kWarning);
+    else if (log_level == "error") hvprof::SetLogLevel(hvprof::LogLevel::kError);
+    else if (log_level != "info") throw po::error("--log-level must be debug, info, warning or error");
+    if (values.count("seed") != 0) options.seed = seed;
+    if (!speed.empty()) {
+      if (speed == "max") {
+        options.speed = hvpmu::sim::Speed::kMax;
+      } else if (speed == "realtime") {
+        options.speed = hvpmu::sim::Speed::kRealtime;
+      } else {
+        char* end = nullptr;
+        const double factor = std::strtod(speed.c_str(), &end);
+        if (end != speed.c_str() + speed.size() || !(factor > 0.0) || factor > 1000.0) {
+          throw po::error("--speed must be realtime, max or a factor between 0.001 and 1000");
+        }
+        options.speed = hvpmu::sim::Speed::kRealtime;
+        options.factor = factor;
+      }
+    }
+    if (!duration.empty()) {
+      auto parsed = hvprof::ParseDurationNs(duration);
+      if (!parsed) throw po::error("--duration: " + parsed.error().message());
+      options.duration_ns = parsed.value();
+    }
+
+    auto daemon = hvpmu::hv::Daemon::Create(options);
+    if (!daemon) {
+      hvprof::Log(hvprof::LogLevel::kError, "{}", daemon.error().message());
+      return 1;
+    }
+    hvpmu::hv::Daemon::HandleSignals(daemon.value().get());
+    if (auto ran = daemon.value()->Run(); !ran) {
+      hvprof::Log(hvprof::LogLevel::kError, "{}", ran.error().message());
+      return 1;
+    }
+    return 0;
+  } catch (const po::error& error) {
+    std::cerr << "hvprof-hv: " << error.what() << "\nTry 'hvprof-hv --help'.\n";
+    return 2;
+  } catch (const std::exception& error) {
+    std::cerr << "hvprof-hv: internal error: " << error.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,266 @@
+// hvprof-report: opreport-like reports over a session directory. Thin main over hvprof_report.
+
+#include <chrono>
+#include <iostream>
+
+#include <boost/program_options.hpp>
+
+#include "hvprof/base/files.h"
+#include "hvprof/control/setup.h"
+#include "hvprof/report/format.h"
+#include "hvprof/report/profile.h"
+#include "hvprof/report/report.h"
+#include "hvprof/store/session.h"
+
+namespace po = boost::program_options;
+using namespace hvprof;
+
+namespace {
+
+constexpr const char* kUsage = R"(Usage: hvprof-report [SESSION] [options]
+
+Reports where the samples of a profiling session went: by image (the default), by symbol (-l),
+per instruction (-d), by source line (-g), or per domain (--by-domain). SESSION is a session
+directory, or the name given to `hvprof --save`; by default it is the current session.
+
+Examples:
+  hvprof-report                       images, most sampled first
+  hvprof-report -l -t 1               symbols above 1% of the samples
+  hvprof-report -l --by-domain        symbols, domain by domain
+  hvprof-report -l --domain=dom0 --mode=kernel
+  hvprof-report --format=json -o report.json
+
+Exit status: 0 complete report; 1 no report (e.g. no session); 2 bad usage;
+3 report printed but incomplete (damaged samples, images missing or changed: see its warnings).
+
+Options)";
+
+constexpr int kIncomplete = 3;
+
+Result<std::vector<uint8_t>> ParseModes(const std::string& text) {
+  std::vector<uint8_t> modes;
+  HVPROF_TRY(items, control::SplitList(text, "mode"));
+  for (const std::string& item : items) {
+    if (item == "user") modes.push_back(0);
+    else if (item == "kernel") modes.push_back(1);
+    else if (item == "hypervisor" || item == "xen") modes.push_back(2);
+    else return MakeError(ErrorKind::kInvalidArgument, "--mode: '{}' is not user, kernel or hypervisor", item);
+  }
+  return modes;
+}
+
+Result<std::vector<report::SortKey>> ParseSort(const std::string& text) {
+  std::vector<report::SortKey> keys;
+  HVPROF_TRY(items, control::SplitList(text, "sort"));
+  for (const std::string& item : items) {
+    if (item == "sample" || item == "samples") keys.push_back(report::SortKey::kSamples);
+    else if (item == "image") keys.push_back(report::SortKey::kImage);
+    else if (item == "symbol") keys.push_back(report::SortKey::kSymbol);
+    else if (item == "debug") keys.push_back(report::SortKey::kDebug);
+    else if (item == "vma") keys.push_back(report::SortKey::kVma);
+    else if (item == "domain") keys.push_back(report::SortKey::kDomain);
+    else return MakeError(ErrorKind::kInvalidArgument,
+                          "--sort: '{}' is not a sort key; use sample, image, symbol, debug, vma or domain", item);
+  }
+  return keys;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    std::string session_arg;
+    std::string session_root = store::kDefaultSessionRoot;
+    std::string domains, modes, images, symbols, events, sort, merge, demangle = "smart", format = "text", output;
+    std::string image_path;
+    double threshold = 0.0;
+    report::ReportOptions options;
+    po::options_description described(kUsage);
+    described.add_options()
+        ("help,h", "show this help")
+        ("session-dir", po::value(&session_root)->default_value(session_root), "the session root given to hvprof")
+        ("symbols,l", "list symbols, not only images")
+        ("details,d", "per-instruction counts of each symbol")
+        ("debug-info,g", "counts per source file:line (needs DWARF)")
+        ("by-domain", "break every row down by domain")
+        ("domain", po::value(&domains), "only these domains (ids or names, comma-separated; idle for the idle loop)")
+        ("mode", po::value(&modes), "only these modes: user, kernel, hypervisor")
+        ("image", po::value(&images), "only images whose name or path matches these globs")
+        ("event", po::value(&events), "only these events (names)")
+        ("symbol", po::value(&symbols), "only symbols matching these globs (comma-separated); percentages stay of all samples")
+        ("threshold,t", po::value(&threshold), "hide rows below this percent of the samples")
+        ("sort,s", po::value(&sort), "sort keys: sample, image, symbol, debug, vma, domain")
+        ("reverse-sort,r", "reverse the sort order")
+        ("merge,m", po::value(&merge), "merge event columns: unitmask (one per event name) or all")
+        ("demangle,D", po::value(&demangle)->default_value("smart"), "C++ names: none, normal or smart")
+        ("show-address,w", "show each symbol's address")
+        ("long-filenames,f", "show full image paths")
+        ("accumulated,a", "add a cumulative percent column")
+        ("global-percent,%", "with -d, percentages of all samples rather than of the symbol")
+        ("exclude-dependent,x", "only samples in the applications' own executables (no libraries, kernel or hypervisor)")
+        ("no-header,n", "leave out the header")
+        ("format", po::value(&format)->default_value("text"), "text, csv or json (docs/report-json.md)")
+        ("output,o", po::value(&output), "write the report to this file")
+        ("image-path", po::value(&image_path), "directories to look for images that moved (comma-separated)")
+        ("verbose,V", "say why addresses could not be resolved")
+        ("raw-samples", "count the raw samples again instead of using the session's aggregate")
+        ("timing", "print where the time went to stderr");
+    po::positional_options_description positional;
+    positional.add("session", 1);
+    po::options_description hidden;
+    hidden.add_options()("session", po::value(&session_arg));
+    po::options_description all;
+    all.add(described).add(hidden);
+    po::variables_map values;
+    po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), values);
+    po::notify(values);
+    if (values.count("help") != 0) {
+      std::cout << described << "\n";
+      return 0;
+    }
+
+    auto fail = [](const Error& error, int code) {
+      std::cerr << "hvprof-report: " << error.message() << "\n";
+      return code;
+    };
+    int views = static_cast<int>(values.count("symbols") + values.count("details") + values.count("debug-info"));
+    options.view = values.count("details") ? report::View::kDetails
+                   : values.count("debug-info") ? report::View::kDebugInfo
+                   : values.count("symbols") ? report::View::kSymbol
+                                             : report::View::kImage;
+    if (views > 1 && !(views == 2 && values.count("symbols"))) {
+      return fail(Error(ErrorKind::kInvalidArgument, "choose one of -d and -g"), 2);
+    }
+    options.by_domain = values.count("by-domain") != 0;
+    options.threshold = threshold;
+    options.reverse = values.count("reverse-sort") != 0;
+    options.show_address = values.count("show-address") != 0;
+    options.long_filenames = values.count("long-filenames") != 0;
+    options.accumulated = values.count("accumulated") != 0;
+    options.global_percent = values.count("global-percent") != 0;
+    options.exclude_dependent = values.count("exclude-dependent") != 0;
+    options.no_header = values.count("no-header") != 0;
+    options.verbose = values.count("verbose") != 0;
+    if (threshold < 0 || threshold > 100) return fail(Error(ErrorKind::kInvalidArgument, "--threshold must be 0-100"), 2);
+    if (format != "text" && format != "csv" && format != "json") {
+      return fail(MakeError(ErrorKind::kInvalidArgument, "--format: '{}' is not text, csv or json", format), 2);
+    }
+    if (demangle != "none" && demangle != "normal" && demangle != "smart") {
+      return fail(MakeError(ErrorKind::kInvalidArgument, "--demangle: '{}' is not none, normal or smart", demangle), 2);
+    }
+    if (!merge.empty() && merge != "unitmask" && merge != "all") {
+      return fail(MakeError(ErrorKind::kInvalidArgument, "--merge: '{}' is not unitmask or all", merge), 2);
+    }
+    options.merge_unit_masks = merge == "unitmask";
+    options.merge_all = merge == "all";
+    if (!sort.empty()) {
+      auto keys = ParseSort(sort);
+      if (!keys) return fail(keys.error(), 2);
+      options.sort = keys.value();
+    }
+    if (!modes.empty()) {
+      auto parsed = ParseModes(modes);
+      if (!parsed) return fail(parsed.error(), 2);
+      options.modes = parsed.value();
+    }
+    if (!symbols.empty()) {
+      auto parsed = control::SplitList(symbols, "symbol");
+      if (!parsed) return fail(parsed.error(), 2);
+      options.symbols = parsed.value();
+    }
+    if (!images.empty()) {
+      auto parsed = control::SplitList(images, "image");
+      if (!parsed) return fail(parsed.error(), 2);
+      options.images = parsed.value();
+    }
+
+    // The session: a directory, a saved name, or the current one.
+    store::SessionPaths paths{session_root};
+    std::string directory = session_arg.empty() ? paths.current() : session_arg;
+    if (!session_arg.empty() && session_arg.find('/') == std::string::npos && store::ValidateSessionName(session_arg)) {
+      directory = paths.Saved(session_arg);
+    }
+    report::LoadOptions load;
+    load.demangle = demangle != "none";
+    load.lines = options.view == report::View::kDebugInfo;
+    load.use_aggregate = values.count("raw-samples") == 0;
+    const auto started = std::chrono::steady_clock::now();
+    if (!image_path.empty()) {
+      auto parsed = control::SplitList(image_path, "image-path");
+      if (!parsed) return fail(parsed.error(), 2);
+      load.image_path = parsed.value();
+    }
+    auto profile = report::Profile::Load(directory, load);
+    if (!profile) return fail(profile.error(), 1);
+
+    // Filters that need the session: domains by name, events by name.
+    if (!domains.empty()) {
+      auto items = control::SplitList(domains, "domain");
+      if (!items) return fail(items.error(), 2);
+      for (const std::string& item : items.value()) {
+        bool found = item == "idle";
+        if (found) options.domains.push_back(0x7FFF);
+        for (const auto& record : profile.value().metadata().domains) {
+          if (record.name == item || std::to_string(record.id) == item) {
+            options.domains.push_back(record.id);
+            found = true;
+          }
+        }
+        if (!found) return fail(MakeError(ErrorKind::kNotFound, "--domain: the session has no domain '{}'", item), 2);
+      }
+    }
+    if (!events.empty()) {
+      auto items = control::SplitList(events, "event");
+      if (!items) return fail(items.error(), 2);
+      for (const std::string& item : items.value()) {
+        bool found = false;
+        for (const auto& event : profile.value().metadata().events) {
+          if (event.name == item) {
+            options.events.push_back(event.counter);
+            found = true;
+          }
+        }
+        if (!found) {
+          return fail(MakeError(ErrorKind::kNotFound, "--event: the session did not count '{}'", item), 2);
+        }
+      }
+    }
+
+    auto table = report::BuildTable(profile.value(), options);
+    if (!table) return fail(table.error(), 1);
+    const std::string text = format == "json" ? report::FormatJson(profile.value(), table.value(), options)
+                             : format == "csv" ? report::FormatCsv(profile.value(), table.value(), options)
+                                               : report::FormatText(profile.value(), table.value(), options);
+    if (!output.empty()) {
+      if (auto written = WriteFileAtomically(output, text); !written) return fail(written.error(), 1);
+    } else {
+      std::cout << text << std::flush;
+    }
+    if (values.count("timing") != 0) {
+      const report::LoadTimings& t = profile.value().timings();
+      const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      std::cerr << fmt::format(
+          "timing: {} samples, {} distinct addresses\n"
+          "  read samples ({}): {:.3f} s\n  symbol tables: {:.3f} s\n  attribute: {:.3f} s\n"
+          "  resolve: {:.3f} s\n  table and output: {:.3f} s\n  total: {:.3f} s; without symbol tables: {:.3f} s\n",
+          profile.value().total_samples(), t.distinct_addresses, t.from_aggregate ? "aggregate" : "raw",
+          t.read_seconds, t.symbol_tables_seconds, t.attribute_seconds, t.resolve_seconds,
+          total - t.read_seconds - t.symbol_tables_seconds - t.attribute_seconds - t.resolve_seconds, total,
+          total - t.symbol_tables_seconds);
+    }
+    bool incomplete = !profile.value().problems().empty();
+    for (const report::Image& image : profile.value().images()) {
+      incomplete |= !image.problem.empty() && !image.path.empty();
+    }
+    if (incomplete && format != "text") {
+      std::cerr << "hvprof-report: the report is incomplete; see its problems and images\n";
+    }
+    return incomplete ? kIncomplete : 0;
+  } catch (const po::error& error) {
+    std::cerr << "hvprof-report: " << error.what() << "\nTry 'hvprof-report --help'.\n";
+    return 2;
+  } catch (const std::exception& error) {
+    std::cerr << "hvprof-report: internal error: " << error.what() << "\n";
+    return 1;
+  }
+}

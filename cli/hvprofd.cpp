@@ -1,0 +1,106 @@
+// hvprofd: the agent daemon. `hvprof --start-daemon` starts it; it is not meant to be run by
+// hand, though `--foreground` helps when debugging. Thin main over the agent libraries.
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <iostream>
+
+#include <boost/program_options.hpp>
+
+#include "hvprof/base/files.h"
+#include "hvprof/base/log.h"
+#include "hvprof/base/scoped_fd.h"
+#include "hvprof/control/channel.h"
+#include "hvprof/control/setup.h"
+#include "hvprof/dom0/agent.h"
+
+namespace po = boost::program_options;
+
+namespace {
+
+constexpr const char* kVersion = "0.1.0";
+
+// Tells the waiting `hvprof --start-daemon` how the setup went.
+void Report(int fd, const hvprof::control::Json& message) {
+  if (fd < 0) return;
+  const std::string text = message.dump();
+  (void)hvprof::WriteAll(fd, std::as_bytes(std::span(text.data(), text.size())), "the ready pipe");
+  ::close(fd);
+}
+
+int Fail(int ready_fd, const hvprof::Error& error) {
+  hvprof::Log(hvprof::LogLevel::kError, "{}", error.message());
+  Report(ready_fd, hvprof::control::ErrorResponse(error));
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  hvprof::SetLogPrefix("hvprofd", true);
+  int ready_fd = -1;
+  try {
+    std::string role;
+    std::string setup_path;
+    po::options_description described(
+        "Usage: hvprofd --role=dom0 --setup=FILE [--ready-fd=N]\n\n"
+        "The hvprof agent. `hvprof --start-daemon` starts it with the setup it wrote; use that.\n\nOptions");
+    described.add_options()("help,h", "show this help")(
+        "role", po::value(&role), "dom0 (the primary profiler)")(
+        "setup", po::value(&setup_path), "the setup file (SESSION_DIR/daemonrc.json)")(
+        "ready-fd", po::value(&ready_fd), "report the outcome of the setup on this descriptor")(
+        "foreground", "log to stderr (the default when started by hand)");
+    po::variables_map values;
+    po::store(po::parse_command_line(argc, argv, described), values);
+    po::notify(values);
+    if (values.count("help") != 0) {
+      std::cout << described << "\n";
+      return 0;
+    }
+    if (role != "dom0") {
+      return Fail(ready_fd, hvprof::MakeError(hvprof::ErrorKind::kInvalidArgument,
+                                              "--role must be dom0 (got '{}')", role));
+    }
+    auto text = hvprof::ReadFileToString(setup_path);
+    if (!text) return Fail(ready_fd, text.error());
+    auto setup = hvprof::control::SetupOptions::FromJson(
+        hvprof::control::Json::parse(text.value(), nullptr, false));
+    if (!setup) return Fail(ready_fd, setup.error());
+    if (setup.value().verbose) hvprof::SetLogLevel(hvprof::LogLevel::kDebug);
+
+    // One agent per session directory: the lock lives as long as this process.
+    hvprof::store::SessionPaths paths{setup.value().session_root};
+    auto lock = hvprof::OpenFile(paths.lock().c_str(), O_RDWR | O_CREAT, 0644);
+    if (!lock) return Fail(ready_fd, lock.error());
+    if (::flock(lock.value().get(), LOCK_EX | LOCK_NB) != 0) {
+      return Fail(ready_fd, hvprof::MakeError(hvprof::ErrorKind::kBusy,
+                                              "another hvprofd runs for {}", paths.root));
+    }
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(lock.value().get(), 0) != 0 ||
+        !hvprof::WriteAll(lock.value().get(), std::as_bytes(std::span(pid.data(), pid.size())), paths.lock())) {
+      return Fail(ready_fd, hvprof::MakeError(hvprof::ErrorKind::kIo, "cannot write {}", paths.lock()));
+    }
+
+    auto agent = hvprof::dom0::Dom0Agent::Create(setup.value(), kVersion);
+    if (!agent) return Fail(ready_fd, agent.error());
+    hvprof::dom0::Dom0Agent::HandleSignals(agent.value().get());
+    Report(ready_fd, hvprof::control::OkResponse({{"message", agent.value()->Describe()}}));
+    if (auto ran = agent.value()->Run(); !ran) {
+      hvprof::Log(hvprof::LogLevel::kError, "{}", ran.error().message());
+      return 1;
+    }
+    ::unlink(paths.lock().c_str());
+    return 0;
+  } catch (const po::error& error) {
+    std::cerr << "hvprofd: " << error.what() << "\n";
+    Report(ready_fd, hvprof::control::ErrorResponse(
+                         hvprof::Error(hvprof::ErrorKind::kInvalidArgument, error.what())));
+    return 2;
+  } catch (const std::exception& error) {
+    std::cerr << "hvprofd: internal error: " << error.what() << "\n";
+    return 1;
+  }
+}

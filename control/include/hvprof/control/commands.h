@@ -1,0 +1,52 @@
+// The actions of `hvprof`, the opcontrol-like command: each one is safe to repeat, and each
+// wrong order of use gets its own message saying what to run instead.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "hvprof/base/error.h"
+#include "hvprof/control/channel.h"
+#include "hvprof/control/setup.h"
+#include "hvprof/store/session.h"
+
+namespace hvprof::control {
+
+// What a command printed and how it should exit.
+struct Outcome {
+  std::string message;  // for stdout
+  int exit_code = 0;
+};
+
+struct AgentProcess {
+  int pid = 0;
+  bool running = false;    // answering on its control socket
+  bool stale = false;      // a lock file names a dead agent
+};
+
+// Whether an hvprofd serves `paths` (its lock and control socket).
+AgentProcess FindAgent(const store::SessionPaths& paths);
+
+// --start-daemon: checks the setup, writes daemonrc.json, starts `hvprofd_path` and waits for
+// it to report that profiling is set up (or why not).
+Result<Outcome> StartDaemon(const SetupOptions& setup, const std::string& hvprofd_path);
+// --start, --stop, --dump, --shutdown, --reset, --save=NAME, --status.
+Result<Outcome> Start(const store::SessionPaths& paths);
+Result<Outcome> Stop(const store::SessionPaths& paths);
+Result<Outcome> Dump(const store::SessionPaths& paths);
+Result<Outcome> Shutdown(const store::SessionPaths& paths);
+Result<Outcome> Reset(const store::SessionPaths& paths);
+Result<Outcome> Save(const store::SessionPaths& paths, const std::string& name);
+Result<Outcome> Status(const store::SessionPaths& paths);
+// Advances a simulated machine by `duration_ns` with the agent draining as it goes.
+Result<Outcome> RunSim(const store::SessionPaths& paths, uint64_t duration_ns);
+// --list-events: the events of `cpu_type`, or of the running machine's CPU when empty.
+Result<Outcome> ListEvents(const std::string& cpu_type, const std::string& hv_run_dir);
+
+// Human-readable forms of an agent's status.
+std::string FormatStatus(const Json& status);
+
+// The hvprof-hv run directory when none was given.
+std::string DefaultHvRunDir();
+
+}  // namespace hvprof::control

@@ -1,0 +1,28 @@
+// `hvprof run`: one whole profile of one workload, for scripts and benchmarks.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hvprof/base/error.h"
+#include "hvprof/control/commands.h"
+#include "hvprof/control/setup.h"
+
+namespace hvprof::control {
+
+struct RunOptions {
+  SetupOptions setup;
+  std::string hvprofd_path;
+  uint64_t duration_ns = 1'000'000'000;  // simulated machines: how long to run it
+  uint32_t repeat = 1;
+  std::string json_path;                 // the summary, if wanted
+  std::string save_prefix = "run";       // sessions are saved as PREFIX-YYYYmmdd-HHMMSS[-k]
+  std::vector<std::string> command;      // the workload; empty on a simulated machine is fine
+  uint32_t top = 20;                     // symbols in the summary
+};
+
+// Runs the whole sequence and prints the report of (the last) run. Outcome::exit_code is the
+// command's exit status (0 without a command). Whatever happens, hvprofd is shut down.
+Result<Outcome> RunProfile(const RunOptions& options);
+
+}  // namespace hvprof::control

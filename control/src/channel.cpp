@@ -1,0 +1,129 @@
+#include "hvprof/control/channel.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "hvprof/base/files.h"
+
+namespace hvprof::control {
+
+namespace {
+
+Result<sockaddr_un> Address(const std::string& path) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (path.size() >= sizeof address.sun_path) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "control socket path {} is too long; use a shorter --session-dir", path);
+  }
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  return address;
+}
+
+Result<void> ReadExactly(int fd, void* buffer, size_t bytes, std::chrono::milliseconds timeout) {
+  auto* out = static_cast<char*>(buffer);
+  size_t got = 0;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (got < bytes) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd pfd{fd, POLLIN, 0};
+    const int ready = ::poll(&pfd, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) return MakeError(ErrorKind::kIo, "timed out waiting for the agent");
+    const ssize_t n = ::read(fd, out + got, bytes - got);
+    if (n == 0) return MakeError(ErrorKind::kIo, "the agent closed the connection");
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return ErrnoError(errno, "read from the control socket");
+    }
+    got += static_cast<size_t>(n);
+  }
+  return Ok();
+}
+
+}  // namespace
+
+Result<void> WriteMessage(int fd, const Json& message) {
+  const std::string text = message.dump();
+  const uint32_t length = static_cast<uint32_t>(text.size());
+  std::string frame(reinterpret_cast<const char*>(&length), sizeof length);
+  frame += text;
+  return WriteAll(fd, std::as_bytes(std::span(frame.data(), frame.size())), "the control socket");
+}
+
+Result<Json> ReadMessage(int fd, std::chrono::milliseconds timeout) {
+  uint32_t length = 0;
+  HVPROF_TRYV(ReadExactly(fd, &length, sizeof length, timeout));
+  if (length > kMaxControlMessage) {
+    return MakeError(ErrorKind::kProtocol, "control message of {} bytes is too large", length);
+  }
+  std::string text(length, '\0');
+  HVPROF_TRYV(ReadExactly(fd, text.data(), length, timeout));
+  Json message = Json::parse(text, nullptr, false);
+  if (message.is_discarded() || !message.is_object()) {
+    return MakeError(ErrorKind::kProtocol, "control message is not a JSON object");
+  }
+  return message;
+}
+
+Result<Json> Request(const std::string& socket_path, const Json& request,
+                     std::chrono::milliseconds timeout) {
+  HVPROF_TRY(address, Address(socket_path));
+  ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return ErrnoError(errno, "socket");
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+    const int err = errno;
+    if (err == ENOENT || err == ECONNREFUSED) {
+      return MakeError(ErrorKind::kNotFound, "no agent listens on {}", socket_path);
+    }
+    return ErrnoError(err, fmt::format("cannot reach the agent at {}", socket_path));
+  }
+  HVPROF_TRYV(WriteMessage(fd.get(), request));
+  return ReadMessage(fd.get(), timeout);
+}
+
+Result<ScopedFd> Listen(const std::string& socket_path) {
+  HVPROF_TRY(address, Address(socket_path));
+  ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd.valid()) return ErrnoError(errno, "socket");
+  ::unlink(socket_path.c_str());
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+    return ErrnoError(errno, fmt::format("cannot bind {}", socket_path));
+  }
+  ::chmod(socket_path.c_str(), 0600);
+  if (::listen(fd.get(), 8) != 0) return ErrnoError(errno, "listen");
+  return fd;
+}
+
+Json OkResponse(Json fields) {
+  fields["ok"] = true;
+  return fields;
+}
+
+Json ErrorResponse(const Error& error) {
+  return Json{{"ok", false},
+              {"error", error.message()},
+              {"kind", std::string(ErrorKindName(error.kind()))}};
+}
+
+Result<Json> CheckResponse(Json response) {
+  if (response.value("ok", false)) return response;
+  const std::string kind = response.value("kind", "");
+  ErrorKind error_kind = ErrorKind::kInternal;
+  for (ErrorKind candidate : {ErrorKind::kInvalidArgument, ErrorKind::kNotFound,
+                              ErrorKind::kPermissionDenied, ErrorKind::kCorrupt, ErrorKind::kIo,
+                              ErrorKind::kNoSpace, ErrorKind::kUnsupported, ErrorKind::kBusy,
+                              ErrorKind::kBadState, ErrorKind::kProtocol, ErrorKind::kInternal}) {
+    if (ErrorKindName(candidate) == kind) error_kind = candidate;
+  }
+  return Error(error_kind, response.value("error", std::string("the agent reported an error")));
+}
+
+}  // namespace hvprof::control

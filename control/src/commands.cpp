@@ -1,0 +1,392 @@
+#include "hvprof/control/commands.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <string_view>
+#include <vector>
+
+#include <fmt/ranges.h>
+
+#include "hvprof/agent/hypervisor_link.h"
+#include "hvprof/base/files.h"
+#include "hvprof/base/scoped_fd.h"
+
+namespace hvprof::control {
+
+namespace {
+
+constexpr auto kRequestTimeout = std::chrono::seconds(60);
+constexpr auto kLongRequestTimeout = std::chrono::hours(24);
+
+std::string NotRunning(const store::SessionPaths& paths) {
+  return fmt::format("hvprofd is not running for {} (start it with `hvprof --start-daemon "
+                     "[setup options]`)",
+                     paths.root);
+}
+
+Result<Json> Send(const store::SessionPaths& paths, Json request,
+                  std::chrono::milliseconds timeout = kRequestTimeout) {
+  auto response = Request(paths.control_socket(), request, timeout);
+  if (!response) {
+    if (response.error().kind() == ErrorKind::kNotFound) {
+      return Error(ErrorKind::kBadState, NotRunning(paths));
+    }
+    return response.error();
+  }
+  return CheckResponse(std::move(response).value());
+}
+
+std::string LockPid(const store::SessionPaths& paths) {
+  auto text = ReadFileToString(paths.lock());
+  if (!text) return "";
+  std::string pid = text.value();
+  pid.erase(pid.find_last_not_of(" \n") + 1);
+  return pid;
+}
+
+std::string Plural(uint64_t n, const char* word) {
+  return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s");
+}
+
+}  // namespace
+
+std::string DefaultHvRunDir() {
+  if (::geteuid() == 0) return "/run/hvprof";
+  if (const char* runtime = std::getenv("XDG_RUNTIME_DIR"); runtime != nullptr && *runtime) {
+    return std::string(runtime) + "/hvprof";
+  }
+  return "/tmp/hvprof-" + std::to_string(::geteuid());
+}
+
+AgentProcess FindAgent(const store::SessionPaths& paths) {
+  AgentProcess agent;
+  const std::string pid = LockPid(paths);
+  if (!pid.empty()) agent.pid = std::atoi(pid.c_str());
+  auto ping = Request(paths.control_socket(), Json{{"action", "ping"}}, std::chrono::seconds(5));
+  if (ping && ping.value().value("ok", false)) {
+    agent.running = true;
+    agent.pid = ping.value().value("pid", agent.pid);
+    return agent;
+  }
+  if (agent.pid != 0) {
+    // The lock is held while an hvprofd lives; if we can take it, nobody holds it.
+    ScopedFd lock(::open(paths.lock().c_str(), O_RDWR | O_CLOEXEC));
+    if (lock.valid() && ::flock(lock.get(), LOCK_EX | LOCK_NB) == 0) {
+      agent.stale = true;
+      ::flock(lock.get(), LOCK_UN);
+    } else if (lock.valid()) {
+      agent.running = true;  // alive, but not answering yet (starting up or busy)
+    }
+  }
+  return agent;
+}
+
+Result<Outcome> StartDaemon(const SetupOptions& setup, const std::string& hvprofd_path) {
+  store::SessionPaths paths{setup.session_root};
+  const AgentProcess existing = FindAgent(paths);
+  if (existing.running) {
+    return MakeError(ErrorKind::kBadState,
+                     "hvprofd is already running (pid {}) for {}; `hvprof --start` starts "
+                     "profiling, and `hvprof --shutdown` stops it before a new --start-daemon "
+                     "with other options",
+                     existing.pid, paths.root);
+  }
+  std::string warning;
+  if (existing.stale) {
+    warning = fmt::format(
+        "note: a previous hvprofd (pid {}) died without shutting down; its samples in {} are "
+        "kept and this hvprofd continues that session\n",
+        existing.pid, paths.current());
+  }
+  // Checks that need no hypervisor, so mistakes show up at once.
+  for (const std::string& event : setup.events) HVPROF_TRYV(ParseEventSpec(event));
+  for (const std::string& passive : setup.passive_domains) {
+    for (const std::string& active : setup.active_domains) {
+      if (passive == active) {
+        return MakeError(ErrorKind::kInvalidArgument,
+                         "domain {} is in both --active-domains and --passive-domains; a domain "
+                         "is profiled one way or the other",
+                         passive);
+      }
+    }
+  }
+  if (!setup.xen_image.empty()) HVPROF_TRYV(CheckImage(setup.xen_image, "hypervisor", std::nullopt));
+  if (!setup.vmlinux.empty()) HVPROF_TRYV(CheckImage(setup.vmlinux, "kernel", uint16_t{0}));
+  for (const std::string& image : setup.passive_images) {
+    HVPROF_TRYV(CheckImage(image, "passive-kernel", std::nullopt));
+  }
+  HVPROF_TRYV(MakeDirectories(paths.samples_dir()));
+  HVPROF_TRYV(WriteFileAtomically(paths.setup(), setup.ToJson().dump(1) + "\n"));
+
+  // Start hvprofd detached, with a pipe on which it reports whether the setup worked.
+  int ready[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0) return ErrnoError(errno, "pipe");
+  ScopedFd read_end(ready[0]);
+  ScopedFd write_end(ready[1]);
+  const pid_t child = ::fork();
+  if (child < 0) return ErrnoError(errno, "fork");
+  if (child == 0) {
+    ::setsid();
+    const int null = ::open("/dev/null", O_RDWR);
+    const int log = ::open(paths.log().c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    ::dup2(null, STDIN_FILENO);
+    ::dup2(null, STDOUT_FILENO);
+    ::dup2(log >= 0 ? log : null, STDERR_FILENO);
+    ::dup2(write_end.get(), 3);  // dup2 clears close-on-exec on the copy
+    const std::string setup_arg = "--setup=" + paths.setup();
+    const char* argv[] = {hvprofd_path.c_str(), "--role=dom0", setup_arg.c_str(), "--ready-fd=3", nullptr};
+    ::execv(hvprofd_path.c_str(), const_cast<char**>(argv));
+    ::_exit(127);
+  }
+  write_end.Reset();
+  std::string report;
+  char buffer[4096];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  for (;;) {
+    pollfd pfd{read_end.get(), POLLIN, 0};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      return MakeError(ErrorKind::kIo, "hvprofd did not report within 2 minutes; see {}", paths.log());
+    }
+    if (::poll(&pfd, 1, static_cast<int>(left.count())) <= 0) continue;
+    const ssize_t n = ::read(read_end.get(), buffer, sizeof buffer);
+    if (n <= 0) break;
+    report.append(buffer, static_cast<size_t>(n));
+  }
+  Json result = Json::parse(report, nullptr, false);
+  if (result.is_discarded() || !result.is_object()) {
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+      return MakeError(ErrorKind::kNotFound, "cannot run {}: is hvprof installed completely?", hvprofd_path);
+    }
+    return MakeError(ErrorKind::kInternal, "hvprofd exited without reporting; see {}", paths.log());
+  }
+  if (!result.value("ok", false)) {
+    ::waitpid(child, nullptr, 0);
+    return CheckResponse(result).error();
+  }
+  return Outcome{warning + result.value("message", "hvprofd started") + "\nnow run `hvprof --start`"};
+}
+
+Result<Outcome> Start(const store::SessionPaths& paths) {
+  auto response = Send(paths, Json{{"action", "start"}});
+  if (!response && response.error().kind() == ErrorKind::kBadState &&
+      response.error().message().rfind("hvprofd is not running", 0) == 0) {
+    return MakeError(ErrorKind::kBadState,
+                     "--start before --start-daemon: hvprofd is not running for {}. Run `hvprof "
+                     "--start-daemon [setup options]` first",
+                     paths.root);
+  }
+  if (!response) return response.error();
+  return Outcome{response.value().value("message", "profiling started")};
+}
+
+Result<Outcome> Stop(const store::SessionPaths& paths) {
+  auto response = Send(paths, Json{{"action", "stop"}});
+  if (!response) {
+    if (response.error().message().rfind("hvprofd is not running", 0) == 0) {
+      return Outcome{NotRunning(paths) + "; nothing to stop"};
+    }
+    return response.error();
+  }
+  const Json& r = response.value();
+  std::string message = r.value("message", "profiling stopped");
+  if (r.contains("samples")) {
+    message += fmt::format("; {} stored in {}", Plural(r["samples"].get<uint64_t>(), "sample"),
+                           r.value("session", ""));
+  }
+  return Outcome{message};
+}
+
+Result<Outcome> Dump(const store::SessionPaths& paths) {
+  auto response = Send(paths, Json{{"action", "dump"}});
+  if (!response) {
+    if (response.error().message().rfind("hvprofd is not running", 0) == 0) {
+      return Outcome{NotRunning(paths) + "; the session on disk is complete"};
+    }
+    return response.error();
+  }
+  return Outcome{fmt::format("{} stored in {}", Plural(response.value().value("samples", uint64_t{0}), "sample"),
+                             response.value().value("session", ""))};
+}
+
+Result<Outcome> Shutdown(const store::SessionPaths& paths) {
+  auto response = Send(paths, Json{{"action", "shutdown"}}, kLongRequestTimeout);
+  if (!response) {
+    if (response.error().message().rfind("hvprofd is not running", 0) == 0) {
+      return Outcome{fmt::format("hvprofd is not running for {}; nothing to shut down", paths.root)};
+    }
+    return response.error();
+  }
+  // Wait for the process to go, so that a following --start-daemon finds the lock free.
+  const AgentProcess agent = FindAgent(paths);
+  for (int i = 0; i < 200 && agent.pid != 0 && ::kill(agent.pid, 0) == 0; ++i) {
+    ::usleep(10000);
+  }
+  return Outcome{fmt::format("{}; {} kept in {}", response.value().value("message", "shut down"),
+                             Plural(response.value().value("samples", uint64_t{0}), "sample"),
+                             response.value().value("session", paths.current()))};
+}
+
+Result<Outcome> Reset(const store::SessionPaths& paths) {
+  auto response = Send(paths, Json{{"action", "reset"}});
+  if (response) return Outcome{response.value().value("message", "reset")};
+  if (response.error().message().rfind("hvprofd is not running", 0) != 0) return response.error();
+  std::error_code ec;
+  if (!std::filesystem::exists(paths.current(), ec)) {
+    return Outcome{fmt::format("{} is already empty", paths.current())};
+  }
+  std::filesystem::remove_all(paths.current(), ec);
+  if (ec) return ErrnoError(ec.value(), fmt::format("cannot remove {}", paths.current()));
+  return Outcome{fmt::format("removed {}", paths.current())};
+}
+
+Result<Outcome> Save(const store::SessionPaths& paths, const std::string& name) {
+  HVPROF_TRYV(store::ValidateSessionName(name));
+  auto response = Send(paths, Json{{"action", "save"}, {"name", name}});
+  if (response) return Outcome{response.value().value("message", "saved")};
+  if (response.error().message().rfind("hvprofd is not running", 0) != 0) return response.error();
+  std::error_code ec;
+  if (!std::filesystem::exists(paths.current(), ec)) {
+    return MakeError(ErrorKind::kNotFound, "nothing to save: {} does not exist", paths.current());
+  }
+  if (std::filesystem::exists(paths.Saved(name), ec)) {
+    return MakeError(ErrorKind::kBadState, "a session named '{}' exists already ({})", name, paths.Saved(name));
+  }
+  std::filesystem::rename(paths.current(), paths.Saved(name), ec);
+  if (ec) return ErrnoError(ec.value(), "rename");
+  return Outcome{fmt::format("saved as {}", paths.Saved(name))};
+}
+
+Result<Outcome> RunSim(const store::SessionPaths& paths, uint64_t duration_ns) {
+  HVPROF_TRY(response, Send(paths, Json{{"action", "run-sim"}, {"duration_ns", duration_ns}}, kLongRequestTimeout));
+  return Outcome{fmt::format("the simulated machine ran {:.3f} s", response.value("ran_ns", uint64_t{0}) / 1e9)};
+}
+
+Result<Outcome> Status(const store::SessionPaths& paths) {
+  const AgentProcess agent = FindAgent(paths);
+  if (!agent.running) {
+    std::string message = fmt::format("hvprofd: not running for {}\n", paths.root);
+    if (agent.stale) {
+      message += fmt::format("note: a previous hvprofd (pid {}) died without shutting down\n", agent.pid);
+    }
+    auto session = store::OpenSession(paths.current());
+    if (session) {
+      const auto& m = session.value().metadata;
+      message += fmt::format("session: {} ({}, {} on {}), {} stored\n", session.value().directory,
+                             m.platform, m.cpu_type, m.machine, Plural(m.samples_stored, "sample"));
+    } else {
+      message += "session: none\n";
+    }
+    return Outcome{message};
+  }
+  HVPROF_TRY(status, Send(paths, Json{{"action", "status"}}));
+  return Outcome{FormatStatus(status)};
+}
+
+Result<Outcome> ListEvents(const std::string& cpu_type, const std::string& hv_run_dir) {
+  std::string type = cpu_type;
+  if (type.empty()) {
+    auto link = agent::ConnectHosted((hv_run_dir.empty() ? DefaultHvRunDir() : hv_run_dir) + "/domain-0.sock");
+    if (!link) {
+      uint32_t count = 0;
+      const hvpmu::CpuEventTable* const* tables = hvpmu::AllEventTables(&count);
+      std::string known;
+      for (uint32_t i = 0; i < count; ++i) known += fmt::format("{}{}", i ? ", " : "", tables[i]->cpu_type);
+      return MakeError(ErrorKind::kNotFound,
+                       "{}.\nWithout a running hypervisor, name the CPU type: --cpu-type=TYPE, one of {}",
+                       link.error().message(), known);
+    }
+    auto status = std::make_unique<hvpmu::Status>();
+    std::memset(status.get(), 0, sizeof *status);
+    status->struct_size = sizeof(hvpmu::Status);
+    status->abi_version = hvpmu::kAbiVersion;
+    HVPROF_TRY(code, agent::RunOp(*link.value(), hvpmu::kOpStatus, status.get()));
+    if (code != hvpmu::ErrorCode::kOk) return agent::RefusalError(hvpmu::kOpStatus, code);
+    type = status->cpu_type;
+  }
+  const hvpmu::CpuEventTable* table = hvpmu::FindEventTable(type.c_str());
+  if (table == nullptr) {
+    uint32_t count = 0;
+    const hvpmu::CpuEventTable* const* tables = hvpmu::AllEventTables(&count);
+    std::vector<std::string_view> known;
+    for (uint32_t i = 0; i < count; ++i) known.push_back(tables[i]->cpu_type);
+    return MakeError(ErrorKind::kNotFound, "no events known for CPU type '{}'; the known types are {}", type,
+                     fmt::join(known, ", "));
+  }
+  std::string out = fmt::format("Events for {} (default: {}:{})\n", table->cpu_type,
+                                table->default_event, table->default_count);
+  for (uint32_t i = 0; i < table->num_events; ++i) {
+    const hvpmu::EventDef& event = table->events[i];
+    out += fmt::format("\n{} (event {:#x}, minimum count {}{})\n    {}\n", event.name, event.code,
+                       event.min_count,
+                       event.fixed_counter >= 0 ? fmt::format(", or fixed counter {}", event.fixed_counter) : "",
+                       event.description);
+    out += fmt::format("    unit masks ({}):\n", event.unit_mask_kind == hvpmu::UnitMaskKind::kBitmask
+                                                     ? "combine any"
+                                                     : "pick one");
+    for (uint8_t u = 0; u < event.num_unit_masks; ++u) {
+      const hvpmu::UnitMaskDef& mask = event.unit_masks[u];
+      out += fmt::format("      {:#04x} {:<14} {}{}\n", mask.value, mask.name, mask.description,
+                         mask.value == event.default_unit_mask ? " (default)" : "");
+    }
+  }
+  out += "\nGive events as --event=NAME:COUNT[:UNITMASK[:KERNEL[:USER]]], e.g. --event=" +
+         std::string(table->default_event) + ":100000";
+  return Outcome{out};
+}
+
+std::string FormatStatus(const Json& s) {
+  std::string out;
+  out += fmt::format("hvprofd: running; profiling {}\n", s.value("profiling", false) ? "on" : "off");
+  out += fmt::format("machine: {} ({}), {} CPUs, {}\n", s.value("machine", ""), s.value("platform", ""),
+                     s.value("cpus", 0), s.value("cpu_type", ""));
+  out += fmt::format("engine:  {}\n", s.value("state", ""));
+  if (s.contains("sim")) {
+    out += fmt::format("clock:   {:.3f} s simulated{}\n", s["sim"].value("time_ns", uint64_t{0}) / 1e9,
+                       s["sim"].value("halted", false) ? " (halted: duration reached)" : "");
+  }
+  out += fmt::format("session: {} ({} stored)\n", s.value("session", ""),
+                     Plural(s.value("samples_stored", uint64_t{0}), "sample"));
+  for (const Json& event : s.value("events", Json::array())) {
+    out += fmt::format("event:   {}:{} on counter {} (unit mask {:#04x}, {}{})\n", event.value("name", ""),
+                       event.value("count", uint64_t{0}), event.value("counter", 0), event.value("unit_mask", 0),
+                       event.value("kernel", true) ? "kernel" : "", event.value("user", true) ? " user" : "");
+  }
+  const Json buffers = s.value("buffers", Json::object());
+  out += fmt::format("buffers: {} samples per ring, notify at {}, poll every {} ms\n",
+                     buffers.value("capacity", 0), buffers.value("watermark", 0),
+                     buffers.value("poll_interval_ms", 0));
+  out += "\n  domain              role      activated  rings  fill    user      kernel    hypervisor  lost\n";
+  for (const Json& d : s.value("domains", Json::array())) {
+    const uint64_t capacity = d.value("capacity", uint64_t{0});
+    const uint64_t fill = d.value("max_fill", uint64_t{0});
+    const Json samples = d.value("samples", Json::object());
+    const Json lost = d.value("lost", Json::object());
+    uint64_t lost_total = 0;
+    for (const auto& [key, value] : lost.items()) lost_total += value.get<uint64_t>();
+    out += fmt::format("  {:<19} {:<9} {:<10} {:>5}  {:>4}%  {:>8}  {:>8}  {:>10}  {}\n", d.value("label", ""),
+                       d.value("role", ""), d.value("role", "") != "active" ? "-" : d.value("activated", false) ? "yes" : "no",
+                       d.value("rings", 0),
+                       capacity ? 100 * fill / capacity : 0, samples.value("user", uint64_t{0}),
+                       samples.value("kernel", uint64_t{0}), samples.value("hypervisor", uint64_t{0}), lost_total);
+  }
+  const Json lost = s.value("lost", Json::object());
+  out += fmt::format("\nlost in the hypervisor: {} ring full, {} corrupt index, {} no ring, {} in "
+                     "unprofiled domains; {} idle samples\n",
+                     lost.value("ring_full", uint64_t{0}), lost.value("corrupt_index", uint64_t{0}),
+                     lost.value("no_ring", uint64_t{0}), lost.value("unprofiled_domain", uint64_t{0}),
+                     s.value("idle_samples", uint64_t{0}));
+  return out;
+}
+
+}  // namespace hvprof::control

@@ -1,0 +1,219 @@
+#include "hvprof/control/run.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <map>
+
+#include "hvprof/base/files.h"
+#include "hvprof/report/format.h"
+#include "hvprof/report/profile.h"
+#include "hvprof/report/report.h"
+
+namespace hvprof::control {
+
+namespace {
+
+volatile sig_atomic_t g_interrupted = 0;
+pid_t g_child = 0;
+
+void OnInterrupt(int signal) {
+  g_interrupted = 1;
+  if (g_child > 0) ::kill(g_child, signal);  // the workload decides what Ctrl-C means to it
+}
+
+// Starts `command`, waits for it, and returns its exit status (128+N if killed by signal N).
+Result<int> RunCommand(const std::vector<std::string>& command) {
+  std::vector<char*> argv;
+  for (const std::string& word : command) argv.push_back(const_cast<char*>(word.c_str()));
+  argv.push_back(nullptr);
+  const pid_t child = ::fork();
+  if (child < 0) return ErrnoError(errno, "fork");
+  if (child == 0) {
+    ::signal(SIGINT, SIG_DFL);
+    ::signal(SIGTERM, SIG_DFL);
+    ::execvp(argv[0], argv.data());
+    std::fprintf(stderr, "hvprof run: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  g_child = child;
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0) {
+    if (errno != EINTR) return ErrnoError(errno, "waitpid");
+  }
+  g_child = 0;
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + WTERMSIG(status);
+}
+
+std::string Timestamp() {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  ::localtime_r(&now, &local);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y%m%d-%H%M%S", &local);
+  return text;
+}
+
+struct RunResult {
+  std::string session;
+  double wall_seconds = 0;
+  int exit_status = 0;
+  Json summary;  // samples and losses per domain and mode, top symbols
+  std::map<std::string, double> shares;  // "image symbol" -> share of the first event
+};
+
+Result<RunResult> Summarize(const std::string& session, uint32_t top, std::string* report_text) {
+  HVPROF_TRY(profile, report::Profile::Load(session, {}));
+  report::ReportOptions options;
+  options.view = report::View::kSymbol;
+  HVPROF_TRY(table, report::BuildTable(profile, options));
+  RunResult result;
+  result.session = session;
+  Json domains = Json::array();
+  for (const report::DomainSummary& d : table.domains) {
+    domains.push_back({{"id", d.domain}, {"name", d.name}, {"role", d.role},
+                       {"user", d.samples[0]}, {"kernel", d.samples[1]}, {"hypervisor", d.samples[2]}});
+  }
+  const store::LossRecord& l = profile.metadata().losses;
+  Json symbols = Json::array();
+  const uint64_t total = table.columns[0].total;
+  for (const report::Row& row : table.rows) {
+    const double share = total ? static_cast<double>(row.samples[0]) / static_cast<double>(total) : 0.0;
+    const std::string image = profile.images()[row.image].name;
+    const std::string symbol = profile.symbols()[row.symbol].name;
+    result.shares[image + " " + symbol] = share;
+    if (symbols.size() < top) {
+      symbols.push_back({{"image", image}, {"symbol", symbol}, {"samples", row.samples[0]}, {"share", share}});
+    }
+  }
+  result.summary = {{"session", session},
+                    {"event", table.columns[0].event},
+                    {"samples", profile.total_samples()},
+                    {"domains", domains},
+                    {"losses", {{"ring_full", l.ring_full}, {"corrupt_index", l.corrupt_index},
+                                {"no_ring", l.no_ring}, {"unprofiled_domain", l.unprofiled_domain},
+                                {"malformed_records", l.malformed_records}, {"store_failed", l.store_failed}}},
+                    {"top_symbols", symbols}};
+  if (report_text != nullptr) {
+    options.threshold = 0.5;  // the printed report shows what matters; the summary keeps all
+    HVPROF_TRY(shown, report::BuildTable(profile, options));
+    *report_text = report::FormatText(profile, shown, options);
+  }
+  return result;
+}
+
+}  // namespace
+
+Result<Outcome> RunProfile(const RunOptions& options) {
+  const store::SessionPaths paths{options.setup.session_root};
+  if (FindAgent(paths).running) {
+    return MakeError(ErrorKind::kBadState,
+                     "hvprofd is already running for {}; `hvprof run` needs the session root to "
+                     "itself: shut it down (`hvprof --shutdown`) or use another --session-dir",
+                     paths.root);
+  }
+  struct sigaction action {};
+  action.sa_handler = OnInterrupt;
+  sigemptyset(&action.sa_mask);
+  struct sigaction old_int {}, old_term {};
+  ::sigaction(SIGINT, &action, &old_int);
+  ::sigaction(SIGTERM, &action, &old_term);
+
+  std::vector<RunResult> runs;
+  std::string report_text;
+  Result<void> failure = Ok();
+  const std::string stamp = Timestamp();
+  for (uint32_t k = 0; k < options.repeat && failure && !g_interrupted; ++k) {
+    const auto started = std::chrono::steady_clock::now();
+    auto daemon = StartDaemon(options.setup, options.hvprofd_path);
+    if (!daemon) {
+      failure = daemon.error();
+      break;
+    }
+    int exit_status = 0;
+    // From here on hvprofd runs: whatever happens, it is shut down below.
+    auto body = [&]() -> Result<void> {
+      HVPROF_TRYV(Start(paths));
+      if (options.setup.platform == "sim") {
+        HVPROF_TRYV(RunSim(paths, options.duration_ns));
+      }
+      if (!options.command.empty()) {
+        HVPROF_TRY(status, RunCommand(options.command));
+        exit_status = status;
+      }
+      HVPROF_TRYV(Stop(paths));
+      return Ok();
+    };
+    failure = body();
+    std::string name = options.repeat == 1 ? fmt::format("{}-{}", options.save_prefix, stamp)
+                                           : fmt::format("{}-{}-{}", options.save_prefix, stamp, k + 1);
+    for (int suffix = 2; std::filesystem::exists(paths.Saved(name)); ++suffix) {
+      name = fmt::format("{}-{}-{}", options.save_prefix, stamp, options.repeat == 1 ? suffix : (k + 1) * 100 + suffix);
+    }
+    auto saved = Save(paths, name);
+    auto shutdown = Shutdown(paths);
+    if (failure && !saved) failure = saved.error();
+    if (failure && !shutdown) failure = shutdown.error();
+    if (!failure) break;
+    HVPROF_TRY(result, Summarize(paths.Saved(name), options.top, k + 1 == options.repeat ? &report_text : nullptr));
+    result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    result.exit_status = exit_status;
+    runs.push_back(std::move(result));
+  }
+  ::sigaction(SIGINT, &old_int, nullptr);
+  ::sigaction(SIGTERM, &old_term, nullptr);
+  if (!failure) return failure.error();
+  if (runs.empty()) return MakeError(ErrorKind::kBadState, "interrupted before the first run finished");
+
+  // Across repeats: mean and spread of each top symbol's share.
+  Json across = Json::array();
+  std::string spread_text;
+  if (runs.size() > 1) {
+    std::vector<std::pair<double, std::string>> order;
+    for (const auto& [key, share] : runs.back().shares) order.emplace_back(share, key);
+    std::sort(order.rbegin(), order.rend());
+    spread_text = fmt::format("\nAcross {} runs, share of {} (mean, standard deviation, min, max):\n",
+                              runs.size(), runs.back().summary.value("event", "samples"));
+    for (size_t i = 0; i < order.size() && i < options.top; ++i) {
+      const std::string& key = order[i].second;
+      double sum = 0, sum_sq = 0, low = 1, high = 0;
+      for (const RunResult& run : runs) {
+        const auto it = run.shares.find(key);
+        const double share = it == run.shares.end() ? 0.0 : it->second;
+        sum += share;
+        sum_sq += share * share;
+        low = std::min(low, share);
+        high = std::max(high, share);
+      }
+      const double n = static_cast<double>(runs.size());
+      const double mean = sum / n;
+      const double deviation = std::sqrt(std::max(0.0, sum_sq / n - mean * mean) * n / (n - 1));
+      across.push_back({{"symbol", key}, {"mean", mean}, {"stddev", deviation}, {"min", low}, {"max", high}});
+      spread_text += fmt::format("  {:7.3f}% {:7.3f} {:7.3f}% {:7.3f}%  {}\n", 100 * mean, 100 * deviation,
+                                 100 * low, 100 * high, key);
+    }
+  }
+  if (!options.json_path.empty()) {
+    Json out{{"schema", "hvprof-run"}, {"version", 1}, {"command", options.command}};
+    Json list = Json::array();
+    for (const RunResult& run : runs) {
+      Json entry = run.summary;
+      entry["wall_seconds"] = run.wall_seconds;
+      entry["exit_status"] = run.exit_status;
+      list.push_back(entry);
+    }
+    out["runs"] = list;
+    if (!across.empty()) out["across_runs"] = across;
+    HVPROF_TRYV(WriteFileAtomically(options.json_path, out.dump(1) + "\n"));
+  }
+  return Outcome{report_text + spread_text + fmt::format("session saved in {}", runs.back().session),
+                 runs.back().exit_status};
+}
+
+}  // namespace hvprof::control

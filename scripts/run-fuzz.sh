@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Builds the symbolizer's libFuzzer targets with clang (ASan+UBSan, coverage) in build-fuzz/ and
+# runs each for a short time on a small seed corpus. A crash, sanitizer report, leak or timeout
+# fails the script; the input that caused it is left in build-fuzz/artifacts/.
+#   scripts/run-fuzz.sh [SECONDS_PER_TARGET]     (default 25)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds=${1:-25}
+build=build-fuzz
+targets=(elf_image_fuzzer kernel_symbols_fuzzer session_files_fuzzer ring_reader_fuzzer scenario_fuzzer
+         engine_ops_fuzzer)
+
+CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja \
+  -DHVPROF_BUILD_FUZZERS=ON -DHVPROF_BUILD_BENCH=OFF -DBUILD_TESTING=OFF \
+  -DHVPROF_SANITIZE=address,undefined \
+  -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link -Wno-unknown-warning-option" \
+  -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link -Wno-unknown-warning-option" \
+  >/dev/null
+ninja -C "$build" -j"$(nproc)" "${targets[@]}"
+
+# Seeds: small ELF images made here (DWARF 4 and 5, inlining, a shared object, stripped, and
+# cut short), and the committed kernel symbol texts.
+seeds="$build/seeds"
+rm -rf "$seeds"
+for target in "${targets[@]}"; do mkdir -p "$seeds/$target"; done
+cat > "$seeds/seed.c" <<'EOF'
+static inline __attribute__((always_inline)) int twice(int x) { return 2 * x; }
+__attribute__((noinline)) int work(int x) { return twice(x) + 1; }
+int main(void) { return work(3) == 7 ? 0 : 1; }
+EOF
+elf_seeds="$seeds/elf_image_fuzzer"
+clang -g -O2 -gdwarf-5 -o "$elf_seeds/dwarf5" "$seeds/seed.c"
+clang -g -O2 -gdwarf-4 -o "$elf_seeds/dwarf4" "$seeds/seed.c"
+clang -g -O2 -fPIC -shared -o "$elf_seeds/shared.so" "$seeds/seed.c"
+objcopy --strip-all "$elf_seeds/dwarf5" "$elf_seeds/stripped"
+head -c 2000 "$elf_seeds/dwarf5" > "$elf_seeds/truncated"
+cp fuzz/corpus/kernel_symbols/* "$seeds/kernel_symbols_fuzzer/"
+if [ -r /proc/kallsyms ]; then head -n 300 /proc/kallsyms > "$seeds/kernel_symbols_fuzzer/proc-kallsyms"; fi
+# A small session (committed), the example scenarios, and rings and op sequences made here.
+cp fuzz/corpus/session_files/* "$seeds/session_files_fuzzer/"
+cp examples/*.json tests/golden/scenario.json "$seeds/scenario_fuzzer/"
+python3 - "$seeds" <<'PY'
+import struct, sys
+seeds = sys.argv[1]
+# A v2 ring of 64 slots (docs/abi.md) holding three samples, one with a two-frame backtrace.
+header = struct.pack("<IHHIIIHHII", 0x52505648, 2, 0, 4096, 64, 64, 1, 0, 32, 0).ljust(64, b"\0")
+header += struct.pack("<Q", 4).ljust(64, b"\0") + struct.pack("<Q", 0).ljust(64, b"\0")
+ring = bytearray(header.ljust(4096, b"\0") + bytes(64 * 64))
+def sample(slot, ip, nframes):
+    record = struct.pack("<BBBBHHQQQQIIHHIQ", 1, 1, 0, nframes, 0, 0, ip, 1000 + slot, 100000, 0,
+                         7, 7, 1, 0, 0, 0)
+    ring[4096 + 64 * slot:4096 + 64 * slot + 64] = record
+sample(0, 0xffffffff81000000, 0)
+sample(1, 0x401000, 2)
+ring[4096 + 64 * 2:4096 + 64 * 3] = struct.pack("<BB6xQQ", 3, 2, 0x401100, 0x401200).ljust(64, b"\0")
+sample(3, 0xffff82d040200000, 0)
+open(f"{seeds}/ring_reader_fuzzer/v2", "wb").write(bytes(ring))
+# A legacy ring of 32 records with head 3, behind a v2-sized first half.
+legacy = struct.pack("<IIIIQQQQ", 3, 0, 32, 0, 0, 0, 0, 0)[:48]
+for ip, mode in ((0x401000, 0), (0xffffffff81000000, 1), (0xffff82d040200000, 2)):
+    legacy += struct.pack("<QBB6x", ip, mode, 0)
+open(f"{seeds}/ring_reader_fuzzer/legacy", "wb").write(bytes(len(legacy)) + legacy)
+# Profiling ops by dom0 in the usual order: init, set_passive 1, reserve, counter, setup,
+# enable_virq, start, a sample, stop.
+def op(caller, index, arg=b""):
+    return bytes([0, caller, index, len(arg) // 64, len(arg) % 64]) + arg
+ops = op(0, 0, bytes(16)) + op(0, 4, struct.pack("<HHiiiQ", 1, 0, 0, 0, 0, 0)) + op(0, 5)
+ops += op(0, 6, struct.pack("<QQQQQQQQ", 0, 100000, 1, 0x3c, 1, 1, 0, 0)) + op(0, 7) + op(0, 8) + op(0, 9)
+ops += bytes([7, 0, 1, 0, 0, 1, 0, 1]) + struct.pack("<Q", 0xffffffff81000000) + bytes([0, 0]) + op(0, 10)
+open(f"{seeds}/engine_ops_fuzzer/session", "wb").write(ops)
+PY
+
+mkdir -p "$build/artifacts"
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+for target in "${targets[@]}"; do
+  corpus="$build/corpus/$target"
+  mkdir -p "$corpus"
+  echo "run-fuzz: $target for ${seconds}s"
+  "$build/fuzz/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    -max_len=65536 -print_final_stats=1 -artifact_prefix="$build/artifacts/$target-" \
+    "$corpus" "$seeds/$target" 2>&1 | grep -E '^(#|INFO: seed|INFO: -max|==|SUMMARY|stat::number_of_executed|stat::peak)|ERROR|Error|error' | tail -n 12
+  status=${PIPESTATUS[0]}
+  if [ "$status" -ne 0 ]; then
+    echo "run-fuzz: $target failed (exit $status); see $build/artifacts/" >&2
+    exit 1
+  fi
+done
+echo "run-fuzz: all targets ran clean"

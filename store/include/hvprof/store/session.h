@@ -1,0 +1,188 @@
+// A session directory: session.json (what was profiled, how, and what was lost), samples.hvs
+// (raw samples, samples_file.h) and aggregate.hva (sample counts per address, written at
+// dump and stop). docs/session-format.md describes all three.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hvprof/base/error.h"
+#include "hvprof/store/samples_file.h"
+
+namespace hvprof::store {
+
+inline constexpr int kSessionFormatVersion = 1;
+inline constexpr const char* kMetadataFile = "session.json";
+inline constexpr const char* kSamplesFile = "samples.hvs";
+inline constexpr const char* kAggregateFile = "aggregate.hva";
+
+struct EventRecord {
+  uint32_t counter = 0;          // logical counter: the `event` field of samples
+  std::string name;              // CPU_CLK_UNHALTED
+  uint16_t code = 0;
+  uint8_t unit_mask = 0;
+  std::string unit_mask_name;
+  uint64_t count = 0;            // events per sample
+  bool kernel = true;
+  bool user = true;
+};
+
+struct MappingRecord {
+  std::string path;
+  uint64_t start = 0;
+  uint64_t end = 0;
+  uint64_t bias = 0;
+  std::string build_id;
+};
+
+struct ProcessRecord {
+  uint32_t pid = 0;
+  std::string comm;
+  std::vector<MappingRecord> mappings;
+};
+
+// An image the session needs for symbolization, with the build-id seen at profiling time.
+struct ImageRecord {
+  std::string role;    // "hypervisor", "kernel", "passive-kernel"
+  std::optional<uint16_t> domain;  // for kernels
+  std::string path;
+  std::string format;  // "elf", "kallsyms", "system_map"
+  std::string build_id;
+  uint64_t bias = 0;   // KASLR offset / load bias
+};
+
+struct DomainRecord {
+  uint16_t id = 0;
+  std::string name;
+  std::string role;  // "active" (dom0 included), "passive"
+  uint16_t vcpus = 0;
+  std::vector<ProcessRecord> processes;  // context records of its user space, if known
+};
+
+// Per ring: what the hypervisor put in (or lost), and what the agent stored.
+struct RingRecord {
+  uint16_t owner = 0;  // the domain whose region holds the ring
+  uint32_t index = 0;
+  std::string kind;    // "vcpu", "pcpu"
+  uint64_t capacity = 0;
+  uint64_t written = 0;          // samples the producer wrote (its header counts)
+  uint64_t lost[8] = {};         // per hvpmu::ring::LossReason, producer side
+  uint64_t drained = 0;          // samples the agent read out
+  uint64_t malformed = 0;        // records the agent could not use
+  uint64_t max_fill = 0;
+};
+
+struct LossRecord {
+  // Engine-wide, per cause, from the hypervisor's own counters.
+  uint64_t ring_full = 0;
+  uint64_t corrupt_index = 0;
+  uint64_t no_ring = 0;
+  uint64_t unprofiled_domain = 0;
+  // Agent side.
+  uint64_t malformed_records = 0;
+  uint64_t store_failed = 0;     // samples that could not be written (a full disk...)
+};
+
+struct ProfilingInterval {
+  uint64_t start_ns = 0;  // wall clock (CLOCK_REALTIME)
+  uint64_t stop_ns = 0;   // 0 while running
+};
+
+struct SessionMetadata {
+  int version = kSessionFormatVersion;
+  std::string session_id;     // 32 hex digits
+  std::string hvprof_version;
+  std::string platform;       // sim, linux, xen
+  std::string machine;        // scenario or host name
+  std::string cpu_type;
+  uint32_t num_cpus = 0;
+  uint32_t num_counters = 0;
+  std::string role;           // "dom0" or "guest"
+  uint16_t agent_domain = 0;  // the domain whose agent wrote this session
+  uint64_t created_ns = 0;
+  std::vector<ProfilingInterval> profiling;
+  std::vector<EventRecord> events;
+  std::vector<DomainRecord> domains;
+  std::vector<ImageRecord> images;
+  std::string ring_format;    // "v2", "legacy"
+  uint32_t ring_capacity = 0; // per ring, effective
+  uint32_t ring_watermark = 0;
+  uint32_t backtrace_depth = 0;
+  uint32_t poll_interval_ms = 0;
+  std::vector<RingRecord> rings;
+  LossRecord losses;
+  uint64_t samples_stored = 0;
+  uint64_t idle_samples = 0;
+  // The platform clock of the first and last sample stored: how long the machine was sampled.
+  uint64_t first_sample_ns = 0;
+  uint64_t last_sample_ns = 0;
+  std::map<std::string, uint64_t> samples_by_domain_mode;  // "1/user" -> count
+  std::vector<std::string> notes;  // what the agent wants a report reader to know
+};
+
+std::string SerializeMetadata(const SessionMetadata& metadata);
+// Checks the format and version and every field's type; an error names the field.
+Result<SessionMetadata> ParseMetadata(std::string_view json, std::string_view origin);
+
+// ---- the aggregated form: sample counts per (domain, mode, event, pid, ip), sorted.
+
+struct AggregateKey {
+  uint64_t ip;
+  uint32_t pid;
+  uint16_t domain;
+  uint8_t mode;
+  uint8_t event;
+  bool operator<(const AggregateKey& other) const;
+  bool operator==(const AggregateKey&) const = default;
+};
+
+struct AggregateEntry {
+  AggregateKey key;
+  uint64_t count;
+};
+
+struct Aggregate {
+  std::vector<AggregateEntry> entries;  // sorted by key, unique
+  uint64_t samples = 0;
+  uint64_t source_bytes = 0;  // how much of samples.hvs it covers
+};
+
+// Builds the aggregate from the whole samples file (ignoring damaged chunks).
+Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* summary = nullptr);
+Result<void> WriteAggregate(const std::string& path, const Aggregate& aggregate);
+Result<Aggregate> ReadAggregate(const std::string& path);
+
+// ---- session directories
+
+struct SessionPaths {
+  std::string root;  // --session-dir, default /var/lib/hvprof
+  std::string samples_dir() const { return root + "/samples"; }
+  std::string current() const { return samples_dir() + "/current"; }
+  std::string Saved(const std::string& name) const { return samples_dir() + "/" + name; }
+  std::string lock() const { return root + "/lock"; }
+  std::string control_socket() const { return root + "/hvprofd.sock"; }
+  std::string log() const { return root + "/hvprofd.log"; }
+  std::string setup() const { return root + "/daemonrc.json"; }
+};
+
+inline constexpr const char* kDefaultSessionRoot = "/var/lib/hvprof";
+
+// Checks a --save name: letters, digits, '-', '_' and '.', not "current", not starting with '.'.
+Result<void> ValidateSessionName(const std::string& name);
+
+// A session as the report tool sees it.
+struct SessionOnDisk {
+  std::string directory;
+  SessionMetadata metadata;
+  std::vector<std::string> problems;  // damage found while opening
+};
+
+// Opens `directory` (a session directory, or a session root whose samples/current is used).
+// Distinguishes "no session here" (kNotFound) from a damaged one (kCorrupt, with a message
+// naming the damage).
+Result<SessionOnDisk> OpenSession(const std::string& directory);
+
+}  // namespace hvprof::store

@@ -1,0 +1,306 @@
+// The dom0 agent, the session store and `hvprof`, as separate processes on a simulated host:
+// counts against ground truth, exact loss accounting, a crashed agent, wrong orders of use and
+// bad options.
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <thread>
+#include <tuple>
+
+#include <catch2/catch.hpp>
+
+#include "hvprof/agent/ring_set.h"
+#include "hvprof/report/profile.h"
+#include "hvprof/store/samples_file.h"
+#include "host_harness.h"
+#include "sim_harness.h"
+
+using namespace hvprof;
+using hvprof::testing::Host;
+using hvprof::testing::TestScenario;
+using Json = nlohmann::json;
+
+namespace {
+
+// Activates `domain` the way a guest agent would, and keeps its rings mapped.
+struct TestGuest {
+  TestGuest(const Host& host, uint16_t domain) : link(host.Connect(domain)) {
+    hvpmu::legacy::Init init{};
+    REQUIRE(agent::RunOp(*link, hvpmu::legacy::kOpInit, &init).value() == hvpmu::ErrorCode::kOk);
+    hvpmu::BufferV2 buffer{};
+    buffer.struct_size = sizeof buffer;
+    buffer.abi_version = hvpmu::kAbiVersion;
+    buffer.capacity = 65536;
+    REQUIRE(agent::RunOp(*link, hvpmu::kOpGetBufferV2, &buffer).value() == hvpmu::ErrorCode::kOk);
+    REQUIRE(rings.AddV2(*link, domain, buffer, false).has_value());
+    REQUIRE(agent::RunOp(*link, hvpmu::legacy::kOpEnableVirq).value() == hvpmu::ErrorCode::kOk);
+  }
+  std::map<uint8_t, uint64_t> Drain() {
+    std::map<uint8_t, uint64_t> per_mode;
+    rings.DrainAll([&](const agent::RingState&, const hvpmu::ring::SampleRecord& record,
+                       std::span<const uint64_t>) { ++per_mode[record.mode]; });
+    return per_mode;
+  }
+  std::unique_ptr<agent::HypervisorLink> link;
+  agent::RingSet rings;
+};
+
+using Key = std::tuple<uint16_t, std::string, std::string>;  // domain, mode, image path
+
+const char* ModeName(uint8_t mode) {
+  static constexpr const char* kNames[] = {"user", "kernel", "hypervisor"};
+  return kNames[mode];
+}
+
+uint32_t FirstCounter(const std::string& session) {
+  auto opened = store::OpenSession(session);
+  REQUIRE(opened.has_value());
+  REQUIRE(!opened.value().metadata.events.empty());
+  return opened.value().metadata.events[0].counter;
+}
+
+}  // namespace
+
+TEST_CASE("dom0's session equals the ground truth for everything routed to dom0", "[agent][e2e]") {
+  Host host(TestScenario("intel-arch-v4", 21));
+  // Domain 1 is active (its agent is played here), guest2 passive, guest3 not profiled.
+  auto setup = host.Hvprof({"--start-daemon", "--active-domains=1", "--passive-domains=guest2",
+                            "--event=CPU_CLK_UNHALTED:20000"});
+  INFO(setup.out << setup.err);
+  REQUIRE(setup.status == 0);
+  TestGuest guest(host, 1);
+  auto started = host.Hvprof({"--start"});
+  INFO(started.err);
+  REQUIRE(started.status == 0);
+  (void)host.GroundTruth(true);  // count from the start of profiling
+  REQUIRE(host.Hvprof({"--run-sim=400ms"}).status == 0);
+  REQUIRE(host.Hvprof({"--stop"}).status == 0);
+  const auto guest_samples = guest.Drain();
+
+  const Json truth = host.GroundTruth(false);
+  const uint32_t counter = FirstCounter(host.current());
+  std::map<Key, uint64_t> expected;
+  std::map<std::pair<uint16_t, std::string>, uint64_t> expected_by_mode;
+  for (const Json& row : truth["rows"]) {
+    const uint64_t overflows = row["overflows"][counter].get<uint64_t>();
+    if (overflows == 0) continue;
+    const auto domain = row["domain"].get<uint16_t>();
+    expected[{domain, row["mode"], row["image"]}] += overflows;
+    expected_by_mode[{domain, row["mode"]}] += overflows;
+  }
+
+  auto profile = report::Profile::Load(host.current(), {});
+  REQUIRE(profile.has_value());
+  CHECK(profile.value().problems().empty());
+  std::map<Key, uint64_t> seen;
+  std::map<std::pair<uint16_t, std::string>, uint64_t> seen_by_mode;
+  for (const report::Entry& entry : profile.value().entries()) {
+    const report::Image& image = profile.value().images()[entry.image];
+    seen[{entry.domain, ModeName(entry.mode), image.path}] += entry.count;
+    seen_by_mode[{entry.domain, ModeName(entry.mode)}] += entry.count;
+    if (entry.domain == 2) {
+      INFO(image.name);
+      CHECK(image.name.rfind("domain2-", 0) == 0);  // passive: domain2-kernel, -apps, -xen
+    }
+  }
+  // dom0, the idle loop: exact per domain, mode and image.
+  for (const auto& [key, count] : expected) {
+    const uint16_t domain = std::get<0>(key);
+    if (domain != 0 && domain != 0x7FFF) continue;
+    INFO("domain " << domain << " " << std::get<1>(key) << " " << std::get<2>(key));
+    CHECK(seen[key] == count);
+  }
+  // The passive domain: exact per mode.
+  for (const char* mode : {"user", "kernel", "hypervisor"}) {
+    INFO("passive domain 2, " << mode);
+    CHECK(expected_by_mode[{2, mode}] > 0);
+    CHECK(seen_by_mode[{2, mode}] == expected_by_mode[{2, mode}]);
+  }
+  // The active guest's samples went to its own rings, none to dom0; the unprofiled domain's
+  // samples went nowhere.
+  for (uint8_t mode = 0; mode < 3; ++mode) {
+    CHECK(seen_by_mode[{1, ModeName(mode)}] == 0);
+    CHECK(seen_by_mode[{3, ModeName(mode)}] == 0);
+    auto it = guest_samples.find(mode);
+    CHECK((it == guest_samples.end() ? 0 : it->second) == expected_by_mode[{1, ModeName(mode)}]);
+  }
+  CHECK(expected_by_mode[{3, "user"}] > 0);
+  auto opened = store::OpenSession(host.current());
+  REQUIRE(opened.has_value());
+  uint64_t unprofiled = 0;
+  for (const char* mode : {"user", "kernel", "hypervisor"}) unprofiled += expected_by_mode[{3, mode}];
+  CHECK(opened.value().metadata.losses.unprofiled_domain == unprofiled);
+  CHECK(opened.value().metadata.losses.ring_full == 0);
+}
+
+TEST_CASE("with tiny rings and a stalled agent, produced = stored + lost, per ring", "[agent][loss]") {
+  Host host(TestScenario("intel-arch-v4", 22));
+  REQUIRE(host.Hvprof({"--start-daemon", "--passive-domains=2,3", "--buffer-size=64",
+                       "--event=CPU_CLK_UNHALTED:6000"}).status == 0);
+  REQUIRE(host.Hvprof({"--start"}).status == 0);
+  (void)host.GroundTruth(true);
+  const pid_t agent = host.AgentPid();
+  REQUIRE(agent > 0);
+  // The agent is stopped while the machine runs: its rings overflow.
+  REQUIRE(::kill(agent, SIGSTOP) == 0);
+  REQUIRE(host.Connect(0)->SimRunFor(20'000'000).has_value());
+  REQUIRE(::kill(agent, SIGCONT) == 0);
+  auto stopped = host.Hvprof({"--stop"});
+  INFO(stopped.err);
+  REQUIRE(stopped.status == 0);
+
+  const Json truth = host.GroundTruth(false);
+  const uint32_t counter = FirstCounter(host.current());
+  std::map<std::pair<uint16_t, uint16_t>, uint64_t> produced;  // (domain, vCPU or CPU)
+  for (const Json& row : truth["rows"]) {
+    produced[{row["domain"].get<uint16_t>(), row["vcpu"].get<uint16_t>()}] +=
+        row["overflows"][counter].get<uint64_t>();
+  }
+  std::map<std::pair<uint16_t, uint16_t>, uint64_t> stored;
+  auto read = store::ReadSamplesFile(host.current() + "/samples.hvs", [&](const store::StoredSample& s) {
+    ++stored[{s.domain, s.domain == 0x7FFF ? s.pcpu : s.vcpu}];
+  });
+  REQUIRE(read.has_value());
+  CHECK(read.value().problems.empty());
+
+  auto session = store::OpenSession(host.current());
+  REQUIRE(session.has_value());
+  uint64_t total_lost = 0;
+  uint32_t dom0_vcpu_rings = 0;
+  for (const store::RingRecord& ring : session.value().metadata.rings) {
+    dom0_vcpu_rings += ring.owner == 0 && ring.kind == "vcpu";
+  }
+  for (const store::RingRecord& ring : session.value().metadata.rings) {
+    const bool pcpu = ring.kind == "pcpu";  // dom0's rings for the idle loop, one per CPU
+    const std::pair<uint16_t, uint16_t> key{
+        pcpu ? uint16_t{0x7FFF} : ring.owner,
+        static_cast<uint16_t>(pcpu ? ring.index - dom0_vcpu_rings : ring.index)};
+    INFO("ring " << ring.index << " of domain " << ring.owner << " (" << ring.kind << ")");
+    const uint64_t lost = ring.lost[0] + ring.lost[1];
+    total_lost += lost;
+    CHECK(ring.drained == ring.written);
+    CHECK(stored[key] == ring.drained);
+    CHECK(produced[key] == stored[key] + lost);
+  }
+  CHECK(total_lost > 0);
+  CHECK(session.value().metadata.losses.ring_full == total_lost);
+}
+
+TEST_CASE("a killed agent loses at most its unflushed tail; a new one recovers", "[agent][crash]") {
+  Host host(TestScenario("intel-arch-v4", 23));
+  REQUIRE(host.Hvprof({"--start-daemon", "--passive-domains=2"}).status == 0);
+  REQUIRE(host.Hvprof({"--start"}).status == 0);
+  REQUIRE(host.Hvprof({"--run-sim=300ms"}).status == 0);
+  REQUIRE(host.Hvprof({"--dump"}).status == 0);
+  auto dumped = store::OpenSession(host.current());
+  REQUIRE(dumped.has_value());
+  const uint64_t durable = dumped.value().metadata.samples_stored;
+  REQUIRE(durable > 0);
+  REQUIRE(host.Hvprof({"--run-sim=200ms"}).status == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));  // the periodic flush
+  const pid_t agent = host.AgentPid();
+  REQUIRE(::kill(agent, SIGKILL) == 0);
+  for (int i = 0; i < 100 && ::kill(agent, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+
+  // What was written reads back, beyond the last dump.
+  uint64_t readable = 0;
+  auto read = store::ReadSamplesFile(host.current() + "/samples.hvs", [&](const store::StoredSample&) { ++readable; });
+  REQUIRE(read.has_value());
+  CHECK(readable > durable);
+  auto status = host.Hvprof({"--status"});
+  CHECK(status.out.find("not running") != std::string::npos);
+  CHECK(status.out.find("died without shutting down") != std::string::npos);
+
+  // A new agent takes the hypervisor back from the state the dead one left (profiling).
+  auto again = host.Hvprof({"--start-daemon", "--passive-domains=2"});
+  INFO(again.out << again.err);
+  REQUIRE(again.status == 0);
+  CHECK(again.out.find("continues that session") != std::string::npos);
+  REQUIRE(host.Hvprof({"--start"}).status == 0);
+  REQUIRE(host.Hvprof({"--run-sim=100ms"}).status == 0);
+  REQUIRE(host.Hvprof({"--shutdown"}).status == 0);
+  auto session = store::OpenSession(host.current());
+  REQUIRE(session.has_value());
+  bool recovered = false;
+  for (const std::string& note : session.value().metadata.notes) recovered |= note.find("recovered") != std::string::npos;
+  CHECK(recovered);
+  uint64_t after = 0;
+  auto reread = store::ReadSamplesFile(host.current() + "/samples.hvs", [&](const store::StoredSample&) { ++after; });
+  REQUIRE(reread.has_value());
+  CHECK(after > readable);
+}
+
+TEST_CASE("every wrong order of use has its own message", "[agent][usage]") {
+  Host host(TestScenario("intel-arch-v4", 24));
+  auto early = host.Hvprof({"--start"});
+  CHECK(early.status == 1);
+  CHECK(early.err.find("--start before --start-daemon") != std::string::npos);
+  CHECK(early.err.find("hvprof --start-daemon") != std::string::npos);
+
+  REQUIRE(host.Hvprof({"--start-daemon", "--active-domains=1,guest3"}).status == 0);
+  auto not_ready = host.Hvprof({"--start"});
+  CHECK(not_ready.status == 1);
+  CHECK(not_ready.err.find("1 (guest1)") != std::string::npos);
+  CHECK(not_ready.err.find("3 (guest3)") != std::string::npos);
+  CHECK(not_ready.err.find("have not started profiling") != std::string::npos);
+  CHECK(not_ready.err.find("hvprof --start") != std::string::npos);
+
+  auto twice = host.Hvprof({"--start-daemon"});
+  CHECK(twice.status == 1);
+  CHECK(twice.err.find("already running") != std::string::npos);
+
+  auto stop_idle = host.Hvprof({"--stop"});
+  CHECK(stop_idle.status == 0);
+  CHECK(stop_idle.out.find("not on") != std::string::npos);
+
+  auto first = host.Hvprof({"--shutdown"});
+  CHECK(first.status == 0);
+  CHECK(first.out.find("shut down") != std::string::npos);
+  auto second = host.Hvprof({"--shutdown"});
+  CHECK(second.status == 0);
+  CHECK(second.out.find("nothing to shut down") != std::string::npos);
+  // The hypervisor's profiler is free again.
+  CHECK(host.Hvprof({"--start-daemon"}).status == 0);
+}
+
+TEST_CASE("every bad option has its own message, and leaves nothing running", "[agent][bad-input]") {
+  Host host(TestScenario("intel-arch-v4", 25));
+  testing::TempDir dir;
+  const std::string gzipped = dir.File("vmlinuz");
+  REQUIRE(testing::RunProgram({"/bin/sh", "-c", "gzip -c /usr/lib/debug/boot/xen-syms-4.17-amd64.map > " + gzipped}).status == 0);
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> expected;
+  };
+  const std::vector<Case> cases = {
+      {{"--event=NO_SUCH_EVENT:100000"}, {"unknown event 'NO_SUCH_EVENT'", "i386/arch_perfmon", "--list-events"}},
+      {{"--event=CPU_CLK_UNHALTED:10"}, {"below", "minimum of 6000"}},
+      {{"--event=CPU_CLK_UNHALTED"}, {"NAME:COUNT"}},
+      {{"--event=LLC_MISSES:6000:nosuchmask"}, {"not a unit mask of LLC_MISSES", "demand"}},
+      {{"--event=LLC_REFS:6000", "--event=LLC_REFS:7000", "--event=LLC_MISSES:6000", "--event=BR_INST_RETIRED:6000",
+        "--event=BR_MISS_PRED_RETIRED:6000"},
+       {"no counter left"}},
+      {{"--xen=/nonexistent/xen-syms"}, {"hypervisor image /nonexistent/xen-syms"}},
+      {{"--xen=" + gzipped}, {"hypervisor image", "uncompressed"}},
+      {{"--vmlinux=/etc/hostname"}, {"kernel image /etc/hostname"}},
+      {{"--active-domains=nosuch"}, {"no domain 'nosuch'", "0 (dom0)", "1 (guest1)"}},
+      {{"--active-domains=1", "--passive-domains=1"}, {"both --active-domains and --passive-domains"}},
+      {{"--passive-domains=guest2,guest3", "--passive-images=/usr/lib/debug/boot/xen-syms-4.17-amd64.map"},
+       {"--passive-images has 1 images for 2 passive domains"}},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"--start-daemon"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    auto result = host.Hvprof(args);
+    INFO(fmt::format("{}\n-> {}", fmt::join(c.args, " "), result.err));
+    CHECK(result.status != 0);
+    for (const std::string& part : c.expected) CHECK(result.err.find(part) != std::string::npos);
+    CHECK(host.Hvprof({"--status"}).out.find("not running") != std::string::npos);
+  }
+  // The hypervisor was left idle every time: a good setup still works.
+  auto good = host.Hvprof({"--start-daemon", "--passive-domains=guest2"});
+  INFO(good.err);
+  CHECK(good.status == 0);
+}

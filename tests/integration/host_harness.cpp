@@ -1,0 +1,132 @@
+#include "host_harness.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "hvprof/base/files.h"
+
+namespace hvprof::testing {
+
+std::string Binary(const std::string& name) { return std::string(HVPROF_BIN_DIR) + "/" + name; }
+
+CommandResult RunProgram(const std::vector<std::string>& argv) {
+  int out[2], err[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  REQUIRE(::pipe2(err, O_CLOEXEC) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::dup2(out[1], STDOUT_FILENO);
+    ::dup2(err[1], STDERR_FILENO);
+    std::vector<char*> args;
+    for (const std::string& word : argv) args.push_back(const_cast<char*>(word.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  CommandResult result;
+  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  int open = 2;
+  char buffer[65536];
+  while (open > 0) {
+    if (::poll(fds, 2, -1) < 0) continue;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      const ssize_t n = ::read(fds[i].fd, buffer, sizeof buffer);
+      if (n <= 0) {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open;
+      } else {
+        (i == 0 ? result.out : result.err).append(buffer, static_cast<size_t>(n));
+      }
+    }
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+Host::Host(const nlohmann::json& scenario) {
+  run_dir_ = dir_.File("run");
+  session_root_ = dir_.File("sessions");
+  std::ofstream(dir_.File("scenario.json")) << scenario.dump();
+  hv_pid_ = ::fork();
+  REQUIRE(hv_pid_ >= 0);
+  if (hv_pid_ == 0) {
+    const int log = ::open(dir_.File("hv.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(log, STDERR_FILENO);
+    const std::string hv = Binary("hvprof-hv");
+    const std::string scenario_arg = "--scenario=" + dir_.File("scenario.json");
+    const std::string run_arg = "--run-dir=" + run_dir_;
+    const char* args[] = {hv.c_str(), "--platform=sim", scenario_arg.c_str(), run_arg.c_str(), "--speed=max",
+                          nullptr};
+    ::execv(hv.c_str(), const_cast<char**>(args));
+    ::_exit(127);
+  }
+  // Wait for dom0's socket.
+  const std::string socket = run_dir_ + "/domain-0.sock";
+  for (int i = 0; i < 1000 && !std::filesystem::exists(socket); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!std::filesystem::exists(socket)) {
+    auto log = ReadFileToString(dir_.File("hv.log"));
+    FAIL("hvprof-hv did not start: " << (log ? log.value() : "(no log)"));
+  }
+}
+
+Host::~Host() {
+  (void)RunProgram({Binary("hvprof"), "--shutdown", "--session-dir=" + session_root_});
+  if (hv_pid_ > 0) {
+    ::kill(hv_pid_, SIGTERM);
+    ::waitpid(hv_pid_, nullptr, 0);
+  }
+}
+
+CommandResult Host::Hvprof(std::vector<std::string> args) {
+  std::vector<std::string> argv = {Binary("hvprof")};
+  const bool run = !args.empty() && args[0] == "run";
+  if (run) argv.push_back("run");
+  argv.push_back("--run-dir=" + run_dir_);
+  argv.push_back("--session-dir=" + session_root_);
+  argv.insert(argv.end(), args.begin() + (run ? 1 : 0), args.end());
+  return RunProgram(argv);
+}
+
+CommandResult Host::Report(std::vector<std::string> args) {
+  std::vector<std::string> argv = {Binary("hvprof-report"), "--session-dir=" + session_root_};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunProgram(argv);
+}
+
+std::unique_ptr<agent::HypervisorLink> Host::Connect(uint16_t domain) const {
+  auto link = agent::ConnectHosted(run_dir_ + "/domain-" + std::to_string(domain) + ".sock");
+  if (!link) FAIL(link.error().message());
+  return std::move(link).value();
+}
+
+nlohmann::json Host::GroundTruth(bool reset) const {
+  auto text = Connect(0)->GroundTruth(reset);
+  REQUIRE(text.has_value());
+  return nlohmann::json::parse(text.value());
+}
+
+pid_t Host::AgentPid() const {
+  auto text = ReadFileToString(session_root_ + "/lock");
+  return text ? std::atoi(text.value().c_str()) : -1;
+}
+
+}  // namespace hvprof::testing

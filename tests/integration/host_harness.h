@@ -1,0 +1,52 @@
+// A simulated host run by the real programs: hvprof-hv (at maximum speed, so the clock only
+// moves when asked), and hvprof / hvprof-report invoked as a user would.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hvprof/agent/hypervisor_link.h"
+#include "temp_dir.h"
+
+namespace hvprof::testing {
+
+struct CommandResult {
+  int status = -1;  // exit status, or 128 + signal
+  std::string out;
+  std::string err;
+};
+
+// Runs a program to completion, capturing its output.
+CommandResult RunProgram(const std::vector<std::string>& argv);
+std::string Binary(const std::string& name);  // build/bin/NAME
+
+class Host {
+ public:
+  explicit Host(const nlohmann::json& scenario);
+  ~Host();
+
+  // hvprof with --run-dir and --session-dir of this host added.
+  CommandResult Hvprof(std::vector<std::string> args);
+  // hvprof-report on this host's session root.
+  CommandResult Report(std::vector<std::string> args);
+  std::unique_ptr<agent::HypervisorLink> Connect(uint16_t domain) const;
+  nlohmann::json GroundTruth(bool reset) const;
+  pid_t AgentPid() const;  // from the session root's lock file
+
+  const std::string& run_dir() const { return run_dir_; }
+  const std::string& session_root() const { return session_root_; }
+  std::string current() const { return session_root_ + "/samples/current"; }
+
+ private:
+  TempDir dir_;
+  std::string run_dir_;
+  std::string session_root_;
+  pid_t hv_pid_ = -1;
+};
+
+}  // namespace hvprof::testing

@@ -1,0 +1,177 @@
+// Bad images: each gives a clear reason for every address, is reported once, and never crashes.
+
+#include <elf.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <catch2/catch.hpp>
+
+#include "elf_writer.h"
+#include "hvprof/symbolizer/symbolizer.h"
+#include "test_support.h"
+
+namespace hvprof::symbolizer {
+namespace {
+
+using testing::Answers;
+using testing::TempDir;
+
+// Symbolizes two addresses and checks that both fail with `reason`, that the image status says
+// so once, and that the detail mentions `needle`.
+void ExpectImageFailure(const ImageSpec& spec, Reason reason, const std::string& needle) {
+  Symbolizer symbolizer;
+  Answers first = testing::Resolve(&symbolizer, spec, {0x1000, 0x2000});
+  REQUIRE(first.images.size() == 1);
+  INFO(spec.path << ": " << ReasonName(first.images[0].reason) << ": " << first.images[0].detail);
+  CHECK(first.images[0].reason == reason);
+  CHECK(first.images[0].first_report);
+  CHECK(first.images[0].detail.find(needle) != std::string::npos);
+  for (const auto& a : first.answers) {
+    CHECK(a.reason == reason);
+    CHECK_FALSE(a.resolved());
+    CHECK(a.detail == first.images[0].detail);
+  }
+  // Cached: not re-opened, not reported again.
+  uint64_t opens = symbolizer.cache_stats().opens;
+  Answers second = testing::Resolve(&symbolizer, spec, {0x3000});
+  CHECK(second.answers[0].reason == reason);
+  CHECK_FALSE(second.images[0].first_report);
+  CHECK(symbolizer.cache_stats().opens == opens);
+  // Describe and ListFunctions fail with the same message.
+  auto info = symbolizer.Describe(spec);
+  REQUIRE_FALSE(info);
+  CHECK(info.error().message() == first.images[0].detail);
+  CHECK_FALSE(symbolizer.ListFunctions(spec));
+}
+
+void Truncate(const std::string& path, off_t size) { REQUIRE(::truncate(path.c_str(), size) == 0); }
+
+TEST_CASE("symbolizer: a truncated ELF is reported as truncated", "[symbolizer][bad]") {
+  TempDir dir;
+  std::string pie = testing::FixturePaths::Pie(5);
+  auto size = static_cast<off_t>(std::filesystem::file_size(pie));
+  for (off_t keep : {off_t{10}, off_t{40}, off_t{64}, off_t{4096}, size / 2, size - 1}) {
+    std::string path = dir.File("truncated-" + std::to_string(keep));
+    testing::CopyFile(pie, path);
+    Truncate(path, keep);
+    ExpectImageFailure(testing::ElfSpec(path), Reason::kTruncatedElf, "truncated");
+  }
+}
+
+TEST_CASE("symbolizer: files that are not ELF are named as such", "[symbolizer][bad]") {
+  TempDir dir;
+  dir.Write("empty", "");
+  ExpectImageFailure(testing::ElfSpec(dir.File("empty")), Reason::kNotElf, "empty file");
+  dir.Write("script.sh", "#!/bin/sh\necho hello\n");
+  ExpectImageFailure(testing::ElfSpec(dir.File("script.sh")), Reason::kNotElf,
+                     "not an ELF file (it starts with bytes 23 21 2f 62");
+  dir.Write("System.map", "ffffffff81000000 T _text\nffffffff81000100 T schedule\n");
+  ExpectImageFailure(testing::ElfSpec(dir.File("System.map")), Reason::kNotElf,
+                     "--system-map");
+  ExpectImageFailure(testing::ElfSpec(dir.path()), Reason::kUnreadableFile,
+                     "not a regular file");
+  ExpectImageFailure(testing::ElfSpec(dir.File("does-not-exist")), Reason::kUnreadableFile,
+                     "No such file");
+}
+
+TEST_CASE("symbolizer: a compressed kernel image is recognized", "[symbolizer][bad]") {
+  TempDir dir;
+  std::string vmlinuz = dir.File("vmlinuz-fake");
+  testing::CopyFile(testing::FixturePaths::Pie(5), dir.File("vmlinux-fake"));
+  int status = 0;
+  testing::RunCommand("gzip -c '" + dir.File("vmlinux-fake") + "' > '" + vmlinuz + "'", "",
+                      &status);
+  REQUIRE(status == 0);
+  ExpectImageFailure(testing::ElfSpec(vmlinuz), Reason::kCompressedImage, "gzip");
+  // A bzImage: the x86 boot header magic "HdrS" at 0x202.
+  std::string bz(0x400, '\0');
+  bz[0] = 'M';
+  bz[1] = 'Z';
+  bz.replace(0x202, 4, "HdrS");
+  dir.Write("bzImage", bz);
+  ExpectImageFailure(testing::ElfSpec(dir.File("bzImage")), Reason::kCompressedImage, "bzImage");
+  ExpectImageFailure(testing::TextSpec(vmlinuz, ImageFormat::kKallsyms),
+                     Reason::kCompressedImage, "gzip");
+}
+
+TEST_CASE("symbolizer: images without symbols say whether they are stripped", "[symbolizer][bad]") {
+  TempDir dir;
+  testing::TestElf elf;
+  elf.sections = {{".text", 0x1000, 0x100, true}};
+  elf.with_symtab = false;
+  REQUIRE(testing::WriteTestElf(elf, dir.File("stripped")).empty());
+  ExpectImageFailure(testing::ElfSpec(dir.File("stripped")), Reason::kStripped, "stripped");
+
+  elf.with_symtab = true;
+  elf.symbols = {{"file.c", 0, 0, STT_FILE, STB_LOCAL, ""},
+                 {"absolute", 0x1010, 0x10, STT_FUNC, STB_GLOBAL, ""},
+                 {".text", 0x1000, 0, STT_SECTION, STB_LOCAL, ".text"}};
+  REQUIRE(testing::WriteTestElf(elf, dir.File("no-symbols")).empty());
+  ExpectImageFailure(testing::ElfSpec(dir.File("no-symbols")), Reason::kNoSymbols,
+                     "no function or object symbols");
+
+  // A real program stripped by objcopy: its .dynsym only has undefined imports.
+  std::string stripped_pie = dir.File("stripped-pie");
+  int status = 0;
+  testing::RunCommand("objcopy --strip-all '" + testing::FixturePaths::Pie(5) + "' '" +
+                          stripped_pie + "'",
+                      "", &status);
+  REQUIRE(status == 0);
+  SymbolizerOptions options;
+  options.debug_roots = {dir.File("no-debug-here")};
+  Symbolizer symbolizer(options);
+  Answers got = testing::Resolve(&symbolizer, testing::ElfSpec(stripped_pie), {0x1000});
+  CHECK(got.answers[0].reason == Reason::kStripped);
+  std::string said = got.images[0].detail;
+  for (const std::string& w : got.images[0].warnings) said += w;
+  CHECK(said.find("stripped") != std::string::npos);
+}
+
+TEST_CASE("symbolizer: unsupported and corrupt ELF files are rejected", "[symbolizer][bad]") {
+  TempDir dir;
+  testing::TestElf elf;
+  elf.type = ET_REL;
+  elf.sections = {{".text", 0, 0x100, true}};
+  elf.symbols = {{"f", 0, 0x10, STT_FUNC, STB_GLOBAL, ".text"}};
+  REQUIRE(testing::WriteTestElf(elf, dir.File("module.ko")).empty());
+  ExpectImageFailure(testing::ElfSpec(dir.File("module.ko")), Reason::kUnsupportedImage,
+                     "kallsyms");
+
+  std::string bad_class = testing::ReadFile(testing::FixturePaths::Pie(5));
+  bad_class[EI_CLASS] = 7;
+  dir.Write("bad-class", bad_class);
+  ExpectImageFailure(testing::ElfSpec(dir.File("bad-class")), Reason::kCorruptElf,
+                     "unknown ELF class");
+
+  std::string bad_entsize = testing::ReadFile(testing::FixturePaths::Pie(5));
+  bad_entsize[58] = 12;  // e_shentsize of an ELF64 header
+  dir.Write("bad-entsize", bad_entsize);
+  ExpectImageFailure(testing::ElfSpec(dir.File("bad-entsize")), Reason::kCorruptElf,
+                     "section header entries");
+}
+
+TEST_CASE("symbolizer: an ELF given as a kallsyms text is refused", "[symbolizer][bad]") {
+  ExpectImageFailure(
+      testing::TextSpec(testing::FixturePaths::Pie(5), ImageFormat::kKallsyms),
+      Reason::kMalformedSymbolFile, "an ELF file");
+}
+
+TEST_CASE("symbolizer: a requested batch with no path is an error, not a reason", "[symbolizer][bad]") {
+  Symbolizer symbolizer;
+  auto batch = symbolizer.Symbolize(ImageSpec{}, std::vector<uint64_t>{1});
+  REQUIRE_FALSE(batch);
+  CHECK(batch.error().kind() == ErrorKind::kInvalidArgument);
+  auto empty_chain = symbolizer.Symbolize(std::span<const ImageSpec>(),
+                                          std::vector<uint64_t>{1});
+  CHECK_FALSE(empty_chain);
+  // No addresses is fine.
+  testing::TempDir dir;
+  auto none = symbolizer.Symbolize(testing::ElfSpec(testing::FixturePaths::Pie(5)),
+                                   std::vector<uint64_t>{});
+  REQUIRE(none);
+  CHECK(none.value().size() == 0);
+}
+
+}  // namespace
+}  // namespace hvprof::symbolizer
