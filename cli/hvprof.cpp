@@ -27,11 +27,13 @@ One action per call; every action is safe to repeat. The Xenoprof workflow:
 
   in dom0:   hvprof --start-daemon --active-domains=1,2 --passive-domains=3
   in each active guest: hvprof --start-daemon && hvprof --start
+             (on the sim, a guest's commands say which domain they run in: --domain=1)
   in dom0:   hvprof --start
              ... the workload runs ...
   in dom0:   hvprof --stop          (samples are written; profiling can start again)
              hvprof --shutdown      (releases the hypervisor's profiler)
              hvprof-report -l       (the report, by symbol)
+  in a guest: hvprof --publish      (its symbolized profile, for dom0's `hvprof-report --all-domains`)
 
 `hvprof run` does all of that for one workload, saves the session and prints the report;
 its exit status is CMD's. On a simulated machine it runs the machine for --duration.
@@ -85,6 +87,8 @@ int main(int argc, char** argv) {
         ("save", po::value(&save_name), "keep the current session as samples/NAME and carry on in a fresh one")
         ("status", "the daemon, the hypervisor's profiler, every domain's role and rings, losses")
         ("list-events,l", "the events of this machine's CPU and their unit masks")
+        ("publish", "in an active guest: hand this domain's symbolized profile to dom0 for its whole-host report "
+                    "(hvprof-report --all-domains)")
         ("run-sim", po::value(&run_sim), "simulated machines: advance the clock by DURATION (e.g. 2s) while draining")
         ("help", "show this help");
     po::options_description options("Setup options (with --start-daemon)");
@@ -103,8 +107,11 @@ int main(int argc, char** argv) {
         ("verbose,V", "log more in hvprofd.log");
     po::options_description general("General options");
     general.add_options()
+        ("domain", po::value(&setup.domain), "the domain this command runs in: 0 (the default) is dom0; on the sim, "
+                   "a guest's commands give its id (e.g. --domain=1)")
         ("session-dir", po::value(&setup.session_root)->default_value(hvprof::store::kDefaultSessionRoot),
-         "where sessions, the lock and the log live")
+         "where sessions, the lock and the log live (a guest on the sim defaults to its own: "
+         "/var/lib/hvprof/domain-ID)")
         ("run-dir", po::value(&setup.hv_run_dir), "where hvprof-hv's domain sockets are (default: its default)")
         ("cpu-type", po::value(&cpu_type), "with --list-events: list this CPU type's events offline");
     hvprof::control::RunOptions run_options;
@@ -120,13 +127,22 @@ int main(int argc, char** argv) {
     po::variables_map values;
     po::store(po::parse_command_line(argc, argv, all), values);
     po::notify(values);
+    // On the sim every domain's commands run on one host: keep each guest's sessions apart.
+    if (setup.domain != 0 && values["session-dir"].defaulted()) {
+      setup.session_root = std::string(hvprof::store::kDefaultSessionRoot) + "/domain-" + std::to_string(setup.domain);
+    }
     if (values.count("help") != 0 || (argc == 1 && !run)) {
       std::cout << all << "\n";
       return argc == 1 ? 2 : 0;
     }
     if (run) {
+      if (setup.domain != 0) {
+        std::cerr << "hvprof run: runs in dom0 (it drives the whole host); in a guest use --start-daemon, --start, "
+                     "--stop and --publish\n";
+        return 2;
+      }
       for (const char* action : {"start-daemon", "start", "stop", "dump", "shutdown", "reset", "save",
-                                 "status", "list-events", "run-sim"}) {
+                                 "status", "list-events", "run-sim", "publish"}) {
         if (values.count(action) != 0) {
           std::cerr << "hvprof run: --" << action << " is an action of its own; `hvprof run` does them all\n";
           return 2;
@@ -170,7 +186,7 @@ int main(int argc, char** argv) {
     }
     std::vector<std::string> chosen;
     for (const char* action : {"start-daemon", "start", "stop", "dump", "shutdown", "reset", "save",
-                               "status", "list-events", "run-sim"}) {
+                               "status", "list-events", "run-sim", "publish"}) {
       if (values.count(action) != 0) chosen.push_back(std::string("--") + action);
     }
     if (chosen.size() != 1) {
@@ -211,6 +227,7 @@ int main(int argc, char** argv) {
       else if (action == "--reset") outcome = hvprof::control::Reset(paths);
       else if (action == "--save") outcome = hvprof::control::Save(paths, save_name);
       else if (action == "--status") outcome = hvprof::control::Status(paths);
+      else if (action == "--publish") outcome = hvprof::control::Publish(paths);
       else if (action == "--list-events") outcome = hvprof::control::ListEvents(cpu_type, setup.hv_run_dir);
       else if (action == "--run-sim") {
         auto sim_time = hvprof::ParseDurationNs(run_sim);

@@ -83,6 +83,8 @@ int main(int argc, char** argv) {
         ("details,d", "per-instruction counts of each symbol")
         ("debug-info,g", "counts per source file:line (needs DWARF)")
         ("by-domain", "break every row down by domain")
+        ("all-domains", "dom0's session plus the profiles its active guests published (`hvprof --publish` in "
+                        "each): the whole host in one report")
         ("domain", po::value(&domains), "only these domains (ids or names, comma-separated; idle for the idle loop)")
         ("mode", po::value(&modes), "only these modes: user, kernel, hypervisor")
         ("image", po::value(&images), "only images whose name or path matches these globs")
@@ -184,6 +186,7 @@ int main(int argc, char** argv) {
     load.demangle = demangle != "none";
     load.lines = options.view == report::View::kDebugInfo;
     load.use_aggregate = values.count("raw-samples") == 0;
+    load.all_domains = values.count("all-domains") != 0;
     const auto started = std::chrono::steady_clock::now();
     if (!image_path.empty()) {
       auto parsed = control::SplitList(image_path, "image-path");

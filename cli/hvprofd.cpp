@@ -12,9 +12,10 @@
 #include "hvprof/base/files.h"
 #include "hvprof/base/log.h"
 #include "hvprof/base/scoped_fd.h"
-#include "hvprof/control/channel.h"
+#include "hvprof/agent/control_channel.h"
 #include "hvprof/control/setup.h"
 #include "hvprof/dom0/agent.h"
+#include "hvprof/guest/agent.h"
 
 namespace po = boost::program_options;
 
@@ -23,7 +24,7 @@ namespace {
 constexpr const char* kVersion = "0.1.0";
 
 // Tells the waiting `hvprof --start-daemon` how the setup went.
-void Report(int fd, const hvprof::control::Json& message) {
+void Report(int fd, const hvprof::agent::Json& message) {
   if (fd < 0) return;
   const std::string text = message.dump();
   (void)hvprof::WriteAll(fd, std::as_bytes(std::span(text.data(), text.size())), "the ready pipe");
@@ -32,7 +33,7 @@ void Report(int fd, const hvprof::control::Json& message) {
 
 int Fail(int ready_fd, const hvprof::Error& error) {
   hvprof::Log(hvprof::LogLevel::kError, "{}", error.message());
-  Report(ready_fd, hvprof::control::ErrorResponse(error));
+  Report(ready_fd, hvprof::agent::ErrorResponse(error));
   return 1;
 }
 
@@ -45,10 +46,10 @@ int main(int argc, char** argv) {
     std::string role;
     std::string setup_path;
     po::options_description described(
-        "Usage: hvprofd --role=dom0 --setup=FILE [--ready-fd=N]\n\n"
+        "Usage: hvprofd --role=dom0|guest --setup=FILE [--ready-fd=N]\n\n"
         "The hvprof agent. `hvprof --start-daemon` starts it with the setup it wrote; use that.\n\nOptions");
     described.add_options()("help,h", "show this help")(
-        "role", po::value(&role), "dom0 (the primary profiler)")(
+        "role", po::value(&role), "dom0 (the primary profiler) or guest (an active domain's agent)")(
         "setup", po::value(&setup_path), "the setup file (SESSION_DIR/daemonrc.json)")(
         "ready-fd", po::value(&ready_fd), "report the outcome of the setup on this descriptor")(
         "foreground", "log to stderr (the default when started by hand)");
@@ -59,14 +60,14 @@ int main(int argc, char** argv) {
       std::cout << described << "\n";
       return 0;
     }
-    if (role != "dom0") {
+    if (role != "dom0" && role != "guest") {
       return Fail(ready_fd, hvprof::MakeError(hvprof::ErrorKind::kInvalidArgument,
-                                              "--role must be dom0 (got '{}')", role));
+                                              "--role must be dom0 or guest (got '{}')", role));
     }
     auto text = hvprof::ReadFileToString(setup_path);
     if (!text) return Fail(ready_fd, text.error());
     auto setup = hvprof::control::SetupOptions::FromJson(
-        hvprof::control::Json::parse(text.value(), nullptr, false));
+        hvprof::agent::Json::parse(text.value(), nullptr, false));
     if (!setup) return Fail(ready_fd, setup.error());
     if (setup.value().verbose) hvprof::SetLogLevel(hvprof::LogLevel::kDebug);
 
@@ -84,11 +85,24 @@ int main(int argc, char** argv) {
       return Fail(ready_fd, hvprof::MakeError(hvprof::ErrorKind::kIo, "cannot write {}", paths.lock()));
     }
 
-    auto agent = hvprof::dom0::Dom0Agent::Create(setup.value(), kVersion);
-    if (!agent) return Fail(ready_fd, agent.error());
-    hvprof::dom0::Dom0Agent::HandleSignals(agent.value().get());
-    Report(ready_fd, hvprof::control::OkResponse({{"message", agent.value()->Describe()}}));
-    if (auto ran = agent.value()->Run(); !ran) {
+    if ((role == "guest") != (setup.value().domain != 0)) {
+      return Fail(ready_fd, hvprof::MakeError(hvprof::ErrorKind::kInvalidArgument,
+                                              "--role={} does not fit domain {} of the setup", role,
+                                              setup.value().domain));
+    }
+    std::unique_ptr<hvprof::agent::AgentDaemon> agent;
+    if (role == "dom0") {
+      auto created = hvprof::dom0::Dom0Agent::Create(setup.value(), kVersion);
+      if (!created) return Fail(ready_fd, created.error());
+      agent = std::move(created).value();
+    } else {
+      auto created = hvprof::guest::GuestAgent::Create(setup.value(), kVersion);
+      if (!created) return Fail(ready_fd, created.error());
+      agent = std::move(created).value();
+    }
+    hvprof::agent::AgentDaemon::HandleSignals(agent.get());
+    Report(ready_fd, hvprof::agent::OkResponse({{"message", agent->Describe()}}));
+    if (auto ran = agent->Run(); !ran) {
       hvprof::Log(hvprof::LogLevel::kError, "{}", ran.error().message());
       return 1;
     }
@@ -96,7 +110,7 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const po::error& error) {
     std::cerr << "hvprofd: " << error.what() << "\n";
-    Report(ready_fd, hvprof::control::ErrorResponse(
+    Report(ready_fd, hvprof::agent::ErrorResponse(
                          hvprof::Error(hvprof::ErrorKind::kInvalidArgument, error.what())));
     return 2;
   } catch (const std::exception& error) {

@@ -8,8 +8,8 @@ cd "$(dirname "$0")/.."
 
 seconds=${1:-25}
 build=build-fuzz
-targets=(elf_image_fuzzer kernel_symbols_fuzzer session_files_fuzzer ring_reader_fuzzer scenario_fuzzer
-         engine_ops_fuzzer)
+targets=(elf_image_fuzzer kernel_symbols_fuzzer session_files_fuzzer published_profile_fuzzer
+         ring_reader_fuzzer scenario_fuzzer engine_ops_fuzzer)
 
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja \
   -DHVPROF_BUILD_FUZZERS=ON -DHVPROF_BUILD_BENCH=OFF -DBUILD_TESTING=OFF \
@@ -39,6 +39,7 @@ cp fuzz/corpus/kernel_symbols/* "$seeds/kernel_symbols_fuzzer/"
 if [ -r /proc/kallsyms ]; then head -n 300 /proc/kallsyms > "$seeds/kernel_symbols_fuzzer/proc-kallsyms"; fi
 # A small session (committed), the example scenarios, and rings and op sequences made here.
 cp fuzz/corpus/session_files/* "$seeds/session_files_fuzzer/"
+cp fuzz/corpus/published/* "$seeds/published_profile_fuzzer/"
 cp examples/*.json tests/golden/scenario.json "$seeds/scenario_fuzzer/"
 python3 - "$seeds" <<'PY'
 import struct, sys

@@ -20,6 +20,13 @@ Result<std::string> HypervisorLink::GroundTruth(bool) {
   return MakeError(ErrorKind::kUnsupported, "{} has no ground truth", platform_name());
 }
 
+Result<void> HypervisorLink::Publish(std::span<const std::byte>) {
+  return MakeError(ErrorKind::kUnsupported, "{} cannot carry profiles between domains", platform_name());
+}
+Result<std::vector<PublishedProfile>> HypervisorLink::FetchPublished(uint64_t) {
+  return MakeError(ErrorKind::kUnsupported, "{} cannot carry profiles between domains", platform_name());
+}
+
 const char* OpName(uint32_t op) {
   switch (op) {
     case hvpmu::legacy::kOpInit: return "init";
@@ -167,6 +174,42 @@ class HostedLink final : public HypervisorLink {
   Result<std::string> Context() override { return TextCall(MessageType::kContext, {}); }
   Result<std::string> Domains() override { return TextCall(MessageType::kDomains, {}); }
 
+  Result<void> Publish(std::span<const std::byte> profile) override {
+    if (profile.size() > hosted::kMaxPublishPayload) {
+      return MakeError(ErrorKind::kInvalidArgument, "the profile is {} bytes; at most {} can be published",
+                       profile.size(), hosted::kMaxPublishPayload);
+    }
+    HVPROF_TRY(answer, TextCall(MessageType::kPublish, profile));
+    (void)answer;
+    return Ok();
+  }
+
+  Result<std::vector<PublishedProfile>> FetchPublished(uint64_t after_sequence) override {
+    HVPROF_TRY(reply, Call(MessageType::kFetchPublished,
+                           hosted::Pack(hosted::FetchPublishedRequest{after_sequence})));
+    hosted::StatusReply status;
+    std::span<const std::byte> rest;
+    if (!hosted::Unpack(std::span<const std::byte>(reply.payload), &status, &rest)) {
+      return MakeError(ErrorKind::kProtocol, "hvprof-hv sent a malformed reply");
+    }
+    if (status.error != 0) {
+      return MakeError(ErrorKind::kPermissionDenied, "reading published profiles refused: {}",
+                       hosted::ProtocolErrorName(static_cast<hosted::ProtocolError>(status.error)));
+    }
+    std::vector<PublishedProfile> profiles;
+    while (!rest.empty()) {
+      hosted::PublishedEntry entry;
+      std::span<const std::byte> tail;
+      if (!hosted::Unpack(rest, &entry, &tail) || tail.size() < entry.bytes) {
+        return MakeError(ErrorKind::kProtocol, "hvprof-hv sent a malformed list of published profiles");
+      }
+      profiles.push_back({entry.domain, entry.sequence,
+                          std::string(reinterpret_cast<const char*>(tail.data()), entry.bytes)});
+      rest = tail.subspan(entry.bytes);
+    }
+    return profiles;
+  }
+
   Result<SimClock> SimQuery() override { return SimControl(hvpmu::hosted::SimCommand::kQuery, 0); }
   Result<SimClock> SimRunFor(uint64_t ns) override {
     return SimControl(hvpmu::hosted::SimCommand::kRunFor, ns);
@@ -262,6 +305,10 @@ Result<std::unique_ptr<HypervisorLink>> ConnectHosted(const std::string& socket_
     return hello.error().WithContext(fmt::format("hvprof-hv at {}", socket_path));
   }
   return std::unique_ptr<HypervisorLink>(std::move(link));
+}
+
+Result<std::unique_ptr<HypervisorLink>> ConnectHostedDomain(const std::string& run_dir, hvpmu::DomainId domain) {
+  return ConnectHosted(hvpmu::hosted::DomainSocketPath(run_dir, domain));
 }
 
 }  // namespace hvprof::agent

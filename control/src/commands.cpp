@@ -34,14 +34,14 @@ std::string NotRunning(const store::SessionPaths& paths) {
 
 Result<Json> Send(const store::SessionPaths& paths, Json request,
                   std::chrono::milliseconds timeout = kRequestTimeout) {
-  auto response = Request(paths.control_socket(), request, timeout);
+  auto response = agent::Request(paths.control_socket(), request, timeout);
   if (!response) {
     if (response.error().kind() == ErrorKind::kNotFound) {
       return Error(ErrorKind::kBadState, NotRunning(paths));
     }
     return response.error();
   }
-  return CheckResponse(std::move(response).value());
+  return agent::CheckResponse(std::move(response).value());
 }
 
 std::string LockPid(const store::SessionPaths& paths) {
@@ -58,19 +58,11 @@ std::string Plural(uint64_t n, const char* word) {
 
 }  // namespace
 
-std::string DefaultHvRunDir() {
-  if (::geteuid() == 0) return "/run/hvprof";
-  if (const char* runtime = std::getenv("XDG_RUNTIME_DIR"); runtime != nullptr && *runtime) {
-    return std::string(runtime) + "/hvprof";
-  }
-  return "/tmp/hvprof-" + std::to_string(::geteuid());
-}
-
 AgentProcess FindAgent(const store::SessionPaths& paths) {
   AgentProcess agent;
   const std::string pid = LockPid(paths);
   if (!pid.empty()) agent.pid = std::atoi(pid.c_str());
-  auto ping = Request(paths.control_socket(), Json{{"action", "ping"}}, std::chrono::seconds(5));
+  auto ping = agent::Request(paths.control_socket(), Json{{"action", "ping"}}, std::chrono::seconds(5));
   if (ping && ping.value().value("ok", false)) {
     agent.running = true;
     agent.pid = ping.value().value("pid", agent.pid);
@@ -107,6 +99,22 @@ Result<Outcome> StartDaemon(const SetupOptions& setup, const std::string& hvprof
         existing.pid, paths.current());
   }
   // Checks that need no hypervisor, so mistakes show up at once.
+  const bool guest = setup.domain != 0;
+  if (guest) {
+    const char* dom0_only = !setup.active_domains.empty()    ? "--active-domains"
+                            : !setup.passive_domains.empty() ? "--passive-domains"
+                            : !setup.passive_images.empty()  ? "--passive-images"
+                            : !setup.events.empty()          ? "--event"
+                            : !setup.xen_image.empty()       ? "--xen"
+                            : setup.callgraph != 0           ? "--callgraph"
+                                                             : nullptr;
+    if (dom0_only != nullptr) {
+      return MakeError(ErrorKind::kInvalidArgument,
+                       "{} is set up in dom0, which profiles the whole host; in a guest (domain {}), "
+                       "--start-daemon takes only --vmlinux, --no-vmlinux, --buffer-size, --poll-interval and --verbose",
+                       dom0_only, setup.domain);
+    }
+  }
   for (const std::string& event : setup.events) HVPROF_TRYV(ParseEventSpec(event));
   for (const std::string& passive : setup.passive_domains) {
     for (const std::string& active : setup.active_domains) {
@@ -119,7 +127,7 @@ Result<Outcome> StartDaemon(const SetupOptions& setup, const std::string& hvprof
     }
   }
   if (!setup.xen_image.empty()) HVPROF_TRYV(CheckImage(setup.xen_image, "hypervisor", std::nullopt));
-  if (!setup.vmlinux.empty()) HVPROF_TRYV(CheckImage(setup.vmlinux, "kernel", uint16_t{0}));
+  if (!setup.vmlinux.empty()) HVPROF_TRYV(CheckImage(setup.vmlinux, "kernel", setup.domain));
   for (const std::string& image : setup.passive_images) {
     HVPROF_TRYV(CheckImage(image, "passive-kernel", std::nullopt));
   }
@@ -142,7 +150,8 @@ Result<Outcome> StartDaemon(const SetupOptions& setup, const std::string& hvprof
     ::dup2(log >= 0 ? log : null, STDERR_FILENO);
     ::dup2(write_end.get(), 3);  // dup2 clears close-on-exec on the copy
     const std::string setup_arg = "--setup=" + paths.setup();
-    const char* argv[] = {hvprofd_path.c_str(), "--role=dom0", setup_arg.c_str(), "--ready-fd=3", nullptr};
+    const char* argv[] = {hvprofd_path.c_str(), guest ? "--role=guest" : "--role=dom0", setup_arg.c_str(),
+                          "--ready-fd=3", nullptr};
     ::execv(hvprofd_path.c_str(), const_cast<char**>(argv));
     ::_exit(127);
   }
@@ -172,9 +181,13 @@ Result<Outcome> StartDaemon(const SetupOptions& setup, const std::string& hvprof
   }
   if (!result.value("ok", false)) {
     ::waitpid(child, nullptr, 0);
-    return CheckResponse(result).error();
+    return agent::CheckResponse(result).error();
   }
-  return Outcome{warning + result.value("message", "hvprofd started") + "\nnow run `hvprof --start`"};
+  const std::string next = guest ? fmt::format("\nnow run `hvprof --domain={} --start` once dom0 has run `hvprof "
+                                              "--start-daemon --active-domains={}`",
+                                              setup.domain, setup.domain)
+                                 : std::string("\nnow run `hvprof --start`");
+  return Outcome{warning + result.value("message", "hvprofd started") + next};
 }
 
 Result<Outcome> Start(const store::SessionPaths& paths) {
@@ -267,6 +280,23 @@ Result<Outcome> Save(const store::SessionPaths& paths, const std::string& name) 
   return Outcome{fmt::format("saved as {}", paths.Saved(name))};
 }
 
+Result<Outcome> Publish(const store::SessionPaths& paths) {
+  auto response = Send(paths, Json{{"action", "publish"}}, kLongRequestTimeout);
+  if (!response) {
+    if (response.error().message().rfind("hvprofd is not running", 0) == 0) {
+      return MakeError(ErrorKind::kBadState, "{}; start it with `hvprof --start-daemon` and `hvprof --start`, "
+                       "then publish", NotRunning(paths));
+    }
+    if (response.error().message().find("has no action 'publish'") != std::string::npos) {
+      return MakeError(ErrorKind::kInvalidArgument,
+                       "--publish is for active guests: dom0's own report already holds dom0, the hypervisor "
+                       "and the passive domains (`hvprof-report --all-domains` adds what the guests published)");
+    }
+    return response.error();
+  }
+  return Outcome{response.value().value("message", "published")};
+}
+
 Result<Outcome> RunSim(const store::SessionPaths& paths, uint64_t duration_ns) {
   HVPROF_TRY(response, Send(paths, Json{{"action", "run-sim"}, {"duration_ns", duration_ns}}, kLongRequestTimeout));
   return Outcome{fmt::format("the simulated machine ran {:.3f} s", response.value("ran_ns", uint64_t{0}) / 1e9)};
@@ -296,7 +326,7 @@ Result<Outcome> Status(const store::SessionPaths& paths) {
 Result<Outcome> ListEvents(const std::string& cpu_type, const std::string& hv_run_dir) {
   std::string type = cpu_type;
   if (type.empty()) {
-    auto link = agent::ConnectHosted((hv_run_dir.empty() ? DefaultHvRunDir() : hv_run_dir) + "/domain-0.sock");
+    auto link = agent::ConnectHostedDomain(hv_run_dir, 0);
     if (!link) {
       uint32_t count = 0;
       const hvpmu::CpuEventTable* const* tables = hvpmu::AllEventTables(&count);
@@ -347,10 +377,18 @@ Result<Outcome> ListEvents(const std::string& cpu_type, const std::string& hv_ru
 
 std::string FormatStatus(const Json& s) {
   std::string out;
-  out += fmt::format("hvprofd: running; profiling {}\n", s.value("profiling", false) ? "on" : "off");
+  const bool guest = s.value("role", "") == "guest";
+  if (guest) {
+    out += fmt::format("hvprofd: running in {} (an active guest); {}\n", s.value("label", ""),
+                       s.value("joined", false) ? "joined profiling" : "not joined yet: run `hvprof --start`");
+    out += fmt::format("dom0's profiler: {}{}\n", s.value("state", ""),
+                       s.value("profiling", false) ? " (counters running)" : "");
+  } else {
+    out += fmt::format("hvprofd: running; profiling {}\n", s.value("profiling", false) ? "on" : "off");
+  }
   out += fmt::format("machine: {} ({}), {} CPUs, {}\n", s.value("machine", ""), s.value("platform", ""),
                      s.value("cpus", 0), s.value("cpu_type", ""));
-  out += fmt::format("engine:  {}\n", s.value("state", ""));
+  if (!guest) out += fmt::format("engine:  {}\n", s.value("state", ""));
   if (s.contains("sim")) {
     out += fmt::format("clock:   {:.3f} s simulated{}\n", s["sim"].value("time_ns", uint64_t{0}) / 1e9,
                        s["sim"].value("halted", false) ? " (halted: duration reached)" : "");
@@ -380,6 +418,7 @@ std::string FormatStatus(const Json& s) {
                        capacity ? 100 * fill / capacity : 0, samples.value("user", uint64_t{0}),
                        samples.value("kernel", uint64_t{0}), samples.value("hypervisor", uint64_t{0}), lost_total);
   }
+  if (guest) return out;  // engine-wide losses are dom0's to see
   const Json lost = s.value("lost", Json::object());
   out += fmt::format("\nlost in the hypervisor: {} ring full, {} corrupt index, {} no ring, {} in "
                      "unprofiled domains; {} idle samples\n",

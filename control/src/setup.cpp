@@ -14,6 +14,7 @@ using Json = nlohmann::json;
 
 Json SetupOptions::ToJson() const {
   return Json{{"platform", platform},
+              {"domain", domain},
               {"hv_run_dir", hv_run_dir},
               {"session_root", session_root},
               {"xen_image", xen_image},
@@ -33,6 +34,7 @@ Result<SetupOptions> SetupOptions::FromJson(const Json& json) {
   SetupOptions options;
   try {
     options.platform = json.value("platform", options.platform);
+    options.domain = json.value("domain", uint16_t{0});
     options.hv_run_dir = json.value("hv_run_dir", "");
     options.session_root = json.value("session_root", options.session_root);
     options.xen_image = json.value("xen_image", "");

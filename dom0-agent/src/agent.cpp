@@ -1,109 +1,28 @@
 #include "hvprof/dom0/agent.h"
 
-#include <poll.h>
-#include <signal.h>
-#include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
-#include <filesystem>
+#include <cstdlib>
 
-#include "hvprof/base/signals.h"
 #include "hvprof/base/files.h"
 #include "hvprof/base/log.h"
 
 namespace hvprof::dom0 {
 
-using control::Json;
+using agent::Json;
 using hvpmu::ErrorCode;
 namespace legacy = hvpmu::legacy;
 namespace ring = hvpmu::ring;
 
 namespace {
 
-constexpr uint32_t kDefaultCapacity = 16384;
 constexpr uint64_t kAssumedHz = 3'000'000'000;  // to size the poll timer from counts
-
-Dom0Agent* g_signal_agent = nullptr;
-
-void OnSignal(int) {
-  if (g_signal_agent != nullptr) g_signal_agent->RequestShutdown();
-}
-
-uint64_t NowNs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count());
-}
-
-const char* StateName(uint32_t state) {
-  switch (static_cast<hvpmu::EngineState>(state)) {
-    case hvpmu::EngineState::kIdle: return "idle";
-    case hvpmu::EngineState::kInitialized: return "initialized";
-    case hvpmu::EngineState::kCountersReserved: return "counters-reserved";
-    case hvpmu::EngineState::kReady: return "ready";
-    case hvpmu::EngineState::kProfiling: return "profiling";
-  }
-  return "unknown";
-}
-
-const char* RoleName(uint32_t role) {
-  switch (static_cast<hvpmu::DomainRole>(role)) {
-    case hvpmu::DomainRole::kIgnored: return "ignored";
-    case hvpmu::DomainRole::kActive: return "active";
-    case hvpmu::DomainRole::kPassive: return "passive";
-  }
-  return "unknown";
-}
-
-hvpmu::BufferV2 BufferRequest(uint16_t domain, uint32_t capacity) {
-  hvpmu::BufferV2 buffer{};
-  buffer.struct_size = sizeof buffer;
-  buffer.abi_version = hvpmu::kAbiVersion;
-  buffer.domain = domain;
-  buffer.capacity = capacity;
-  return buffer;
-}
 
 }  // namespace
 
 Dom0Agent::Dom0Agent(control::SetupOptions setup, std::unique_ptr<agent::HypervisorLink> link)
-    : setup_(std::move(setup)), link_(std::move(link)) {
-  paths_.root = setup_.session_root;
-  wake_ = ScopedFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-}
-
-Dom0Agent::~Dom0Agent() {
-  if (g_signal_agent == this) g_signal_agent = nullptr;
-}
-
-void Dom0Agent::RequestShutdown() {
-  shutdown_requested_ = true;
-  const uint64_t one = 1;
-  if (wake_.valid()) [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof one);
-}
-
-void Dom0Agent::HandleSignals(Dom0Agent* agent) {
-  g_signal_agent = agent;
-  InstallStopHandler(OnSignal);
-}
-
-Result<void> Dom0Agent::Op(uint32_t op, std::span<std::byte> argument, bool tolerate_refusal) {
-  HVPROF_TRY(code, link_->Op(op, argument));
-  if (code != ErrorCode::kOk && !tolerate_refusal) return agent::RefusalError(op, code);
-  return Ok();
-}
-
-Result<hvpmu::Status> Dom0Agent::EngineStatus() {
-  auto status = std::make_unique<hvpmu::Status>();
-  std::memset(status.get(), 0, sizeof *status);
-  status->struct_size = sizeof(hvpmu::Status);
-  status->abi_version = hvpmu::kAbiVersion;
-  HVPROF_TRYV(Op(hvpmu::kOpStatus, status.get()));
-  return *status;
-}
+    : AgentDaemon("dom0", store::SessionPaths{setup.session_root}, std::move(link)), setup_(std::move(setup)) {}
 
 std::string Dom0Agent::DomainLabel(uint16_t id) const {
   for (const auto& domain : domains_) {
@@ -119,13 +38,7 @@ Result<std::unique_ptr<Dom0Agent>> Dom0Agent::Create(const control::SetupOptions
                      "--platform={} is not supported by this hvprofd yet; use --platform=sim with hvprof-hv",
                      setup.platform);
   }
-  const std::string run_dir = setup.hv_run_dir.empty()
-                                  ? (::geteuid() == 0 ? std::string("/run/hvprof")
-                                     : std::getenv("XDG_RUNTIME_DIR") != nullptr
-                                         ? std::string(std::getenv("XDG_RUNTIME_DIR")) + "/hvprof"
-                                         : "/tmp/hvprof-" + std::to_string(::geteuid()))
-                                  : setup.hv_run_dir;
-  HVPROF_TRY(link, agent::ConnectHosted(run_dir + "/domain-0.sock"));
+  HVPROF_TRY(link, agent::ConnectHostedDomain(setup.hv_run_dir, 0));
   if (link->domain() != 0) {
     return MakeError(ErrorKind::kPermissionDenied,
                      "the hypervisor says this is domain {}, not dom0; the primary profiler runs in dom0",
@@ -151,7 +64,7 @@ Result<void> Dom0Agent::Recover() {
   }
   // A previous hvprofd died without shutting down, or a configuration failed half way:
   // unwind the hypervisor's state in the order Xen's would be unwound.
-  const char* found = StateName(status.state);
+  const char* found = agent::EngineStateName(status.state);
   if (state == hvpmu::EngineState::kProfiling) {
     HVPROF_TRYV(Op(legacy::kOpStop, {}, true));
   }
@@ -164,7 +77,7 @@ Result<void> Dom0Agent::Recover() {
   if (after.state != static_cast<uint32_t>(hvpmu::EngineState::kIdle)) {
     return MakeError(ErrorKind::kBadState,
                      "the hypervisor's profiler is stuck in state '{}' after recovery; restart hvprof-hv",
-                     StateName(after.state));
+                     agent::EngineStateName(after.state));
   }
   const std::string note = fmt::format(
       "recovered the hypervisor's profiling state ('{}') that an earlier hvprofd left behind", found);
@@ -259,8 +172,8 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
   }
 
   // The Xenoprof sequence.
-  capacity_ = setup_.buffer_size != 0 ? setup_.buffer_size : kDefaultCapacity;
-  hvpmu::BufferV2 own = BufferRequest(0, capacity_);
+  capacity_ = setup_.buffer_size != 0 ? setup_.buffer_size : agent::kDefaultRingCapacity;
+  hvpmu::BufferV2 own = agent::BufferRequest(0, capacity_);
   HVPROF_TRYV(Op(hvpmu::kOpGetBufferV2, &own));
   capacity_ = own.capacity;
   watermark_ = own.watermark;
@@ -272,7 +185,7 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
   }
   HVPROF_TRYV(Op(legacy::kOpResetPassiveList, {}));
   for (uint16_t id : passive_) {
-    hvpmu::BufferV2 buffer = BufferRequest(id, capacity_);
+    hvpmu::BufferV2 buffer = agent::BufferRequest(id, capacity_);
     HVPROF_TRYV(Op(hvpmu::kOpSetPassiveV2, &buffer));
     HVPROF_TRYV(rings_.AddV2(*link_, id, buffer, true));
   }
@@ -296,15 +209,7 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
   HVPROF_TRYV(Op(legacy::kOpEnableVirq, {}));
 
   // The session.
-  store::SessionMetadata& m = base_metadata_;
-  m.hvprof_version = hvprof_version;
-  m.platform = link_->platform_name();
-  m.machine = link_->machine_name();
-  m.cpu_type = init.cpu_type;
-  m.num_cpus = init.num_pcpus;
-  m.num_counters = init.num_counters;
-  m.role = "dom0";
-  m.agent_domain = 0;
+  store::SessionMetadata m = NewMetadata(init, hvprof_version);
   for (const auto& event : events_) {
     m.events.push_back({event.counter, event.event->name, event.event->code, event.unit_mask,
                         event.unit_mask_name, event.count, event.kernel, event.user});
@@ -319,21 +224,7 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
         record.vcpus = domain.vcpus;
       }
     }
-    if (id == 0 && context.contains("processes")) {
-      for (const Json& process : context["processes"]) {
-        store::ProcessRecord p;
-        p.pid = process.value("pid", 0u);
-        p.comm = process.value("comm", "");
-        for (const Json& mapping : process.value("mappings", Json::array())) {
-          auto hex = [&](const char* key) {
-            return std::stoull(mapping.value(key, std::string("0")), nullptr, 16);
-          };
-          p.mappings.push_back({mapping.value("path", ""), hex("start"), hex("end"), hex("bias"),
-                                mapping.value("build_id", "")});
-        }
-        record.processes.push_back(std::move(p));
-      }
-    }
+    if (id == 0) record.processes = agent::ProcessesFromContext(context);
     m.domains.push_back(std::move(record));
   }
   for (uint16_t id : passive_) {
@@ -355,10 +246,8 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
   m.backtrace_depth = setup_.callgraph;
   m.poll_interval_ms = PollIntervalMs();
   m.notes = notes_;
-  HVPROF_TRY(session, agent::SessionWriter::Open(paths_.current(), m));
-  session_ = std::make_unique<agent::SessionWriter>(std::move(session));
-  HVPROF_TRY(listener, control::Listen(paths_.control_socket()));
-  control_ = std::move(listener);
+  HVPROF_TRYV(OpenSession(m));
+  HVPROF_TRYV(ListenForControl());
   configured_ = true;
   Log(LogLevel::kInfo, "{}", Describe());
   return Ok();
@@ -383,75 +272,50 @@ std::string Dom0Agent::Describe() const {
 
 uint32_t Dom0Agent::PollIntervalMs() const {
   if (setup_.poll_interval_ms != 0) return setup_.poll_interval_ms;
-  // The busiest ring fills at about one sample per `count` cycles of a fully busy CPU; poll
-  // four times per fill so a ring is drained well before it could overflow.
   uint64_t smallest = UINT64_MAX;
   for (const auto& event : events_) smallest = std::min(smallest, event.count);
-  const double per_second = static_cast<double>(kAssumedHz) / static_cast<double>(smallest);
-  const double fill_ms = 1000.0 * capacity_ / per_second;
-  return static_cast<uint32_t>(std::clamp(fill_ms / 4.0, 1.0, 250.0));
+  return agent::PollIntervalFor(smallest == UINT64_MAX ? 0 : smallest, capacity_);
 }
 
-void Dom0Agent::DrainAll() {
-  rings_.DrainAll([this](const agent::RingState&, const ring::SampleRecord& record,
-                         std::span<const uint64_t> frames) { session_->Add(record, frames); });
+void Dom0Agent::OnTick() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_collect_ < std::chrono::seconds(1)) return;
+  last_collect_ = now;
+  CollectPublished();
 }
 
-Result<void> Dom0Agent::Run() {
-  auto last_flush = std::chrono::steady_clock::now();
-  while (!shutdown_requested_) {
-    std::vector<pollfd> fds;
-    fds.push_back({control_.get(), POLLIN, 0});
-    fds.push_back({wake_.get(), POLLIN, 0});
-    for (const ScopedFd& fd : rings_.notification_fds()) fds.push_back({fd.get(), POLLIN, 0});
-    const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(PollIntervalMs()));
-    if (ready < 0 && errno != EINTR) return ErrnoError(errno, "poll");
-    rings_.ClearNotifications();
-    DrainAll();
-    if (std::chrono::steady_clock::now() - last_flush > std::chrono::seconds(1)) {
-      if (auto flushed = session_->Flush(); !flushed) {
-        Log(LogLevel::kError, "{}", flushed.error().message());
-      }
-      last_flush = std::chrono::steady_clock::now();
+void Dom0Agent::OnDump() { CollectPublished(); }
+
+void Dom0Agent::CollectPublished() {
+  if (!session_ || active_.size() <= 1) return;  // no active guest, nothing to take
+  auto fetched = link_->FetchPublished(published_seen_);
+  if (!fetched) {
+    Log(LogLevel::kWarning, "cannot read published profiles: {}", fetched.error().message());
+    return;
+  }
+  for (const agent::PublishedProfile& profile : fetched.value()) {
+    published_seen_ = std::max(published_seen_, profile.sequence);
+    if (profile.domain == 0 || std::find(active_.begin(), active_.end(), profile.domain) == active_.end()) {
+      Log(LogLevel::kWarning, "ignored the profile domain {} published: it is not an active domain of this session",
+          profile.domain);
+      continue;
     }
-    if (ready > 0 && (fds[0].revents & POLLIN) != 0) {
-      ScopedFd client(::accept4(control_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-      if (client.valid()) {
-        auto request = control::ReadMessage(client.get(), std::chrono::seconds(5));
-        const Json response =
-            request ? Handle(request.value()) : control::ErrorResponse(request.error());
-        if (auto written = control::WriteMessage(client.get(), response); !written) {
-          Log(LogLevel::kWarning, "cannot answer hvprof: {}", written.error().message());
-        }
-      }
+    const std::string directory = session_->directory() + "/published";
+    const std::string path = fmt::format("{}/domain-{}.json", directory, profile.domain);
+    auto written = MakeDirectories(directory);
+    if (written) written = WriteFileAtomically(path, profile.bytes);
+    if (!written) {
+      Log(LogLevel::kError, "cannot keep the profile domain {} published: {}", profile.domain, written.error().message());
+      continue;
     }
+    Log(LogLevel::kInfo, "took the profile {} published ({} bytes) into {}", DomainLabel(profile.domain),
+        profile.bytes.size(), path);
   }
-  if (configured_) {
-    if (auto done = Shutdown(); !done) Log(LogLevel::kError, "{}", done.error().message());
-  }
-  return Ok();
 }
 
-Json Dom0Agent::Handle(const Json& request) {
-  const std::string action = request.value("action", "");
-  Result<Json> result = MakeError(ErrorKind::kInvalidArgument, "unknown action '{}'", action);
-  if (action == "ping") result = control::OkResponse({{"role", "dom0"}, {"pid", ::getpid()}});
-  else if (action == "status") result = Status();
-  else if (action == "start") result = Start();
-  else if (action == "stop") result = Stop();
-  else if (action == "dump") result = Dump();
-  else if (action == "reset") result = Reset();
-  else if (action == "save") result = Save(request.value("name", ""));
-  else if (action == "run-sim") result = RunSim(request.value("duration_ns", uint64_t{0}));
-  else if (action == "shutdown") {
-    result = Shutdown();
-    shutdown_requested_ = true;
-  }
-  if (!result) {
-    Log(LogLevel::kWarning, "{}: {}", action, result.error().message());
-    return control::ErrorResponse(result.error());
-  }
-  return control::OkResponse(std::move(result).value());
+Result<Json> Dom0Agent::HandleOther(const std::string& action, const Json& request) {
+  if (action == "run-sim") return RunSim(request.value("duration_ns", uint64_t{0}));
+  return AgentDaemon::HandleOther(action, request);
 }
 
 Result<Json> Dom0Agent::Start() {
@@ -467,15 +331,25 @@ Result<Json> Dom0Agent::Start() {
         missing.push_back(DomainLabel(d.domain));
       }
     }
+    std::string how = "`hvprof --start-daemon && hvprof --start`";
+    if (link_->platform_name() == "sim") {
+      // On the sim, every domain's commands run on this host and name their domain.
+      how.clear();
+      for (uint32_t i = 0; i < status.num_domains; ++i) {
+        const hvpmu::DomainStatus& d = status.domains[i];
+        if (d.role != static_cast<uint32_t>(hvpmu::DomainRole::kActive) || d.activated != 0) continue;
+        how += fmt::format("{}`hvprof --domain={} --start-daemon && hvprof --domain={} --start`", how.empty() ? "" : "; ",
+                           d.domain, d.domain);
+      }
+    }
     return MakeError(ErrorKind::kBadState,
-                     "cannot start: active domain{} {} {} not started profiling yet. In {} run "
-                     "`hvprof --start-daemon && hvprof --start`, then run `hvprof --start` here again",
+                     "cannot start: active domain{} {} {} not joined profiling yet. In {} run {}, then run "
+                     "`hvprof --start` here again",
                      missing.size() == 1 ? "" : "s", fmt::join(missing, ", "),
-                     missing.size() == 1 ? "has" : "have", missing.size() == 1 ? "it" : "each of them");
+                     missing.size() == 1 ? "has" : "have", missing.size() == 1 ? "it" : "each of them", how);
   }
   if (code.value() != ErrorCode::kOk) return agent::RefusalError(legacy::kOpStart, code.value());
-  profiling_ = true;
-  session_->metadata().profiling.push_back({NowNs(), 0});
+  MarkProfiling(true);
   HVPROF_TRYV(session_->WriteMetadata());
   return Json{{"message", "profiling started"}};
 }
@@ -483,87 +357,11 @@ Result<Json> Dom0Agent::Start() {
 Result<Json> Dom0Agent::Stop() {
   if (!profiling_) return Json{{"message", "profiling is not on"}};
   HVPROF_TRYV(Op(legacy::kOpStop, {}));
-  profiling_ = false;
+  MarkProfiling(false);
   DrainAll();  // the final flush
-  if (!session_->metadata().profiling.empty()) session_->metadata().profiling.back().stop_ns = NowNs();
   HVPROF_TRY(dumped, Dump());
   dumped["message"] = "profiling stopped";
   return dumped;
-}
-
-void Dom0Agent::UpdateMetadata(const hvpmu::Status& status) {
-  store::SessionMetadata& m = session_->metadata();
-  m.rings.clear();
-  uint64_t malformed = 0;
-  for (const agent::RingState& state : rings_.rings()) {
-    const ring::RingHeader& header = state.reader.header();
-    store::RingRecord record;
-    record.owner = state.owner;
-    record.index = state.index;
-    record.kind = state.kind == ring::RingKind::kPcpu ? "pcpu" : "vcpu";
-    record.capacity = header.capacity;
-    for (uint64_t count : header.samples) record.written += ring::LoadRelaxed(&count);
-    for (size_t r = 0; r < ring::kLossSlots; ++r) record.lost[r] = ring::LoadRelaxed(&header.lost[r]);
-    record.drained = state.drained;
-    record.malformed = state.malformed;
-    record.max_fill = state.max_pending;
-    malformed += state.malformed;
-    m.rings.push_back(record);
-  }
-  using ring::LossReason;
-  m.losses.ring_full = status.lost[static_cast<int>(LossReason::kRingFull)];
-  m.losses.corrupt_index = status.lost[static_cast<int>(LossReason::kCorruptIndex)];
-  m.losses.no_ring = status.lost[static_cast<int>(LossReason::kNoRing)];
-  m.losses.unprofiled_domain = status.lost[static_cast<int>(LossReason::kUnprofiledDomain)];
-  m.losses.malformed_records = malformed;
-  m.idle_samples = status.idle_samples;
-}
-
-Result<Json> Dom0Agent::Dump() {
-  DrainAll();
-  HVPROF_TRY(status, EngineStatus());
-  UpdateMetadata(status);
-  HVPROF_TRYV(session_->Dump());
-  return Json{{"message", "samples written"},
-              {"session", session_->directory()},
-              {"samples", session_->stats().samples}};
-}
-
-Result<Json> Dom0Agent::Reset() {
-  DrainAll();
-  const std::string directory = session_->directory();
-  session_.reset();
-  std::error_code ec;
-  std::filesystem::remove_all(directory, ec);
-  if (ec) return ErrnoError(ec.value(), fmt::format("cannot remove {}", directory));
-  store::SessionMetadata fresh = base_metadata_;
-  if (profiling_) fresh.profiling.push_back({NowNs(), 0});
-  HVPROF_TRY(session, agent::SessionWriter::Open(directory, fresh));
-  session_ = std::make_unique<agent::SessionWriter>(std::move(session));
-  return Json{{"message", "the current session was emptied"}};
-}
-
-Result<Json> Dom0Agent::Save(const std::string& name) {
-  HVPROF_TRYV(store::ValidateSessionName(name));
-  const std::string target = paths_.Saved(name);
-  std::error_code ec;
-  if (std::filesystem::exists(target, ec)) {
-    return MakeError(ErrorKind::kBadState, "a session named '{}' exists already ({}); pick another name",
-                     name, target);
-  }
-  if (profiling_ && !session_->metadata().profiling.empty()) {
-    session_->metadata().profiling.back().stop_ns = NowNs();
-  }
-  HVPROF_TRYV(Dump());
-  const std::string directory = session_->directory();
-  session_.reset();
-  std::filesystem::rename(directory, target, ec);
-  if (ec) return ErrnoError(ec.value(), fmt::format("cannot rename {} to {}", directory, target));
-  store::SessionMetadata fresh = base_metadata_;
-  if (profiling_) fresh.profiling.push_back({NowNs(), 0});
-  HVPROF_TRY(session, agent::SessionWriter::Open(directory, fresh));
-  session_ = std::make_unique<agent::SessionWriter>(std::move(session));
-  return Json{{"message", fmt::format("saved as {}", target)}, {"saved", target}};
 }
 
 Result<Json> Dom0Agent::Shutdown() {
@@ -583,8 +381,7 @@ Result<Json> Dom0Agent::Shutdown() {
   HVPROF_TRYV(Op(legacy::kOpResetActiveList, {}, true));
   HVPROF_TRYV(Op(legacy::kOpShutdown, {}, true));
   configured_ = false;
-  control_.Reset();
-  ::unlink(paths_.control_socket().c_str());
+  StopListening();
   result["message"] = "profiling shut down";
   Log(LogLevel::kInfo, "shut down; session kept in {}", session_->directory());
   return result;
@@ -615,23 +412,14 @@ Result<Json> Dom0Agent::Status() {
   Json domains = Json::array();
   for (uint32_t i = 0; i < status.num_domains; ++i) {
     const hvpmu::DomainStatus& d = status.domains[i];
-    Json entry{{"id", d.domain},
-               {"label", DomainLabel(d.domain)},
-               {"role", RoleName(d.role)},
-               {"activated", d.activated != 0},
-               {"rings", d.num_rings},
-               {"capacity", d.capacity},
-               {"max_fill", d.max_fill},
-               {"samples", {{"user", d.samples[0]}, {"kernel", d.samples[1]}, {"hypervisor", d.samples[2]}}},
-               {"lost", {{"ring_full", d.lost[0]}, {"corrupt_index", d.lost[1]}, {"no_ring", d.lost[2]}}}};
-    domains.push_back(entry);
+    domains.push_back(agent::DomainStatusJson(d, DomainLabel(d.domain)));
   }
   Json events = Json::array();
   for (const auto& event : events_) {
     events.push_back({{"counter", event.counter}, {"name", event.event->name}, {"count", event.count},
                       {"unit_mask", event.unit_mask}, {"kernel", event.kernel}, {"user", event.user}});
   }
-  Json result{{"state", StateName(status.state)},
+  Json result{{"state", agent::EngineStateName(status.state)},
               {"profiling", profiling_},
               {"platform", link_->platform_name()},
               {"machine", link_->machine_name()},

@@ -274,4 +274,18 @@ void Engine::OnDomainDestroyed(DomainId domain) {
   MaybeFreeSlot(slot);
 }
 
+uint32_t Engine::FullestRingPercent(DomainId except) const {
+  uint32_t fullest = 0;
+  for (const DomainSlot& slot : slots_) {
+    if (!slot.in_use || !slot.shared || slot.consumer == except) continue;
+    for (uint32_t i = 0; i < slot.nbuf_vcpu; ++i) {
+      const RingWriter& ring = slot.rings[i];
+      if (ring.capacity() == 0) continue;
+      const auto percent = static_cast<uint32_t>(100 * ring.Fill() / ring.capacity());
+      if (percent > fullest) fullest = percent;
+    }
+  }
+  return fullest;
+}
+
 }  // namespace hvpmu

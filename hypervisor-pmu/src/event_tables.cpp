@@ -90,6 +90,18 @@ constexpr EventDef kAmdZen4Events[] = {
 #undef ZEN_COMMON_EVENTS
 #undef AMD_COMMON_EVENTS
 
+// --- Linux without a hardware PMU (cpu_type linux/software): the hosted linux platform samples
+// with perf's cpu-clock timer. CPU_CLK_UNHALTED keeps cycle counts, turned into a period at the
+// CPU's nominal frequency; CPU_CLOCK takes the period in nanoseconds. The kernel will not time
+// below 10 us, which 50000 cycles are up to 5 GHz.
+constexpr EventDef kLinuxSoftwareEvents[] = {
+    {"CPU_CLK_UNHALTED", 0x3C, 0x00, UnitMaskKind::kExclusive, 50000, kNoFixedCounter, kZeroMask,
+     1, "CPU cycles, sampled by the cpu-clock timer: one sample per count cycles at the nominal "
+     "frequency (idle time included)"},
+    {"CPU_CLOCK", 0x01, 0x00, UnitMaskKind::kExclusive, 10000, kNoFixedCounter, kZeroMask, 1,
+     "nanoseconds on the CPU, sampled by the cpu-clock timer: one sample per count ns"},
+};
+
 template <uint32_t N>
 constexpr CpuEventTable MakeTable(const char* cpu_type, const EventDef (&events)[N],
                                   const char* default_event) {
@@ -108,11 +120,12 @@ constexpr CpuEventTable kTables[] = {
     MakeTable("x86-64/family17h", kAmdZenEvents, "CPU_CLK_UNHALTED"),
     MakeTable("x86-64/family18h", kAmdZenEvents, "CPU_CLK_UNHALTED"),
     MakeTable("x86-64/family19h", kAmdZen4Events, "CPU_CLK_UNHALTED"),
+    MakeTable("linux/software", kLinuxSoftwareEvents, "CPU_CLK_UNHALTED"),
 };
 
 constexpr const CpuEventTable* kTablePointers[] = {
     &kTables[0], &kTables[1], &kTables[2], &kTables[3], &kTables[4],  &kTables[5],
-    &kTables[6], &kTables[7], &kTables[8], &kTables[9], &kTables[10],
+    &kTables[6], &kTables[7], &kTables[8], &kTables[9], &kTables[10], &kTables[11],
 };
 static_assert(sizeof kTablePointers / sizeof kTablePointers[0] ==
               sizeof kTables / sizeof kTables[0]);

@@ -464,7 +464,15 @@ ErrorCode Engine::OpStatus(DomainId caller, void* arg, uint32_t size) {
     detail::StrCopy(status->cpu_type, driver_->cpu_type(), sizeof status->cpu_type);
   }
   for (uint32_t i = 0; i < kMaxCounters; ++i) {
-    if (counters_[i].enabled && state_ >= EngineState::kReady) status->enabled_counters |= 1u << i;
+    if (!counters_[i].enabled || state_ < EngineState::kReady) continue;
+    status->enabled_counters |= 1u << i;
+    CounterStatus& counter = status->counters[i];
+    counter.enabled = 1;
+    counter.event = counters_[i].event;
+    counter.unit_mask = counters_[i].unit_mask;
+    counter.kernel = counters_[i].kernel;
+    counter.user = counters_[i].user;
+    counter.count = counters_[i].count;
   }
   status->num_active = CountListed(DomainRole::kActive);
   status->num_activated = CountActivated();

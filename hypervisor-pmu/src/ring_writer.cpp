@@ -207,6 +207,18 @@ RingWriter::Result RingWriter::WriteV2(const SampleToWrite& sample, bool* notify
   return Result::kWritten;
 }
 
+uint64_t RingWriter::Fill() const {
+  if (base_ == nullptr) return 0;
+  if (format_ == RingFormat::kV2) {
+    const uint64_t tail = ring::LoadAcquire(&HeaderOf(base_)->tail);
+    return tail > head_ || head_ - tail > capacity_ ? capacity_ : head_ - tail;
+  }
+  const uint32_t tail = __atomic_load_n(&LegacyOf(base_)->event_tail, __ATOMIC_ACQUIRE);
+  const auto head = static_cast<uint32_t>(head_);
+  if (tail >= capacity_) return capacity_;
+  return head >= tail ? head - tail : capacity_ - tail + head;
+}
+
 RingWriter::Result RingWriter::WriteLegacy(const SampleToWrite& sample, bool* notify) {
   legacy::XenoprofBuf* buf = LegacyOf(base_);
   const uint32_t size = capacity_;

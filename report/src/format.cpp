@@ -95,6 +95,14 @@ std::string FormatHeader(const Profile& profile, const Table& table, const Repor
                          d.samples[0], d.samples[1], d.samples[2]);
     }
   }
+  for (const PublishedSource& guest : profile.published()) {
+    const uint64_t lost = guest.losses.ring_full + guest.losses.corrupt_index + guest.losses.no_ring +
+                          guest.losses.malformed_records + guest.losses.store_failed;
+    out += fmt::format("Merged: {} samples published by domain {}{} (user and kernel symbolized there, hypervisor "
+                       "addresses here){}\n",
+                       guest.samples, guest.domain, guest.name.empty() ? "" : " (" + guest.name + ")",
+                       lost == 0 ? "" : fmt::format("; it lost {} samples", lost));
+  }
   const auto losses = Losses(m);
   if (losses.empty()) {
     out += "Lost samples: none\n";
@@ -331,6 +339,14 @@ std::string FormatJson(const Profile& profile, const Table& table, const ReportO
   }
   out["rows"] = rows;
   out["hidden_rows"] = table.hidden_rows;
+  Json published = Json::array();
+  for (const PublishedSource& guest : profile.published()) {
+    published.push_back({{"domain", guest.domain}, {"name", guest.name}, {"samples", guest.samples},
+                         {"published_ns", guest.published_ns},
+                         {"lost", guest.losses.ring_full + guest.losses.corrupt_index + guest.losses.no_ring +
+                                      guest.losses.malformed_records + guest.losses.store_failed}});
+  }
+  out["published"] = published;
   out["problems"] = profile.problems();
   out["notes"] = m.notes;
   return out.dump(1) + "\n";

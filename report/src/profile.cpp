@@ -8,6 +8,8 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "hvprof/base/files.h"
+#include "hvprof/report/published.h"
 #include "hvprof/symbolizer/symbolizer.h"
 
 namespace hvprof::report {
@@ -51,6 +53,10 @@ class ProfileBuilder {
   ProfileBuilder(Profile& profile, const LoadOptions& options) : p_(profile), options_(options) {}
 
   Result<void> Build(const store::Aggregate& aggregate);
+  // Adds the user and kernel rows the guests symbolized themselves.
+  void AddPublishedSymbols(const std::vector<PublishedProfile>& published);
+  // Domains whose hypervisor samples come from a published profile (named domainN-xen).
+  std::vector<uint16_t> published_domains;
 
  private:
   // What a group of addresses is symbolized against, and how its image is named.
@@ -170,12 +176,14 @@ ProfileBuilder::Target& ProfileBuilder::TargetFor(const store::Aggregate& aggreg
   const uint8_t mode = entry.key.mode;
   const store::DomainRecord* record = FindDomain(domain);
   const bool passive = record != nullptr && record->role == "passive";
+  const bool published =
+      std::find(published_domains.begin(), published_domains.end(), domain) != published_domains.end();
   const bool guest_session = p_.metadata_.role == "guest";
 
   auto target = [&](const std::string& key) -> Target& { return targets_[key]; };
   if (mode == kHypervisor || domain == kIdle) {
     const store::ImageRecord* xen = FindImage("hypervisor", std::nullopt);
-    const std::string name = passive ? fmt::format("domain{}-xen", domain)
+    const std::string name = passive || published ? fmt::format("domain{}-xen", domain)
                              : xen != nullptr ? Basename(xen->path)
                              : guest_session  ? std::string("xen")
                                               : std::string("no-xen");
@@ -364,6 +372,25 @@ Result<void> ProfileBuilder::Build(const store::Aggregate& aggregate) {
   return Ok();
 }
 
+void ProfileBuilder::AddPublishedSymbols(const std::vector<PublishedProfile>& published) {
+  for (const PublishedProfile& guest : published) {
+    const std::string prefix = fmt::format("domain{}:", guest.domain);
+    for (const PublishedSymbol& row : guest.symbols) {
+      const std::string name = prefix + row.image;
+      const uint32_t image = ImageIndex(name, "", row.resolved);
+      if (row.resolved) p_.images_[image].has_symbols = true;
+      const uint32_t symbol = SymbolIndex(image, row.symbol, row.address, row.resolved,
+                                          row.resolved ? "" : "not resolved by the guest");
+      for (size_t c = 0; c < row.samples.size(); ++c) {
+        if (row.samples[c] == 0) continue;
+        p_.entries_.push_back({guest.domain, row.mode, static_cast<uint8_t>(guest.events[c].counter), 0xFFFFFFFF,
+                               row.address, row.samples[c], image, symbol, kNoIndex});
+        p_.total_ += row.samples[c];
+      }
+    }
+  }
+}
+
 std::string Profile::DomainName(uint16_t domain) const {
   if (domain == kIdle) return "idle";
   for (const auto& record : metadata_.domains) {
@@ -373,6 +400,59 @@ std::string Profile::DomainName(uint16_t domain) const {
     }
   }
   return std::to_string(domain);
+}
+
+std::vector<PublishedProfile> Profile::ReadPublished(store::Aggregate* aggregate) {
+  std::vector<PublishedProfile> accepted;
+  std::vector<uint16_t> guests;  // the active domains other than the agent's own
+  for (const store::DomainRecord& domain : metadata_.domains) {
+    if (domain.role == "active" && domain.id != metadata_.agent_domain) guests.push_back(domain.id);
+  }
+  for (uint16_t domain : guests) {
+    const std::string path = fmt::format("{}/published/domain-{}.json", directory_, domain);
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      problems_.push_back(fmt::format("active domain {} has not published its profile (run `hvprof --publish` in "
+                                      "it, then `hvprof --dump` here): its own samples are missing",
+                                      DomainName(domain)));
+      continue;
+    }
+    if (static_cast<uint64_t>(st.st_size) > (64u << 20)) {
+      problems_.push_back(fmt::format("{} is too large to be a published profile; not used", path));
+      continue;
+    }
+    auto text = ReadFileToString(path);
+    auto parsed = text ? ParsePublished(text.value(), domain) : Result<PublishedProfile>(text.error());
+    if (!parsed) {
+      problems_.push_back(parsed.error().message() + "; not used");
+      continue;
+    }
+    PublishedProfile& guest = parsed.value();
+    // The guest's counters are dom0's: the same logical counter must count the same event.
+    std::string mismatch;
+    for (const PublishedEvent& event : guest.events) {
+      const auto same = std::find_if(metadata_.events.begin(), metadata_.events.end(), [&](const store::EventRecord& e) {
+        return e.counter == event.counter && e.name == event.name && e.count == event.count;
+      });
+      if (same == metadata_.events.end()) mismatch = fmt::format("{}:{} on counter {}", event.name, event.count, event.counter);
+    }
+    if (!mismatch.empty()) {
+      problems_.push_back(fmt::format("domain {} published a profile of another session ({} is not counted here); not used",
+                                      DomainName(domain), mismatch));
+      continue;
+    }
+    for (const PublishedAddress& address : guest.hypervisor) {
+      for (size_t c = 0; c < address.samples.size(); ++c) {
+        if (address.samples[c] == 0) continue;
+        aggregate->entries.push_back({{address.ip, 0xFFFFFFFF, domain, kHypervisor,
+                                       static_cast<uint8_t>(guest.events[c].counter)},
+                                      address.samples[c]});
+      }
+    }
+    published_.push_back({domain, guest.name, guest.samples, guest.published_ns, guest.losses});
+    accepted.push_back(std::move(guest));
+  }
+  return accepted;
 }
 
 Result<Profile> Profile::Load(const std::string& directory, const LoadOptions& options) {
@@ -405,10 +485,14 @@ Result<Profile> Profile::Load(const std::string& directory, const LoadOptions& o
     }
   }
   if (!have_samples) profile.problems_.push_back(fmt::format("{} has no samples file", profile.directory_));
+  std::vector<PublishedProfile> published;
+  if (options.all_domains) published = profile.ReadPublished(&aggregate);
   profile.timings_.read_seconds = reading.Seconds();
   profile.timings_.from_aggregate = from_aggregate;
   ProfileBuilder builder(profile, options);
+  for (const PublishedProfile& guest : published) builder.published_domains.push_back(guest.domain);
   HVPROF_TRYV(builder.Build(aggregate));
+  builder.AddPublishedSymbols(published);
   return profile;
 }
 

@@ -244,8 +244,9 @@ TEST_CASE("every wrong order of use has its own message", "[agent][usage]") {
   CHECK(not_ready.status == 1);
   CHECK(not_ready.err.find("1 (guest1)") != std::string::npos);
   CHECK(not_ready.err.find("3 (guest3)") != std::string::npos);
-  CHECK(not_ready.err.find("have not started profiling") != std::string::npos);
-  CHECK(not_ready.err.find("hvprof --start") != std::string::npos);
+  CHECK(not_ready.err.find("have not joined profiling") != std::string::npos);
+  CHECK(not_ready.err.find("hvprof --domain=1 --start-daemon && hvprof --domain=1 --start") != std::string::npos);
+  CHECK(not_ready.err.find("hvprof --domain=3 --start-daemon") != std::string::npos);
 
   auto twice = host.Hvprof({"--start-daemon"});
   CHECK(twice.status == 1);

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -89,6 +90,10 @@ Host::Host(const nlohmann::json& scenario) {
 }
 
 Host::~Host() {
+  for (uint16_t domain : guests_) {
+    (void)RunProgram({Binary("hvprof"), "--shutdown", "--domain=" + std::to_string(domain),
+                      "--session-dir=" + guest_root(domain)});
+  }
   (void)RunProgram({Binary("hvprof"), "--shutdown", "--session-dir=" + session_root_});
   if (hv_pid_ > 0) {
     ::kill(hv_pid_, SIGTERM);
@@ -104,6 +109,19 @@ CommandResult Host::Hvprof(std::vector<std::string> args) {
   argv.push_back("--session-dir=" + session_root_);
   argv.insert(argv.end(), args.begin() + (run ? 1 : 0), args.end());
   return RunProgram(argv);
+}
+
+CommandResult Host::GuestHvprof(uint16_t domain, std::vector<std::string> args) {
+  if (std::find(guests_.begin(), guests_.end(), domain) == guests_.end()) guests_.push_back(domain);
+  std::vector<std::string> argv = {Binary("hvprof"), "--domain=" + std::to_string(domain), "--run-dir=" + run_dir_,
+                                   "--session-dir=" + guest_root(domain)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunProgram(argv);
+}
+
+pid_t Host::GuestAgentPid(uint16_t domain) const {
+  auto text = ReadFileToString(guest_root(domain) + "/lock");
+  return text ? std::atoi(text.value().c_str()) : -1;
 }
 
 CommandResult Host::Report(std::vector<std::string> args) {

@@ -32,6 +32,11 @@ class Host {
 
   // hvprof with --run-dir and --session-dir of this host added.
   CommandResult Hvprof(std::vector<std::string> args);
+  // hvprof as run inside guest `domain`: --domain=N and that guest's own session root.
+  CommandResult GuestHvprof(uint16_t domain, std::vector<std::string> args);
+  std::string guest_root(uint16_t domain) const { return dir_.File("guest-" + std::to_string(domain)); }
+  std::string guest_current(uint16_t domain) const { return guest_root(domain) + "/samples/current"; }
+  pid_t GuestAgentPid(uint16_t domain) const;
   // hvprof-report on this host's session root.
   CommandResult Report(std::vector<std::string> args);
   std::unique_ptr<agent::HypervisorLink> Connect(uint16_t domain) const;
@@ -47,6 +52,7 @@ class Host {
   std::string run_dir_;
   std::string session_root_;
   pid_t hv_pid_ = -1;
+  std::vector<uint16_t> guests_;  // whose agents to shut down at the end
 };
 
 }  // namespace hvprof::testing

@@ -224,6 +224,27 @@ TEST_CASE("a guest learns the PMU from init but is never primary", "[ops]") {
   CHECK(status.total_samples == 0);
 }
 
+TEST_CASE("status tells every caller what the counters count, once they are set up", "[ops]") {
+  auto h = InState(kC);
+  // Reserved and programmed, not set up: nothing to tell yet.
+  CHECK(h->Status(1).counters[0].enabled == 0);
+  REQUIRE(h->Op(0, legacy::kOpSetupEvents) == ErrorCode::kOk);
+  for (DomainId caller : {DomainId{0}, DomainId{1}}) {
+    const Status status = h->Status(caller);
+    uint32_t enabled = 0;
+    for (uint32_t i = 0; i < kMaxCounters; ++i) {
+      if (status.counters[i].enabled == 0) continue;
+      ++enabled;
+      CHECK((status.enabled_counters & (1u << i)) != 0);
+      CHECK(status.counters[i].event == 0x3C);
+      CHECK(status.counters[i].count == 100000);
+      CHECK(status.counters[i].kernel == 1);
+      CHECK(status.counters[i].user == 1);
+    }
+    CHECK(enabled == 1);
+  }
+}
+
 TEST_CASE("quirk fixed: init while profiling is refused, counters keep running", "[ops][quirks]") {
   auto h = InState(kP);
   CHECK(h->Init(0) == ErrorCode::kProfiling);

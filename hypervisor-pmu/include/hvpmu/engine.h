@@ -75,6 +75,10 @@ class Engine {
   // The domain was destroyed: drop it from every list and free its rings.
   void OnDomainDestroyed(DomainId domain);
 
+  // The fullest ring whose consumer is not `except`, as a fraction of its capacity in percent.
+  // Hosts with a simulated clock use it to let slow consumers catch up.
+  uint32_t FullestRingPercent(DomainId except) const;
+
   EngineState state() const { return state_; }
   DomainId primary() const { return primary_; }
 

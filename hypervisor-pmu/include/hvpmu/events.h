@@ -40,6 +40,9 @@ struct CpuEventTable {
   uint64_t default_count;
 };
 
+// The cpu_type of hosts sampled with Linux's cpu-clock timer, for want of a hardware PMU.
+inline constexpr const char kLinuxSoftwareCpuType[] = "linux/software";
+
 // The table for a cpu_type string ("i386/arch_perfmon", "x86-64/family17h", ...), or nullptr.
 const CpuEventTable* FindEventTable(const char* cpu_type);
 // All tables, for tools that list events of every CPU type.

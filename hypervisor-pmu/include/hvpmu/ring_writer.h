@@ -65,6 +65,9 @@ class RingWriter {
 
   const RingStats& stats() const { return stats_; }
   uint32_t capacity() const { return capacity_; }
+  // Slots (v2) or records (legacy) written and not yet consumed, as the consumer's index says
+  // now; a corrupt index counts as full.
+  uint64_t Fill() const;
 
  private:
   Result WriteV2(const SampleToWrite& sample, bool* notify);

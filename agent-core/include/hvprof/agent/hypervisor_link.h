@@ -23,6 +23,13 @@ struct MappedRegion {
   uint8_t* base() const { return static_cast<uint8_t*>(mapping->data()); }
 };
 
+// A profile a guest published for dom0's whole-host report, as the hypervisor handed it on.
+struct PublishedProfile {
+  hvpmu::DomainId domain = 0;  // the publisher, as the hypervisor knows it
+  uint64_t sequence = 0;       // increases with every publication
+  std::string bytes;           // the guest's document: untrusted input
+};
+
 struct SimClock {
   uint64_t sim_time_ns = 0;
   uint64_t pmis = 0;
@@ -53,6 +60,11 @@ class HypervisorLink {
   // The domains this caller may know of, as JSON: [{"id", "name", "type", "vcpus", "kernel"}].
   virtual Result<std::string> Domains() = 0;
 
+  // A guest hands its profile to dom0 (this is its consent to appear in dom0's reports).
+  virtual Result<void> Publish(std::span<const std::byte> profile);
+  // dom0: the profiles guests published after `after_sequence`, the latest per domain.
+  virtual Result<std::vector<PublishedProfile>> FetchPublished(uint64_t after_sequence);
+
   // Simulated machines only.
   virtual Result<SimClock> SimQuery();
   virtual Result<SimClock> SimRunFor(uint64_t ns);
@@ -61,6 +73,8 @@ class HypervisorLink {
 
 // Connects to hvprof-hv's socket for one domain and says hello.
 Result<std::unique_ptr<HypervisorLink>> ConnectHosted(const std::string& socket_path);
+// The same for `domain`'s socket in `run_dir` (empty: hvprof-hv's default run directory).
+Result<std::unique_ptr<HypervisorLink>> ConnectHostedDomain(const std::string& run_dir, hvpmu::DomainId domain);
 
 // Typed helpers: run an op on a struct, or with no argument.
 template <typename T>

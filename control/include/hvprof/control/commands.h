@@ -6,11 +6,13 @@
 #include <string>
 
 #include "hvprof/base/error.h"
-#include "hvprof/control/channel.h"
+#include "hvprof/agent/control_channel.h"
 #include "hvprof/control/setup.h"
 #include "hvprof/store/session.h"
 
 namespace hvprof::control {
+
+using agent::Json;
 
 // What a command printed and how it should exit.
 struct Outcome {
@@ -45,8 +47,7 @@ Result<Outcome> ListEvents(const std::string& cpu_type, const std::string& hv_ru
 
 // Human-readable forms of an agent's status.
 std::string FormatStatus(const Json& status);
-
-// The hvprof-hv run directory when none was given.
-std::string DefaultHvRunDir();
+// A guest: hands its symbolized profile to dom0 (`hvprof --publish`).
+Result<Outcome> Publish(const store::SessionPaths& paths);
 
 }  // namespace hvprof::control

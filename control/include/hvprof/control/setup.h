@@ -20,6 +20,7 @@ namespace hvprof::control {
 // The setup options of --start-daemon, kept in SESSION_ROOT/daemonrc.json.
 struct SetupOptions {
   std::string platform = "sim";
+  uint16_t domain = 0;        // the domain this runs in: 0 is dom0 (the primary), else a guest
   std::string hv_run_dir;     // hvprof-hv's socket directory; empty: its default
   std::string session_root = store::kDefaultSessionRoot;
   std::string xen_image;      // --xen

@@ -4,84 +4,56 @@
 // domains' rings into the session store, and answers `hvprof` over its control socket.
 #pragma once
 
-#include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "hvprof/agent/hypervisor_link.h"
-#include "hvprof/agent/ring_set.h"
-#include "hvprof/agent/session_writer.h"
+#include "hvprof/agent/agent_daemon.h"
 #include "hvprof/base/error.h"
-#include "hvprof/base/scoped_fd.h"
-#include "hvprof/control/channel.h"
 #include "hvprof/control/setup.h"
 
 namespace hvprof::dom0 {
 
-class Dom0Agent {
+class Dom0Agent final : public agent::AgentDaemon {
  public:
   // Everything up to dom0's enable_virq. A failure leaves the hypervisor as it was found
   // (recovered to idle) and says what to fix.
   static Result<std::unique_ptr<Dom0Agent>> Create(const control::SetupOptions& setup,
                                                    const std::string& hvprof_version);
-  ~Dom0Agent();
 
-  // Serves control requests and drains until shutdown (a request, SIGTERM or SIGINT).
-  Result<void> Run();
-  // Async-signal-safe.
-  void RequestShutdown();
-  static void HandleSignals(Dom0Agent* agent);
-
-  // A one-line summary of what was configured, for `hvprof --start-daemon` to print.
-  std::string Describe() const;
+  std::string Describe() const override;
 
  private:
   Dom0Agent(control::SetupOptions setup, std::unique_ptr<agent::HypervisorLink> link);
 
   Result<void> Recover();
   Result<void> Configure(const std::string& hvprof_version);
-  Result<void> Op(uint32_t op, std::span<std::byte> argument, bool tolerate_refusal = false);
-  template <typename T>
-  Result<void> Op(uint32_t op, T* argument) {
-    return Op(op, std::as_writable_bytes(std::span(argument, 1)));
-  }
-  Result<hvpmu::Status> EngineStatus();
 
-  void DrainAll();
-  uint32_t PollIntervalMs() const;
-  control::Json Handle(const control::Json& request);
-  Result<control::Json> Start();
-  Result<control::Json> Stop();
-  Result<control::Json> Dump();
-  Result<control::Json> Reset();
-  Result<control::Json> Save(const std::string& name);
-  Result<control::Json> Shutdown();
-  Result<control::Json> RunSim(uint64_t duration_ns);
-  Result<control::Json> Status();
-  void UpdateMetadata(const hvpmu::Status& status);
+  Result<agent::Json> Start() override;
+  Result<agent::Json> Stop() override;
+  Result<agent::Json> Shutdown() override;
+  Result<agent::Json> Status() override;
+  Result<agent::Json> HandleOther(const std::string& action, const agent::Json& request) override;
+  uint32_t PollIntervalMs() const override;
+  void OnTick() override;
+  void OnDump() override;
+  // Takes the profiles active guests published into the session (published/domain-N.json).
+  void CollectPublished();
+  Result<agent::Json> RunSim(uint64_t duration_ns);
   std::string DomainLabel(uint16_t id) const;
 
   control::SetupOptions setup_;
-  store::SessionPaths paths_;
-  std::unique_ptr<agent::HypervisorLink> link_;
   hvpmu::InitV2 pmu_{};
   std::vector<control::ResolvedEvent> events_;
   std::vector<control::DomainInfo> domains_;
   std::vector<uint16_t> active_;
   std::vector<uint16_t> passive_;
   std::vector<store::ImageRecord> images_;
-  agent::RingSet rings_;
-  std::unique_ptr<agent::SessionWriter> session_;
-  store::SessionMetadata base_metadata_;
-  ScopedFd control_;
   uint32_t capacity_ = 0;
   uint32_t watermark_ = 0;
-  bool profiling_ = false;
-  bool configured_ = false;
-  std::atomic<bool> shutdown_requested_{false};
-  ScopedFd wake_;  // eventfd written by RequestShutdown
-  std::vector<std::string> notes_;
+  uint64_t published_seen_ = 0;  // the last publication taken
+  std::chrono::steady_clock::time_point last_collect_{};
 };
 
 }  // namespace hvprof::dom0

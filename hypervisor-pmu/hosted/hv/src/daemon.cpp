@@ -36,6 +36,9 @@ namespace {
 
 constexpr uint32_t kMaxOpArgument = 16 * 1024;
 constexpr uint64_t kMachineStepNs = 1'000'000;
+// Max speed: how full a guest-consumed ring may get before the clock waits, and for how long.
+constexpr uint32_t kCatchUpPercent = 50;
+constexpr int kMaxCatchUpMs = 500;
 
 Daemon* g_signal_daemon = nullptr;
 
@@ -61,18 +64,6 @@ struct Daemon::Connection {
   pid_t peer_pid = 0;
   std::vector<std::byte> input;
 };
-
-std::string DefaultRunDir() {
-  if (::geteuid() == 0) return "/run/hvprof";
-  if (const char* runtime = std::getenv("XDG_RUNTIME_DIR"); runtime != nullptr && *runtime) {
-    return std::string(runtime) + "/hvprof";
-  }
-  return "/tmp/hvprof-" + std::to_string(::geteuid());
-}
-
-std::string DomainSocketPath(const std::string& run_dir, DomainId domain) {
-  return run_dir + "/domain-" + std::to_string(domain) + ".sock";
-}
 
 Daemon::Daemon(const DaemonOptions& options) : options_(options) {}
 
@@ -218,6 +209,18 @@ void Daemon::MachineLoop() {
     }
     if (run.duration_ns != 0) step = std::min(step, run.duration_ns - machine_->now_ns());
     machine_->RunFor(step);
+    if (run.speed == sim::Speed::kMax) {
+      // At full speed the clock outruns agents that drain on their own schedule (active
+      // guests): let them catch up rather than lose samples no real machine would lose. An
+      // agent that does not drain within the grace time loses samples, as on real hardware.
+      for (int waited = 0; waited < kMaxCatchUpMs && !stopping_ &&
+                           engine_->FullestRingPercent(engine_->primary()) >= kCatchUpPercent;
+           ++waited) {
+        lock.unlock();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        lock.lock();
+      }
+    }
     bool finished = false;
     for (const PendingRun& pending : pending_runs_) finished |= machine_->now_ns() >= pending.target_ns;
     if (finished || (run.duration_ns != 0 && machine_->now_ns() >= run.duration_ns)) {
@@ -315,7 +318,9 @@ void Daemon::ReadFrom(Connection& connection) {
   while (connection.input.size() >= sizeof(hosted::MessageHeader)) {
     hosted::MessageHeader header;
     std::memcpy(&header, connection.input.data(), sizeof header);
-    if (auto valid = hosted::ValidateHeader(header, hosted::kMaxRequestPayload); !valid) {
+    const uint32_t limit = header.type == static_cast<uint16_t>(MessageType::kPublish) ? hosted::kMaxPublishPayload
+                                                                                       : hosted::kMaxRequestPayload;
+    if (auto valid = hosted::ValidateHeader(header, limit); !valid) {
       ReplyStatus(connection, header.sequence, MessageType::kError, ProtocolError::kMalformed,
                   valid.error().message());
       Close(connection, valid.error().message());
@@ -496,6 +501,35 @@ void Daemon::Handle(Connection& connection, const hosted::MessageHeader& header,
                         {"kernel", machine_->kernel_source(domain.id)}});
       }
       return ReplyStatus(connection, sequence, type, ProtocolError::kOk, list.dump());
+    }
+    case MessageType::kPublish: {
+      // A guest hands its own profile to dom0; the bytes are the guest's, never interpreted here.
+      if (connection.domain == 0) {
+        return ReplyStatus(connection, sequence, type, ProtocolError::kDenied, "dom0 does not publish to itself");
+      }
+      Published& entry = published_[connection.domain];
+      entry.bytes.assign(payload.begin(), payload.end());
+      entry.sequence = ++publish_sequence_;
+      hvprof::Log(hvprof::LogLevel::kInfo, "domain {} published its profile ({} bytes)", connection.domain,
+                  payload.size());
+      return ReplyStatus(connection, sequence, type, ProtocolError::kOk);
+    }
+    case MessageType::kFetchPublished: {
+      hosted::FetchPublishedRequest request;
+      if (!hosted::Unpack(payload, &request)) return malformed("fetch-published of the wrong size");
+      if (connection.domain != 0) {
+        return ReplyStatus(connection, sequence, type, ProtocolError::kDenied,
+                           "only dom0 may read the profiles guests published");
+      }
+      std::vector<std::byte> out(sizeof(hosted::StatusReply));
+      for (const auto& [domain, entry] : published_) {
+        if (entry.sequence <= request.after_sequence) continue;
+        const hosted::PublishedEntry head{domain, 0, static_cast<uint32_t>(entry.bytes.size()), entry.sequence};
+        const auto* raw = reinterpret_cast<const std::byte*>(&head);
+        out.insert(out.end(), raw, raw + sizeof head);
+        out.insert(out.end(), entry.bytes.begin(), entry.bytes.end());
+      }
+      return Reply(connection, sequence, type, out);
     }
     default:
       return ReplyStatus(connection, sequence, MessageType::kError, ProtocolError::kUnknownType,

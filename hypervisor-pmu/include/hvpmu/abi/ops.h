@@ -124,6 +124,19 @@ static_assert(sizeof(DomainStatus) == 120);
 
 inline constexpr uint32_t kStatusMaxDomains = kMaxListedDomains;
 
+// A logical counter as set up by the primary (the counter op), so that an active guest knows
+// what its samples count.
+struct CounterStatus {
+  uint8_t enabled;
+  uint8_t unit_mask;
+  uint8_t kernel;
+  uint8_t user;
+  uint16_t event;
+  uint16_t pad;
+  uint64_t count;  // events per sample
+};
+static_assert(sizeof(CounterStatus) == 16);
+
 struct Status {
   uint32_t struct_size;  // in: sizeof(Status)
   uint32_t abi_version;  // in
@@ -144,6 +157,7 @@ struct Status {
   char cpu_type[kCpuTypeSize];
   uint32_t num_domains;    // valid entries below; a non-primary caller sees only itself
   uint32_t pad0;
+  CounterStatus counters[kMaxCounters];  // valid once counters are set up (state ready or later)
   uint64_t reserved[4];
   DomainStatus domains[kStatusMaxDomains];
 };

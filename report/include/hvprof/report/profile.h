@@ -20,6 +20,8 @@ namespace hvprof::report {
 
 inline constexpr uint32_t kNoIndex = 0xFFFFFFFF;
 
+struct PublishedProfile;
+
 struct Image {
   std::string name;       // as reports show it: xen-syms-4.17-amd64, libc.so.6, domain3-kernel
   std::string path;       // the file symbolized against; empty when there is none
@@ -61,6 +63,8 @@ struct LoadOptions {
   bool demangle = true;
   bool lines = false;      // resolve file:line (-g)
   bool use_aggregate = true;
+  // --all-domains: add the profiles active guests published (published/domain-N.json).
+  bool all_domains = false;
   // Images: where to look for them when the recorded path is gone (like opreport's
   // --image-path), tried in order.
   std::vector<std::string> image_path;
@@ -74,6 +78,15 @@ struct LoadTimings {
   double resolve_seconds = 0;       // looking the addresses up and naming them
   double attribute_seconds = 0;     // deciding each address's image
   uint64_t distinct_addresses = 0;
+};
+
+// A guest's published profile, as --all-domains used it.
+struct PublishedSource {
+  uint16_t domain = 0;
+  std::string name;
+  uint64_t samples = 0;
+  uint64_t published_ns = 0;
+  store::LossRecord losses;
 };
 
 class Profile {
@@ -92,6 +105,8 @@ class Profile {
   const std::vector<std::string>& problems() const { return problems_; }
   uint64_t total_samples() const { return total_; }
   const LoadTimings& timings() const { return timings_; }
+  // With LoadOptions::all_domains: the guests' profiles that were merged.
+  const std::vector<PublishedSource>& published() const { return published_; }
   // The name of a domain: "dom0", "3 (db-hvm)", "idle".
   std::string DomainName(uint16_t domain) const;
 
@@ -105,8 +120,10 @@ class Profile {
   std::vector<std::string> problems_;
   uint64_t total_ = 0;
   LoadTimings timings_;
+  std::vector<PublishedSource> published_;
 
   friend class ProfileBuilder;
+  std::vector<PublishedProfile> ReadPublished(store::Aggregate* aggregate);
 };
 
 }  // namespace hvprof::report

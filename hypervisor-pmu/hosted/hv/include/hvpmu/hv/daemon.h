@@ -40,10 +40,8 @@ struct DaemonOptions {
   std::string ground_truth_path;              // written on exit, if set
 };
 
-// /run/hvprof for root, else $XDG_RUNTIME_DIR/hvprof, else /tmp/hvprof-UID.
-std::string DefaultRunDir();
-// The socket of `domain` in `run_dir`.
-std::string DomainSocketPath(const std::string& run_dir, DomainId domain);
+using hosted::DefaultRunDir;
+using hosted::DomainSocketPath;
 
 class Daemon {
  public:
@@ -98,6 +96,13 @@ class Daemon {
   hvprof::ScopedFd pid_file_;
   std::map<DomainId, hvprof::ScopedFd> listeners_;
   std::map<int, std::unique_ptr<Connection>> connections_;  // by fd
+  // Profiles guests published for dom0 (kPublish), the latest per domain.
+  struct Published {
+    std::vector<std::byte> bytes;
+    uint64_t sequence = 0;
+  };
+  std::map<DomainId, Published> published_;
+  uint64_t publish_sequence_ = 0;
   struct PendingRun {
     int fd;
     uint32_t sequence;

@@ -7,12 +7,22 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+
+#include "hvpmu/abi/ops.h"
 
 namespace hvpmu::hosted {
+
+// Where hvprof-hv puts its sockets by default: /run/hvprof for root, else
+// $XDG_RUNTIME_DIR/hvprof, else /tmp/hvprof-UID.
+std::string DefaultRunDir();
+// The socket of `domain` in `run_dir`.
+std::string DomainSocketPath(const std::string& run_dir, DomainId domain);
 
 inline constexpr uint32_t kProtocolMagic = 0x50485648;  // "HVHP" little-endian
 inline constexpr uint16_t kProtocolVersion = 1;
 inline constexpr uint32_t kMaxRequestPayload = 64 * 1024;
+inline constexpr uint32_t kMaxPublishPayload = 16u << 20;  // a Publish request may be this big
 inline constexpr uint32_t kMaxReplyPayload = 256u << 20;
 inline constexpr uint32_t kMaxFdsPerMessage = 250;  // below the kernel's SCM_MAX_FD (253)
 inline constexpr uint16_t kReplyBit = 0x8000;
@@ -26,6 +36,8 @@ enum class MessageType : uint16_t {
   kSimControl = 6,   // SimControlRequest -> SimControlReply (primary domain only)
   kGroundTruth = 7,  // GroundTruthRequest -> StatusReply + JSON (primary domain only, sim only)
   kDomains = 8,      // empty -> StatusReply + JSON: the domains the caller may know of
+  kPublish = 9,      // the caller's profile (bytes) -> StatusReply (guests only)
+  kFetchPublished = 10,  // FetchPublishedRequest -> StatusReply + PublishedEntry... (primary only)
   kError = 0x7FFF,   // reply to a request that could not be understood: StatusReply + text
 };
 
@@ -122,6 +134,19 @@ struct GroundTruthRequest {
   uint32_t reset;  // 1: clear the counts after reporting them
   uint32_t pad;
 };
+
+struct FetchPublishedRequest {
+  uint64_t after_sequence;  // only profiles published after this one (0: all)
+};
+
+// One published profile in a FetchPublished reply: this header, then `bytes` bytes.
+struct PublishedEntry {
+  uint16_t domain;  // who published it, as the hypervisor knows
+  uint16_t pad;
+  uint32_t bytes;
+  uint64_t sequence;  // increases with every publication
+};
+static_assert(sizeof(PublishedEntry) == 16);
 
 struct StatusReply {
   int32_t error;  // ProtocolError; text or JSON follows

@@ -1,4 +1,4 @@
-#include "hvprof/control/channel.h"
+#include "hvprof/agent/control_channel.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -11,7 +11,7 @@
 
 #include "hvprof/base/files.h"
 
-namespace hvprof::control {
+namespace hvprof::agent {
 
 namespace {
 
@@ -126,4 +126,4 @@ Result<Json> CheckResponse(Json response) {
   return Error(error_kind, response.value("error", std::string("the agent reported an error")));
 }
 
-}  // namespace hvprof::control
+}  // namespace hvprof::agent

@@ -12,7 +12,7 @@
 #include "hvprof/base/error.h"
 #include "hvprof/base/scoped_fd.h"
 
-namespace hvprof::control {
+namespace hvprof::agent {
 
 using Json = nlohmann::json;
 
@@ -33,4 +33,4 @@ Json ErrorResponse(const Error& error);
 // Turns an {"ok": false} response into an Error (kind preserved), else passes it through.
 Result<Json> CheckResponse(Json response);
 
-}  // namespace hvprof::control
+}  // namespace hvprof::agent

@@ -1,0 +1,117 @@
+// What hvprofd is in either role: a loop that drains rings into the session store, flushes it
+// every second and answers `hvprof` on the control socket. The dom0 agent (dom0-agent/) and
+// the guest agent (guest-agent/) add how they set profiling up and tear it down.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hvprof/agent/control_channel.h"
+#include "hvprof/agent/hypervisor_link.h"
+#include "hvprof/agent/ring_set.h"
+#include "hvprof/agent/session_writer.h"
+#include "hvprof/base/error.h"
+#include "hvprof/base/scoped_fd.h"
+#include "hvprof/store/session.h"
+
+namespace hvprof::agent {
+
+class AgentDaemon {
+ public:
+  virtual ~AgentDaemon();
+  AgentDaemon(const AgentDaemon&) = delete;
+  AgentDaemon& operator=(const AgentDaemon&) = delete;
+
+  // Serves control requests and drains until shutdown (a request, SIGTERM or SIGINT).
+  Result<void> Run();
+  // Async-signal-safe.
+  void RequestShutdown();
+  // Routes SIGTERM and SIGINT to RequestShutdown.
+  static void HandleSignals(AgentDaemon* agent);
+
+  // A one-line summary of what was set up, for `hvprof --start-daemon` to print.
+  virtual std::string Describe() const = 0;
+
+ protected:
+  AgentDaemon(std::string role, store::SessionPaths paths, std::unique_ptr<HypervisorLink> link);
+
+  // Runs an op; a refusal becomes an Error naming it unless `tolerate_refusal`.
+  Result<void> Op(uint32_t op, std::span<std::byte> argument, bool tolerate_refusal = false);
+  template <typename T>
+  Result<void> Op(uint32_t op, T* argument) {
+    return Op(op, std::as_writable_bytes(std::span(argument, 1)));
+  }
+  Result<hvpmu::Status> EngineStatus();
+
+  // The metadata every session starts with: who wrote it, and the machine from `init`.
+  store::SessionMetadata NewMetadata(const hvpmu::InitV2& init, const std::string& hvprof_version) const;
+  // Opens (or continues) the current session with `base` as its metadata.
+  Result<void> OpenSession(store::SessionMetadata base);
+  Result<void> ListenForControl();
+  void StopListening();
+  void DrainAll();
+  // Records every ring's counters and the losses the engine reports in the session metadata.
+  void UpdateMetadata(const hvpmu::Status& status);
+
+  // The actions both roles share.
+  Result<Json> Dump();
+  Result<Json> Reset();
+  Result<Json> Save(const std::string& name);
+  // Marks the current profiling interval as started or stopped in the metadata.
+  void MarkProfiling(bool on);
+
+  // Role-specific.
+  virtual Result<Json> Start() = 0;
+  virtual Result<Json> Stop() = 0;
+  virtual Result<Json> Shutdown() = 0;
+  virtual Result<Json> Status() = 0;
+  // Actions only one role has ("run-sim", "publish"); kNotFound for an unknown action.
+  virtual Result<Json> HandleOther(const std::string& action, const Json& request);
+  // Drain period in milliseconds.
+  virtual uint32_t PollIntervalMs() const = 0;
+  // Called once per loop turn, after draining (at least every PollIntervalMs()).
+  virtual void OnTick() {}
+  // Called by Dump before it writes the session.
+  virtual void OnDump() {}
+
+  std::string role_;
+  store::SessionPaths paths_;
+  std::unique_ptr<HypervisorLink> link_;
+  RingSet rings_;
+  std::unique_ptr<SessionWriter> session_;
+  store::SessionMetadata base_metadata_;
+  bool configured_ = false;
+  bool profiling_ = false;  // as far as this agent's session is concerned
+  std::vector<std::string> notes_;
+
+ private:
+  Json Handle(const Json& request);
+
+  ScopedFd control_;
+  std::atomic<bool> shutdown_requested_{false};
+  ScopedFd wake_;  // eventfd written by RequestShutdown
+};
+
+// A drain period that empties a ring of `capacity` slots four times in the time a fully busy
+// CPU needs to fill it with one sample per `smallest_count` events, within 1-250 ms.
+uint32_t PollIntervalFor(uint64_t smallest_count, uint32_t capacity);
+
+// Slots per ring when --buffer-size is not given.
+inline constexpr uint32_t kDefaultRingCapacity = 16384;
+// A get_buffer_v2 / set_passive_v2 argument for `domain`'s rings of `capacity` slots.
+hvpmu::BufferV2 BufferRequest(hvpmu::DomainId domain, uint32_t capacity);
+
+// Now, as the session metadata records times (CLOCK_REALTIME, ns).
+uint64_t WallClockNs();
+
+// Names for status output.
+const char* EngineStateName(uint32_t state);
+const char* DomainRoleName(uint32_t role);
+// One domain's line of the engine's status, as `hvprof --status` shows it.
+Json DomainStatusJson(const hvpmu::DomainStatus& domain, const std::string& label);
+// The processes and mappings of the platform's context record (HypervisorLink::Context).
+std::vector<store::ProcessRecord> ProcessesFromContext(const Json& context);
+
+}  // namespace hvprof::agent

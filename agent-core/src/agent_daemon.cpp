@@ -1,0 +1,336 @@
+#include "hvprof/agent/agent_daemon.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include "hvprof/base/log.h"
+#include "hvprof/base/signals.h"
+
+namespace hvprof::agent {
+
+namespace ring = hvpmu::ring;
+
+namespace {
+
+AgentDaemon* g_signal_agent = nullptr;
+
+void OnSignal(int) {
+  if (g_signal_agent != nullptr) g_signal_agent->RequestShutdown();
+}
+
+}  // namespace
+
+uint32_t PollIntervalFor(uint64_t smallest_count, uint32_t capacity) {
+  constexpr double kAssumedHz = 3e9;  // events per second of a busy CPU counting cycles
+  if (smallest_count == 0 || capacity == 0) return 250;
+  const double per_second = kAssumedHz / static_cast<double>(smallest_count);
+  return static_cast<uint32_t>(std::clamp(1000.0 * capacity / per_second / 4.0, 1.0, 250.0));
+}
+
+hvpmu::BufferV2 BufferRequest(hvpmu::DomainId domain, uint32_t capacity) {
+  hvpmu::BufferV2 buffer{};
+  buffer.struct_size = sizeof buffer;
+  buffer.abi_version = hvpmu::kAbiVersion;
+  buffer.domain = domain;
+  buffer.capacity = capacity;
+  return buffer;
+}
+
+const char* EngineStateName(uint32_t state) {
+  switch (static_cast<hvpmu::EngineState>(state)) {
+    case hvpmu::EngineState::kIdle: return "idle";
+    case hvpmu::EngineState::kInitialized: return "initialized";
+    case hvpmu::EngineState::kCountersReserved: return "counters-reserved";
+    case hvpmu::EngineState::kReady: return "ready";
+    case hvpmu::EngineState::kProfiling: return "profiling";
+  }
+  return "unknown";
+}
+
+const char* DomainRoleName(uint32_t role) {
+  switch (static_cast<hvpmu::DomainRole>(role)) {
+    case hvpmu::DomainRole::kIgnored: return "ignored";
+    case hvpmu::DomainRole::kActive: return "active";
+    case hvpmu::DomainRole::kPassive: return "passive";
+  }
+  return "unknown";
+}
+
+Json DomainStatusJson(const hvpmu::DomainStatus& d, const std::string& label) {
+  return Json{{"id", d.domain},
+              {"label", label},
+              {"role", DomainRoleName(d.role)},
+              {"activated", d.activated != 0},
+              {"rings", d.num_rings},
+              {"capacity", d.capacity},
+              {"max_fill", d.max_fill},
+              {"samples", {{"user", d.samples[0]}, {"kernel", d.samples[1]}, {"hypervisor", d.samples[2]}}},
+              {"lost", {{"ring_full", d.lost[0]}, {"corrupt_index", d.lost[1]}, {"no_ring", d.lost[2]}}}};
+}
+
+std::vector<store::ProcessRecord> ProcessesFromContext(const Json& context) {
+  std::vector<store::ProcessRecord> processes;
+  if (!context.is_object() || !context.contains("processes") || !context["processes"].is_array()) return processes;
+  auto hex = [](const Json& mapping, const char* key) -> uint64_t {
+    const Json& value = mapping.contains(key) ? mapping[key] : Json();
+    if (!value.is_string()) return 0;
+    return std::strtoull(value.get_ref<const std::string&>().c_str(), nullptr, 16);
+  };
+  for (const Json& process : context["processes"]) {
+    if (!process.is_object()) continue;
+    store::ProcessRecord p;
+    p.pid = process.value("pid", 0u);
+    p.comm = process.value("comm", "");
+    const Json mappings = process.value("mappings", Json::array());
+    for (const Json& mapping : mappings) {
+      if (!mapping.is_object()) continue;
+      p.mappings.push_back({mapping.value("path", ""), hex(mapping, "start"), hex(mapping, "end"),
+                            hex(mapping, "bias"), mapping.value("build_id", "")});
+    }
+    processes.push_back(std::move(p));
+  }
+  return processes;
+}
+
+uint64_t WallClockNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+AgentDaemon::AgentDaemon(std::string role, store::SessionPaths paths, std::unique_ptr<HypervisorLink> link)
+    : role_(std::move(role)), paths_(std::move(paths)), link_(std::move(link)) {
+  wake_ = ScopedFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+}
+
+AgentDaemon::~AgentDaemon() {
+  if (g_signal_agent == this) g_signal_agent = nullptr;
+}
+
+void AgentDaemon::RequestShutdown() {
+  shutdown_requested_ = true;
+  const uint64_t one = 1;
+  if (wake_.valid()) [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof one);
+}
+
+void AgentDaemon::HandleSignals(AgentDaemon* agent) {
+  g_signal_agent = agent;
+  InstallStopHandler(OnSignal);
+}
+
+Result<void> AgentDaemon::Op(uint32_t op, std::span<std::byte> argument, bool tolerate_refusal) {
+  HVPROF_TRY(code, link_->Op(op, argument));
+  if (code != hvpmu::ErrorCode::kOk && !tolerate_refusal) return RefusalError(op, code);
+  return Ok();
+}
+
+Result<hvpmu::Status> AgentDaemon::EngineStatus() {
+  auto status = std::make_unique<hvpmu::Status>();
+  std::memset(status.get(), 0, sizeof *status);
+  status->struct_size = sizeof(hvpmu::Status);
+  status->abi_version = hvpmu::kAbiVersion;
+  HVPROF_TRYV(Op(hvpmu::kOpStatus, status.get()));
+  return *status;
+}
+
+store::SessionMetadata AgentDaemon::NewMetadata(const hvpmu::InitV2& init, const std::string& hvprof_version) const {
+  store::SessionMetadata m;
+  m.hvprof_version = hvprof_version;
+  m.platform = link_->platform_name();
+  m.machine = link_->machine_name();
+  m.cpu_type = init.cpu_type;
+  m.num_cpus = init.num_pcpus;
+  m.num_counters = init.num_counters;
+  m.role = role_;
+  m.agent_domain = link_->domain();
+  return m;
+}
+
+Result<void> AgentDaemon::OpenSession(store::SessionMetadata base) {
+  base_metadata_ = std::move(base);
+  HVPROF_TRY(session, SessionWriter::Open(paths_.current(), base_metadata_));
+  session_ = std::make_unique<SessionWriter>(std::move(session));
+  return Ok();
+}
+
+Result<void> AgentDaemon::ListenForControl() {
+  HVPROF_TRY(listener, Listen(paths_.control_socket()));
+  control_ = std::move(listener);
+  return Ok();
+}
+
+void AgentDaemon::StopListening() {
+  control_.Reset();
+  ::unlink(paths_.control_socket().c_str());
+}
+
+void AgentDaemon::DrainAll() {
+  if (!session_) return;
+  rings_.DrainAll([this](const RingState&, const ring::SampleRecord& record, std::span<const uint64_t> frames) {
+    session_->Add(record, frames);
+  });
+}
+
+Result<void> AgentDaemon::Run() {
+  auto last_flush = std::chrono::steady_clock::now();
+  while (!shutdown_requested_) {
+    std::vector<pollfd> fds;
+    fds.push_back({control_.get(), POLLIN, 0});
+    fds.push_back({wake_.get(), POLLIN, 0});
+    for (const ScopedFd& fd : rings_.notification_fds()) fds.push_back({fd.get(), POLLIN, 0});
+    const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(PollIntervalMs()));
+    if (ready < 0 && errno != EINTR) return ErrnoError(errno, "poll");
+    rings_.ClearNotifications();
+    DrainAll();
+    OnTick();
+    if (session_ && std::chrono::steady_clock::now() - last_flush > std::chrono::seconds(1)) {
+      if (auto flushed = session_->Flush(); !flushed) Log(LogLevel::kError, "{}", flushed.error().message());
+      last_flush = std::chrono::steady_clock::now();
+    }
+    if (ready > 0 && (fds[0].revents & POLLIN) != 0) {
+      ScopedFd client(::accept4(control_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (client.valid()) {
+        auto request = ReadMessage(client.get(), std::chrono::seconds(5));
+        const Json response = request ? Handle(request.value()) : ErrorResponse(request.error());
+        if (auto written = WriteMessage(client.get(), response); !written) {
+          Log(LogLevel::kWarning, "cannot answer hvprof: {}", written.error().message());
+        }
+      }
+    }
+  }
+  if (configured_) {
+    if (auto done = Shutdown(); !done) Log(LogLevel::kError, "{}", done.error().message());
+  }
+  return Ok();
+}
+
+Result<Json> AgentDaemon::HandleOther(const std::string& action, const Json&) {
+  return MakeError(ErrorKind::kInvalidArgument, "the {} agent has no action '{}'", role_, action);
+}
+
+Json AgentDaemon::Handle(const Json& request) {
+  const std::string action = request.value("action", "");
+  Result<Json> result = Json::object();
+  if (action == "ping") result = Json{{"role", role_}, {"pid", ::getpid()}, {"domain", link_->domain()}};
+  else if (action == "status") result = Status();
+  else if (action == "start") result = Start();
+  else if (action == "stop") result = Stop();
+  else if (action == "dump") result = Dump();
+  else if (action == "reset") result = Reset();
+  else if (action == "save") result = Save(request.value("name", ""));
+  else if (action == "shutdown") {
+    result = Shutdown();
+    if (result) shutdown_requested_ = true;
+  } else {
+    result = HandleOther(action, request);
+  }
+  if (!result) {
+    Log(LogLevel::kWarning, "{}: {}", action, result.error().message());
+    return ErrorResponse(result.error());
+  }
+  return OkResponse(std::move(result).value());
+}
+
+void AgentDaemon::MarkProfiling(bool on) {
+  profiling_ = on;
+  if (!session_) return;
+  auto& intervals = session_->metadata().profiling;
+  if (on) {
+    intervals.push_back({WallClockNs(), 0});
+  } else if (!intervals.empty() && intervals.back().stop_ns == 0) {
+    intervals.back().stop_ns = WallClockNs();
+  }
+}
+
+void AgentDaemon::UpdateMetadata(const hvpmu::Status& status) {
+  store::SessionMetadata& m = session_->metadata();
+  m.rings.clear();
+  store::LossRecord own;  // from this agent's rings, for a caller that is not the primary
+  uint64_t malformed = 0;
+  for (const RingState& state : rings_.rings()) {
+    const ring::RingHeader& header = state.reader.header();
+    store::RingRecord record;
+    record.owner = state.owner;
+    record.index = state.index;
+    record.kind = state.kind == ring::RingKind::kPcpu ? "pcpu" : "vcpu";
+    record.capacity = header.capacity;
+    for (const uint64_t& count : header.samples) record.written += ring::LoadRelaxed(&count);
+    for (size_t r = 0; r < ring::kLossSlots; ++r) record.lost[r] = ring::LoadRelaxed(&header.lost[r]);
+    record.drained = state.drained;
+    record.malformed = state.malformed;
+    record.max_fill = state.max_pending;
+    malformed += state.malformed;
+    own.ring_full += record.lost[static_cast<int>(ring::LossReason::kRingFull)];
+    own.corrupt_index += record.lost[static_cast<int>(ring::LossReason::kCorruptIndex)];
+    own.no_ring += record.lost[static_cast<int>(ring::LossReason::kNoRing)];
+    m.rings.push_back(record);
+  }
+  using ring::LossReason;
+  if (status.primary == link_->domain()) {
+    m.losses.ring_full = status.lost[static_cast<int>(LossReason::kRingFull)];
+    m.losses.corrupt_index = status.lost[static_cast<int>(LossReason::kCorruptIndex)];
+    m.losses.no_ring = status.lost[static_cast<int>(LossReason::kNoRing)];
+    m.losses.unprofiled_domain = status.lost[static_cast<int>(LossReason::kUnprofiledDomain)];
+    m.idle_samples = status.idle_samples;
+  } else {
+    m.losses.ring_full = own.ring_full;
+    m.losses.corrupt_index = own.corrupt_index;
+    m.losses.no_ring = own.no_ring;
+  }
+  m.losses.malformed_records = malformed;
+}
+
+Result<Json> AgentDaemon::Dump() {
+  if (!session_) return MakeError(ErrorKind::kBadState, "there is no session yet: run `hvprof --start` first");
+  DrainAll();
+  OnDump();
+  HVPROF_TRY(status, EngineStatus());
+  UpdateMetadata(status);
+  HVPROF_TRYV(session_->Dump());
+  return Json{{"message", "samples written"},
+              {"session", session_->directory()},
+              {"samples", session_->stats().samples}};
+}
+
+Result<Json> AgentDaemon::Reset() {
+  if (!session_) return Json{{"message", "there is no session to empty"}};
+  DrainAll();
+  const std::string directory = session_->directory();
+  session_.reset();
+  std::error_code ec;
+  std::filesystem::remove_all(directory, ec);
+  if (ec) return ErrnoError(ec.value(), fmt::format("cannot remove {}", directory));
+  HVPROF_TRYV(OpenSession(base_metadata_));
+  if (profiling_) MarkProfiling(true);
+  return Json{{"message", "the current session was emptied"}};
+}
+
+Result<Json> AgentDaemon::Save(const std::string& name) {
+  HVPROF_TRYV(store::ValidateSessionName(name));
+  if (!session_) return MakeError(ErrorKind::kBadState, "there is no session to save yet");
+  const std::string target = paths_.Saved(name);
+  std::error_code ec;
+  if (std::filesystem::exists(target, ec)) {
+    return MakeError(ErrorKind::kBadState, "a session named '{}' exists already ({}); pick another name",
+                     name, target);
+  }
+  const bool was_profiling = profiling_;
+  if (was_profiling) MarkProfiling(false);
+  HVPROF_TRYV(Dump());
+  const std::string directory = session_->directory();
+  session_.reset();
+  std::filesystem::rename(directory, target, ec);
+  if (ec) return ErrnoError(ec.value(), fmt::format("cannot rename {} to {}", directory, target));
+  HVPROF_TRYV(OpenSession(base_metadata_));
+  if (was_profiling) MarkProfiling(true);
+  return Json{{"message", fmt::format("saved as {}", target)}, {"saved", target}};
+}
+
+}  // namespace hvprof::agent

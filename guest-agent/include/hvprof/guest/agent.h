@@ -1,0 +1,51 @@
+// hvprofd --role=guest: the profiler of an active domain. `--start` joins the profiling dom0
+// set up (init as a non-primary, get_buffer, enable_virq); from then on the agent drains its
+// own rings into its own session, symbolized with what only this domain has: its kernel and
+// its processes. `--publish` hands the symbolized profile to dom0.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hvprof/agent/agent_daemon.h"
+#include "hvprof/base/error.h"
+#include "hvprof/control/setup.h"
+
+namespace hvprof::guest {
+
+class GuestAgent final : public agent::AgentDaemon {
+ public:
+  // Connects to the hypervisor as domain `setup.domain` and listens for `hvprof`; nothing is
+  // asked of the hypervisor until --start.
+  static Result<std::unique_ptr<GuestAgent>> Create(const control::SetupOptions& setup,
+                                                    const std::string& hvprof_version);
+
+  std::string Describe() const override;
+
+ private:
+  GuestAgent(control::SetupOptions setup, std::string version, std::unique_ptr<agent::HypervisorLink> link);
+
+  Result<agent::Json> Start() override;
+  Result<agent::Json> Stop() override;
+  Result<agent::Json> Shutdown() override;
+  Result<agent::Json> Status() override;
+  Result<agent::Json> HandleOther(const std::string& action, const agent::Json& request) override;
+  uint32_t PollIntervalMs() const override;
+
+  Result<agent::Json> Publish();
+  // Checks that dom0 has set profiling up with this domain active, and says what to run if not.
+  Result<void> CheckJoinable(const hvpmu::Status& status) const;
+  Result<store::SessionMetadata> SessionDescription(const hvpmu::InitV2& init, const hvpmu::Status& status);
+  std::string Label() const;
+
+  control::SetupOptions setup_;
+  std::string version_;
+  std::string name_;  // this domain's name, as the platform knows it
+  uint32_t capacity_ = 0;
+  uint32_t watermark_ = 0;
+  uint64_t smallest_count_ = 0;
+  bool activated_ = false;
+};
+
+}  // namespace hvprof::guest

@@ -1,0 +1,286 @@
+#include "hvprof/guest/agent.h"
+
+#include <algorithm>
+
+#include "hvprof/base/log.h"
+#include "hvprof/report/profile.h"
+#include "hvprof/report/published.h"
+#include "hvpmu/events.h"
+
+namespace hvprof::guest {
+
+using agent::Json;
+using hvpmu::ErrorCode;
+namespace legacy = hvpmu::legacy;
+
+namespace {
+
+const hvpmu::DomainStatus* FindDomain(const hvpmu::Status& status, hvpmu::DomainId id) {
+  for (uint32_t i = 0; i < status.num_domains && i < hvpmu::kStatusMaxDomains; ++i) {
+    if (status.domains[i].domain == id) return &status.domains[i];
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+GuestAgent::GuestAgent(control::SetupOptions setup, std::string version, std::unique_ptr<agent::HypervisorLink> link)
+    : AgentDaemon("guest", store::SessionPaths{setup.session_root}, std::move(link)),
+      setup_(std::move(setup)),
+      version_(std::move(version)) {}
+
+Result<std::unique_ptr<GuestAgent>> GuestAgent::Create(const control::SetupOptions& setup,
+                                                       const std::string& hvprof_version) {
+  if (setup.platform != "sim") {
+    return MakeError(ErrorKind::kUnsupported,
+                     "--platform={} is not supported by the guest agent yet; use --platform=sim with hvprof-hv",
+                     setup.platform);
+  }
+  if (setup.domain == 0) {
+    return MakeError(ErrorKind::kInvalidArgument, "the guest agent runs in a guest; dom0 runs `hvprofd --role=dom0`");
+  }
+  HVPROF_TRY(link, agent::ConnectHostedDomain(setup.hv_run_dir, setup.domain));
+  if (link->domain() != setup.domain) {
+    return MakeError(ErrorKind::kPermissionDenied, "the hypervisor says this is domain {}, not domain {}",
+                     link->domain(), setup.domain);
+  }
+  std::unique_ptr<GuestAgent> agent(new GuestAgent(setup, hvprof_version, std::move(link)));
+  if (auto domains = agent->link_->Domains(); domains) {
+    if (auto list = control::ParseDomainList(domains.value()); list) {
+      for (const control::DomainInfo& domain : list.value()) {
+        if (domain.id == setup.domain) agent->name_ = domain.name;
+      }
+    }
+  }
+  HVPROF_TRYV(agent->ListenForControl());
+  agent->configured_ = true;
+  Log(LogLevel::kInfo, "{}", agent->Describe());
+  return agent;
+}
+
+std::string GuestAgent::Label() const {
+  return name_.empty() ? fmt::format("domain {}", setup_.domain) : fmt::format("domain {} ({})", setup_.domain, name_);
+}
+
+std::string GuestAgent::Describe() const {
+  if (!activated_) {
+    return fmt::format("guest agent ready in {} on {} ({}); session {}", Label(), link_->machine_name(),
+                       link_->platform_name(), paths_.current());
+  }
+  return fmt::format("{} joined profiling: {} rings of {} samples; session {}", Label(), rings_.rings().size(),
+                     capacity_, paths_.current());
+}
+
+uint32_t GuestAgent::PollIntervalMs() const {
+  if (setup_.poll_interval_ms != 0) return setup_.poll_interval_ms;
+  return agent::PollIntervalFor(smallest_count_, capacity_);
+}
+
+Result<void> GuestAgent::CheckJoinable(const hvpmu::Status& status) const {
+  const auto state = static_cast<hvpmu::EngineState>(status.state);
+  if (state == hvpmu::EngineState::kIdle || status.primary == hvpmu::kDomainInvalid) {
+    return MakeError(ErrorKind::kBadState,
+                     "the hypervisor's profiler is not set up yet: dom0 has not run `hvprof --start-daemon`. "
+                     "In dom0 run `hvprof --start-daemon --active-domains={}` (with its other options), then "
+                     "`hvprof --start` here again",
+                     setup_.domain);
+  }
+  const hvpmu::DomainStatus* self = FindDomain(status, setup_.domain);
+  if (self == nullptr || self->role != static_cast<uint32_t>(hvpmu::DomainRole::kActive)) {
+    return MakeError(ErrorKind::kBadState,
+                     "dom0 did not list {} as an active domain, so it cannot profile itself. In dom0 run "
+                     "`hvprof --shutdown`, then `hvprof --start-daemon --active-domains={}` (or profile it from "
+                     "dom0 with --passive-domains={})",
+                     Label(), setup_.domain, setup_.domain);
+  }
+  if (state == hvpmu::EngineState::kInitialized || state == hvpmu::EngineState::kCountersReserved) {
+    return MakeError(ErrorKind::kBusy, "dom0 is still setting profiling up; run `hvprof --start` again in a moment");
+  }
+  return Ok();
+}
+
+Result<store::SessionMetadata> GuestAgent::SessionDescription(const hvpmu::InitV2& init, const hvpmu::Status& status) {
+  store::SessionMetadata m = NewMetadata(init, version_);
+  // What the counters count, as dom0 set them up.
+  const hvpmu::CpuEventTable* table = hvpmu::FindEventTable(init.cpu_type);
+  smallest_count_ = 0;
+  for (uint32_t i = 0; i < hvpmu::kMaxCounters; ++i) {
+    const hvpmu::CounterStatus& counter = status.counters[i];
+    if (counter.enabled == 0) continue;
+    store::EventRecord event;
+    event.counter = i;
+    event.code = counter.event;
+    event.unit_mask = counter.unit_mask;
+    event.count = counter.count;
+    event.kernel = counter.kernel != 0;
+    event.user = counter.user != 0;
+    const hvpmu::EventDef* def = table != nullptr ? hvpmu::FindEventByCode(*table, counter.event, counter.unit_mask) : nullptr;
+    event.name = def != nullptr ? def->name : fmt::format("EVENT_{:#x}", counter.event);
+    for (uint8_t u = 0; def != nullptr && u < def->num_unit_masks; ++u) {
+      if (def->unit_masks[u].value == counter.unit_mask) event.unit_mask_name = def->unit_masks[u].name;
+    }
+    if (smallest_count_ == 0 || counter.count < smallest_count_) smallest_count_ = counter.count;
+    m.events.push_back(std::move(event));
+  }
+  if (m.events.empty()) return MakeError(ErrorKind::kBadState, "dom0 has set up no counters yet");
+
+  // What this domain runs: its kernel and its processes.
+  HVPROF_TRY(context_text, link_->Context());
+  Json context = Json::parse(context_text, nullptr, false);
+  if (!context.is_object()) context = Json::object();
+  store::DomainRecord self;
+  self.id = setup_.domain;
+  self.name = name_;
+  self.role = "active";
+  self.vcpus = static_cast<uint16_t>(rings_.rings().size());
+  self.processes = agent::ProcessesFromContext(context);
+  m.domains.push_back(std::move(self));
+  if (!setup_.no_vmlinux) {
+    std::string kernel = setup_.vmlinux;
+    if (kernel.empty()) kernel = context.value("kernel", std::string("/proc/kallsyms"));
+    HVPROF_TRY(image, control::CheckImage(kernel, "kernel", setup_.domain));
+    m.images.push_back(image);
+  }
+  m.notes.push_back("hypervisor samples are this domain's time in the hypervisor; a guest has no xen-syms, "
+                    "so they are shown unresolved (dom0 resolves them in `hvprof-report --all-domains`)");
+  m.ring_format = "v2";
+  m.ring_capacity = capacity_;
+  m.ring_watermark = watermark_;
+  m.backtrace_depth = status.backtrace_depth;
+  m.poll_interval_ms = PollIntervalMs();
+  return m;
+}
+
+Result<Json> GuestAgent::Start() {
+  if (activated_) return Json{{"message", fmt::format("{} has already joined profiling", Label())}};
+  HVPROF_TRY(status, EngineStatus());
+  HVPROF_TRYV(CheckJoinable(status));
+
+  // Xen's sequence for an active domain: init, get_buffer, enable_virq.
+  hvpmu::InitV2 init{};
+  init.struct_size = sizeof init;
+  init.abi_version = hvpmu::kAbiVersion;
+  HVPROF_TRYV(Op(hvpmu::kOpInitV2, &init));
+  hvpmu::BufferV2 buffer =
+      agent::BufferRequest(setup_.domain, setup_.buffer_size != 0 ? setup_.buffer_size : agent::kDefaultRingCapacity);
+  HVPROF_TRYV(Op(hvpmu::kOpGetBufferV2, &buffer));
+  capacity_ = buffer.capacity;
+  watermark_ = buffer.watermark;
+  rings_.Clear();
+  HVPROF_TRYV(rings_.AddV2(*link_, setup_.domain, buffer, true));
+  if (auto enabled = Op(legacy::kOpEnableVirq, {}); !enabled) {
+    rings_.Clear();
+    (void)Op(legacy::kOpDisableVirq, {}, true);
+    return enabled.error();
+  }
+  activated_ = true;
+
+  HVPROF_TRY(metadata, SessionDescription(init, status));
+  HVPROF_TRYV(OpenSession(std::move(metadata)));
+  MarkProfiling(true);
+  HVPROF_TRYV(session_->WriteMetadata());
+  Log(LogLevel::kInfo, "{}", Describe());
+  return Json{{"message", fmt::format("{} joined profiling; run `hvprof --start` in dom0 once every active "
+                                      "domain has joined",
+                                      Label())}};
+}
+
+Result<Json> GuestAgent::Stop() {
+  if (!session_) return Json{{"message", fmt::format("{} has not joined profiling; nothing to stop", Label())}};
+  HVPROF_TRY(dumped, Dump());
+  HVPROF_TRY(status, EngineStatus());
+  const bool running = status.state == static_cast<uint32_t>(hvpmu::EngineState::kProfiling);
+  dumped["message"] = running ? "samples written; dom0 is still profiling, so this domain keeps collecting until "
+                                "dom0 runs `hvprof --stop`"
+                              : "samples written";
+  return dumped;
+}
+
+Result<Json> GuestAgent::Shutdown() {
+  Json result{{"samples", uint64_t{0}}, {"session", paths_.current()}};
+  std::string message = fmt::format("the agent of {} shut down", Label());
+  if (activated_) {
+    DrainAll();
+    HVPROF_TRY(status, EngineStatus());
+    const bool running = status.state == static_cast<uint32_t>(hvpmu::EngineState::kProfiling);
+    MarkProfiling(false);
+    HVPROF_TRY(dumped, Dump());
+    result = dumped;
+    rings_.Clear();
+    if (running) {
+      // The engine refuses disable_virq while profiling; the hypervisor deactivates this domain
+      // when the agent's connection closes, as it does for an agent that dies.
+      message = fmt::format("{} left profiling while dom0 is still profiling: its samples from now on are not "
+                            "recorded (dom0's session counts them as lost in unprofiled domains)",
+                            Label());
+    } else {
+      HVPROF_TRYV(Op(legacy::kOpDisableVirq, {}, true));
+      message = fmt::format("profiling shut down in {}", Label());
+    }
+    activated_ = false;
+  }
+  configured_ = false;
+  StopListening();
+  result["message"] = message;
+  Log(LogLevel::kInfo, "{}", message);
+  return result;
+}
+
+Result<Json> GuestAgent::Status() {
+  HVPROF_TRY(status, EngineStatus());
+  Json domains = Json::array();
+  if (const hvpmu::DomainStatus* self = FindDomain(status, setup_.domain)) {
+    domains.push_back(agent::DomainStatusJson(*self, Label()));
+  }
+  Json events = Json::array();
+  if (session_) {
+    for (const store::EventRecord& event : session_->metadata().events) {
+      events.push_back({{"counter", event.counter}, {"name", event.name}, {"count", event.count},
+                        {"unit_mask", event.unit_mask}, {"kernel", event.kernel}, {"user", event.user}});
+    }
+  }
+  return Json{{"role", "guest"},
+              {"domain", setup_.domain},
+              {"label", Label()},
+              {"joined", activated_},
+              {"state", agent::EngineStateName(status.state)},
+              {"profiling", status.state == static_cast<uint32_t>(hvpmu::EngineState::kProfiling)},
+              {"primary", status.primary},
+              {"platform", link_->platform_name()},
+              {"machine", link_->machine_name()},
+              {"cpu_type", std::string(status.cpu_type)},
+              {"cpus", status.num_pcpus},
+              {"session", session_ ? session_->directory() : ""},
+              {"samples_stored", session_ ? session_->stats().samples : 0},
+              {"events", events},
+              {"domains", domains},
+              {"buffers", {{"capacity", capacity_}, {"watermark", watermark_}, {"poll_interval_ms", PollIntervalMs()}}}};
+}
+
+Result<Json> GuestAgent::HandleOther(const std::string& action, const Json& request) {
+  if (action == "publish") return Publish();
+  if (action == "run-sim") {
+    return MakeError(ErrorKind::kPermissionDenied, "only dom0 drives the simulated machine; run `hvprof --run-sim` there");
+  }
+  return AgentDaemon::HandleOther(action, request);
+}
+
+Result<Json> GuestAgent::Publish() {
+  if (!session_) {
+    return MakeError(ErrorKind::kBadState, "{} has no samples to publish: run `hvprof --start` here first", Label());
+  }
+  HVPROF_TRYV(Dump());
+  // The profile as this domain alone can symbolize it; hypervisor addresses stay raw for dom0.
+  report::LoadOptions options;
+  HVPROF_TRY(profile, report::Profile::Load(session_->directory(), options));
+  const report::PublishedProfile published = report::BuildPublished(profile);
+  const std::string text = report::SerializePublished(published);
+  HVPROF_TRYV(link_->Publish(std::as_bytes(std::span(text.data(), text.size()))));
+  return Json{{"message", fmt::format("published {} samples of {} ({} symbols, {} hypervisor addresses) to dom0; "
+                                      "dom0 takes it into its session within a second, and `hvprof-report "
+                                      "--all-domains` there shows it",
+                                      published.samples, Label(), published.symbols.size(), published.hypervisor.size())},
+              {"samples", published.samples}};
+}
+
+}  // namespace hvprof::guest
