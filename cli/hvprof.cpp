@@ -36,7 +36,8 @@ One action per call; every action is safe to repeat. The Xenoprof workflow:
   in a guest: hvprof --publish      (its symbolized profile, for dom0's `hvprof-report --all-domains`)
 
 `hvprof run` does all of that for one workload, saves the session and prints the report;
-its exit status is CMD's. On a simulated machine it runs the machine for --duration.
+its exit status is CMD's. On a simulated machine it runs the machine for --duration. On this
+host (as root): `hvprof run --platform=linux --session-dir=DIR -- CMD ARGS...`.
 
 On a host without our hypervisor, run hvprof-hv first (hvprof-hv --help).
 
@@ -93,7 +94,9 @@ int main(int argc, char** argv) {
         ("help", "show this help");
     po::options_description options("Setup options (with --start-daemon)");
     options.add_options()
-        ("platform", po::value(&setup.platform)->default_value("sim"), "sim: hvprof-hv's simulated machine")
+        ("platform", po::value(&setup.platform)->default_value("sim"),
+         "sim (hvprof-hv's simulated machine) or linux (this host through perf_event_open; `hvprof run` "
+         "starts hvprof-hv --platform=linux itself when none runs)")
         ("xen", po::value(&setup.xen_image), "the hypervisor image (xen-syms) to symbolize hypervisor samples with; default: what the platform reports")
         ("vmlinux", po::value(&setup.vmlinux), "dom0's kernel image (vmlinux, System.map); default: what the platform reports, else /proc/kallsyms")
         ("no-vmlinux", "do not symbolize dom0's kernel samples")
@@ -118,7 +121,10 @@ int main(int argc, char** argv) {
     std::string duration;
     po::options_description run_described("Options of `hvprof run`");
     run_described.add_options()
-        ("duration", po::value(&duration), "simulated machines: how long to run the machine (default 1s)")
+        ("duration", po::value(&duration), "how long to run a simulated machine, or to profile a real one "
+                                           "when no command is given (default 1s)")
+        ("domain-map", po::value(&run_options.domain_map), "linux: domains for process trees, cgroups and VMs "
+                                                           "(hvprof-hv --help), for the hvprof-hv `hvprof run` starts")
         ("repeat", po::value(&run_options.repeat)->default_value(1), "profile the workload N times and report the spread of each symbol's share")
         ("json", po::value(&run_options.json_path), "write a JSON summary here (samples, losses, top symbols, wall time, exit status)")
         ("top", po::value(&run_options.top)->default_value(20), "symbols in the summaries");
@@ -176,6 +182,7 @@ int main(int argc, char** argv) {
       run_options.setup = setup;
       run_options.command = command;
       run_options.hvprofd_path = ExecutableDir() + "/hvprofd";
+      run_options.hv_path = ExecutableDir() + "/hvprof-hv";
       auto outcome = hvprof::control::RunProfile(run_options);
       if (!outcome) {
         std::cerr << "hvprof run: " << outcome.error().message() << "\n";

@@ -1,5 +1,6 @@
-// hvprof-hv: the hosted hypervisor. Runs the profiling engine on a simulated machine and serves
-// each domain's profiling operations over that domain's socket. Thin main over hvpmu_hv.
+// hvprof-hv: the hosted hypervisor. Runs the profiling engine on a simulated machine or on this
+// Linux host and serves each domain's profiling operations over that domain's socket. Thin
+// main over hvpmu_hv.
 
 #include <unistd.h>
 
@@ -16,15 +17,25 @@ namespace po = boost::program_options;
 namespace {
 
 constexpr const char* kUsage = R"(Usage: hvprof-hv --platform=sim --scenario=FILE [options]
+       hvprof-hv --platform=linux [--domain-map=MAP] [options]
 
-Runs hvprof's hypervisor-side profiling engine on a simulated machine and serves the
-profiling operations to each domain of the scenario over that domain's own Unix socket
-(RUN_DIR/domain-N.sock). Start it first; then run `hvprof --start-daemon` as dom0.
-It runs in the foreground until SIGTERM or Ctrl-C.
+Runs hvprof's hypervisor-side profiling engine and serves the profiling operations to each
+domain over that domain's own Unix socket (RUN_DIR/domain-N.sock). Start it first; then run
+`hvprof --start-daemon` as dom0. It runs in the foreground until SIGTERM or Ctrl-C.
 
-Example:
+  sim    a simulated machine running real images (docs/sim-scenarios.md), with exact
+         ground truth
+  linux  this host, sampled through perf_event_open (root, or kernel.perf_event_paranoid
+         <= 0). The host kernel is the "hypervisor"; host processes are dom0 unless
+         --domain-map gives a process tree or a cgroup a domain of its own; KVM guests are
+         domains of their own. `hvprof run --platform=linux -- CMD` starts one for you.
+
+Examples:
   hvprof-hv --platform=sim --scenario=examples/default.json &
   hvprof --start-daemon --active-domains=1,2 --passive-domains=3
+
+  hvprof-hv --platform=linux --domain-map=pid:4242=1,cgroup:/machine.slice/vm.scope=2 &
+  hvprof --start-daemon --passive-domains=1,2
 
 Options)";
 
@@ -42,7 +53,11 @@ int main(int argc, char** argv) {
     described.add_options()
         ("help,h", "show this help")
         ("platform", po::value(&options.platform)->default_value("sim"),
-         "the machine to run on: sim (a simulated machine described by --scenario)")
+         "the machine to run on: sim (a simulated machine described by --scenario) or linux (this host)")
+        ("domain-map", po::value(&options.domain_map),
+         "linux: domains for host processes and VMs: pid:PID=ID (that process and its descendants), "
+         "cgroup:/PATH=ID, kvm:VMM_PID=ID, comma-separated")
+        ("software-events", "linux: sample with the cpu-clock timer even where a hardware PMU exists")
         ("scenario", po::value(&options.scenario_path),
          "the simulated machine: a JSON scenario (docs/sim-scenarios.md)")
         ("run-dir", po::value(&options.run_dir),
@@ -69,6 +84,14 @@ int main(int argc, char** argv) {
     else if (log_level == "error") hvprof::SetLogLevel(hvprof::LogLevel::kError);
     else if (log_level != "info") throw po::error("--log-level must be debug, info, warning or error");
     if (values.count("seed") != 0) options.seed = seed;
+    options.force_software = values.count("software-events") != 0;
+    if (options.platform == "linux") {
+      for (const char* sim_only : {"scenario", "speed", "duration", "seed", "ground-truth"}) {
+        if (values.count(sim_only) != 0) throw po::error(std::string("--") + sim_only + " is for --platform=sim");
+      }
+    } else if (values.count("domain-map") != 0 || options.force_software) {
+      throw po::error("--domain-map and --software-events are for --platform=linux");
+    }
     if (!speed.empty()) {
       if (speed == "max") {
         options.speed = hvpmu::sim::Speed::kMax;

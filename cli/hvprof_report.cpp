@@ -251,6 +251,13 @@ int main(int argc, char** argv) {
           total - t.read_seconds - t.symbol_tables_seconds - t.attribute_seconds - t.resolve_seconds, total,
           total - t.symbol_tables_seconds);
     }
+    if (session_arg.empty() && profile.value().total_samples() == 0) {
+      if (auto newest = store::NewestSavedSession(paths)) {
+        std::cerr << fmt::format("hvprof-report: the current session has no samples; the newest saved one is "
+                                 "'{0}' (`hvprof-report {0}`, or `hvprof-report --help` for how to pick one)\n",
+                                 *newest);
+      }
+    }
     bool incomplete = !profile.value().problems().empty();
     for (const report::Image& image : profile.value().images()) {
       incomplete |= !image.problem.empty() && !image.path.empty();

@@ -20,6 +20,8 @@ Result<std::string> HypervisorLink::GroundTruth(bool) {
   return MakeError(ErrorKind::kUnsupported, "{} has no ground truth", platform_name());
 }
 
+Result<std::string> HypervisorLink::PlatformInfo() { return std::string("{}"); }
+
 Result<void> HypervisorLink::Publish(std::span<const std::byte>) {
   return MakeError(ErrorKind::kUnsupported, "{} cannot carry profiles between domains", platform_name());
 }
@@ -172,7 +174,12 @@ class HostedLink final : public HypervisorLink {
   }
 
   Result<std::string> Context() override { return TextCall(MessageType::kContext, {}); }
+  Result<std::string> ContextOf(hvpmu::DomainId domain) override {
+    return TextCall(MessageType::kContext, hosted::Pack(hosted::ContextRequest{domain, {}}));
+  }
   Result<std::string> Domains() override { return TextCall(MessageType::kDomains, {}); }
+
+  Result<std::string> PlatformInfo() override { return TextCall(MessageType::kPlatformInfo, {}); }
 
   Result<void> Publish(std::span<const std::byte> profile) override {
     if (profile.size() > hosted::kMaxPublishPayload) {

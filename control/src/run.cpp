@@ -1,5 +1,6 @@
 #include "hvprof/control/run.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,8 +10,11 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <thread>
 
+#include "hvprof/agent/hypervisor_link.h"
 #include "hvprof/base/files.h"
+#include "hvpmu/hosted/protocol.h"
 #include "hvprof/report/format.h"
 #include "hvprof/report/profile.h"
 #include "hvprof/report/report.h"
@@ -50,6 +54,63 @@ Result<int> RunCommand(const std::vector<std::string>& command) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return 128 + WTERMSIG(status);
 }
+
+// An hvprof-hv of our own for a linux run, when none serves the run directory: started in a
+// private run directory and stopped (SIGTERM) when the run ends.
+class OwnHypervisor {
+ public:
+  static Result<std::unique_ptr<OwnHypervisor>> Start(const std::string& hv_path, const std::string& domain_map,
+                                                      const std::string& log_path) {
+    std::string pattern = std::filesystem::temp_directory_path().string() + "/hvprof-run-XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr) return ErrnoError(errno, "mkdtemp");
+    auto own = std::unique_ptr<OwnHypervisor>(new OwnHypervisor(pattern));
+    const pid_t child = ::fork();
+    if (child < 0) return ErrnoError(errno, "fork");
+    if (child == 0) {
+      const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (log >= 0) ::dup2(log, STDERR_FILENO);
+      const std::string run_arg = "--run-dir=" + pattern;
+      const std::string map_arg = "--domain-map=" + domain_map;
+      const char* argv[] = {hv_path.c_str(), "--platform=linux", run_arg.c_str(),
+                            domain_map.empty() ? nullptr : map_arg.c_str(), nullptr};
+      ::execv(hv_path.c_str(), const_cast<char**>(argv));
+      ::_exit(127);
+    }
+    own->pid_ = child;
+    const std::string socket = hvpmu::hosted::DomainSocketPath(pattern, 0);
+    for (int i = 0; i < 1000; ++i) {
+      if (std::filesystem::exists(socket)) return own;
+      int status = 0;
+      if (::waitpid(child, &status, WNOHANG) == child) {
+        own->pid_ = 0;
+        auto log = ReadFileToString(log_path);
+        std::string last = log ? log.value() : "";
+        if (const size_t cut = last.rfind('\n', last.size() >= 2 ? last.size() - 2 : 0); cut != std::string::npos) {
+          last = last.substr(cut + 1);
+        }
+        return MakeError(ErrorKind::kUnsupported, "hvprof-hv --platform=linux could not start: {}",
+                         last.empty() ? std::string("see ") + log_path : last);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return MakeError(ErrorKind::kIo, "hvprof-hv --platform=linux did not start within 10 s; see {}", log_path);
+  }
+  ~OwnHypervisor() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+    std::error_code ignored;
+    std::filesystem::remove_all(run_dir_, ignored);
+  }
+  const std::string& run_dir() const { return run_dir_; }
+
+ private:
+  explicit OwnHypervisor(std::string run_dir) : run_dir_(std::move(run_dir)) {}
+  std::string run_dir_;
+  pid_t pid_ = 0;
+};
 
 std::string Timestamp() {
   const std::time_t now = std::time(nullptr);
@@ -125,13 +186,31 @@ Result<Outcome> RunProfile(const RunOptions& options) {
   ::sigaction(SIGINT, &action, &old_int);
   ::sigaction(SIGTERM, &action, &old_term);
 
+  // A linux run needs an hvprof-hv on this host: use the one serving the run directory, or
+  // start one for the run.
+  RunOptions effective = options;
+  std::unique_ptr<OwnHypervisor> own_hypervisor;
+  if (options.setup.platform == "linux") {
+    auto serving = agent::ConnectHostedDomain(options.setup.hv_run_dir, 0);
+    if (!serving || serving.value()->platform_name() != "linux") {
+      HVPROF_TRYV(MakeDirectories(paths.root));
+      HVPROF_TRY(started, OwnHypervisor::Start(options.hv_path, options.domain_map, paths.root + "/hvprof-hv.log"));
+      own_hypervisor = std::move(started);
+      effective.setup.hv_run_dir = own_hypervisor->run_dir();
+    } else if (!options.domain_map.empty()) {
+      return MakeError(ErrorKind::kInvalidArgument,
+                       "--domain-map is given to hvprof-hv when it starts; the one already serving {} has its own",
+                       options.setup.hv_run_dir.empty() ? std::string("the default run directory") : options.setup.hv_run_dir);
+    }
+  }
+
   std::vector<RunResult> runs;
   std::string report_text;
   Result<void> failure = Ok();
   const std::string stamp = Timestamp();
   for (uint32_t k = 0; k < options.repeat && failure && !g_interrupted; ++k) {
     const auto started = std::chrono::steady_clock::now();
-    auto daemon = StartDaemon(options.setup, options.hvprofd_path);
+    auto daemon = StartDaemon(effective.setup, options.hvprofd_path);
     if (!daemon) {
       failure = daemon.error();
       break;
@@ -146,6 +225,12 @@ Result<Outcome> RunProfile(const RunOptions& options) {
       if (!options.command.empty()) {
         HVPROF_TRY(status, RunCommand(options.command));
         exit_status = status;
+      } else if (options.setup.platform != "sim") {
+        // A real machine without a workload: profile whatever runs, for --duration.
+        const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(options.duration_ns);
+        while (!g_interrupted && std::chrono::steady_clock::now() < until) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
       }
       HVPROF_TRYV(Stop(paths));
       return Ok();

@@ -33,12 +33,19 @@ std::string Dom0Agent::DomainLabel(uint16_t id) const {
 
 Result<std::unique_ptr<Dom0Agent>> Dom0Agent::Create(const control::SetupOptions& setup,
                                                      const std::string& hvprof_version) {
-  if (setup.platform != "sim") {
+  if (setup.platform != "sim" && setup.platform != "linux") {
     return MakeError(ErrorKind::kUnsupported,
-                     "--platform={} is not supported by this hvprofd yet; use --platform=sim with hvprof-hv",
+                     "--platform={} is not supported yet; use --platform=sim or --platform=linux (both with hvprof-hv)",
                      setup.platform);
   }
   HVPROF_TRY(link, agent::ConnectHostedDomain(setup.hv_run_dir, 0));
+  if (link->platform_name() != setup.platform) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "the hvprof-hv at {} runs the {} platform, not --platform={}; start `hvprof-hv "
+                     "--platform={}` (or give the --run-dir of one)",
+                     setup.hv_run_dir.empty() ? std::string("its default run directory") : setup.hv_run_dir,
+                     link->platform_name(), setup.platform, setup.platform);
+  }
   if (link->domain() != 0) {
     return MakeError(ErrorKind::kPermissionDenied,
                      "the hypervisor says this is domain {}, not dom0; the primary profiler runs in dom0",
@@ -141,6 +148,10 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
   Json context = Json::parse(context_text, nullptr, false);
   if (context.is_discarded()) context = Json::object();
   const std::string xen = !setup_.xen_image.empty() ? setup_.xen_image : context.value("hypervisor", "");
+  if (link_->platform_name() == "linux") {
+    notes_.push_back("on linux the hypervisor is the host kernel: its samples are counted in hypervisor "
+                     "mode, domain 0 is the host's processes, and KVM guests are passive domains");
+  }
   if (!xen.empty()) {
     HVPROF_TRY(image, control::CheckImage(xen, "hypervisor", std::nullopt));
     images_.push_back(image);
@@ -224,7 +235,6 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
         record.vcpus = domain.vcpus;
       }
     }
-    if (id == 0) record.processes = agent::ProcessesFromContext(context);
     m.domains.push_back(std::move(record));
   }
   for (uint16_t id : passive_) {
@@ -239,6 +249,7 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
     }
     m.domains.push_back(std::move(record));
   }
+  RefreshProcesses(m);
   m.images = images_;
   m.ring_format = "v2";
   m.ring_capacity = capacity_;
@@ -284,7 +295,51 @@ void Dom0Agent::OnTick() {
   CollectPublished();
 }
 
-void Dom0Agent::OnDump() { CollectPublished(); }
+void Dom0Agent::OnDump() {
+  CollectPublished();
+  if (!session_) return;
+  RefreshProcesses(session_->metadata());
+  // What the platform says of its own sampling: rates, throttling, losses below the engine.
+  auto info_text = link_->PlatformInfo();
+  if (!info_text) {
+    Log(LogLevel::kWarning, "cannot read the platform's state: {}", info_text.error().message());
+    return;
+  }
+  const Json info = Json::parse(info_text.value(), nullptr, false);
+  if (!info.is_object()) return;
+  store::SessionMetadata& m = session_->metadata();
+  if (info.contains("stats") && info["stats"].is_object()) {
+    const Json& stats = info["stats"];
+    m.platform_stats = stats.dump();
+    const Json totals = stats.value("totals", Json::object());
+    m.losses.platform_lost = totals.value("lost", uint64_t{0}) + totals.value("lost_samples", uint64_t{0});
+  }
+  if (!info.contains("stats")) return;  // the sim's notes are for its log, not the session
+  for (const Json& note : info.value("notes", Json::array())) {
+    if (!note.is_string()) continue;
+    const std::string& text = note.get_ref<const std::string&>();
+    if (std::find(m.notes.begin(), m.notes.end(), text) == m.notes.end()) m.notes.push_back(text);
+  }
+}
+
+void Dom0Agent::RefreshProcesses(store::SessionMetadata& metadata) {
+  for (store::DomainRecord& record : metadata.domains) {
+    if (record.role != "passive" && record.id != 0) continue;  // active guests know their own
+    auto text = record.id == 0 ? link_->Context() : link_->ContextOf(record.id);
+    if (!text) {
+      Log(LogLevel::kWarning, "cannot read the processes of {}: {}", DomainLabel(record.id), text.error().message());
+      continue;
+    }
+    auto processes = agent::ProcessesFromContext(Json::parse(text.value(), nullptr, false));
+    // Keep processes seen earlier that the platform has since forgotten: their samples stay.
+    for (store::ProcessRecord& old : record.processes) {
+      const bool still = std::any_of(processes.begin(), processes.end(),
+                                     [&](const store::ProcessRecord& p) { return p.pid == old.pid; });
+      if (!still) processes.push_back(std::move(old));
+    }
+    record.processes = std::move(processes);
+  }
+}
 
 void Dom0Agent::CollectPublished() {
   if (!session_ || active_.size() <= 1) return;  // no active guest, nothing to take

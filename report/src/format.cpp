@@ -51,9 +51,51 @@ std::vector<LossLine> Losses(const store::SessionMetadata& m) {
       {"store", "not written", m.losses.store_failed,
        "the session could not be written (a full disk?): free space; samples written before "
        "are kept"},
+      {"platform", "perf ring overflow", m.losses.platform_lost,
+       "perf's own buffers filled before hvprof-hv read them: use a larger event count, or "
+       "fewer events"},
   };
   std::erase_if(lines, [](const LossLine& line) { return line.count == 0; });
   return lines;
+}
+
+// Numbers from a session's platform stats; anything that is not a number reads as zero.
+double NumberOr(const Json& object, const char* key, double fallback = 0) {
+  if (!object.is_object()) return fallback;
+  auto it = object.find(key);
+  return it != object.end() && it->is_number() ? it->get<double>() : fallback;
+}
+
+// What the platform said of its own sampling (linux): the timer or PMU, and the rate asked for
+// against the rate each CPU achieved, with the kernel's throttling.
+std::string PlatformRates(const store::SessionMetadata& m) {
+  if (m.platform_stats.empty()) return {};
+  const Json stats = Json::parse(m.platform_stats, nullptr, false);
+  if (!stats.is_object()) return {};
+  const auto source = stats.find("source");
+  const bool timer = source != stats.end() && source->is_string() && *source == "cpu-clock";
+  std::string out = fmt::format("Sampling: {}", timer ? "perf's cpu-clock timer (no hardware PMU)"
+                                                      : "perf hardware events");
+  if (NumberOr(stats, "nominal_mhz") > 0) out += fmt::format(", nominal {:.0f} MHz", NumberOr(stats, "nominal_mhz"));
+  std::string achieved;
+  double requested = 0;
+  double throttles = 0;
+  const auto cpus = stats.find("cpus");
+  if (cpus != stats.end() && cpus->is_array()) {
+    for (const Json& cpu : *cpus) {
+      if (!cpu.is_object()) continue;
+      requested = std::max(requested, NumberOr(cpu, "requested_hz"));
+      throttles += NumberOr(cpu, "throttles");
+      achieved += fmt::format("{}cpu{:.0f} {:.0f}", achieved.empty() ? "" : ", ", NumberOr(cpu, "cpu"),
+                              NumberOr(cpu, "achieved_hz"));
+    }
+  }
+  if (requested > 0) out += fmt::format("; asked {:.0f} samples/s per CPU, achieved {}", requested, achieved);
+  if (throttles > 0) {
+    out += fmt::format("; the kernel throttled sampling {:.0f} times (kernel.perf_event_max_sample_rate={:.0f})",
+                       throttles, NumberOr(stats, "max_sample_rate", -1));
+  }
+  return out + "\n";
 }
 
 }  // namespace
@@ -83,6 +125,7 @@ std::string FormatHeader(const Profile& profile, const Table& table, const Repor
                        event.count, rate, samples == 0 ? "; no samples of this event" : "");
   }
   if (seconds > 0) out += fmt::format("Sampled time: {:.3f} s of the platform's clock\n", seconds);
+  out += PlatformRates(m);
   out += fmt::format("Buffers: {} rings of {} samples ({} format), notified at {}, polled every {} ms\n",
                      m.rings.size(), m.ring_capacity, m.ring_format.empty() ? "?" : m.ring_format,
                      m.ring_watermark, m.poll_interval_ms);

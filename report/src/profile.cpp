@@ -38,6 +38,13 @@ std::string Basename(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+// How reports name a kernel image: as perf and opreport do.
+std::string KernelImageName(const store::ImageRecord& image) {
+  if (image.format == "kallsyms") return "[kernel.kallsyms]";
+  if (image.format == "system_map") return "vmlinux";
+  return Basename(image.path);
+}
+
 sym::ImageFormat FormatOf(const std::string& format) {
   if (format == "kallsyms") return sym::ImageFormat::kKallsyms;
   if (format == "system_map") return sym::ImageFormat::kSystemMap;
@@ -155,7 +162,8 @@ uint32_t ProfileBuilder::LineIndex(std::string_view file, uint32_t line) {
 std::pair<uint64_t, uint64_t> ProfileBuilder::TargetRange(const store::AggregateKey& key) const {
   constexpr std::pair<uint64_t, uint64_t> kEverything{0, UINT64_MAX};
   const store::DomainRecord* record = FindDomain(key.domain);
-  if (key.mode != kUser || key.domain == kIdle || record == nullptr || record->role == "passive") {
+  if (key.mode != kUser || key.domain == kIdle || record == nullptr ||
+      (record->role == "passive" && record->processes.empty())) {
     return kEverything;
   }
   uint64_t low = 0, high = UINT64_MAX;
@@ -170,6 +178,17 @@ std::pair<uint64_t, uint64_t> ProfileBuilder::TargetRange(const store::Aggregate
   return {low, high};
 }
 
+namespace {
+// Whether a mapping's path could be an image on disk: not "/memfd:...", "/SYSV...", a device,
+// or a file deleted since it was mapped.
+bool NamesAFile(std::string_view path) {
+  constexpr std::string_view kDeleted = " (deleted)";
+  if (path.empty() || path[0] != '/') return false;
+  if (path.starts_with("/memfd:") || path.starts_with("/SYSV") || path.starts_with("/dev/")) return false;
+  return !(path.size() > kDeleted.size() && path.ends_with(kDeleted));
+}
+}  // namespace
+
 ProfileBuilder::Target& ProfileBuilder::TargetFor(const store::Aggregate& aggregate, size_t e) {
   const store::AggregateEntry& entry = aggregate.entries[e];
   const uint16_t domain = entry.key.domain;
@@ -183,7 +202,10 @@ ProfileBuilder::Target& ProfileBuilder::TargetFor(const store::Aggregate& aggreg
   auto target = [&](const std::string& key) -> Target& { return targets_[key]; };
   if (mode == kHypervisor || domain == kIdle) {
     const store::ImageRecord* xen = FindImage("hypervisor", std::nullopt);
-    const std::string name = passive || published ? fmt::format("domain{}-xen", domain)
+    // On linux the "hypervisor" is the host kernel, the same image whichever domain ran.
+    const bool host_kernel = p_.metadata_.platform == "linux" && xen != nullptr;
+    const std::string name = host_kernel                  ? KernelImageName(*xen)
+                             : passive || published ? fmt::format("domain{}-xen", domain)
                              : xen != nullptr ? Basename(xen->path)
                              : guest_session  ? std::string("xen")
                                               : std::string("no-xen");
@@ -205,12 +227,8 @@ ProfileBuilder::Target& ProfileBuilder::TargetFor(const store::Aggregate& aggreg
       name = fmt::format("domain{}-kernel", domain);
     } else if (kernel == nullptr) {
       name = "no-vmlinux";
-    } else if (kernel->format == "kallsyms") {
-      name = "[kernel.kallsyms]";
-    } else if (kernel->format == "system_map") {
-      name = "vmlinux";
     } else {
-      name = Basename(kernel->path);
+      name = KernelImageName(*kernel);
     }
     Target& t = target(fmt::format("kernel:{}:{}", domain, name));
     t.name = name;
@@ -224,8 +242,9 @@ ProfileBuilder::Target& ProfileBuilder::TargetFor(const store::Aggregate& aggreg
     }
     return t;
   }
-  // User space.
-  if (passive) {
+  // User space: a passive domain's is one unresolvable bucket (as in Xenoprof), unless the
+  // platform showed dom0 its processes (host processes on linux).
+  if (passive && record->processes.empty()) {
     Target& t = target(fmt::format("apps:{}", domain));
     t.name = fmt::format("domain{}-apps", domain);
     return t;
@@ -235,6 +254,12 @@ ProfileBuilder::Target& ProfileBuilder::TargetFor(const store::Aggregate& aggreg
       if (process.pid != entry.key.pid) continue;
       for (const store::MappingRecord& mapping : process.mappings) {
         if (entry.key.ip < mapping.start || entry.key.ip >= mapping.end) continue;
+        if (!NamesAFile(mapping.path)) {
+          // memfd, SysV shared memory and device mappings (JIT code, often): nothing to open.
+          Target& t = target(fmt::format("user-nofile:{}", mapping.path));
+          t.name = mapping.path.empty() || mapping.path[0] != '/' ? mapping.path : mapping.path.substr(1);
+          return t;
+        }
         Target& t = target(fmt::format("user:{}:{:x}", mapping.path, mapping.bias));
         t.name = Basename(mapping.path);
         t.path = mapping.path;

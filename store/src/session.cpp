@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <limits>
+#include <type_traits>
 #include <map>
 #include <tuple>
 #include <unordered_map>
@@ -34,8 +36,26 @@ class Fields {
     if (!object_.is_object() || !object_.contains(key)) {
       return MakeError(ErrorKind::kCorrupt, "{}: missing '{}'", path_, key);
     }
+    const Json& value = object_.at(key);
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      // get<T>() on a float or an out-of-range integer is undefined behaviour in nlohmann.
+      if (!value.is_number_integer() || (std::is_unsigned_v<T> && !value.is_number_unsigned())) {
+        return MakeError(ErrorKind::kCorrupt, "{}.{}: not a whole number", path_, key);
+      }
+      if (value.is_number_unsigned()) {
+        if (value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<T>::max())) {
+          return MakeError(ErrorKind::kCorrupt, "{}.{}: {} is out of range", path_, key, value.dump());
+        }
+      } else {
+        const int64_t number = value.get<int64_t>();
+        if (number < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+            (number > 0 && static_cast<uint64_t>(number) > static_cast<uint64_t>(std::numeric_limits<T>::max()))) {
+          return MakeError(ErrorKind::kCorrupt, "{}.{}: {} is out of range", path_, key, value.dump());
+        }
+      }
+    }
     try {
-      return object_.at(key).get<T>();
+      return value.get<T>();
     } catch (const Json::exception&) {
       return MakeError(ErrorKind::kCorrupt, "{}.{}: wrong type", path_, key);
     }
@@ -137,13 +157,18 @@ std::string SerializeMetadata(const SessionMetadata& m) {
                    {"no_ring", m.losses.no_ring},
                    {"unprofiled_domain", m.losses.unprofiled_domain},
                    {"malformed_records", m.losses.malformed_records},
-                   {"store_failed", m.losses.store_failed}};
+                   {"store_failed", m.losses.store_failed},
+                   {"platform_lost", m.losses.platform_lost}};
   out["samples_stored"] = m.samples_stored;
   out["idle_samples"] = m.idle_samples;
   out["first_sample_ns"] = m.first_sample_ns;
   out["last_sample_ns"] = m.last_sample_ns;
   out["samples_by_domain_mode"] = m.samples_by_domain_mode;
   out["notes"] = m.notes;
+  if (!m.platform_stats.empty()) {
+    Json stats = Json::parse(m.platform_stats, nullptr, false);
+    if (stats.is_object()) out["platform_stats"] = std::move(stats);
+  }
   return out.dump(1) + "\n";
 }
 
@@ -326,7 +351,8 @@ Result<SessionMetadata> ParseMetadata(std::string_view text, std::string_view or
     HVPROF_TRY(unprofiled, l.Get<uint64_t>("unprofiled_domain", 0));
     HVPROF_TRY(malformed, l.Get<uint64_t>("malformed_records", 0));
     HVPROF_TRY(store_failed, l.Get<uint64_t>("store_failed", 0));
-    m.losses = {ring_full, corrupt_index, no_ring, unprofiled, malformed, store_failed};
+    HVPROF_TRY(platform_lost, l.Get<uint64_t>("platform_lost", 0));
+    m.losses = {ring_full, corrupt_index, no_ring, unprofiled, malformed, store_failed, platform_lost};
   }
   HVPROF_TRY(stored, f.Get<uint64_t>("samples_stored", 0));
   m.samples_stored = stored;
@@ -340,6 +366,12 @@ Result<SessionMetadata> ParseMetadata(std::string_view text, std::string_view or
   m.samples_by_domain_mode = by_domain_mode;
   HVPROF_TRY(notes, f.Get<std::vector<std::string>>("notes", {}));
   m.notes = notes;
+  if (root.contains("platform_stats")) {
+    if (!root["platform_stats"].is_object()) {
+      return MakeError(ErrorKind::kCorrupt, "{}.platform_stats: wrong type", top);
+    }
+    m.platform_stats = root["platform_stats"].dump();
+  }
   return m;
 }
 
@@ -447,6 +479,23 @@ Result<Aggregate> ReadAggregate(const std::string& path) {
 }
 
 // ---- session directories
+
+std::optional<std::string> NewestSavedSession(const SessionPaths& paths) {
+  std::error_code error;
+  std::optional<std::string> newest;
+  std::filesystem::file_time_type newest_time;
+  for (const auto& entry : std::filesystem::directory_iterator(paths.samples_dir(), error)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "current" || !ValidateSessionName(name)) continue;
+    const auto written = std::filesystem::last_write_time(entry.path() / "session.json", error);
+    if (error) continue;
+    if (!newest || written > newest_time) {
+      newest = name;
+      newest_time = written;
+    }
+  }
+  return newest;
+}
 
 Result<void> ValidateSessionName(const std::string& name) {
   const bool ok = !name.empty() && name.size() <= 100 && name != "current" && name[0] != '.' &&

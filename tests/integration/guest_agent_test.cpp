@@ -15,6 +15,7 @@
 #include "hvprof/agent/agent_daemon.h"
 #include "hvprof/report/profile.h"
 #include "hvprof/report/report.h"
+#include "hvprof/store/samples_file.h"
 #include "hvprof/store/session.h"
 #include "host_harness.h"
 #include "sim_harness.h"
@@ -85,7 +86,24 @@ TEST_CASE("two active guests and a passive one: every report matches the ground 
   REQUIRE(host.Hvprof({"--run-sim=150ms"}).status == 0);
   REQUIRE(host.Hvprof({"--stop"}).status == 0);
   const Json truth = host.GroundTruth(false);
-  // dom0's stop notified every guest; their --stop writes what they drained.
+  {
+    // dom0's stop notified every guest: with nobody asking them, the agents drain the rest and
+    // their periodic flush puts it on disk.
+    const uint32_t counter = Load(host.current()).metadata().events.at(0).counter;
+    const auto expected = TruthByMode(truth, counter);
+    for (uint16_t guest : {1, 2}) {
+      uint64_t want = 0;
+      for (const char* mode : {"user", "kernel", "hypervisor"}) want += expected.at({guest, mode});
+      uint64_t on_disk = 0;
+      for (int i = 0; i < 50 && on_disk != want; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        auto read = store::ReadSamplesFile(host.guest_current(guest) + "/samples.hvs", [](const store::StoredSample&) {});
+        on_disk = read ? read.value().samples : 0;
+      }
+      INFO("guest " << guest);
+      CHECK(on_disk == want);
+    }
+  }
   for (uint16_t guest : {1, 2}) REQUIRE(host.GuestHvprof(guest, {"--stop"}).status == 0);
 
   const report::Profile dom0 = Load(host.current());
@@ -239,6 +257,20 @@ TEST_CASE("every wrong order of the multi-domain steps has its own message", "[g
   CHECK(guest_status.out.find("3 (guest3)") == std::string::npos);  // a guest sees only itself
 
   CHECK(host.GuestHvprof(1, {"--run-sim=10ms"}).err.find("only dom0 drives") != std::string::npos);
+
+  // --save and --reset work in a guest as in dom0.
+  auto saved = host.GuestHvprof(1, {"--save=early"});
+  INFO(saved.err);
+  CHECK(saved.status == 0);
+  auto early = store::OpenSession(host.guest_root(1) + "/samples/early");
+  REQUIRE(early.has_value());
+  CHECK(early.value().metadata.role == "guest");
+  CHECK(early.value().metadata.agent_domain == 1);
+  CHECK(early.value().metadata.samples_stored > 0);
+  CHECK(host.GuestHvprof(1, {"--reset"}).status == 0);
+  auto fresh = store::OpenSession(host.guest_current(1));
+  REQUIRE(fresh.has_value());
+  CHECK(fresh.value().metadata.samples_stored == 0);
 
   auto leaving = host.GuestHvprof(1, {"--shutdown"});
   CHECK(leaving.status == 0);

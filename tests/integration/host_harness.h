@@ -11,19 +11,10 @@
 #include <nlohmann/json.hpp>
 
 #include "hvprof/agent/hypervisor_link.h"
+#include "programs.h"
 #include "temp_dir.h"
 
 namespace hvprof::testing {
-
-struct CommandResult {
-  int status = -1;  // exit status, or 128 + signal
-  std::string out;
-  std::string err;
-};
-
-// Runs a program to completion, capturing its output.
-CommandResult RunProgram(const std::vector<std::string>& argv);
-std::string Binary(const std::string& name);  // build/bin/NAME
 
 class Host {
  public:

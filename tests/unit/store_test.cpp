@@ -222,7 +222,16 @@ TEST_CASE("session metadata round-trips and names what is wrong", "[store]") {
   CHECK(error(newer).find("version 9") != std::string::npos);
   std::string bad_type = json;
   bad_type.replace(bad_type.find("\"count\": 100000"), 15, "\"count\": \"lots\"");
-  CHECK(error(bad_type).find("events[0].count: wrong type") != std::string::npos);
+  CHECK(error(bad_type).find("events[0].count: not a whole number") != std::string::npos);
+  // Floats, negatives and out-of-range numbers are refused rather than converted.
+  for (const char* number : {"7.7e36", "-3", "1.5"}) {
+    std::string odd = json;
+    odd.replace(odd.find("\"count\": 100000"), 15, std::string("\"count\": ") + number);
+    CHECK(error(odd).find("events[0].count: not a whole number") != std::string::npos);
+  }
+  std::string too_big = json;
+  too_big.replace(too_big.find("\"agent_domain\": 0"), 17, "\"agent_domain\": 70000");
+  CHECK(error(too_big).find("70000 is out of range") != std::string::npos);
   std::string no_events = json;
   no_events.replace(no_events.find("\"events\""), 8, "\"evnets\"");
   CHECK(error(no_events).find("missing 'events'") != std::string::npos);

@@ -57,8 +57,13 @@ class HypervisorLink {
   // The platform's description of this domain's processes and mappings (JSON), where the
   // platform knows them (the sim); an empty object otherwise.
   virtual Result<std::string> Context() = 0;
+  // dom0: what the platform lets it know of `domain`'s processes (nothing of a guest's own).
+  virtual Result<std::string> ContextOf(hvpmu::DomainId domain) = 0;
   // The domains this caller may know of, as JSON: [{"id", "name", "type", "vcpus", "kernel"}].
   virtual Result<std::string> Domains() = 0;
+
+  // dom0: what the platform says of its own sampling, as JSON {"stats", "notes", "last_error"}.
+  virtual Result<std::string> PlatformInfo();
 
   // A guest hands its profile to dom0 (this is its consent to appear in dom0's reports).
   virtual Result<void> Publish(std::span<const std::byte> profile);

@@ -13,7 +13,10 @@ namespace hvprof::control {
 struct RunOptions {
   SetupOptions setup;
   std::string hvprofd_path;
-  uint64_t duration_ns = 1'000'000'000;  // simulated machines: how long to run it
+  std::string hv_path;                   // hvprof-hv, started for a linux run when none serves
+  std::string domain_map;                // linux: given to that hvprof-hv
+  uint64_t duration_ns = 1'000'000'000;  // how long to run a simulated machine, or to profile
+                                         // a real one when there is no command
   uint32_t repeat = 1;
   std::string json_path;                 // the summary, if wanted
   std::string save_prefix = "run";       // sessions are saved as PREFIX-YYYYmmdd-HHMMSS[-k]

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "hvprof/base/signals.h"
 #include "hvprof/base/files.h"
@@ -70,16 +71,18 @@ Daemon::Daemon(const DaemonOptions& options) : options_(options) {}
 Daemon::~Daemon() {
   stopping_ = true;
   machine_wake_.notify_all();
+  if (linux_) linux_->Wake();
   if (machine_thread_.joinable()) machine_thread_.join();
 }
 
 Result<std::unique_ptr<Daemon>> Daemon::Create(const DaemonOptions& options) {
-  if (options.platform != "sim") {
+  if (options.platform != "sim" && options.platform != "linux") {
     return MakeError(ErrorKind::kUnsupported,
-                     "platform '{}' is not available in this hvprof-hv; use --platform=sim",
+                     "platform '{}' is not one hvprof-hv hosts: use --platform=sim (a simulated machine) or "
+                     "--platform=linux (this host, through perf_event_open)",
                      options.platform);
   }
-  if (options.scenario_path.empty()) {
+  if (options.platform == "sim" && options.scenario_path.empty()) {
     return MakeError(ErrorKind::kInvalidArgument,
                      "--platform=sim needs --scenario=FILE (try examples/default.json)");
   }
@@ -89,7 +92,57 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(const DaemonOptions& options) {
   return daemon;
 }
 
+hosted::HostedPlatform& Daemon::platform() {
+  if (linux_) return linux_->platform();
+  return machine_->platform();
+}
+
 Result<void> Daemon::Start() {
+  HVPROF_TRYV(options_.platform == "linux" ? StartLinux() : StartSim());
+  wake_fd_ = ScopedFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake_fd_.valid()) return hvprof::ErrnoError(errno, "eventfd");
+  HVPROF_TRYV(OpenSockets());
+  if (linux_) {
+    machine_thread_ = std::thread([this] { LinuxLoop(); });
+    return hvprof::Ok();
+  }
+  if (scenario_.run.speed == sim::Speed::kMax && scenario_.run.duration_ns == 0) {
+    Log(LogLevel::kInfo, "speed max: the clock advances only when dom0 asks for a run");
+  }
+  machine_thread_ = std::thread([this] { MachineLoop(); });
+  return hvprof::Ok();
+}
+
+Result<void> Daemon::StartLinux() {
+  linux_host::LinuxOptions options;
+  HVPROF_TRY(map, linux_host::ParseDomainMap(options_.domain_map));
+  options.domain_map = std::move(map);
+  options.force_software = options_.force_software;
+  HVPROF_TRY(machine, linux_host::LinuxMachine::Create(options));
+  linux_ = std::move(machine);
+  for (const std::string& note : linux_->notes()) Log(LogLevel::kInfo, "{}", note);
+  engine_ = std::make_unique<Engine>(linux_->platform(), linux_->driver());
+  linux_->AttachEngine(engine_.get());
+  scenario_.name = linux_->machine_name();
+  Log(LogLevel::kInfo, "host '{}': {} CPUs, sampled through perf_event_open ({})", linux_->machine_name(),
+      linux_->platform().NumCpus(), linux_->driver() != nullptr ? linux_->driver()->cpu_type() : "no driver");
+  return hvprof::Ok();
+}
+
+void Daemon::LinuxLoop() {
+  // Drain always, not only while profiling: the side band (fork, exec, mmap) flows from
+  // setup_events to release_counters, and samples go to the engine as they come.
+  while (!stopping_) {
+    if (auto waited = linux_->WaitForSamples(std::chrono::milliseconds(25)); !waited) {
+      Log(LogLevel::kError, "{}", waited.error().message());
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    std::lock_guard lock(machine_mutex_);
+    linux_->DrainSamples();
+  }
+}
+
+Result<void> Daemon::StartSim() {
   HVPROF_TRY(scenario, sim::LoadScenario(options_.scenario_path));
   scenario_ = std::move(scenario);
   if (options_.seed) scenario_.seed = *options_.seed;
@@ -111,15 +164,41 @@ Result<void> Daemon::Start() {
   Log(LogLevel::kInfo, "machine '{}': {} CPUs, {} ({}), {} domains, seed {}", scenario_.name,
       scenario_.machine.cpus, sim::PmuModelName(scenario_.machine.pmu), driver->cpu_type(),
       scenario_.domains.size(), scenario_.seed);
-
-  wake_fd_ = ScopedFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!wake_fd_.valid()) return hvprof::ErrnoError(errno, "eventfd");
-  HVPROF_TRYV(OpenSockets());
-  if (scenario_.run.speed == sim::Speed::kMax && scenario_.run.duration_ns == 0) {
-    Log(LogLevel::kInfo, "speed max: the clock advances only when dom0 asks for a run");
-  }
-  machine_thread_ = std::thread([this] { MachineLoop(); });
   return hvprof::Ok();
+}
+
+std::string Daemon::ContextFor(DomainId domain) {
+  std::lock_guard lock(machine_mutex_);
+  if (linux_) {
+    linux_->DrainSamples();  // the latest forks, execs and mappings
+    return linux_->ContextJson(domain);
+  }
+  return machine_->ContextJson(domain);
+}
+
+std::string Daemon::DomainsFor(DomainId caller) {
+  // dom0 may know every domain; a guest only itself.
+  nlohmann::json list = nlohmann::json::array();
+  if (linux_) {
+    std::lock_guard lock(machine_mutex_);
+    const nlohmann::json all = nlohmann::json::parse(linux_->DomainsJson(), nullptr, false);
+    for (const nlohmann::json& domain : all.is_array() ? all : nlohmann::json::array()) {
+      if (caller == 0 || domain.value("id", -1) == caller) list.push_back(domain);
+    }
+    return list.dump();
+  }
+  for (const sim::DomainSpec& domain : scenario_.domains) {
+    if (caller != 0 && domain.id != caller) continue;
+    const char* kind = domain.type == DomainType::kHvm    ? "hvm"
+                       : domain.type == DomainType::kPv32 ? "pv32"
+                                                          : "pv";
+    list.push_back({{"id", domain.id},
+                    {"name", domain.name},
+                    {"type", kind},
+                    {"vcpus", domain.vcpus},
+                    {"kernel", machine_->kernel_source(domain.id)}});
+  }
+  return list.dump();
 }
 
 Result<void> Daemon::OpenSockets() {
@@ -139,7 +218,11 @@ Result<void> Daemon::OpenSockets() {
   }
   pid_file_ = std::move(pid_file);
 
-  for (const sim::DomainSpec& domain : scenario_.domains) {
+  // On linux only dom0 has an agent: the other domains are processes of this host or KVM
+  // guests, profiled from dom0.
+  std::vector<sim::DomainSpec> served = scenario_.domains;
+  if (linux_) served = {sim::DomainSpec{}};
+  for (const sim::DomainSpec& domain : served) {
     const std::string path = DomainSocketPath(dir, domain.id);
     sockaddr_un address{};
     address.sun_family = AF_UNIX;
@@ -170,6 +253,7 @@ void Daemon::Stop() {
   const uint64_t one = 1;
   if (wake_fd_.valid()) [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof one);
   machine_wake_.notify_all();
+  if (linux_) linux_->Wake();
 }
 
 void Daemon::HandleSignals(Daemon* daemon) {
@@ -269,7 +353,7 @@ void Daemon::Accept(DomainId domain, int listener) {
   socklen_t length = sizeof peer;
   if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0) return;
   const sim::DomainSpec* spec = scenario_.FindDomain(domain);
-  const uid_t allowed = spec->socket_uid.value_or(::geteuid());
+  const uid_t allowed = spec != nullptr ? spec->socket_uid.value_or(::geteuid()) : ::geteuid();
   if (peer.uid != allowed) {
     Log(LogLevel::kWarning,
         "refused a connection to domain {}'s socket from uid {} (pid {}): only uid {} speaks for "
@@ -365,9 +449,9 @@ void Daemon::Handle(Connection& connection, const hosted::MessageHeader& header,
                                              : ProtocolError::kBadVersion);
       reply.domain = connection.domain;
       reply.primary_socket = connection.domain == 0;
-      reply.platform = static_cast<uint32_t>(hosted::PlatformKind::kSim);
-      reply.num_cpus = scenario_.machine.cpus;
-      CopyName(reply.platform_name, sizeof reply.platform_name, "sim");
+      reply.platform = static_cast<uint32_t>(linux_ ? hosted::PlatformKind::kLinux : hosted::PlatformKind::kSim);
+      reply.num_cpus = linux_ ? linux_->platform().NumCpus() : scenario_.machine.cpus;
+      CopyName(reply.platform_name, sizeof reply.platform_name, linux_ ? "linux" : "sim");
       CopyName(reply.machine_name, sizeof reply.machine_name, scenario_.name);
       return Reply(connection, sequence, type, hosted::Pack(reply));
     }
@@ -383,9 +467,19 @@ void Daemon::Handle(Connection& connection, const hosted::MessageHeader& header,
       ErrorCode error;
       {
         std::lock_guard lock(machine_mutex_);
+        if (linux_ && request.op == legacy::kOpSetBacktrace && request.arg_size == sizeof(legacy::BacktraceDepthArg)) {
+          legacy::BacktraceDepthArg depth;
+          std::memcpy(&depth, buffer, sizeof depth);
+          linux_->set_callchain_depth(static_cast<uint32_t>(std::min<uint64_t>(depth, ring::kMaxBacktraceDepth)));
+        }
         error = engine_->DoOp(connection.domain, request.op, request.arg_size ? buffer : nullptr,
                               request.arg_size);
-        if (error == ErrorCode::kOk && request.op == legacy::kOpStart &&
+        if (linux_ && error != ErrorCode::kOk && !linux_->last_error().empty() &&
+            (request.op == legacy::kOpReserveCounters || request.op == legacy::kOpSetupEvents ||
+             request.op == legacy::kOpStart)) {
+          Log(LogLevel::kError, "{}", linux_->last_error());
+        }
+        if (error == ErrorCode::kOk && request.op == legacy::kOpStart && machine_ &&
             scenario_.run.speed == sim::Speed::kMax && scenario_.run.duration_ns != 0) {
           run_target_ns_ = std::max(run_target_ns_, scenario_.run.duration_ns);
         }
@@ -404,7 +498,7 @@ void Daemon::Handle(Connection& connection, const hosted::MessageHeader& header,
       if (!hosted::Unpack(payload, &request)) return malformed("map request of the wrong size");
       uint64_t bytes = 0;
       std::unique_lock lock(machine_mutex_);
-      auto fd = machine_->platform().RegionFd(request.handle, connection.domain, &bytes);
+      auto fd = platform().RegionFd(request.handle, connection.domain, &bytes);
       lock.unlock();
       hosted::MapReply reply{};
       if (!fd) {
@@ -424,8 +518,7 @@ void Daemon::Handle(Connection& connection, const hosted::MessageHeader& header,
         return malformed("notification request must ask for 1 to 250 rings");
       }
       std::unique_lock lock(machine_mutex_);
-      auto fds = machine_->platform().NotificationFds(request.handle, connection.domain,
-                                                      request.first_ring, request.count);
+      auto fds = platform().NotificationFds(request.handle, connection.domain, request.first_ring, request.count);
       lock.unlock();
       hosted::NotifyReply reply{};
       if (!fds) {
@@ -436,11 +529,20 @@ void Daemon::Handle(Connection& connection, const hosted::MessageHeader& header,
       return Reply(connection, sequence, type, hosted::Pack(reply), fds.value());
     }
     case MessageType::kContext: {
-      std::string json;
-      {
-        std::lock_guard lock(machine_mutex_);
-        json = machine_->ContextJson(connection.domain);
+      DomainId domain = connection.domain;
+      if (!payload.empty()) {
+        hosted::ContextRequest request;
+        if (!hosted::Unpack(payload, &request)) return malformed("context request of the wrong size");
+        if (request.domain != connection.domain && connection.domain != 0) {
+          return ReplyStatus(connection, sequence, type, ProtocolError::kDenied,
+                             "only dom0 may ask about another domain's processes");
+        }
+        domain = request.domain;
       }
+      // On the sim, as on Xen, a guest's user space is its own: dom0 learns nothing of it.
+      const std::string json = domain != connection.domain && machine_
+                                   ? nlohmann::json{{"domain", domain}, {"processes", nlohmann::json::array()}}.dump()
+                                   : ContextFor(domain);
       hosted::StatusReply reply{0, 0};
       return Reply(connection, sequence, type, hosted::Pack(reply, hosted::AsBytes(json)));
     }
@@ -448,8 +550,8 @@ void Daemon::Handle(Connection& connection, const hosted::MessageHeader& header,
       hosted::SimControlRequest request;
       if (!hosted::Unpack(payload, &request)) return malformed("sim control of the wrong size");
       hosted::SimControlReply reply{};
-      if (connection.domain != 0) {
-        reply.error = static_cast<int32_t>(ProtocolError::kDenied);
+      if (connection.domain != 0 || !machine_) {
+        reply.error = static_cast<int32_t>(machine_ ? ProtocolError::kDenied : ProtocolError::kUnsupported);
         return Reply(connection, sequence, type, hosted::Pack(reply));
       }
       std::unique_lock lock(machine_mutex_);
@@ -478,6 +580,10 @@ void Daemon::Handle(Connection& connection, const hosted::MessageHeader& header,
         return ReplyStatus(connection, sequence, type, ProtocolError::kDenied,
                            "only dom0 may read the ground truth");
       }
+      if (!machine_) {
+        return ReplyStatus(connection, sequence, type, ProtocolError::kUnsupported,
+                           "a real machine has no ground truth; only the simulated one does");
+      }
       std::string json;
       {
         std::lock_guard lock(machine_mutex_);
@@ -486,21 +592,24 @@ void Daemon::Handle(Connection& connection, const hosted::MessageHeader& header,
       }
       return ReplyStatus(connection, sequence, type, ProtocolError::kOk, json);
     }
-    case MessageType::kDomains: {
-      // dom0 may know every domain; a guest only itself.
-      nlohmann::json list = nlohmann::json::array();
-      for (const sim::DomainSpec& domain : scenario_.domains) {
-        if (connection.domain != 0 && domain.id != connection.domain) continue;
-        const char* kind = domain.type == DomainType::kHvm    ? "hvm"
-                           : domain.type == DomainType::kPv32 ? "pv32"
-                                                              : "pv";
-        list.push_back({{"id", domain.id},
-                        {"name", domain.name},
-                        {"type", kind},
-                        {"vcpus", domain.vcpus},
-                        {"kernel", machine_->kernel_source(domain.id)}});
+    case MessageType::kDomains:
+      return ReplyStatus(connection, sequence, type, ProtocolError::kOk, DomainsFor(connection.domain));
+    case MessageType::kPlatformInfo: {
+      if (connection.domain != 0) {
+        return ReplyStatus(connection, sequence, type, ProtocolError::kDenied, "only dom0 may read the platform's state");
       }
-      return ReplyStatus(connection, sequence, type, ProtocolError::kOk, list.dump());
+      nlohmann::json info = nlohmann::json::object();
+      {
+        std::lock_guard lock(machine_mutex_);
+        if (linux_) {
+          info["stats"] = nlohmann::json::parse(linux_->StatsJson(), nullptr, false);
+          info["notes"] = linux_->notes();
+          info["last_error"] = linux_->last_error();
+        } else {
+          info["notes"] = machine_->notes();
+        }
+      }
+      return ReplyStatus(connection, sequence, type, ProtocolError::kOk, info.dump());
     }
     case MessageType::kPublish: {
       // A guest hands its own profile to dom0; the bytes are the guest's, never interpreted here.
@@ -538,6 +647,7 @@ void Daemon::Handle(Connection& connection, const hosted::MessageHeader& header,
 }
 
 void Daemon::FinishRuns() {
+  if (!machine_) return;  // only the simulated clock has runs to finish
   std::unique_lock lock(machine_mutex_);
   const uint64_t now = machine_->now_ns();
   const bool halted = halted_;
@@ -589,7 +699,7 @@ void Daemon::Shutdown() {
       engine_->DoOp(engine_->primary(), legacy::kOpStop, nullptr, 0);
       Log(LogLevel::kInfo, "profiling was still on; stopped it");
     }
-    if (!options_.ground_truth_path.empty()) {
+    if (machine_ && !options_.ground_truth_path.empty()) {
       if (auto written = hvprof::WriteFileAtomically(options_.ground_truth_path,
                                                      machine_->GroundTruthJson());
           !written) {

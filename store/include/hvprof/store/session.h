@@ -84,6 +84,9 @@ struct LossRecord {
   // Agent side.
   uint64_t malformed_records = 0;
   uint64_t store_failed = 0;     // samples that could not be written (a full disk...)
+  // Below the engine: samples the platform lost before the engine saw them (linux: perf's
+  // ring overflowed).
+  uint64_t platform_lost = 0;
 };
 
 struct ProfilingInterval {
@@ -121,6 +124,9 @@ struct SessionMetadata {
   uint64_t last_sample_ns = 0;
   std::map<std::string, uint64_t> samples_by_domain_mode;  // "1/user" -> count
   std::vector<std::string> notes;  // what the agent wants a report reader to know
+  // What the platform says of its own sampling (linux: requested and achieved rates per CPU,
+  // throttling, perf's losses), as a JSON object; empty when it says nothing.
+  std::string platform_stats;
 };
 
 std::string SerializeMetadata(const SessionMetadata& metadata);
@@ -172,6 +178,10 @@ inline constexpr const char* kDefaultSessionRoot = "/var/lib/hvprof";
 
 // Checks a --save name: letters, digits, '-', '_' and '.', not "current", not starting with '.'.
 Result<void> ValidateSessionName(const std::string& name);
+
+// The name of the most recently written saved session under `paths` (by its metadata's
+// modification time), or nothing when there is none.
+std::optional<std::string> NewestSavedSession(const SessionPaths& paths);
 
 // A session as the report tool sees it.
 struct SessionOnDisk {

@@ -23,6 +23,7 @@
 #include "hvprof/symbolizer/symbolizer.h"
 #include "hvpmu/engine.h"
 #include "hvpmu/hosted/protocol.h"
+#include "hvpmu/linux/linux_machine.h"
 #include "hvpmu/pmu_drivers.h"
 #include "hvpmu/sim/machine.h"
 #include "hvpmu/sim/scenario.h"
@@ -30,8 +31,10 @@
 namespace hvpmu::hv {
 
 struct DaemonOptions {
-  std::string platform = "sim";
-  std::string scenario_path;
+  std::string platform = "sim";               // sim or linux
+  std::string scenario_path;                  // sim
+  std::string domain_map;                     // linux: --domain-map
+  bool force_software = false;                // linux: cpu-clock even with a hardware PMU
   std::string run_dir;                        // sockets and the pid file; see DefaultRunDir
   std::optional<sim::Speed> speed;            // overrides the scenario's run.speed
   std::optional<double> factor;               // with realtime speed
@@ -57,7 +60,7 @@ class Daemon {
   static void HandleSignals(Daemon* daemon);
 
   const std::string& run_dir() const { return options_.run_dir; }
-  sim::SimMachine& machine() { return *machine_; }
+  sim::SimMachine* sim_machine() { return machine_.get(); }  // null on linux
 
  private:
   struct Connection;
@@ -81,7 +84,14 @@ class Daemon {
   DaemonOptions options_;
   sim::Scenario scenario_;
   hvprof::symbolizer::Symbolizer symbolizer_;
-  std::unique_ptr<sim::SimMachine> machine_;
+  std::unique_ptr<sim::SimMachine> machine_;           // --platform=sim
+  std::unique_ptr<linux_host::LinuxMachine> linux_;    // --platform=linux
+  hosted::HostedPlatform& platform();
+  hvprof::Result<void> StartSim();
+  hvprof::Result<void> StartLinux();
+  void LinuxLoop();
+  std::string ContextFor(DomainId domain);
+  std::string DomainsFor(DomainId caller);
   std::unique_ptr<PmuDrivers> drivers_;
   std::unique_ptr<Engine> engine_;
 

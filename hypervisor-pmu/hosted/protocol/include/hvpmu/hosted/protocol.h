@@ -32,12 +32,13 @@ enum class MessageType : uint16_t {
   kOp = 2,           // OpRequest + argument bytes -> OpReply + argument bytes
   kMapRegion = 3,    // MapRequest -> MapReply + 1 memfd
   kNotifyFds = 4,    // NotifyRequest -> NotifyReply + one eventfd per ring
-  kContext = 5,      // empty -> StatusReply + JSON: the caller's processes and mappings
+  kContext = 5,      // empty or ContextRequest -> StatusReply + JSON: processes and mappings
   kSimControl = 6,   // SimControlRequest -> SimControlReply (primary domain only)
   kGroundTruth = 7,  // GroundTruthRequest -> StatusReply + JSON (primary domain only, sim only)
   kDomains = 8,      // empty -> StatusReply + JSON: the domains the caller may know of
   kPublish = 9,      // the caller's profile (bytes) -> StatusReply (guests only)
   kFetchPublished = 10,  // FetchPublishedRequest -> StatusReply + PublishedEntry... (primary only)
+  kPlatformInfo = 11,    // empty -> StatusReply + JSON: rates, limits, notes (primary only)
   kError = 0x7FFF,   // reply to a request that could not be understood: StatusReply + text
 };
 
@@ -133,6 +134,13 @@ struct SimControlReply {
 struct GroundTruthRequest {
   uint32_t reset;  // 1: clear the counts after reporting them
   uint32_t pad;
+};
+
+// Context of another domain than the caller's: dom0 only, and only where the platform lets dom0
+// see that domain's processes (host processes on linux; never a guest's own user space).
+struct ContextRequest {
+  uint16_t domain;
+  uint16_t pad[3];
 };
 
 struct FetchPublishedRequest {

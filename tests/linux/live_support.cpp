@@ -1,0 +1,221 @@
+#include "live_support.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "skip.h"
+
+namespace hvprof::testing {
+
+using namespace hvpmu;
+using hvpmu::linux_host::LinuxMachine;
+using hvpmu::linux_host::LinuxOptions;
+
+namespace {
+
+void Must(ErrorCode code, const char* what) {
+  INFO(what);
+  REQUIRE(std::string(ErrorName(code)) == "Ok");
+}
+
+BufferV2 BufferRequest(DomainId domain, uint32_t capacity) {
+  BufferV2 buffer{};
+  buffer.struct_size = sizeof buffer;
+  buffer.abi_version = kAbiVersion;
+  buffer.domain = domain;
+  buffer.capacity = capacity;
+  return buffer;
+}
+
+}  // namespace
+
+EngineSession::EngineSession(LinuxMachine& machine, SessionOptions options) : machine_(machine) {
+  engine_ = std::make_unique<Engine>(machine.platform(), machine.driver());
+  machine.AttachEngine(engine_.get());
+  Engine& e = *engine_;
+  legacy::Init init{};
+  Must(e.DoOp(0, legacy::kOpInit, &init, sizeof init), "init");
+  BufferV2 own = BufferRequest(0, options.capacity);
+  Must(e.DoOp(0, kOpGetBufferV2, &own, sizeof own), "get_buffer_v2");
+  MapRegion(0, own);
+  Must(e.DoOp(0, legacy::kOpResetActiveList, nullptr, 0), "reset_active_list");
+  legacy::DomainIdArg dom0 = 0;
+  Must(e.DoOp(0, legacy::kOpSetActive, &dom0, sizeof dom0), "set_active");
+  for (DomainId id : options.passive) {
+    BufferV2 buffer = BufferRequest(id, options.capacity);
+    Must(e.DoOp(0, kOpSetPassiveV2, &buffer, sizeof buffer), "set_passive_v2");
+    MapRegion(id, buffer);
+  }
+  legacy::BacktraceDepthArg depth = options.backtrace_depth;
+  Must(e.DoOp(0, legacy::kOpSetBacktrace, &depth, sizeof depth), "set_backtrace");
+  Must(e.DoOp(0, legacy::kOpReserveCounters, nullptr, 0), "reserve_counters");
+  legacy::Counter counter{};
+  counter.ind = 0;
+  counter.count = options.count;
+  counter.enabled = 1;
+  counter.event = options.event;
+  counter.kernel = 1;
+  counter.user = 1;
+  Must(e.DoOp(0, legacy::kOpCounter, &counter, sizeof counter), "counter");
+  {
+    const ErrorCode setup = e.DoOp(0, legacy::kOpSetupEvents, nullptr, 0);
+    INFO(machine.last_error());
+    Must(setup, "setup_events");
+  }
+  Must(e.DoOp(0, legacy::kOpEnableVirq, nullptr, 0), "enable_virq");
+}
+
+EngineSession::~EngineSession() {
+  if (started_) engine_->DoOp(0, legacy::kOpStop, nullptr, 0);
+  engine_->DoOp(0, legacy::kOpReleaseCounters, nullptr, 0);
+  machine_.AttachEngine(nullptr);
+}
+
+void EngineSession::MapRegion(DomainId owner, const BufferV2& buffer) {
+  auto region = std::make_unique<Region>();
+  region->owner = owner;
+  region->buffer = buffer;
+  uint64_t bytes = 0;
+  auto fd = machine_.platform().RegionFd(buffer.region_handle, 0, &bytes);
+  REQUIRE(fd.has_value());
+  auto map = hvprof::ScopedMmap::MapShared(fd.value(), bytes, PROT_READ | PROT_WRITE);
+  REQUIRE(map.has_value());
+  region->map = std::move(map).value();
+  auto* base = static_cast<uint8_t*>(region->map.data());
+  for (uint32_t i = 0; i < buffer.nbuf; ++i) {
+    auto reader = agent::RingReader::Attach(base + i * buffer.ring_bytes, buffer.ring_bytes,
+                                            buffer.capacity);
+    REQUIRE(reader.has_value());
+    region->readers.push_back(std::move(reader).value());
+  }
+  regions_.push_back(std::move(region));
+}
+
+void EngineSession::Start() {
+  Must(engine_->DoOp(0, legacy::kOpStart, nullptr, 0), "start");
+  started_ = true;
+}
+
+void EngineSession::Stop() {
+  Must(engine_->DoOp(0, legacy::kOpStop, nullptr, 0), "stop");
+  started_ = false;
+  DrainRings();
+}
+
+void EngineSession::DrainRings() {
+  for (auto& region : regions_) {
+    for (uint32_t i = 0; i < region->readers.size(); ++i) {
+      const agent::DrainStats stats = region->readers[i].Drain(
+          [&](const ring::SampleRecord& record, std::span<const uint64_t> frames) {
+            samples_.push_back({region->owner, i, record, {frames.begin(), frames.end()}});
+          });
+      CHECK(stats.malformed == 0);
+    }
+  }
+}
+
+void EngineSession::Pump(std::chrono::milliseconds duration, const std::function<bool()>& done) {
+  const auto end = std::chrono::steady_clock::now() + duration;
+  while (std::chrono::steady_clock::now() < end) {
+    auto ready = machine_.WaitForSamples(std::chrono::milliseconds(20));
+    REQUIRE(ready.has_value());
+    machine_.DrainSamples();
+    DrainRings();
+    if (done && done()) break;
+  }
+}
+
+Status EngineSession::Status() {
+  auto status = std::make_unique<hvpmu::Status>();
+  std::memset(status.get(), 0, sizeof *status);
+  status->struct_size = sizeof(hvpmu::Status);
+  status->abi_version = kAbiVersion;
+  Must(engine_->DoOp(0, kOpStatus, status.get(), sizeof *status), "status");
+  return *status;
+}
+
+std::unique_ptr<LinuxMachine> LiveMachine(LinuxOptions options) {
+  auto machine = LinuxMachine::Create(options);
+  if (!machine) {
+    const auto kind = machine.error().kind();
+    if (kind == hvprof::ErrorKind::kPermissionDenied || kind == hvprof::ErrorKind::kUnsupported) {
+      SkipTest("perf_event_open is not usable here: " + machine.error().message());
+      return nullptr;
+    }
+    FAIL(machine.error().message());
+  }
+  return std::move(machine).value();
+}
+
+Child::Child(const std::vector<std::string>& args, bool hold) {
+  int in[2] = {-1, -1}, out[2] = {-1, -1};
+  if (hold) REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  std::vector<char*> argv;
+  for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  pid_ = ::fork();
+  REQUIRE(pid_ >= 0);
+  if (pid_ == 0) {
+    if (hold) ::dup2(in[0], 0);
+    ::dup2(out[1], 1);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  if (hold) {
+    ::close(in[0]);
+    stdin_ = hvprof::ScopedFd(in[1]);
+  }
+  ::close(out[1]);
+  stdout_ = hvprof::ScopedFd(out[0]);
+  ::fcntl(stdout_.get(), F_SETFL, O_NONBLOCK);
+}
+
+Child::~Child() {
+  if (pid_ > 0 && status_ == -1) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+void Child::Go() {
+  const char byte = 'g';
+  REQUIRE(::write(stdin_.get(), &byte, 1) == 1);
+  stdin_.Reset();
+}
+
+bool Child::Exited() {
+  if (status_ != -1) return true;
+  int status = 0;
+  if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+    status_ = status;
+    return true;
+  }
+  return false;
+}
+
+int Child::Wait() {
+  if (status_ == -1) {
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    status_ = status;
+  }
+  return WIFEXITED(status_) ? WEXITSTATUS(status_) : 128 + WTERMSIG(status_);
+}
+
+std::string Child::Output() {
+  char buffer[256];
+  ssize_t n;
+  while ((n = ::read(stdout_.get(), buffer, sizeof buffer)) > 0) output_.append(buffer, static_cast<size_t>(n));
+  return output_;
+}
+
+}  // namespace hvprof::testing

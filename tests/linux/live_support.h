@@ -1,0 +1,101 @@
+// Helpers for the linux platform's tests: a whole engine session on a LinuxMachine (dom0
+// primary and active, some passive domains), its rings drained as the dom0 agent would, and
+// child processes running the fixture.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hvprof/agent/ring_reader.h"
+#include "hvprof/base/scoped_fd.h"
+#include "hvpmu/engine.h"
+#include "hvpmu/linux/linux_machine.h"
+
+namespace hvprof::testing {
+
+struct CollectedSample {
+  hvpmu::DomainId region_owner;  // whose region the ring is in
+  uint32_t ring;                 // ring index in that region
+  hvpmu::ring::SampleRecord record;
+  std::vector<uint64_t> frames;
+};
+
+struct SessionOptions {
+  std::vector<hvpmu::DomainId> passive;
+  uint32_t backtrace_depth = 0;
+  uint32_t capacity = 16384;
+  uint16_t event = 0x3C;  // CPU_CLK_UNHALTED
+  uint64_t count = 100000;
+};
+
+class EngineSession {
+ public:
+  // Runs init, get_buffer_v2, set_active(0), set_passive_v2..., set_backtrace, reserve,
+  // counter, setup_events, enable_virq; REQUIREs each to succeed.
+  EngineSession(hvpmu::linux_host::LinuxMachine& machine, SessionOptions options);
+  ~EngineSession();
+
+  void Start();
+  void Stop();
+  // Engine rings -> samples().
+  void DrainRings();
+  // Waits for perf, drains it into the engine and the engine's rings, until `duration` has
+  // passed or `done` returns true.
+  void Pump(std::chrono::milliseconds duration, const std::function<bool()>& done = {});
+
+  const std::vector<CollectedSample>& samples() const { return samples_; }
+  hvpmu::Status Status();
+  hvpmu::Engine& engine() { return *engine_; }
+
+ private:
+  struct Region {
+    hvpmu::DomainId owner = 0;
+    hvpmu::BufferV2 buffer{};
+    hvprof::ScopedMmap map;
+    std::vector<hvprof::agent::RingReader> readers;
+  };
+  void MapRegion(hvpmu::DomainId owner, const hvpmu::BufferV2& buffer);
+
+  hvpmu::linux_host::LinuxMachine& machine_;
+  std::unique_ptr<hvpmu::Engine> engine_;
+  std::vector<std::unique_ptr<Region>> regions_;
+  std::vector<CollectedSample> samples_;
+  bool started_ = false;
+};
+
+// A machine sampling this host, or nullptr after SkipTest with perf's reason.
+std::unique_ptr<hvpmu::linux_host::LinuxMachine> LiveMachine(
+    hvpmu::linux_host::LinuxOptions options);
+
+// The fixture (or any program) in a child process.
+class Child {
+ public:
+  // With `hold`, the child's stdin is a pipe and the fixture (--wait) waits for Go().
+  Child(const std::vector<std::string>& args, bool hold);
+  ~Child();
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  pid_t pid() const { return pid_; }
+  void Go();
+  // True once the child has exited (reaped).
+  bool Exited();
+  int Wait();
+  // Whatever the child wrote to stdout so far.
+  std::string Output();
+
+ private:
+  pid_t pid_ = -1;
+  int status_ = -1;
+  hvprof::ScopedFd stdin_;
+  hvprof::ScopedFd stdout_;
+  std::string output_;
+};
+
+}  // namespace hvprof::testing

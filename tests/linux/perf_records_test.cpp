@@ -1,0 +1,328 @@
+// The perf record parser and the ring reader, on synthetic bytes: every record type, records
+// that straddle the ring's wrap, and truncated or garbage input.
+#include <linux/perf_event.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "hvpmu/linux/perf_records.h"
+#include "hvpmu/linux/perf_ring.h"
+#include "record_builder.h"
+
+using namespace hvpmu::linux_host;
+using hvprof::testing::RecordBuilder;
+
+namespace {
+
+RecordLayout Layout(bool callchain = false) {
+  RecordLayout layout;
+  layout.sample_type = kSampleIdentifier | kSampleIp | kSampleTid | kSampleTime | kSampleCpu |
+                       kSamplePeriod | (callchain ? kSampleCallchain : 0);
+  layout.sample_id_all = true;
+  return layout;
+}
+
+struct Recorder final : RecordVisitor {
+  std::vector<PerfSample> samples;
+  std::vector<std::vector<uint64_t>> chains;
+  std::vector<PerfMmap2> mmaps;
+  std::vector<std::string> mmap_names;
+  std::vector<PerfComm> comms;
+  std::vector<std::string> comm_names;
+  std::vector<PerfTask> tasks;
+  std::vector<PerfLost> losts;
+  std::vector<PerfThrottle> throttles;
+  std::vector<PerfLostSamples> lost_samples;
+  std::vector<std::string> order;
+
+  void OnSample(const PerfSample& r) override {
+    samples.push_back(r);
+    chains.emplace_back(r.callchain.begin(), r.callchain.end());
+    order.push_back("sample");
+  }
+  void OnMmap2(const PerfMmap2& r) override {
+    mmaps.push_back(r);
+    mmap_names.emplace_back(r.filename);
+    order.push_back("mmap2");
+  }
+  void OnComm(const PerfComm& r) override {
+    comms.push_back(r);
+    comm_names.emplace_back(r.comm);
+    order.push_back("comm");
+  }
+  void OnTask(const PerfTask& r) override {
+    tasks.push_back(r);
+    order.push_back(r.fork ? "fork" : "exit");
+  }
+  void OnLost(const PerfLost& r) override {
+    losts.push_back(r);
+    order.push_back("lost");
+  }
+  void OnThrottle(const PerfThrottle& r) override {
+    throttles.push_back(r);
+    order.push_back(r.throttle ? "throttle" : "unthrottle");
+  }
+  void OnLostSamples(const PerfLostSamples& r) override {
+    lost_samples.push_back(r);
+    order.push_back("lost_samples");
+  }
+};
+
+RecordBuilder::Sid Sid(uint32_t pid, uint64_t time, uint32_t cpu = 1, uint64_t id = 7) {
+  RecordBuilder::Sid sid;
+  sid.pid = pid;
+  sid.tid = pid;
+  sid.time = time;
+  sid.cpu = cpu;
+  sid.id = id;
+  return sid;
+}
+
+}  // namespace
+
+TEST_CASE("every record type parses with its sample_id trailer", "[linux][records]") {
+  RecordBuilder b(Layout(true));
+  b.Sample(kMiscUser, 42, 0x401000, 100, 101, 5000, 1, 38520,
+           {kContextUser, 0x401000, 0x401234, 0x401456});
+  b.Mmap2(100, 100, 0x7f0000001000, 0x2000, 0x1000, "/usr/lib/libc.so.6", Sid(100, 5100));
+  b.Mmap2(100, 100, 0x555555555000, 0x1000, 0x1000, "/usr/bin/prog", Sid(100, 5150),
+          "0123456789abcdef0123456789abcdef01234567");
+  b.Comm(100, 100, "prog", true, Sid(100, 5200));
+  b.Fork(102, 100, 102, 100, Sid(100, 5300));
+  b.Exit(102, 100, 102, 102, Sid(102, 5400));
+  b.Lost(7, 12, Sid(0, 5500));
+  b.Throttle(true, 5600, 42, Sid(0, 5600));
+  b.Throttle(false, 5700, 42, Sid(0, 5700));
+  b.LostSamples(3, Sid(0, 5800));
+
+  Recorder r;
+  const ParseStats stats = ParseRecords(b.bytes(), Layout(true), r);
+  CHECK(stats.records == 10);
+  CHECK(stats.malformed == 0);
+  CHECK(stats.unknown == 0);
+  CHECK(r.order == std::vector<std::string>{"sample", "mmap2", "mmap2", "comm", "fork", "exit",
+                                            "lost", "throttle", "unthrottle", "lost_samples"});
+  REQUIRE(r.samples.size() == 1);
+  const PerfSample& s = r.samples[0];
+  CHECK(s.misc == kMiscUser);
+  CHECK(s.id == 42);
+  CHECK(s.ip == 0x401000);
+  CHECK(s.pid == 100);
+  CHECK(s.tid == 101);
+  CHECK(s.time == 5000);
+  CHECK(s.cpu == 1);
+  CHECK(s.period == 38520);
+  CHECK(r.chains[0] == std::vector<uint64_t>{kContextUser, 0x401000, 0x401234, 0x401456});
+
+  REQUIRE(r.mmaps.size() == 2);
+  CHECK(r.mmaps[0].addr == 0x7f0000001000);
+  CHECK(r.mmaps[0].len == 0x2000);
+  CHECK(r.mmaps[0].pgoff == 0x1000);
+  CHECK(r.mmaps[0].ino == 12345);
+  CHECK(r.mmaps[0].build_id.empty());
+  CHECK(r.mmap_names[0] == "/usr/lib/libc.so.6");
+  CHECK(r.mmaps[0].sid.time == 5100);
+  CHECK(r.mmaps[1].build_id == "0123456789abcdef0123456789abcdef01234567");
+  CHECK(r.mmap_names[1] == "/usr/bin/prog");
+
+  REQUIRE(r.comms.size() == 1);
+  CHECK(r.comm_names[0] == "prog");
+  CHECK(r.comms[0].exec);
+  REQUIRE(r.tasks.size() == 2);
+  CHECK(r.tasks[0].fork);
+  CHECK(r.tasks[0].pid == 102);
+  CHECK(r.tasks[0].ppid == 100);
+  CHECK(r.tasks[0].sid.time == 5300);
+  CHECK_FALSE(r.tasks[1].fork);
+  REQUIRE(r.losts.size() == 1);
+  CHECK(r.losts[0].id == 7);
+  CHECK(r.losts[0].lost == 12);
+  REQUIRE(r.throttles.size() == 2);
+  CHECK(r.throttles[0].throttle);
+  CHECK(r.throttles[0].id == 42);
+  CHECK(r.throttles[0].time == 5600);
+  CHECK_FALSE(r.throttles[1].throttle);
+  REQUIRE(r.lost_samples.size() == 1);
+  CHECK(r.lost_samples[0].lost == 3);
+}
+
+TEST_CASE("broken records are counted and never read past", "[linux][records]") {
+  const RecordLayout layout = Layout();
+  SECTION("a header larger than what is left drops the rest") {
+    RecordBuilder b(layout);
+    b.Sample(kMiscUser, 1, 0x1000, 1, 1, 10, 0, 100);
+    b.Raw(static_cast<uint32_t>(RecordType::kSample), kMiscUser, std::vector<uint8_t>(24, 0), 4096);
+    Recorder r;
+    const ParseStats stats = ParseRecords(b.bytes(), layout, r);
+    CHECK(r.samples.size() == 1);
+    CHECK(stats.malformed == 1);
+    CHECK(stats.dropped_bytes == 32);
+  }
+  SECTION("a size below the header, or not a multiple of 8, stops the parse") {
+    for (int size : {0, 4, 12}) {
+      RecordBuilder b(layout);
+      b.Raw(static_cast<uint32_t>(RecordType::kComm), 0, std::vector<uint8_t>(16, 'x'), size);
+      b.Sample(kMiscUser, 1, 0x1000, 1, 1, 10, 0, 100);
+      Recorder r;
+      const ParseStats stats = ParseRecords(b.bytes(), layout, r);
+      CHECK(r.samples.empty());
+      CHECK(stats.malformed == 1);
+    }
+  }
+  SECTION("a plausible size around a bad body skips only that record") {
+    RecordBuilder b(layout);
+    // A COMM whose name has no terminating NUL before the trailer.
+    std::vector<uint8_t> body(8 + 8 + layout.SampleIdBytes(), 'x');
+    b.Raw(static_cast<uint32_t>(RecordType::kComm), 0, body);
+    // A sample cut short: its period is missing.
+    b.Raw(static_cast<uint32_t>(RecordType::kSample), kMiscUser, std::vector<uint8_t>(32, 0));
+    // A FORK with trailing garbage.
+    b.Raw(static_cast<uint32_t>(RecordType::kFork), 0, std::vector<uint8_t>(24 + layout.SampleIdBytes() + 8, 0));
+    b.Sample(kMiscKernel, 1, 0xffffffff81000000, 0, 0, 10, 0, 100);
+    Recorder r;
+    const ParseStats stats = ParseRecords(b.bytes(), layout, r);
+    CHECK(stats.malformed == 3);
+    CHECK(r.comms.empty());
+    CHECK(r.tasks.empty());
+    REQUIRE(r.samples.size() == 1);
+    CHECK(r.samples[0].ip == 0xffffffff81000000);
+  }
+  SECTION("a callchain longer than its record") {
+    RecordBuilder b(Layout(true));
+    b.Sample(kMiscUser, 1, 0x1000, 1, 1, 10, 0, 100, {kContextUser, 0x1000});
+    // Patch nr (the last three words are nr and two entries) to claim 1000 entries.
+    std::vector<uint8_t> bytes = b.bytes();
+    const uint64_t huge = 1000;
+    std::memcpy(bytes.data() + bytes.size() - 24, &huge, 8);
+    Recorder r;
+    const ParseStats stats = ParseRecords(bytes, Layout(true), r);
+    CHECK(stats.malformed == 1);
+    CHECK(r.samples.empty());
+  }
+  SECTION("unknown record types are skipped by their size") {
+    RecordBuilder b(layout);
+    b.Raw(17 /* KSYMBOL */, 0, std::vector<uint8_t>(40, 0));
+    b.Sample(kMiscUser, 1, 0x1000, 1, 1, 10, 0, 100);
+    Recorder r;
+    const ParseStats stats = ParseRecords(b.bytes(), layout, r);
+    CHECK(stats.unknown == 1);
+    CHECK(stats.malformed == 0);
+    CHECK(r.samples.size() == 1);
+  }
+  SECTION("a layout with bits the parser does not know parses nothing") {
+    RecordLayout odd = layout;
+    odd.sample_type |= PERF_SAMPLE_RAW;
+    RecordBuilder b(layout);
+    b.Sample(kMiscUser, 1, 0x1000, 1, 1, 10, 0, 100);
+    Recorder r;
+    CHECK(ParseRecords(b.bytes(), odd, r).malformed == 1);
+    CHECK(r.samples.empty());
+  }
+}
+
+TEST_CASE("the parser copes with misaligned buffers and random garbage", "[linux][records]") {
+  const RecordLayout layout = Layout(true);
+  RecordBuilder b(layout);
+  b.Sample(kMiscUser, 1, 0x1000, 1, 1, 10, 0, 100, {kContextUser, 0x1000, 0x2000});
+  std::vector<uint8_t> shifted(b.bytes().size() + 1);
+  std::memcpy(shifted.data() + 1, b.bytes().data(), b.bytes().size());
+  Recorder r;
+  ParseRecords(std::span<const uint8_t>(shifted).subspan(1), layout, r);
+  REQUIRE(r.chains.size() == 1);
+  CHECK(r.chains[0] == std::vector<uint64_t>{kContextUser, 0x1000, 0x2000});
+
+  std::mt19937_64 rng(1234);
+  for (int round = 0; round < 2000; ++round) {
+    std::vector<uint8_t> garbage(rng() % 512);
+    for (uint8_t& byte : garbage) byte = static_cast<uint8_t>(rng());
+    // Plausible headers now and then, so the bodies get exercised too.
+    for (size_t pos = 0; pos + 8 <= garbage.size(); pos += 8 * (1 + rng() % 6)) {
+      const uint32_t type = static_cast<uint32_t>(1 + rng() % 14);
+      const uint16_t size = static_cast<uint16_t>(8 * (1 + rng() % 12));
+      std::memcpy(garbage.data() + pos, &type, 4);
+      std::memcpy(garbage.data() + pos + 6, &size, 2);
+    }
+    Recorder sink;
+    const ParseStats stats = ParseRecords(garbage, layout, sink);
+    CHECK(stats.dropped_bytes <= garbage.size());
+  }
+}
+
+namespace {
+
+// A fake perf mapping: the metadata page and a small data area.
+struct FakeRing {
+  static constexpr uint64_t kPage = 4096;
+  static constexpr uint64_t kData = 512;
+  alignas(4096) uint8_t memory[kPage + kData] = {};
+
+  perf_event_mmap_page& meta() { return *reinterpret_cast<perf_event_mmap_page*>(memory); }
+  // Writes `bytes` at ring position `position` (wrapping) and publishes head.
+  void Publish(uint64_t position, const std::vector<uint8_t>& bytes) {
+    for (size_t i = 0; i < bytes.size(); ++i) memory[kPage + (position + i) % kData] = bytes[i];
+    meta().data_head = position + bytes.size();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the ring reader copies across the wrap and hands space back", "[linux][ring]") {
+  auto ring_memory = std::make_unique<FakeRing>();
+  FakeRing& fake = *ring_memory;
+  fake.meta().data_offset = FakeRing::kPage;
+  fake.meta().data_size = FakeRing::kData;
+  auto attached = PerfRing::Attach(fake.memory, sizeof fake.memory, FakeRing::kPage);
+  REQUIRE(attached.has_value());
+  PerfRing ring = attached.value();
+  CHECK(ring.data_size() == FakeRing::kData);
+
+  const RecordLayout layout = Layout();
+  RecordBuilder b(layout);
+  for (int i = 0; i < 5; ++i) b.Sample(kMiscUser, 1, 0x1000 + i, 1, 1, 10 + i, 0, 100);
+  const std::vector<uint8_t> records = b.bytes();  // 5 x 56 bytes
+  REQUIRE(records.size() == 280);
+
+  // First pass: 280 bytes at 0. Second: the same records from 480, across the end of the ring.
+  for (uint64_t start : {uint64_t{0}, uint64_t{480}}) {
+    fake.meta().data_tail = start;
+    auto again = PerfRing::Attach(fake.memory, sizeof fake.memory, FakeRing::kPage);
+    REQUIRE(again.has_value());
+    ring = again.value();
+    fake.Publish(start, records);
+    CHECK(ring.Pending() == records.size());
+    std::vector<uint8_t> out;
+    const RingReadStats stats = ring.ReadAll(&out);
+    CHECK(stats.bytes == records.size());
+    CHECK(stats.corrupt == 0);
+    CHECK(out == records);
+    CHECK(fake.meta().data_tail == start + records.size());
+    CHECK(ring.Pending() == 0);
+    Recorder r;
+    ParseRecords(out, layout, r);
+    REQUIRE(r.samples.size() == 5);
+    CHECK(r.samples[4].ip == 0x1004);
+  }
+
+  SECTION("an impossible head is skipped, never read") {
+    const uint64_t tail = fake.meta().data_tail;
+    fake.meta().data_head = tail + FakeRing::kData + 8;  // more than the ring holds
+    std::vector<uint8_t> out;
+    const RingReadStats stats = ring.ReadAll(&out);
+    CHECK(stats.corrupt == 1);
+    CHECK(out.empty());
+    CHECK(fake.meta().data_tail == tail + FakeRing::kData + 8);
+    fake.meta().data_head = tail;  // behind the tail
+    CHECK(ring.ReadAll(&out).corrupt == 1);
+    CHECK(out.empty());
+  }
+  SECTION("a metadata page whose data area does not fit is refused") {
+    fake.meta().data_size = FakeRing::kData * 2;
+    CHECK_FALSE(PerfRing::Attach(fake.memory, sizeof fake.memory, FakeRing::kPage).has_value());
+    fake.meta().data_size = 300;  // not a power of two
+    CHECK_FALSE(PerfRing::Attach(fake.memory, sizeof fake.memory, FakeRing::kPage).has_value());
+  }
+}

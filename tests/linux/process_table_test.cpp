@@ -1,0 +1,337 @@
+// The process table on a fake /proc and synthetic side-band records: domains through fork
+// and cgroups, exec and exit, mappings, bias and build-ids, vCPU threads, context JSON.
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "hvprof/symbolizer/symbolizer.h"
+#include "hvpmu/linux/elf_info.h"
+#include "hvpmu/linux/process_table.h"
+#include "temp_dir.h"
+
+using namespace hvpmu::linux_host;
+using hvprof::testing::TempDir;
+using Json = nlohmann::json;
+
+namespace {
+
+// A /proc with the files the table reads.
+class FakeProc {
+ public:
+  void Add(uint32_t pid, uint32_t ppid, const std::string& comm, const std::string& cgroup = "/",
+           const std::string& maps = "", uint64_t start_ticks = 1000) {
+    const std::string dir = Dir(pid);
+    std::filesystem::create_directories(dir);
+    Write(dir + "/stat", fmt::format("{} ({}) S {} {} {} 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 {} "
+                                     "1000 100\n",
+                                     pid, comm, ppid, pid, pid, start_ticks));
+    Write(dir + "/comm", comm + "\n");
+    Write(dir + "/cgroup", "1:memory:/\n0::" + cgroup + "\n");
+    Write(dir + "/maps", maps);
+  }
+  void Thread(uint32_t pid, uint32_t tid, const std::string& comm) {
+    const std::string dir = fmt::format("{}/task/{}", Dir(pid), tid);
+    std::filesystem::create_directories(dir);
+    Write(dir + "/comm", comm + "\n");
+  }
+  void Cgroup(uint32_t pid, const std::string& cgroup) {
+    std::filesystem::create_directories(Dir(pid));
+    Write(Dir(pid) + "/cgroup", "0::" + cgroup + "\n");
+  }
+  const std::string& root() const { return dir_.path(); }
+
+ private:
+  std::string Dir(uint32_t pid) const { return fmt::format("{}/{}", dir_.path(), pid); }
+  static void Write(const std::string& path, const std::string& text) {
+    std::ofstream(path) << text;
+  }
+  TempDir dir_;
+};
+
+PerfTask Fork(uint32_t pid, uint32_t ppid, uint32_t tid = 0, uint64_t time = 0) {
+  PerfTask task;
+  task.fork = true;
+  task.pid = pid;
+  task.ppid = ppid;
+  task.tid = tid != 0 ? tid : pid;
+  task.ptid = ppid;
+  task.time = time;
+  return task;
+}
+
+PerfTask Exit(uint32_t pid, uint64_t time = 0) {
+  PerfTask task;
+  task.pid = pid;
+  task.ppid = pid;
+  task.tid = pid;
+  task.ptid = pid;
+  task.time = time;
+  return task;
+}
+
+PerfMmap2 Mmap(uint32_t pid, uint64_t start, uint64_t len, uint64_t pgoff, std::string_view path,
+               const std::string& build_id = "") {
+  PerfMmap2 record;
+  record.pid = pid;
+  record.tid = pid;
+  record.addr = start;
+  record.len = len;
+  record.pgoff = pgoff;
+  record.filename = path;
+  record.build_id = build_id;
+  record.prot = 5;
+  return record;
+}
+
+PerfComm Comm(uint32_t pid, uint32_t tid, std::string_view comm, bool exec) {
+  PerfComm record;
+  record.pid = pid;
+  record.tid = tid;
+  record.comm = comm;
+  record.exec = exec;
+  return record;
+}
+
+DomainMap Map(const char* text) {
+  auto map = ParseDomainMap(text);
+  REQUIRE(map.has_value());
+  return map.value();
+}
+
+}  // namespace
+
+TEST_CASE("process trees and cgroups get their domains", "[linux][processes]") {
+  FakeProc proc;
+  proc.Add(1, 0, "init");
+  proc.Add(100, 1, "tree-root");
+  proc.Add(200, 1, "vm", "/vms/b/x");
+  proc.Add(161, 100, "middle");
+  proc.Add(160, 161, "leaf");
+  DomainRegistry registry(Map("pid:100=1,cgroup:/vms/b=2"), 2, true);
+  ProcessTable table(registry, {proc.root(), false});
+  table.ScanProc();
+  CHECK(table.Find(1)->domain == 0);
+  CHECK(table.Find(100)->domain == 1);
+  CHECK(table.Find(200)->domain == 2);
+  CHECK(table.Find(161)->domain == 1);  // below the root, found by ancestry
+  CHECK(table.Find(160)->domain == 1);
+
+  // Children gone before we read /proc inherit; a pid: tree beats a cgroup rule.
+  table.OnTask(Fork(101, 100));
+  table.OnTask(Fork(102, 101));
+  proc.Cgroup(104, "/vms/b");
+  table.OnTask(Fork(104, 100));
+  proc.Cgroup(201, "/vms/b");
+  table.OnTask(Fork(201, 1));
+  table.OnTask(Fork(202, 200));
+  proc.Cgroup(300, "/");
+  table.OnTask(Fork(300, 200));  // moved out of the VM's cgroup
+  CHECK(table.Find(101)->domain == 1);
+  CHECK(table.Find(102)->domain == 1);
+  CHECK(table.Find(104)->domain == 1);
+  CHECK(table.Find(201)->domain == 2);
+  CHECK(table.Find(202)->domain == 2);
+  CHECK(table.Find(300)->domain == 0);
+
+  // A new thread is not a new process.
+  table.OnTask(Fork(100, 100, 105));
+  CHECK(table.Find(105) == nullptr);
+  CHECK(table.Find(100)->threads.count(105) == 1);
+
+  // Discovered from /proc when first sampled, through ancestors the table never saw.
+  proc.Add(171, 100, "late-parent");
+  proc.Add(170, 171, "late-child");
+  CHECK(table.Get(170).domain == 1);
+  CHECK(table.Find(171)->domain == 1);
+  // Gone and never seen: dom0, and a stub is kept so /proc is not read again.
+  CHECK(table.Get(999).domain == 0);
+  CHECK(table.stats().proc_discoveries == 3);
+
+  // An exited process keeps its entry and its domain.
+  table.OnTask(Exit(101));
+  REQUIRE(table.Find(101) != nullptr);
+  CHECK(table.Find(101)->exited);
+  CHECK(table.Find(101)->domain == 1);
+}
+
+TEST_CASE("context JSON keeps exited processes and old images", "[linux][processes]") {
+  FakeProc proc;
+  proc.Add(1, 0, "init");
+  DomainRegistry registry(Map("pid:500=1"), 2, true);
+  ProcessTable table(registry, {proc.root(), false});
+  table.ScanProc();
+
+  table.OnTask(Fork(40, 1));
+  table.OnComm(Comm(40, 40, "worker", true));
+  table.OnMmap2(Mmap(40, 0x555555555000, 0x2000, 0x1000, "/usr/bin/worker", "ab12"));
+  table.OnMmap2(Mmap(40, 0x7f0000001000, 0x10000, 0x1000, "/usr/lib/libc.so.6"));
+  table.OnMmap2(Mmap(40, 0x7f0000100000, 0x1000, 0, "//anon"));  // not a file: ignored
+  ++table.Get(40).samples;
+  table.OnTask(Exit(40, 1000));
+
+  // A process that never had a sample loses its mappings once pruned.
+  table.OnTask(Fork(41, 1));
+  table.OnMmap2(Mmap(41, 0x555555555000, 0x2000, 0x1000, "/usr/bin/quiet"));
+  table.OnTask(Exit(41, 1000));
+  table.Prune(2000);
+
+  // Exec keeps the image that was sampled as a retired entry of the same pid.
+  table.OnTask(Fork(42, 1));
+  table.OnComm(Comm(42, 42, "shell", true));
+  table.OnMmap2(Mmap(42, 0x555555555000, 0x1000, 0x1000, "/usr/bin/sh"));
+  ++table.Get(42).samples;
+  table.OnComm(Comm(42, 42, "prog", true));
+  table.OnMmap2(Mmap(42, 0x555555556000, 0x1000, 0x1000, "/usr/bin/prog"));
+
+  const Json context = Json::parse(table.ContextJson(0, "/proc/kallsyms", false));
+  std::set<std::string> keys;
+  for (const auto& [key, value] : context.items()) keys.insert(key);
+  CHECK(keys == std::set<std::string>{"domain", "kernel", "hypervisor", "processes"});
+  CHECK(context["domain"] == 0);
+  CHECK(context["kernel"] == "/proc/kallsyms");
+  CHECK(context["hypervisor"] == "/proc/kallsyms");
+  const Json& processes = context["processes"];
+  REQUIRE(processes.size() == 3);
+  CHECK(processes[0]["pid"] == 40);
+  CHECK(processes[0]["comm"] == "worker");
+  CHECK(processes[0]["address_space"] == "0x28");
+  const Json& mappings = processes[0]["mappings"];
+  REQUIRE(mappings.size() == 2);
+  std::set<std::string> mapping_keys;
+  for (const auto& [key, value] : mappings[0].items()) mapping_keys.insert(key);
+  CHECK(mapping_keys == std::set<std::string>{"path", "start", "end", "bias", "build_id"});
+  CHECK(mappings[0]["path"] == "/usr/bin/worker");
+  CHECK(mappings[0]["start"] == "0x555555555000");
+  CHECK(mappings[0]["end"] == "0x555555557000");
+  CHECK(mappings[0]["bias"] == "0x555555554000");  // no ELF read: start - pgoff
+  CHECK(mappings[0]["build_id"] == "ab12");
+  CHECK(mappings[1]["path"] == "/usr/lib/libc.so.6");
+  // pid 42: the live image first, then the one it exec'd over.
+  CHECK(processes[1]["pid"] == 42);
+  CHECK(processes[1]["comm"] == "prog");
+  CHECK(processes[1]["mappings"][0]["path"] == "/usr/bin/prog");
+  CHECK(processes[2]["pid"] == 42);
+  CHECK(processes[2]["comm"] == "shell");
+  CHECK(processes[2]["mappings"][0]["path"] == "/usr/bin/sh");
+
+  CHECK(Json::parse(table.ContextJson(0, "/proc/kallsyms", true))["processes"].size() == 2);
+  const Json other = Json::parse(table.ContextJson(1, "/proc/kallsyms", false));
+  CHECK(other["processes"].empty());
+  CHECK_FALSE(other.contains("hypervisor"));
+
+  // A reused pid retires the sampled process it replaces.
+  table.OnTask(Fork(40, 1));
+  const Json reused = Json::parse(table.ContextJson(0, "/proc/kallsyms", false));
+  size_t entries_of_40 = 0;
+  for (const Json& process : reused["processes"]) {
+    if (process["pid"] != 40) continue;
+    ++entries_of_40;
+    CHECK(process["comm"] == "worker");  // the new process has no mappings of its own yet
+    CHECK(process["mappings"].size() == 2);
+  }
+  CHECK(entries_of_40 == 1);
+}
+
+TEST_CASE("mappings: fork copies them, a new mapping replaces what it overlaps",
+          "[linux][processes]") {
+  FakeProc proc;
+  DomainRegistry registry(DomainMap{}, 2, true);
+  ProcessTable table(registry, {proc.root(), false});
+  table.OnMmap2(Mmap(10, 0x1000, 0x3000, 0, "/a"));
+  table.OnMmap2(Mmap(10, 0x2000, 0x1000, 0x5000, "/b"));
+  const auto& mappings = table.Find(10)->mappings;
+  REQUIRE(mappings.size() == 3);
+  CHECK(mappings[0].path == "/a");
+  CHECK(mappings[0].end == 0x2000);
+  CHECK(mappings[1].path == "/b");
+  CHECK(mappings[2].path == "/a");
+  CHECK(mappings[2].start == 0x3000);
+  CHECK(mappings[2].pgoff == 0x2000);
+  CHECK(mappings[2].bias == mappings[0].bias);  // same file, same load bias
+
+  table.OnTask(Fork(11, 10));
+  REQUIRE(table.Find(11) != nullptr);
+  CHECK(table.Find(11)->mappings.size() == 3);
+}
+
+TEST_CASE("bias and build-id from the fixture binary symbolize it", "[linux][processes]") {
+  const std::string path = HVPROF_LINUX_HOTSPOTS;
+  auto info = ReadElfInfo(path);
+  REQUIRE(info.has_value());
+  CHECK(info.value().build_id.size() == 40);  // GNU ld's default sha1
+
+  hvprof::symbolizer::Symbolizer symbolizer;
+  auto functions = symbolizer.ListFunctions(hvprof::symbolizer::ImageSpec::Elf(path));
+  REQUIRE(functions.has_value());
+  uint64_t hot = 0;
+  for (const auto& function : functions.value()) {
+    if (function.name == "hot_thirty") hot = function.start;
+  }
+  REQUIRE(hot != 0);
+  const ElfLoad* text = nullptr;
+  for (const ElfLoad& load : info.value().loads) {
+    if (hot >= load.vaddr && hot < load.vaddr + load.memsz) text = &load;
+  }
+  REQUIRE(text != nullptr);
+
+  // Map the text segment the way ld.so would, at a PIE base.
+  const uint64_t base = 0x7f1200000000;
+  const uint64_t start = base + (text->vaddr & ~uint64_t{0xFFF});
+  const uint64_t pgoff = text->offset & ~uint64_t{0xFFF};
+  FakeProc proc;
+  DomainRegistry registry(DomainMap{}, 2, true);
+  ProcessTable table(registry, {proc.root(), true});
+  table.OnMmap2(Mmap(77, start, text->memsz + 0x1000, pgoff, path));
+  REQUIRE(table.Find(77)->mappings.size() == 1);
+  const Mapping& mapping = table.Find(77)->mappings[0];
+  CHECK(mapping.bias == base);
+  CHECK(mapping.build_id == info.value().build_id);
+
+  auto spec = hvprof::symbolizer::ImageSpec::Elf(path, mapping.bias);
+  spec.expected_build_id = mapping.build_id;
+  const uint64_t runtime[] = {base + hot + 4};
+  auto batch = symbolizer.Symbolize(spec, runtime,
+                                    hvprof::symbolizer::LookupOptions::With(
+                                        hvprof::symbolizer::Detail::kFunctions));
+  REQUIRE(batch.has_value());
+  REQUIRE(batch.value()[0].resolved());
+  CHECK(batch.value()[0].frames.back().function == "hot_thirty");
+
+  // A file we cannot read keeps the record's build-id and the usual bias.
+  table.OnMmap2(Mmap(78, 0x400000, 0x1000, 0, "/nonexistent/binary", "feed"));
+  CHECK(table.Find(78)->mappings[0].build_id == "feed");
+  CHECK(table.Find(78)->mappings[0].bias == 0x400000);
+  CHECK(table.stats().elf_failures == 1);
+}
+
+TEST_CASE("vCPU threads are known by name, or numbered", "[linux][processes]") {
+  CHECK(ProcessTable::ParseVcpuName("CPU 3/KVM") == 3);
+  CHECK(ProcessTable::ParseVcpuName("fc_vcpu 1") == 1);
+  CHECK(ProcessTable::ParseVcpuName("vcpu12") == 12);
+  CHECK(ProcessTable::ParseVcpuName("crosvm_vcpu2") == 2);
+  CHECK(ProcessTable::ParseVcpuName("qemu-system-x86") == -1);
+  CHECK(ProcessTable::ParseVcpuName("worker") == -1);
+  CHECK(ProcessTable::ParseVcpuName("CPU 999/KVM") == -1);  // above kMaxVcpus
+
+  FakeProc proc;
+  proc.Add(300, 1, "qemu-system-x86");
+  proc.Thread(300, 302, "CPU 1/KVM");
+  proc.Thread(300, 303, "worker");
+  DomainRegistry registry(Map("kvm:300=2"), 2, true);
+  ProcessTable table(registry, {proc.root(), false});
+  table.OnComm(Comm(300, 301, "CPU 0/KVM", false));
+  CHECK(table.IsVcpuThread(300, 301));
+  CHECK(table.VcpuOf(300, 301) == 0);
+  CHECK(table.IsVcpuThread(300, 302));  // its name read from /proc
+  CHECK(table.VcpuOf(300, 302) == 1);
+  CHECK_FALSE(table.IsVcpuThread(300, 303));
+  // A thread without a vCPU name that ran guest code gets the first free number.
+  CHECK(table.VcpuOf(300, 303) == 2);
+  CHECK(table.IsVcpuThread(300, 303));
+  CHECK(table.Find(300)->comm == "qemu-system-x86");
+}

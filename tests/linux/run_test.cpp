@@ -1,0 +1,166 @@
+// `hvprof run --platform=linux` as a user runs it: the real programs (hvprof, its own
+// hvprof-hv, hvprofd, hvprof-report) sampling this host. Skipped, with perf's reason, where
+// perf_event_open is not usable.
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "hvprof/store/session.h"
+#include "live_support.h"
+#include "programs.h"
+#include "temp_dir.h"
+
+using hvprof::testing::Binary;
+using hvprof::testing::Child;
+using hvprof::testing::CommandResult;
+using hvprof::testing::RunProgram;
+using hvprof::testing::TempDir;
+using Json = nlohmann::json;
+
+namespace {
+
+const std::string kFixture = HVPROF_LINUX_HOTSPOTS;
+const std::map<std::string, double> kDesigned = {{"hot_fifty", 0.5}, {"hot_thirty", 0.3}, {"hot_twenty", 0.2}};
+
+bool PerfUsable() {
+  hvpmu::linux_host::LinuxOptions options;
+  options.scan_proc = false;
+  return hvprof::testing::LiveMachine(options) != nullptr;
+}
+
+class LinuxRun {
+ public:
+  CommandResult Run(std::vector<std::string> args) {
+    std::vector<std::string> argv = {Binary("hvprof"), "run", "--platform=linux", "--run-dir=" + dir_.File("run"),
+                                     "--session-dir=" + dir_.File("sessions")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    CommandResult result = RunProgram(argv);
+    INFO(result.out << result.err);
+    REQUIRE(result.status == 0);
+    return result;
+  }
+  // The saved session's report (-l, JSON), with extra options.
+  Json Report(std::vector<std::string> args) {
+    const auto saved = hvprof::store::NewestSavedSession({dir_.File("sessions")});
+    REQUIRE(saved.has_value());
+    std::vector<std::string> argv = {Binary("hvprof-report"), "--session-dir=" + dir_.File("sessions"), *saved, "-l",
+                                     "--format=json"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const CommandResult result = RunProgram(argv);
+    INFO(result.err);
+    REQUIRE((result.status == 0 || result.status == 3));  // 3: some other image on the host lacks symbols
+    Json report = Json::parse(result.out, nullptr, false);
+    REQUIRE(report.is_object());
+    return report;
+  }
+
+ private:
+  TempDir dir_;
+};
+
+// Samples of the fixture's hot functions in `report`'s rows (of `domain` when given).
+std::map<std::string, double> HotSamples(const Json& report, const std::string& domain = "") {
+  std::map<std::string, double> samples;
+  for (const Json& row : report["rows"]) {
+    if (row["image"] != "linux_hotspots" || !kDesigned.contains(row["symbol"].get<std::string>())) continue;
+    if (!domain.empty() && row["domain"] != domain) continue;
+    CHECK(row["resolved"] == true);
+    samples[row["symbol"].get<std::string>()] += row["samples"][0].get<double>();
+  }
+  return samples;
+}
+
+// Each hot function's share of the three, against its design. With n samples a share's
+// standard error is below 0.5/sqrt(n), 0.003 at 30k; the tolerance adds the loop's own
+// overhead outside the three functions' bodies.
+void CheckShares(const std::map<std::string, double>& samples, double tolerance) {
+  double total = 0;
+  for (const auto& [name, count] : samples) total += count;
+  REQUIRE(total > 2000);
+  for (const auto& [name, designed] : kDesigned) {
+    const double share = samples.contains(name) ? samples.at(name) / total : 0;
+    INFO(fmt::format("{}: {:.4f} of {:.0f} samples, designed {:.2f}", name, share, total, designed));
+    CHECK(std::abs(share - designed) < tolerance);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("hvprof run --platform=linux: the fixture's hot functions show their designed shares",
+          "[linux][live][run]") {
+  if (!PerfUsable()) return;
+  LinuxRun run;
+  const CommandResult result = run.Run({"--", kFixture, "--seconds", "1.5"});
+  CHECK(result.out.find("hot_fifty") != std::string::npos);
+  CHECK(result.out.find("Sampling: perf") != std::string::npos);
+  const Json report = run.Report({"--symbol=hot_*"});
+  CheckShares(HotSamples(report), 0.03);
+  // The host kernel is the hypervisor; dom0 holds the host's processes.
+  REQUIRE(!report["domains"].empty());
+  CHECK(report["domains"][0]["id"] == 0);
+  CHECK(report["domains"][0]["samples"]["user"].get<uint64_t>() > 0);
+  CHECK(report["domains"][0]["samples"]["kernel"] == 0);
+  bool host_kernel_note = false;
+  for (const Json& note : report["notes"]) {
+    host_kernel_note |= note.get<std::string>().find("the hypervisor is the host kernel") != std::string::npos;
+  }
+  CHECK(host_kernel_note);
+  // Losses are accounted, none expected at this rate.
+  REQUIRE(report["losses"].is_array());
+  for (const Json& loss : report["losses"]) {
+    INFO(loss.dump());
+    CHECK(loss["count"].get<uint64_t>() < 100);
+  }
+}
+
+TEST_CASE("hvprof run --platform=linux: processes that exit during the run are still symbolized",
+          "[linux][live][run]") {
+  if (!PerfUsable()) return;
+  LinuxRun run;
+  // The fixture and its forked child exit a second before the run ends and the agent dumps.
+  run.Run({"--", "/bin/sh", "-c", kFixture + " --seconds 1 --fork >/dev/null; sleep 1"});
+  const Json report = run.Report({});
+  CheckShares(HotSamples(report), 0.03);
+  // Nothing of the fixture fell into an unknown mapping.
+  double anonymous = 0, total = 0;
+  for (const Json& row : report["rows"]) {
+    total += row["samples"][0].get<double>();
+    if (row["image"].get<std::string>().starts_with("anon (pid")) anonymous += row["samples"][0].get<double>();
+  }
+  CHECK(anonymous < 0.01 * total);
+}
+
+TEST_CASE("hvprof run --platform=linux: a domain map with two process trees gives each its own domain",
+          "[linux][live][run]") {
+  if (!PerfUsable()) return;
+  // Tree 1 is one process; tree 2 a process and its forked child, so twice the CPU.
+  Child one({kFixture, "--seconds", "4"}, false);
+  Child two({kFixture, "--seconds", "4", "--fork"}, false);
+  LinuxRun run;
+  run.Run({fmt::format("--domain-map=pid:{}=1,pid:{}=2", one.pid(), two.pid()), "--passive-domains=1,2",
+           "--duration=1500ms"});
+  const Json report = run.Report({"--by-domain", "--symbol=hot_*"});
+  std::map<int, std::string> labels;
+  for (const Json& domain : report["domains"]) labels[domain["id"].get<int>()] = domain["name"];
+  REQUIRE(labels.contains(1));
+  REQUIRE(labels.contains(2));
+  CHECK(labels[1].find(std::to_string(one.pid())) != std::string::npos);
+  CHECK(labels[2].find(std::to_string(two.pid())) != std::string::npos);
+  const auto in_one = HotSamples(report, labels[1]);
+  const auto in_two = HotSamples(report, labels[2]);
+  CheckShares(in_one, 0.04);
+  CheckShares(in_two, 0.04);
+  CHECK(HotSamples(report, labels[0]).empty());  // the fixture never ran in dom0
+  double sum_one = 0, sum_two = 0;
+  for (const auto& [name, count] : in_one) sum_one += count;
+  for (const auto& [name, count] : in_two) sum_two += count;
+  INFO(fmt::format("tree 1: {:.0f} samples, tree 2: {:.0f}", sum_one, sum_two));
+  CHECK(sum_two > 1.3 * sum_one);
+  CHECK(sum_two < 2.7 * sum_one);
+  one.Wait();
+  two.Wait();
+}

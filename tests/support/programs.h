@@ -1,0 +1,19 @@
+// Running the built programs (build/bin) from tests, capturing what they print.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace hvprof::testing {
+
+struct CommandResult {
+  int status = -1;  // exit status, or 128 + signal
+  std::string out;
+  std::string err;
+};
+
+// Runs a program to completion, capturing its output.
+CommandResult RunProgram(const std::vector<std::string>& argv);
+std::string Binary(const std::string& name);  // build/bin/NAME
+
+}  // namespace hvprof::testing
