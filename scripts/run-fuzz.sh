@@ -40,7 +40,7 @@ if [ -r /proc/kallsyms ]; then head -n 300 /proc/kallsyms > "$seeds/kernel_symbo
 # A small session (committed), the example scenarios, and rings and op sequences made here.
 cp fuzz/corpus/session_files/* "$seeds/session_files_fuzzer/"
 cp fuzz/corpus/published/* "$seeds/published_profile_fuzzer/"
-cp examples/*.json tests/golden/scenario.json "$seeds/scenario_fuzzer/"
+cp examples/*.json tests/golden/scenario.json fuzz/corpus/scenario/* "$seeds/scenario_fuzzer/"
 python3 - "$seeds" <<'PY'
 import struct, sys
 seeds = sys.argv[1]

@@ -159,7 +159,8 @@ Result<RunResult> Summarize(const std::string& session, uint32_t top, std::strin
                     {"domains", domains},
                     {"losses", {{"ring_full", l.ring_full}, {"corrupt_index", l.corrupt_index},
                                 {"no_ring", l.no_ring}, {"unprofiled_domain", l.unprofiled_domain},
-                                {"malformed_records", l.malformed_records}, {"store_failed", l.store_failed}}},
+                                {"malformed_records", l.malformed_records}, {"store_failed", l.store_failed},
+                                {"platform_lost", l.platform_lost}}},
                     {"top_symbols", symbols}};
   if (report_text != nullptr) {
     options.threshold = 0.5;  // the printed report shows what matters; the summary keeps all

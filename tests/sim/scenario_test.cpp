@@ -69,6 +69,12 @@ TEST_CASE("scenario errors name the field and the problem", "[sim][scenario]") {
     CHECK(message.rfind("s.json: ", 0) == 0);
     for (const std::string& part : c.expected) CHECK(message.find(part) != std::string::npos);
   }
+  // Text that is not JSON, including a number too big for a double (found by fuzzing).
+  for (const char* text : {"{\"hvprof_scenario\": 1,", "{\"hvprof_scenario\": 1e999999}"}) {
+    auto parsed = hvpmu::sim::ParseScenario(text, "s.json");
+    REQUIRE_FALSE(parsed.has_value());
+    CHECK(parsed.error().message().find("s.json: not valid JSON") != std::string::npos);
+  }
 }
 
 TEST_CASE("image problems are found when the machine is built", "[sim][scenario]") {

@@ -495,7 +495,7 @@ Result<Scenario> ParseScenario(std::string_view json, std::string_view origin) {
     try {
       Json again = Json::parse(json.begin(), json.end(), nullptr, true, true);
       (void)again;
-    } catch (const Json::parse_error& error) {
+    } catch (const Json::exception& error) {  // parse_error, or out_of_range for a huge number
       return MakeError(ErrorKind::kInvalidArgument, "{}: not valid JSON: {}", origin, error.what());
     }
     return MakeError(ErrorKind::kInvalidArgument, "{}: not valid JSON", origin);

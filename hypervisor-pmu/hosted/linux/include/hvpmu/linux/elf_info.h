@@ -1,6 +1,6 @@
 // What the process table needs from an ELF file: its GNU build-id and its PT_LOAD segments,
-// to turn a mapping (start, file offset) into the symbolizer's load bias. Reads only the ELF
-// header, the program headers and the PT_NOTE segments, with every size checked.
+// to turn a mapping (start, file offset) into the symbolizer's load bias. Read with libelf and
+// libdwelf (the build-id note).
 #pragma once
 
 #include <cstdint>
