@@ -116,7 +116,55 @@ bool LinuxPlatform::ReadGuestMemory(DomainId, uint16_t, uint64_t address, void* 
 
 // ---- the machine
 
-LinuxMachine::LinuxMachine(const LinuxOptions& options) : options_(options) {}
+struct LinuxMachine::Collector final : RecordVisitor {
+  enum Kind : uint8_t { kSample, kMmap2, kComm, kTask, kLost, kThrottle, kLostSamples };
+  struct Item {
+    uint64_t time;
+    uint32_t ring;
+    Kind kind;
+    uint32_t index;
+  };
+  uint32_t ring = 0;
+  std::vector<Item> items;
+  std::vector<size_t> ring_ends;  // items[ring_ends[r-1], ring_ends[r]) came from ring r
+  std::vector<PerfSample> samples;
+  std::vector<PerfMmap2> mmaps;
+  std::vector<PerfComm> comms;
+  std::vector<PerfTask> tasks;
+  std::vector<PerfLost> losts;
+  std::vector<PerfThrottle> throttles;
+  std::vector<PerfLostSamples> lost_samples;
+
+  template <typename T>
+  void Add(Kind kind, uint64_t time, std::vector<T>& list, const T& record) {
+    items.push_back({time, ring, kind, static_cast<uint32_t>(list.size())});
+    list.push_back(record);
+  }
+  // Empties every list, keeping its memory for the next drain.
+  void Clear() {
+    items.clear();
+    ring_ends.clear();
+    samples.clear();
+    mmaps.clear();
+    comms.clear();
+    tasks.clear();
+    losts.clear();
+    throttles.clear();
+    lost_samples.clear();
+  }
+  void OnSample(const PerfSample& r) override { Add(kSample, r.time, samples, r); }
+  void OnMmap2(const PerfMmap2& r) override { Add(kMmap2, r.sid.time, mmaps, r); }
+  void OnComm(const PerfComm& r) override { Add(kComm, r.sid.time, comms, r); }
+  void OnTask(const PerfTask& r) override { Add(kTask, r.sid.has_time ? r.sid.time : r.time, tasks, r); }
+  void OnLost(const PerfLost& r) override { Add(kLost, r.sid.time, losts, r); }
+  void OnThrottle(const PerfThrottle& r) override { Add(kThrottle, r.time, throttles, r); }
+  void OnLostSamples(const PerfLostSamples& r) override {
+    Add(kLostSamples, r.sid.time, lost_samples, r);
+  }
+};
+
+LinuxMachine::LinuxMachine(const LinuxOptions& options)
+    : options_(options), collector_(std::make_unique<Collector>()) {}
 
 LinuxMachine::~LinuxMachine() {
   // The perf events go first: they are registered in epoll_ and call back into this machine.
@@ -331,44 +379,11 @@ DrainResult LinuxMachine::InjectRecords(uint32_t cpu, std::span<const uint8_t> b
   return ApplyRecords(buffers, {cpu});
 }
 
-struct LinuxMachine::Collector final : RecordVisitor {
-  enum Kind : uint8_t { kSample, kMmap2, kComm, kTask, kLost, kThrottle, kLostSamples };
-  struct Item {
-    uint64_t time;
-    uint32_t ring;
-    Kind kind;
-    uint32_t index;
-  };
-  uint32_t ring = 0;
-  std::vector<Item> items;
-  std::vector<PerfSample> samples;
-  std::vector<PerfMmap2> mmaps;
-  std::vector<PerfComm> comms;
-  std::vector<PerfTask> tasks;
-  std::vector<PerfLost> losts;
-  std::vector<PerfThrottle> throttles;
-  std::vector<PerfLostSamples> lost_samples;
-
-  template <typename T>
-  void Add(Kind kind, uint64_t time, std::vector<T>& list, const T& record) {
-    items.push_back({time, ring, kind, static_cast<uint32_t>(list.size())});
-    list.push_back(record);
-  }
-  void OnSample(const PerfSample& r) override { Add(kSample, r.time, samples, r); }
-  void OnMmap2(const PerfMmap2& r) override { Add(kMmap2, r.sid.time, mmaps, r); }
-  void OnComm(const PerfComm& r) override { Add(kComm, r.sid.time, comms, r); }
-  void OnTask(const PerfTask& r) override { Add(kTask, r.sid.has_time ? r.sid.time : r.time, tasks, r); }
-  void OnLost(const PerfLost& r) override { Add(kLost, r.sid.time, losts, r); }
-  void OnThrottle(const PerfThrottle& r) override { Add(kThrottle, r.time, throttles, r); }
-  void OnLostSamples(const PerfLostSamples& r) override {
-    Add(kLostSamples, r.sid.time, lost_samples, r);
-  }
-};
-
 DrainResult LinuxMachine::ApplyRecords(std::vector<std::vector<uint8_t>>& buffers,
                                        const std::vector<uint32_t>& ring_cpus) {
   DrainResult result;
-  Collector collector;
+  Collector& collector = *collector_;
+  collector.Clear();
   const RecordLayout layout = driver_->layout();
   for (size_t i = 0; i < buffers.size(); ++i) {
     collector.ring = static_cast<uint32_t>(i);
@@ -377,11 +392,21 @@ DrainResult LinuxMachine::ApplyRecords(std::vector<std::vector<uint8_t>>& buffer
     parse_malformed_ += parsed.malformed;
     parse_unknown_ += parsed.unknown;
     result.records += parsed.records;
+    collector.ring_ends.push_back(collector.items.size());
   }
   // Every ring is in time order; merged, a fork on one CPU comes before its child's samples
-  // and forks on another.
-  std::stable_sort(collector.items.begin(), collector.items.end(),
-                   [](const Collector::Item& a, const Collector::Item& b) { return a.time < b.time; });
+  // and forks on another. Merging ring after ring keeps it linear; a ring out of order (which
+  // perf does not write) is sorted first.
+  const auto by_time = [](const Collector::Item& a, const Collector::Item& b) { return a.time < b.time; };
+  size_t begin = 0;
+  for (const size_t end : collector.ring_ends) {
+    const auto first = collector.items.begin();
+    if (!std::is_sorted(first + static_cast<ptrdiff_t>(begin), first + static_cast<ptrdiff_t>(end), by_time)) {
+      std::stable_sort(first + static_cast<ptrdiff_t>(begin), first + static_cast<ptrdiff_t>(end), by_time);
+    }
+    std::inplace_merge(first, first + static_cast<ptrdiff_t>(begin), first + static_cast<ptrdiff_t>(end), by_time);
+    begin = end;
+  }
 
   for (const Collector::Item& item : collector.items) {
     const uint32_t ring_cpu = item.ring < ring_cpus.size() ? ring_cpus[item.ring] : 0;

@@ -240,6 +240,7 @@ Process& ProcessTable::Create(uint32_t pid, uint32_t ppid,
   auto it = live_.find(pid);
   if (it != live_.end()) {
     Retire(it->second);
+    last_ = nullptr;
     live_.erase(it);
   }
   Process process;
@@ -256,8 +257,13 @@ const Process* ProcessTable::Find(uint32_t pid) const {
 }
 
 Process& ProcessTable::Get(uint32_t pid) {
+  // Consecutive samples are mostly of one process.
+  if (last_ != nullptr && last_->pid == pid) return *last_;
   auto it = live_.find(pid);
-  if (it != live_.end()) return it->second;
+  if (it != live_.end()) {
+    last_ = &it->second;
+    return it->second;
+  }
   ++proc_discoveries_;
   ProcEntry entry;
   if (!ReadProc(pid, &entry)) {
@@ -304,7 +310,8 @@ void ProcessTable::ScanProc() {
         process->start_ticks != entry.start_ticks) {
       // The pid was reused while nobody watched: a new process.
       Retire(*process);
-      live_.erase(it);
+      last_ = nullptr;
+    live_.erase(it);
       Get(pid);
       continue;
     }

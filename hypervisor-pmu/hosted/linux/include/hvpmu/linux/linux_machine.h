@@ -188,6 +188,7 @@ class LinuxMachine {
   std::vector<std::string> notes_;
   std::vector<CpuRateStats> cpu_stats_;
   std::vector<std::vector<uint8_t>> buffers_;
+  std::unique_ptr<Collector> collector_;  // reused from drain to drain
   uint64_t parse_malformed_ = 0;
   uint64_t parse_unknown_ = 0;
   uint64_t ring_corrupt_ = 0;

@@ -128,6 +128,7 @@ class ProcessTable {
   DomainRegistry& registry_;
   Options options_;
   std::unordered_map<uint32_t, Process> live_;
+  Process* last_ = nullptr;  // the process Get found last (nodes of live_ do not move)
   std::vector<Process> retired_;
   std::map<std::string, ElfCacheEntry> elf_cache_;
   uint64_t proc_discoveries_ = 0;
