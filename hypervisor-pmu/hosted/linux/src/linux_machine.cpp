@@ -308,7 +308,7 @@ hvprof::Result<void> LinuxMachine::Init() {
   if (driver_->source() == EventSource::kSoftware) {
     notes_.push_back(fmt::format(
         "cycles are timed: a CPU_CLK_UNHALTED count of N cycles is a cpu-clock period of "
-        "N / {:.1f} us (nominal {:.1f} MHz, from {})",
+        "N / {:.1f} us (nominal {:.1f} MHz, from {}); CPU_CLOCK counts are in ns",
         frequency_.mhz, frequency_.mhz, frequency_.source));
   }
   if (auto rate = ReadSysctl(paths, "kernel/perf_event_max_sample_rate")) {
