@@ -143,8 +143,10 @@ class HostedLink final : public HypervisorLink {
     }
     HVPROF_TRY(mapping, ScopedMmap::MapShared(reply.fds[0].get(), answer.bytes,
                                               PROT_READ | PROT_WRITE));
+    auto owner = std::make_shared<ScopedMmap>(std::move(mapping));
     MappedRegion region;
-    region.mapping = std::make_shared<ScopedMmap>(std::move(mapping));
+    region.data = static_cast<uint8_t*>(owner->data());
+    region.owner = std::move(owner);
     region.bytes = answer.bytes;
     return region;
   }

@@ -16,11 +16,13 @@
 
 namespace hvprof::agent {
 
-// A mapped shared region; the mapping lives as long as any copy of `mapping`.
+// A mapped shared region; the mapping lives as long as any copy of `owner` (an mmap, or a
+// foreign mapping of Xen's pages).
 struct MappedRegion {
-  std::shared_ptr<ScopedMmap> mapping;
+  std::shared_ptr<void> owner;
+  uint8_t* data = nullptr;
   uint64_t bytes = 0;
-  uint8_t* base() const { return static_cast<uint8_t*>(mapping->data()); }
+  uint8_t* base() const { return data; }
 };
 
 // A profile a guest published for dom0's whole-host report, as the hypervisor handed it on.

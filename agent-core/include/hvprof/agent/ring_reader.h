@@ -58,7 +58,7 @@ struct LegacySample {
 class LegacyRingReader {
  public:
   // `size` is the ring size in records: Xen's event_size for this vCPU, computed by the
-  // caller from get_buffer's bufsize ((bufsize - 48) / 16 + 1), never read from the ring.
+  // caller from get_buffer's bufsize ((bufsize - 48) / 16), never read from the ring.
   static Result<LegacyRingReader> Attach(void* base, uint64_t bytes, uint32_t size);
 
   // Calls on_sample(const LegacySample&) for every complete sample. With backtraces on, a

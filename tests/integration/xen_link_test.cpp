@@ -1,0 +1,225 @@
+// The xen link over the fake Xen libraries (tests/xen-fake), which play Xen 4.17's xenoprof
+// with hvprof's engine in hvprof-hv: the legacy op sequence, legacy rings read through
+// foreign mappings and VIRQ_XENOPROF, checked against the simulator's ground truth; and Xen's
+// refusals, each with its message.
+#include <poll.h>
+#include <stdlib.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <catch2/catch.hpp>
+
+#include "hvprof/agent/ring_reader.h"
+#include "hvprof/xen/xen_link.h"
+#include "host_harness.h"
+#include "sim_harness.h"
+
+using namespace hvprof;
+using hvprof::testing::Host;
+using hvprof::testing::TempDir;
+using hvprof::testing::TestScenario;
+using Json = nlohmann::json;
+namespace legacy = hvpmu::legacy;
+
+namespace {
+
+// A /sys and /proc that say "Xen dom0".
+std::string XenRoot(const TempDir& dir) {
+  const std::string root = dir.File("xen-root");
+  std::filesystem::create_directories(root + "/sys/hypervisor/version");
+  std::filesystem::create_directories(root + "/proc/xen");
+  std::ofstream(root + "/sys/hypervisor/type") << "xen\n";
+  std::ofstream(root + "/sys/hypervisor/version/major") << "4\n";
+  std::ofstream(root + "/sys/hypervisor/version/minor") << "17\n";
+  std::ofstream(root + "/proc/xen/capabilities") << "control_d\n";
+  return root;
+}
+
+std::unique_ptr<agent::HypervisorLink> ConnectThroughFake(const Host& host, const std::string& root) {
+  ::setenv("HVPROF_FAKE_XEN_RUN_DIR", host.run_dir().c_str(), 1);
+  ::setenv("HVPROF_FAKE_XEN_DOMAIN", "0", 1);
+  auto link = xen::ConnectXen(0, root);
+  INFO((link ? std::string() : link.error().message()));
+  REQUIRE(link.has_value());
+  return std::move(link).value();
+}
+
+hvpmu::ErrorCode Run(agent::HypervisorLink& link, uint32_t op) {
+  auto code = agent::RunOp(link, op);
+  REQUIRE(code.has_value());
+  return code.value();
+}
+template <typename T>
+hvpmu::ErrorCode Run(agent::HypervisorLink& link, uint32_t op, T* argument) {
+  auto code = agent::RunOp(link, op, argument);
+  REQUIRE(code.has_value());
+  return code.value();
+}
+
+// The legacy rings of one buffer, read as dom0's agent would.
+struct LegacyBuffer {
+  agent::MappedRegion region;
+  std::vector<agent::LegacyRingReader> readers;
+
+  LegacyBuffer(agent::HypervisorLink& link, uint64_t address, int32_t nbuf, int32_t bufsize) {
+    auto mapped = link.MapRegion(address);
+    INFO((mapped ? std::string() : mapped.error().message()));
+    REQUIRE(mapped.has_value());
+    region = std::move(mapped).value();
+    const auto size = static_cast<uint32_t>((bufsize - legacy::kBufHeaderSize) / sizeof(legacy::EventLog));
+    for (int32_t i = 0; i < nbuf; ++i) {
+      auto reader = agent::LegacyRingReader::Attach(region.base() + uint64_t(i) * uint64_t(bufsize),
+                                                    uint64_t(bufsize), size);
+      REQUIRE(reader.has_value());
+      readers.push_back(std::move(reader).value());
+    }
+  }
+  void Drain(std::map<uint8_t, uint64_t>& per_mode) {
+    for (auto& reader : readers) {
+      reader.Drain([&](const agent::LegacySample& sample) { ++per_mode[sample.mode]; });
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("xen link: the legacy lifecycle through the fake matches the ground truth", "[xen][e2e]") {
+  Host host(TestScenario("intel-arch-v4", 41));
+  TempDir dir;
+  auto link = ConnectThroughFake(host, XenRoot(dir));
+  CHECK(link->platform_name() == "xen");
+  CHECK(link->machine_name() == "Xen 4.17");
+
+  legacy::Init init{};
+  REQUIRE(Run(*link, legacy::kOpInit, &init) == hvpmu::ErrorCode::kOk);
+  CHECK(init.is_primary == 1);
+  CHECK(std::string(init.cpu_type) == "i386/arch_perfmon");
+  legacy::GetBuffer own{};
+  own.max_samples = 2048;
+  REQUIRE(Run(*link, legacy::kOpGetBuffer, &own) == hvpmu::ErrorCode::kOk);
+  REQUIRE(Run(*link, legacy::kOpResetActiveList) == hvpmu::ErrorCode::kOk);
+  legacy::DomainIdArg self = 0;
+  REQUIRE(Run(*link, legacy::kOpSetActive, &self) == hvpmu::ErrorCode::kOk);
+  REQUIRE(Run(*link, legacy::kOpResetPassiveList) == hvpmu::ErrorCode::kOk);
+  legacy::Passive passive{};
+  passive.domain_id = 2;
+  passive.max_samples = 2048;
+  REQUIRE(Run(*link, legacy::kOpSetPassive, &passive) == hvpmu::ErrorCode::kOk);
+  REQUIRE(Run(*link, legacy::kOpReserveCounters) == hvpmu::ErrorCode::kOk);
+  legacy::Counter counter{};
+  counter.ind = 0;
+  counter.count = 100000;
+  counter.enabled = 1;
+  counter.event = 0x3C;
+  counter.kernel = 1;
+  counter.user = 1;
+  REQUIRE(Run(*link, legacy::kOpCounter, &counter) == hvpmu::ErrorCode::kOk);
+  REQUIRE(Run(*link, legacy::kOpSetupEvents) == hvpmu::ErrorCode::kOk);
+
+  // start before enable_virq: refused, as Xen refuses it.
+  CHECK(Run(*link, legacy::kOpStart) != hvpmu::ErrorCode::kOk);
+  REQUIRE(Run(*link, legacy::kOpEnableVirq) == hvpmu::ErrorCode::kOk);
+  // A second enable_virq is Xen's quirk (EALREADY), named.
+  CHECK(Run(*link, legacy::kOpEnableVirq) == hvpmu::ErrorCode::kAlreadyActivated);
+
+  LegacyBuffer dom0(*link, own.buf_gmaddr, own.nbuf, own.bufsize);
+  LegacyBuffer guest2(*link, passive.buf_gmaddr, passive.nbuf, passive.bufsize);
+  // A new buffer while these are mapped: EBUSY, as in Xen.
+  legacy::GetBuffer again{};
+  again.max_samples = 2048;
+  CHECK(Run(*link, legacy::kOpGetBuffer, &again) == hvpmu::ErrorCode::kBusy);
+  auto virq = link->NotificationFds(own.buf_gmaddr, 0, static_cast<uint32_t>(own.nbuf));
+  REQUIRE(virq.has_value());
+  REQUIRE(virq.value().size() == 1);
+
+  REQUIRE(Run(*link, legacy::kOpStart) == hvpmu::ErrorCode::kOk);
+  (void)host.GroundTruth(true);
+  auto clock = host.Connect(0);
+  std::map<uint8_t, uint64_t> dom0_modes, guest2_modes;
+  // 200 ms in 10 ms slices. dom0's rings are drained when VIRQ_XENOPROF fires (a ring is half
+  // full) or, failing that, at three quarters, so the wake-up must come first.
+  int wakes = 0, drains_without_wake = 0;
+  for (int slice = 0; slice < 20; ++slice) {
+    REQUIRE(clock->SimRunFor(10'000'000).has_value());
+    pollfd wake{virq.value()[0].get(), POLLIN, 0};
+    const bool woken = ::poll(&wake, 1, 0) == 1;
+    uint32_t fullest = 0;
+    for (const auto& reader : dom0.readers) {
+      const auto& header = reader.header();
+      fullest = std::max(fullest, (header.event_head + reader.size() - header.event_tail) % reader.size());
+    }
+    if (woken) {
+      ++wakes;
+      uint64_t value;
+      while (::read(virq.value()[0].get(), &value, sizeof value) == sizeof value) {
+      }
+      dom0.Drain(dom0_modes);
+    } else if (fullest > dom0.readers[0].size() * 3 / 4) {
+      ++drains_without_wake;
+      dom0.Drain(dom0_modes);
+    }
+    guest2.Drain(guest2_modes);
+  }
+  REQUIRE(Run(*link, legacy::kOpStop) == hvpmu::ErrorCode::kOk);
+  dom0.Drain(dom0_modes);
+  guest2.Drain(guest2_modes);
+  CHECK(wakes > 0);  // VIRQ_XENOPROF reached the eventfd
+  CHECK(drains_without_wake == 0);
+
+  const Json truth = host.GroundTruth(false);
+  std::map<std::pair<uint16_t, std::string>, uint64_t> expected;
+  for (const Json& row : truth["rows"]) {
+    expected[{row["domain"].get<uint16_t>(), row["mode"].get<std::string>()}] += row["overflows"][0].get<uint64_t>();
+  }
+  const char* names[] = {"user", "kernel", "hypervisor"};
+  uint64_t lost = 0;
+  for (const auto& reader : dom0.readers) lost += reader.header().lost_samples;
+  for (const auto& reader : guest2.readers) lost += reader.header().lost_samples;
+  CHECK(lost == 0);
+  for (uint8_t mode = 0; mode < 3; ++mode) {
+    INFO("mode " << names[mode]);
+    CHECK(expected[{0, names[mode]}] > 0);
+    CHECK(dom0_modes[mode] == expected[{0, names[mode]}]);
+    CHECK(guest2_modes[mode] == expected[{2, names[mode]}]);
+  }
+
+  // Tear down in Xen's order; the mappings go first, then get_buffer works again.
+  REQUIRE(Run(*link, legacy::kOpDisableVirq) == hvpmu::ErrorCode::kOk);
+  REQUIRE(Run(*link, legacy::kOpReleaseCounters) == hvpmu::ErrorCode::kOk);
+  REQUIRE(Run(*link, legacy::kOpResetPassiveList) == hvpmu::ErrorCode::kOk);
+  REQUIRE(Run(*link, legacy::kOpResetActiveList) == hvpmu::ErrorCode::kOk);
+  REQUIRE(Run(*link, legacy::kOpShutdown) == hvpmu::ErrorCode::kOk);
+}
+
+TEST_CASE("xen link: refusals say what is wrong and what to do", "[xen][refusal]") {
+  SECTION("not a Xen machine") {
+    TempDir dir;
+    std::filesystem::create_directories(dir.File("kvm/sys/hypervisor"));
+    std::ofstream(dir.File("kvm/sys/hypervisor/type")) << "kvm\n";
+    const xen::XenHost host = xen::DetectXen(dir.File("kvm"));
+    CHECK_FALSE(host.is_xen);
+    CHECK(host.reason.find("'kvm', not xen") != std::string::npos);
+    auto link = xen::ConnectXen(0, dir.File("kvm"));
+    REQUIRE_FALSE(link.has_value());
+    CHECK(link.error().message().find("--platform=linux") != std::string::npos);
+    CHECK_FALSE(xen::DetectXen(dir.File("nothing")).is_xen);
+  }
+  SECTION("each errno of xenoprof has its advice") {
+    const std::vector<std::pair<int, std::string>> cases = {
+        {ENOSYS, "CONFIG_XENOPROF"}, {ENODEV, "AMD family 17h"}, {EBUSY, "vpmu=off"}, {EPERM, "primary"}};
+    for (const auto& [errnum, advice] : cases) {
+      const Error error = xen::XenoprofRefusal(legacy::kOpInit, errnum);
+      INFO(error.message());
+      CHECK(error.message().find("Xen refused init") != std::string::npos);
+      CHECK(error.message().find(advice) != std::string::npos);
+    }
+    CHECK(xen::ErrorCodeOfErrno(EBUSY) == hvpmu::ErrorCode::kBusy);
+    CHECK(xen::ErrorCodeOfErrno(ENODEV) == hvpmu::ErrorCode::kNoPmu);
+    CHECK(xen::ErrorCodeOfErrno(ENOSYS) == hvpmu::ErrorCode::kNotSupported);
+  }
+}

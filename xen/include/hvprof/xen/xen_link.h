@@ -1,0 +1,36 @@
+// The `xen` HypervisorLink: Xen 4.17's built-in xenoprof, reached from user space through
+// libxencall (the hypercall), libxenforeignmemory (the shared rings) and libxenevtchn
+// (VIRQ_XENOPROF). See docs/xen.md.
+//
+// The library is linked against the real Xen libraries in the programs and against a fake of
+// them (tests/xen-fake) in the tests, so its targets name neither.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "hvprof/agent/hypervisor_link.h"
+
+namespace hvprof::xen {
+
+// What this machine is, as far as profiling through Xen goes.
+struct XenHost {
+  bool is_xen = false;             // /sys/hypervisor/type says "xen"
+  bool control_domain = false;     // /proc/xen/capabilities has "control_d" (dom0)
+  std::string reason;              // why not, in words, when !is_xen
+};
+
+// Reads ROOT/sys/hypervisor/type and ROOT/proc/xen/capabilities (ROOT empty: the real ones).
+XenHost DetectXen(const std::string& root = "");
+
+// Checks that this is Xen (under `root`, as DetectXen) and opens the three Xen libraries.
+// `domain` is the caller's domain id, which Xen knows without being told; 0 for dom0.
+Result<std::unique_ptr<agent::HypervisorLink>> ConnectXen(hvpmu::DomainId domain, const std::string& root = "");
+
+// An Error for Xen's refusal (errno `errnum`) of profiling op `op`, with what to do about it.
+Error XenoprofRefusal(uint32_t op, int errnum);
+
+// Xen's errno, as the engine's refusal code the agents understand.
+hvpmu::ErrorCode ErrorCodeOfErrno(int errnum);
+
+}  // namespace hvprof::xen

@@ -1,0 +1,342 @@
+#include "hvprof/xen/xen_link.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+// The Xen library headers have no extern "C" of their own.
+extern "C" {
+#include <xencall.h>
+#include <xenevtchn.h>
+#include <xenforeignmemory.h>
+}
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "hvprof/base/files.h"
+#include "hvpmu/abi/xenoprof_legacy.h"
+
+namespace hvprof::xen {
+
+namespace legacy = hvpmu::legacy;
+using hvpmu::ErrorCode;
+
+namespace {
+
+constexpr uint32_t kDomidSelf = 0x7FF0;  // DOMID_SELF
+constexpr uint64_t kPage = 4096;
+
+struct CallClose {
+  void operator()(xencall_handle* h) const { xencall_close(h); }
+};
+struct MemoryClose {
+  void operator()(xenforeignmemory_handle* h) const { xenforeignmemory_close(h); }
+};
+struct EvtchnClose {
+  void operator()(xenevtchn_handle* h) const { xenevtchn_close(h); }
+};
+
+std::string Trimmed(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
+// The hypercall buffer of one op: memory Xen may read and write, freed with the handle.
+class HypercallBuffer {
+ public:
+  HypercallBuffer(xencall_handle* handle, size_t bytes)
+      : handle_(handle), data_(bytes == 0 ? nullptr : xencall_alloc_buffer(handle, bytes)) {}
+  ~HypercallBuffer() {
+    if (data_ != nullptr) xencall_free_buffer(handle_, data_);
+  }
+  HypercallBuffer(const HypercallBuffer&) = delete;
+  HypercallBuffer& operator=(const HypercallBuffer&) = delete;
+  void* data() const { return data_; }
+
+ private:
+  xencall_handle* handle_;
+  void* data_;
+};
+
+// The three library handles, shared with every mapping that outlives a call.
+struct Handles {
+  std::unique_ptr<xencall_handle, CallClose> call;
+  std::unique_ptr<xenforeignmemory_handle, MemoryClose> memory;
+  std::unique_ptr<xenevtchn_handle, EvtchnClose> events;
+};
+
+// VIRQ_XENOPROF, turned into an eventfd the agents poll like any other notification. Xen
+// lets user space bind it on vCPU 0 only (docs/xen.md), so one descriptor stands for every
+// ring; the agents' poll timer covers the rest.
+class VirqForwarder {
+ public:
+  static Result<std::unique_ptr<VirqForwarder>> Start(std::shared_ptr<Handles> handles) {
+    auto forwarder = std::unique_ptr<VirqForwarder>(new VirqForwarder(std::move(handles)));
+    const xenevtchn_port_or_error_t port = xenevtchn_bind_virq(forwarder->handles_->events.get(),
+                                                               legacy::kVirqXenoprof);
+    if (port < 0) return ErrnoError(errno, "xenevtchn_bind_virq(VIRQ_XENOPROF)");
+    forwarder->port_ = static_cast<evtchn_port_t>(port);
+    forwarder->notify_ = ScopedFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    forwarder->stop_ = ScopedFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!forwarder->notify_.valid() || !forwarder->stop_.valid()) return ErrnoError(errno, "eventfd");
+    forwarder->thread_ = std::thread([raw = forwarder.get()] { raw->Run(); });
+    return forwarder;
+  }
+  ~VirqForwarder() {
+    if (thread_.joinable()) {
+      const uint64_t one = 1;
+      [[maybe_unused]] ssize_t n = ::write(stop_.get(), &one, sizeof one);
+      thread_.join();
+    }
+    xenevtchn_unbind(handles_->events.get(), port_);
+  }
+  Result<ScopedFd> Descriptor() const {
+    const int copy = ::fcntl(notify_.get(), F_DUPFD_CLOEXEC, 0);
+    if (copy < 0) return ErrnoError(errno, "dup of the notification eventfd");
+    return ScopedFd(copy);
+  }
+
+ private:
+  explicit VirqForwarder(std::shared_ptr<Handles> handles) : handles_(std::move(handles)) {}
+  void Run() {
+    pollfd fds[2] = {{xenevtchn_fd(handles_->events.get()), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
+    while (true) {
+      if (::poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      if (fds[1].revents != 0) return;
+      if (fds[0].revents == 0) continue;
+      const xenevtchn_port_or_error_t port = xenevtchn_pending(handles_->events.get());
+      if (port < 0) continue;
+      xenevtchn_unmask(handles_->events.get(), static_cast<evtchn_port_t>(port));
+      const uint64_t one = 1;
+      [[maybe_unused]] ssize_t n = ::write(notify_.get(), &one, sizeof one);
+    }
+  }
+
+  std::shared_ptr<Handles> handles_;
+  evtchn_port_t port_ = 0;
+  ScopedFd notify_;
+  ScopedFd stop_;
+  std::thread thread_;
+};
+
+class XenLink final : public agent::HypervisorLink {
+ public:
+  XenLink(std::shared_ptr<Handles> handles, hvpmu::DomainId domain, std::string version)
+      : handles_(std::move(handles)), domain_(domain), version_(std::move(version)) {}
+
+  hvpmu::DomainId domain() const override { return domain_; }
+  std::string platform_name() const override { return "xen"; }
+  std::string machine_name() const override { return "Xen " + version_; }
+  uint32_t num_cpus() const override {
+    const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus > 0 ? static_cast<uint32_t>(cpus) : 1;
+  }
+
+  Result<ErrorCode> Op(uint32_t op, std::span<std::byte> argument) override {
+    HypercallBuffer buffer(handles_->call.get(), argument.size());
+    if (!argument.empty() && buffer.data() == nullptr) return ErrnoError(errno, "xencall_alloc_buffer");
+    if (!argument.empty()) std::memcpy(buffer.data(), argument.data(), argument.size());
+    const int rc = xencall2(handles_->call.get(), legacy::kHypercallXenoprofOp, op,
+                            reinterpret_cast<uint64_t>(buffer.data()));
+    if (rc < 0) {
+      const int errnum = errno;
+      const ErrorCode code = ErrorCodeOfErrno(errnum);
+      if (code == ErrorCode::kOk) return XenoprofRefusal(op, errnum);
+      return code;
+    }
+    if (!argument.empty()) std::memcpy(argument.data(), buffer.data(), argument.size());
+    Remember(op, argument);
+    return ErrorCode::kOk;
+  }
+
+  Result<agent::MappedRegion> MapRegion(uint64_t handle) override {
+    uint64_t bytes = 0;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = buffers_.find(handle);
+      if (it == buffers_.end()) {
+        return MakeError(ErrorKind::kNotFound,
+                         "no buffer at machine address {:#x}: call get_buffer or set_passive first", handle);
+      }
+      bytes = it->second;
+    }
+    const size_t pages = static_cast<size_t>((bytes + kPage - 1) / kPage);
+    std::vector<xen_pfn_t> frames(pages);
+    std::vector<int> errors(pages, 0);
+    for (size_t i = 0; i < pages; ++i) frames[i] = static_cast<xen_pfn_t>(handle / kPage + i);
+    void* address = xenforeignmemory_map(handles_->memory.get(), kDomidSelf, PROT_READ | PROT_WRITE, pages,
+                                         frames.data(), errors.data());
+    if (address == nullptr) return ErrnoError(errno, fmt::format("xenforeignmemory_map of {} pages at {:#x}", pages, handle));
+    for (size_t i = 0; i < pages; ++i) {
+      if (errors[i] != 0) {
+        xenforeignmemory_unmap(handles_->memory.get(), address, pages);
+        return ErrnoError(-errors[i], fmt::format("xenforeignmemory_map: page {} of the buffer at {:#x}", i, handle));
+      }
+    }
+    agent::MappedRegion region;
+    region.data = static_cast<uint8_t*>(address);
+    region.bytes = bytes;
+    region.owner = std::shared_ptr<void>(address, [handles = handles_, pages](void* mapped) {
+      xenforeignmemory_unmap(handles->memory.get(), mapped, pages);
+    });
+    return region;
+  }
+
+  Result<std::vector<ScopedFd>> NotificationFds(uint64_t, uint32_t first, uint32_t) override {
+    std::vector<ScopedFd> fds;
+    if (first != 0) return fds;
+    std::lock_guard lock(mutex_);
+    if (!virq_) {
+      HVPROF_TRY(forwarder, VirqForwarder::Start(handles_));
+      virq_ = std::move(forwarder);
+    }
+    HVPROF_TRY(fd, virq_->Descriptor());
+    fds.push_back(std::move(fd));
+    return fds;
+  }
+
+  Result<std::string> Context() override {
+    nlohmann::json context = {{"domain", domain_}, {"processes", nlohmann::json::array()}};
+    return context.dump();
+  }
+  Result<std::string> ContextOf(hvpmu::DomainId) override { return std::string("{}"); }
+  Result<std::string> Domains() override {
+    nlohmann::json list = nlohmann::json::array();
+    list.push_back({{"id", domain_}, {"name", domain_ == 0 ? "Domain-0" : ""}, {"type", "pv"}});
+    return list.dump();
+  }
+
+ private:
+  // get_buffer and set_passive answer with a buffer's machine address and size: mapping it
+  // later needs both.
+  void Remember(uint32_t op, std::span<const std::byte> argument) {
+    std::lock_guard lock(mutex_);
+    if (op == legacy::kOpGetBuffer && argument.size() == sizeof(legacy::GetBuffer)) {
+      legacy::GetBuffer answer;
+      std::memcpy(&answer, argument.data(), sizeof answer);
+      if (answer.nbuf > 0 && answer.bufsize > 0) {
+        buffers_[answer.buf_gmaddr] = uint64_t(answer.nbuf) * uint64_t(answer.bufsize);
+      }
+    } else if (op == legacy::kOpSetPassive && argument.size() == sizeof(legacy::Passive)) {
+      legacy::Passive answer;
+      std::memcpy(&answer, argument.data(), sizeof answer);
+      if (answer.nbuf > 0 && answer.bufsize > 0) {
+        buffers_[answer.buf_gmaddr] = uint64_t(answer.nbuf) * uint64_t(answer.bufsize);
+      }
+    } else if (op == legacy::kOpShutdown) {
+      buffers_.clear();
+    }
+  }
+
+  std::shared_ptr<Handles> handles_;
+  hvpmu::DomainId domain_;
+  std::string version_;
+  std::mutex mutex_;
+  std::map<uint64_t, uint64_t> buffers_;  // machine address -> bytes
+  std::unique_ptr<VirqForwarder> virq_;
+};
+
+}  // namespace
+
+XenHost DetectXen(const std::string& root) {
+  XenHost host;
+  auto type = ReadFileToString(root + "/sys/hypervisor/type");
+  if (!type) {
+    host.reason = "no /sys/hypervisor/type: this kernel does not run on a hypervisor it recognises";
+    return host;
+  }
+  const std::string name = Trimmed(type.value());
+  if (name != "xen") {
+    host.reason = fmt::format("/sys/hypervisor/type says '{}', not xen", name);
+    return host;
+  }
+  host.is_xen = true;
+  auto capabilities = ReadFileToString(root + "/proc/xen/capabilities");
+  host.control_domain = capabilities && capabilities.value().find("control_d") != std::string::npos;
+  return host;
+}
+
+ErrorCode ErrorCodeOfErrno(int errnum) {
+  switch (errnum) {
+    case ENOSYS:
+    case EOPNOTSUPP: return ErrorCode::kNotSupported;
+    case ENODEV: return ErrorCode::kNoPmu;
+    case EBUSY: return ErrorCode::kBusy;
+    case EPERM: return ErrorCode::kBadState;
+    case EEXIST: return ErrorCode::kAlreadyListed;
+    case E2BIG: return ErrorCode::kTooManyDomains;
+    case ENOMEM: return ErrorCode::kNoMemory;
+    case EALREADY: return ErrorCode::kAlreadyActivated;
+    case ESRCH: return ErrorCode::kNoSuchDomain;
+    default: return ErrorCode::kOk;  // no faithful code: the caller makes an Error of it
+  }
+}
+
+Error XenoprofRefusal(uint32_t op, int errnum) {
+  const char* name = agent::OpName(op);
+  const char* advice = "";
+  ErrorKind kind = ErrorKind::kUnsupported;
+  switch (errnum) {
+    case ENOSYS:
+      advice = "xenoprof is not in this Xen: Xen 4.18 and later build it only with CONFIG_XENOPROF "
+               "(off by default) and 4.22 removed it, and a PVH or HVM dom0 cannot call it. Use "
+               "`hvprof --platform=linux` in dom0 (dom0 only), or hvprof-hv";
+      break;
+    case ENODEV:
+      advice = "Xen found no PMU it can drive: xenoprof knows Intel's architectural perfmon and AMD "
+               "before Zen, not AMD family 17h and later. Use `hvprof --platform=linux` in dom0";
+      break;
+    case EBUSY:
+      advice = "the PMU is Xen's vPMU's (boot Xen with vpmu=off), or an earlier session's rings are "
+               "still mapped (stop every hvprof agent, then `hvprof --shutdown`)";
+      kind = ErrorKind::kBusy;
+      break;
+    case EPERM:
+    case EACCES:
+      advice = "only the primary profiler (the first domain to call init: dom0, as root) may do "
+               "this, and only in xenoprof's order (docs/xen.md); a guest may only run its own ops";
+      kind = ErrorKind::kPermissionDenied;
+      break;
+    default:
+      advice = "see docs/xen.md";
+      kind = ErrorKind::kInvalidArgument;
+      break;
+  }
+  return MakeError(kind, "Xen refused {} ({}): {}", name, std::strerror(errnum), advice);
+}
+
+Result<std::unique_ptr<agent::HypervisorLink>> ConnectXen(hvpmu::DomainId domain, const std::string& root) {
+  const XenHost host = DetectXen(root);
+  if (!host.is_xen) {
+    return MakeError(ErrorKind::kUnsupported, "--platform=xen: this machine does not run on Xen ({}); use "
+                                              "--platform=linux, or hvprof-hv", host.reason);
+  }
+  auto handles = std::make_shared<Handles>();
+  handles->call.reset(xencall_open(nullptr, 0));
+  if (!handles->call) {
+    return ErrnoError(errno, "xencall_open (/dev/xen/privcmd): run as root in dom0 or a PV guest");
+  }
+  handles->memory.reset(xenforeignmemory_open(nullptr, 0));
+  if (!handles->memory) return ErrnoError(errno, "xenforeignmemory_open");
+  handles->events.reset(xenevtchn_open(nullptr, 0));
+  if (!handles->events) return ErrnoError(errno, "xenevtchn_open (/dev/xen/evtchn)");
+  std::string version = "?";
+  auto major = ReadFileToString(root + "/sys/hypervisor/version/major");
+  auto minor = ReadFileToString(root + "/sys/hypervisor/version/minor");
+  if (major && minor) version = Trimmed(major.value()) + "." + Trimmed(minor.value());
+  return std::unique_ptr<agent::HypervisorLink>(std::make_unique<XenLink>(std::move(handles), domain, version));
+}
+
+}  // namespace hvprof::xen
