@@ -141,7 +141,8 @@ Result<RunResult> Summarize(const std::string& session, uint32_t top, std::strin
     domains.push_back({{"id", d.domain}, {"name", d.name}, {"role", d.role},
                        {"user", d.samples[0]}, {"kernel", d.samples[1]}, {"hypervisor", d.samples[2]}});
   }
-  const store::LossRecord& l = profile.metadata().losses;
+  Json losses = Json::object();
+  for (const store::LossField& field : store::kLossFields) losses[field.name] = profile.metadata().losses.*field.member;
   Json symbols = Json::array();
   const uint64_t total = table.columns[0].total;
   for (const report::Row& row : table.rows) {
@@ -157,10 +158,7 @@ Result<RunResult> Summarize(const std::string& session, uint32_t top, std::strin
                     {"event", table.columns[0].event},
                     {"samples", profile.total_samples()},
                     {"domains", domains},
-                    {"losses", {{"ring_full", l.ring_full}, {"corrupt_index", l.corrupt_index},
-                                {"no_ring", l.no_ring}, {"unprofiled_domain", l.unprofiled_domain},
-                                {"malformed_records", l.malformed_records}, {"store_failed", l.store_failed},
-                                {"platform_lost", l.platform_lost}}},
+                    {"losses", losses},
                     {"top_symbols", symbols}};
   if (report_text != nullptr) {
     options.threshold = 0.5;  // the printed report shows what matters; the summary keeps all

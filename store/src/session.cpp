@@ -152,13 +152,9 @@ std::string SerializeMetadata(const SessionMetadata& m) {
                      {"drained", r.drained}, {"malformed", r.malformed}, {"max_fill", r.max_fill}});
   }
   out["rings"] = rings;
-  out["losses"] = {{"ring_full", m.losses.ring_full},
-                   {"corrupt_index", m.losses.corrupt_index},
-                   {"no_ring", m.losses.no_ring},
-                   {"unprofiled_domain", m.losses.unprofiled_domain},
-                   {"malformed_records", m.losses.malformed_records},
-                   {"store_failed", m.losses.store_failed},
-                   {"platform_lost", m.losses.platform_lost}};
+  Json losses = Json::object();
+  for (const LossField& field : kLossFields) losses[field.name] = m.losses.*field.member;
+  out["losses"] = std::move(losses);
   out["samples_stored"] = m.samples_stored;
   out["idle_samples"] = m.idle_samples;
   out["first_sample_ns"] = m.first_sample_ns;
@@ -345,14 +341,10 @@ Result<SessionMetadata> ParseMetadata(std::string_view text, std::string_view or
   }
   if (root.contains("losses")) {
     Fields l(root["losses"], top + ".losses");
-    HVPROF_TRY(ring_full, l.Get<uint64_t>("ring_full", 0));
-    HVPROF_TRY(corrupt_index, l.Get<uint64_t>("corrupt_index", 0));
-    HVPROF_TRY(no_ring, l.Get<uint64_t>("no_ring", 0));
-    HVPROF_TRY(unprofiled, l.Get<uint64_t>("unprofiled_domain", 0));
-    HVPROF_TRY(malformed, l.Get<uint64_t>("malformed_records", 0));
-    HVPROF_TRY(store_failed, l.Get<uint64_t>("store_failed", 0));
-    HVPROF_TRY(platform_lost, l.Get<uint64_t>("platform_lost", 0));
-    m.losses = {ring_full, corrupt_index, no_ring, unprofiled, malformed, store_failed, platform_lost};
+    for (const LossField& field : kLossFields) {
+      HVPROF_TRY(count, l.Get<uint64_t>(field.name, 0));
+      m.losses.*field.member = count;
+    }
   }
   HVPROF_TRY(stored, f.Get<uint64_t>("samples_stored", 0));
   m.samples_stored = stored;

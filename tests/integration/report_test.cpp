@@ -13,6 +13,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "hvprof/base/files.h"
 #include "hvprof/control/commands.h"
 #include "hvprof/report/profile.h"
 #include "hvprof/report/report.h"
@@ -168,6 +169,24 @@ TEST_CASE("hvprof-report on bad input: clear errors, honest exit codes, whole JS
     CHECK(result.out.find("libz-copy.so.1 could not be symbolized") != std::string::npos);
     CHECK(result.out.find("(no symbols)") != std::string::npos);  // its samples are still counted
   }
+  SECTION("mappings that are not files (memfd, deleted) are named, not opened") {
+    const std::string metadata = host.current() + "/session.json";
+    auto text = ReadFileToString(metadata);
+    REQUIRE(text.has_value());
+    std::string edited = text.value();
+    size_t replaced = 0;
+    for (size_t at = edited.find(session.copy); at != std::string::npos; at = edited.find(session.copy, at)) {
+      edited.replace(at, session.copy.size(), "/memfd:jit (deleted)");
+      ++replaced;
+    }
+    REQUIRE(replaced > 0);
+    std::ofstream(metadata, std::ios::trunc) << edited;
+    auto result = host.Report({"-l"});
+    INFO(result.out);
+    CHECK(result.status == 0);  // nothing to open is not an incomplete report
+    CHECK(result.out.find("memfd:jit (deleted)") != std::string::npos);
+    CHECK(result.out.find("could not be symbolized") == std::string::npos);
+  }
   SECTION("an image that changed since the session") {
     std::filesystem::remove(session.copy);
     std::filesystem::copy_file(testing::kLibc, session.copy);
@@ -205,6 +224,10 @@ TEST_CASE("hvprof run returns the command's status and leaves no daemon behind",
     CHECK(summary["runs"][0]["exit_status"] == 0);
     CHECK(summary["runs"][0]["samples"].get<uint64_t>() > 0);
     CHECK(!summary["runs"][0]["top_symbols"].empty());
+
+    // The current session is empty after a run; the report says where the run's session is.
+    auto current = host.Report({});
+    CHECK(current.err.find("newest saved one is 'run-") != std::string::npos);
 
     auto failed = host.Hvprof({"run", "--duration=50ms", "--", "/bin/sh", "-c", "exit 42"});
     CHECK(failed.status == 42);

@@ -221,5 +221,6 @@ TEST_CASE("xen link: refusals say what is wrong and what to do", "[xen][refusal]
     CHECK(xen::ErrorCodeOfErrno(EBUSY) == hvpmu::ErrorCode::kBusy);
     CHECK(xen::ErrorCodeOfErrno(ENODEV) == hvpmu::ErrorCode::kNoPmu);
     CHECK(xen::ErrorCodeOfErrno(ENOSYS) == hvpmu::ErrorCode::kNotSupported);
+    CHECK_FALSE(xen::ErrorCodeOfErrno(EINVAL).has_value());  // too vague: an Error with advice
   }
 }

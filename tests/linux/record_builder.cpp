@@ -123,8 +123,8 @@ RecordBuilder& RecordBuilder::Comm(uint32_t pid, uint32_t tid, const std::string
   return *this;
 }
 
-RecordBuilder& RecordBuilder::Fork(uint32_t pid, uint32_t ppid, uint32_t tid, uint32_t ptid, Sid sid) {
-  Begin(static_cast<uint32_t>(RecordType::kFork), 0);
+RecordBuilder& RecordBuilder::Task(uint32_t type, uint32_t pid, uint32_t ppid, uint32_t tid, uint32_t ptid, Sid sid) {
+  Begin(type, 0);
   U32(pid);
   U32(ppid);
   U32(tid);
@@ -135,16 +135,12 @@ RecordBuilder& RecordBuilder::Fork(uint32_t pid, uint32_t ppid, uint32_t tid, ui
   return *this;
 }
 
+RecordBuilder& RecordBuilder::Fork(uint32_t pid, uint32_t ppid, uint32_t tid, uint32_t ptid, Sid sid) {
+  return Task(static_cast<uint32_t>(RecordType::kFork), pid, ppid, tid, ptid, sid);
+}
+
 RecordBuilder& RecordBuilder::Exit(uint32_t pid, uint32_t ppid, uint32_t tid, uint32_t ptid, Sid sid) {
-  Begin(static_cast<uint32_t>(RecordType::kExit), 0);
-  U32(pid);
-  U32(ppid);
-  U32(tid);
-  U32(ptid);
-  U64(sid.time);
-  Trailer(sid);
-  End();
-  return *this;
+  return Task(static_cast<uint32_t>(RecordType::kExit), pid, ppid, tid, ptid, sid);
 }
 
 RecordBuilder& RecordBuilder::Lost(uint64_t id, uint64_t lost, Sid sid) {

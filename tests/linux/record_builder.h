@@ -42,6 +42,8 @@ class RecordBuilder {
   void Clear() { bytes_.clear(); }
 
  private:
+  // FORK and EXIT share one layout.
+  RecordBuilder& Task(uint32_t type, uint32_t pid, uint32_t ppid, uint32_t tid, uint32_t ptid, Sid sid);
   void Begin(uint32_t type, uint16_t misc);
   void End();
   void U8(uint8_t v) { bytes_.push_back(v); }

@@ -74,6 +74,14 @@ size_t ArgumentSize(unsigned int op) {
   }
 }
 
+// get_buffer's and set_passive's answers: where the buffer is and how it is cut into rings.
+template <typename Answer>
+std::pair<uint64_t, FakeXen::Buffer> BufferOf(const std::byte* argument) {
+  Answer answer;
+  std::memcpy(&answer, argument, sizeof answer);
+  return {answer.buf_gmaddr, {uint64_t(answer.nbuf) * uint64_t(answer.bufsize), static_cast<uint32_t>(answer.nbuf)}};
+}
+
 int Fail(int errnum) {
   errno = errnum;
   return -1;
@@ -142,15 +150,11 @@ int xencall2(xencall_handle*, unsigned int op, uint64_t arg1, uint64_t arg2) {
   if (!code) return Fail(EIO);
   if (code.value() != hvpmu::ErrorCode::kOk) return Fail(hvpmu::ErrorErrno(code.value()));
   if (command == legacy::kOpGetBuffer) {
-    legacy::GetBuffer answer;
-    std::memcpy(&answer, argument, sizeof answer);
-    fake.own_buffers[answer.buf_gmaddr] = {uint64_t(answer.nbuf) * uint64_t(answer.bufsize),
-                                           static_cast<uint32_t>(answer.nbuf)};
+    const auto [address, buffer] = BufferOf<legacy::GetBuffer>(argument);
+    fake.own_buffers.insert_or_assign(address, buffer);
   } else if (command == legacy::kOpSetPassive) {
-    legacy::Passive answer;
-    std::memcpy(&answer, argument, sizeof answer);
-    fake.passive_buffers[answer.buf_gmaddr] = {uint64_t(answer.nbuf) * uint64_t(answer.bufsize),
-                                               static_cast<uint32_t>(answer.nbuf)};
+    const auto [address, buffer] = BufferOf<legacy::Passive>(argument);
+    fake.passive_buffers.insert_or_assign(address, buffer);
   }
   return 0;
 }

@@ -152,9 +152,9 @@ class XenLink final : public agent::HypervisorLink {
                             reinterpret_cast<uint64_t>(buffer.data()));
     if (rc < 0) {
       const int errnum = errno;
-      const ErrorCode code = ErrorCodeOfErrno(errnum);
-      if (code == ErrorCode::kOk) return XenoprofRefusal(op, errnum);
-      return code;
+      const std::optional<ErrorCode> code = ErrorCodeOfErrno(errnum);
+      if (!code) return XenoprofRefusal(op, errnum);  // no engine code means the same
+      return *code;
     }
     if (!argument.empty()) std::memcpy(argument.data(), buffer.data(), argument.size());
     Remember(op, argument);
@@ -223,20 +223,18 @@ class XenLink final : public agent::HypervisorLink {
   // later needs both.
   void Remember(uint32_t op, std::span<const std::byte> argument) {
     std::lock_guard lock(mutex_);
-    if (op == legacy::kOpGetBuffer && argument.size() == sizeof(legacy::GetBuffer)) {
-      legacy::GetBuffer answer;
-      std::memcpy(&answer, argument.data(), sizeof answer);
-      if (answer.nbuf > 0 && answer.bufsize > 0) {
-        buffers_[answer.buf_gmaddr] = uint64_t(answer.nbuf) * uint64_t(answer.bufsize);
-      }
-    } else if (op == legacy::kOpSetPassive && argument.size() == sizeof(legacy::Passive)) {
-      legacy::Passive answer;
-      std::memcpy(&answer, argument.data(), sizeof answer);
-      if (answer.nbuf > 0 && answer.bufsize > 0) {
-        buffers_[answer.buf_gmaddr] = uint64_t(answer.nbuf) * uint64_t(answer.bufsize);
-      }
-    } else if (op == legacy::kOpShutdown) {
-      buffers_.clear();
+    if (op == legacy::kOpGetBuffer) RememberBuffer<legacy::GetBuffer>(argument);
+    if (op == legacy::kOpSetPassive) RememberBuffer<legacy::Passive>(argument);
+    if (op == legacy::kOpShutdown) buffers_.clear();
+  }
+  // GetBuffer and Passive both answer with nbuf, bufsize and buf_gmaddr.
+  template <typename Answer>
+  void RememberBuffer(std::span<const std::byte> argument) {
+    if (argument.size() != sizeof(Answer)) return;
+    Answer answer;
+    std::memcpy(&answer, argument.data(), sizeof answer);
+    if (answer.nbuf > 0 && answer.bufsize > 0) {
+      buffers_[answer.buf_gmaddr] = uint64_t(answer.nbuf) * uint64_t(answer.bufsize);
     }
   }
 
@@ -268,7 +266,7 @@ XenHost DetectXen(const std::string& root) {
   return host;
 }
 
-ErrorCode ErrorCodeOfErrno(int errnum) {
+std::optional<ErrorCode> ErrorCodeOfErrno(int errnum) {
   switch (errnum) {
     case ENOSYS:
     case EOPNOTSUPP: return ErrorCode::kNotSupported;
@@ -280,7 +278,7 @@ ErrorCode ErrorCodeOfErrno(int errnum) {
     case ENOMEM: return ErrorCode::kNoMemory;
     case EALREADY: return ErrorCode::kAlreadyActivated;
     case ESRCH: return ErrorCode::kNoSuchDomain;
-    default: return ErrorCode::kOk;  // no faithful code: the caller makes an Error of it
+    default: return std::nullopt;
   }
 }
 

@@ -89,6 +89,21 @@ struct LossRecord {
   uint64_t platform_lost = 0;
 };
 
+// Every loss cause by its name in the session files, for code that writes or reads them all.
+struct LossField {
+  const char* name;
+  uint64_t LossRecord::*member;
+};
+inline constexpr LossField kLossFields[] = {
+    {"ring_full", &LossRecord::ring_full},
+    {"corrupt_index", &LossRecord::corrupt_index},
+    {"no_ring", &LossRecord::no_ring},
+    {"unprofiled_domain", &LossRecord::unprofiled_domain},
+    {"malformed_records", &LossRecord::malformed_records},
+    {"store_failed", &LossRecord::store_failed},
+    {"platform_lost", &LossRecord::platform_lost},
+};
+
 struct ProfilingInterval {
   uint64_t start_ns = 0;  // wall clock (CLOCK_REALTIME)
   uint64_t stop_ns = 0;   // 0 while running

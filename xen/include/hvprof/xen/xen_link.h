@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "hvprof/agent/hypervisor_link.h"
@@ -30,7 +31,7 @@ Result<std::unique_ptr<agent::HypervisorLink>> ConnectXen(hvpmu::DomainId domain
 // An Error for Xen's refusal (errno `errnum`) of profiling op `op`, with what to do about it.
 Error XenoprofRefusal(uint32_t op, int errnum);
 
-// Xen's errno, as the engine's refusal code the agents understand.
-hvpmu::ErrorCode ErrorCodeOfErrno(int errnum);
+// Xen's errno as the engine's refusal code the agents understand, where one means the same.
+std::optional<hvpmu::ErrorCode> ErrorCodeOfErrno(int errnum);
 
 }  // namespace hvprof::xen
