@@ -13,6 +13,7 @@
 #include "hvprof/control/commands.h"
 #include "hvprof/control/run.h"
 #include "hvprof/control/setup.h"
+#include "hvprof/xen/xen_link.h"
 
 namespace po = boost::program_options;
 using hvprof::control::Outcome;
@@ -95,8 +96,9 @@ int main(int argc, char** argv) {
     po::options_description options("Setup options (with --start-daemon)");
     options.add_options()
         ("platform", po::value(&setup.platform)->default_value("sim"),
-         "sim (hvprof-hv's simulated machine) or linux (this host through perf_event_open; `hvprof run` "
-         "starts hvprof-hv --platform=linux itself when none runs)")
+         "sim (hvprof-hv's simulated machine), linux (this host through perf_event_open; `hvprof run` "
+         "starts hvprof-hv --platform=linux itself when none runs) or xen (Xen 4.17's xenoprof, from a PV "
+         "dom0 or PV guest as root; docs/xen.md)")
         ("xen", po::value(&setup.xen_image), "the hypervisor image (xen-syms) to symbolize hypervisor samples with; default: what the platform reports")
         ("vmlinux", po::value(&setup.vmlinux), "dom0's kernel image (vmlinux, System.map); default: what the platform reports, else /proc/kallsyms")
         ("no-vmlinux", "do not symbolize dom0's kernel samples")
@@ -115,7 +117,8 @@ int main(int argc, char** argv) {
         ("session-dir", po::value(&setup.session_root)->default_value(hvprof::store::kDefaultSessionRoot),
          "where sessions, the lock and the log live (a guest on the sim defaults to its own: "
          "/var/lib/hvprof/domain-ID)")
-        ("run-dir", po::value(&setup.hv_run_dir), "where hvprof-hv's domain sockets are (default: its default)")
+        ("run-dir", po::value(&setup.hv_run_dir), "where hvprof-hv's domain sockets are (default: its default); "
+                    "on xen, where dom0's agent keeps its lock (default /run/hvprof)")
         ("cpu-type", po::value(&cpu_type), "with --list-events: list this CPU type's events offline");
     hvprof::control::RunOptions run_options;
     std::string duration;
@@ -140,6 +143,15 @@ int main(int argc, char** argv) {
     if (values.count("help") != 0 || (argc == 1 && !run)) {
       std::cout << all << "\n";
       return argc == 1 ? 2 : 0;
+    }
+    if (setup.platform == "xen" && values.count("domain") == 0) {
+      // Commands find their agent by domain; in a Xen guest that must be said.
+      const hvprof::xen::XenHost host = hvprof::xen::DetectXen();
+      if (host.is_xen && !host.control_domain) {
+        std::cerr << "hvprof: this is a Xen guest: give its domain id with --domain=ID on every command "
+                     "(`xenstore-read domid` here, or `xl domid NAME` in dom0, prints it)\n";
+        return 2;
+      }
     }
     if (run) {
       if (setup.domain != 0) {

@@ -16,6 +16,7 @@
 #include "hvprof/control/setup.h"
 #include "hvprof/dom0/agent.h"
 #include "hvprof/guest/agent.h"
+#include "hvprof/xen/xen_link.h"
 
 namespace po = boost::program_options;
 
@@ -35,6 +36,17 @@ int Fail(int ready_fd, const hvprof::Error& error) {
   hvprof::Log(hvprof::LogLevel::kError, "{}", error.message());
   Report(ready_fd, hvprof::agent::ErrorResponse(error));
   return 1;
+}
+
+// The hypervisor, as --platform names it: hvprof-hv's socket (sim, linux) or Xen itself.
+hvprof::Result<std::unique_ptr<hvprof::agent::HypervisorLink>> ConnectPlatform(
+    const hvprof::control::SetupOptions& setup) {
+  if (setup.platform == "xen") return hvprof::xen::ConnectXen(setup.domain);
+  if (setup.platform == "sim" || setup.platform == "linux") {
+    return hvprof::agent::ConnectHostedDomain(setup.hv_run_dir, setup.domain);
+  }
+  return hvprof::MakeError(hvprof::ErrorKind::kInvalidArgument,
+                           "--platform={} is not known; use sim or linux (with hvprof-hv) or xen", setup.platform);
 }
 
 }  // namespace
@@ -90,13 +102,15 @@ int main(int argc, char** argv) {
                                               "--role={} does not fit domain {} of the setup", role,
                                               setup.value().domain));
     }
+    auto link = ConnectPlatform(setup.value());
+    if (!link) return Fail(ready_fd, link.error());
     std::unique_ptr<hvprof::agent::AgentDaemon> agent;
     if (role == "dom0") {
-      auto created = hvprof::dom0::Dom0Agent::Create(setup.value(), kVersion);
+      auto created = hvprof::dom0::Dom0Agent::Create(setup.value(), kVersion, std::move(link).value());
       if (!created) return Fail(ready_fd, created.error());
       agent = std::move(created).value();
     } else {
-      auto created = hvprof::guest::GuestAgent::Create(setup.value(), kVersion);
+      auto created = hvprof::guest::GuestAgent::Create(setup.value(), kVersion, std::move(link).value());
       if (!created) return Fail(ready_fd, created.error());
       agent = std::move(created).value();
     }

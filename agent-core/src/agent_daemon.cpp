@@ -99,6 +99,20 @@ std::vector<store::ProcessRecord> ProcessesFromContext(const Json& context) {
   return processes;
 }
 
+hvpmu::InitV2 FromLegacyInit(const hvpmu::legacy::Init& legacy_init, uint32_t cpus) {
+  hvpmu::InitV2 init{};
+  init.struct_size = sizeof init;
+  init.abi_version = hvpmu::kAbiVersion;
+  init.is_primary = legacy_init.is_primary == 1 ? 1 : 0;
+  init.num_counters = init.num_gp_counters = static_cast<uint32_t>(std::clamp(legacy_init.num_events, 0, 8));
+  init.gp_counter_width = 32;
+  init.max_count = (uint64_t{1} << 31) - 1;
+  init.num_pcpus = cpus;
+  std::memcpy(init.cpu_type, legacy_init.cpu_type, sizeof init.cpu_type);
+  init.cpu_type[sizeof init.cpu_type - 1] = '\0';
+  return init;
+}
+
 uint64_t WallClockNs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::system_clock::now().time_since_epoch())
@@ -127,7 +141,7 @@ void AgentDaemon::HandleSignals(AgentDaemon* agent) {
 
 Result<void> AgentDaemon::Op(uint32_t op, std::span<std::byte> argument, bool tolerate_refusal) {
   HVPROF_TRY(code, link_->Op(op, argument));
-  if (code != hvpmu::ErrorCode::kOk && !tolerate_refusal) return RefusalError(op, code);
+  if (code != hvpmu::ErrorCode::kOk && !tolerate_refusal) return link_->DescribeRefusal(op, code);
   return Ok();
 }
 
@@ -171,11 +185,11 @@ void AgentDaemon::StopListening() {
   ::unlink(paths_.control_socket().c_str());
 }
 
-void AgentDaemon::DrainAll() {
+void AgentDaemon::DrainAll(bool final) {
   if (!session_) return;
-  rings_.DrainAll([this](const RingState&, const ring::SampleRecord& record, std::span<const uint64_t> frames) {
+  rings_.DrainAll([this](const ring::SampleRecord& record, std::span<const uint64_t> frames) {
     session_->Add(record, frames);
-  });
+  }, final);
 }
 
 Result<void> AgentDaemon::Run() {
@@ -249,11 +263,12 @@ void AgentDaemon::MarkProfiling(bool on) {
   }
 }
 
-void AgentDaemon::UpdateMetadata(const hvpmu::Status& status) {
+void AgentDaemon::UpdateMetadata(const hvpmu::Status* status) {
   store::SessionMetadata& m = session_->metadata();
   m.rings.clear();
   store::LossRecord own;  // from this agent's rings, for a caller that is not the primary
   uint64_t malformed = 0;
+  using ring::LossReason;
   for (const RingState& state : rings_.rings()) {
     const ring::RingHeader& header = state.reader.header();
     store::RingRecord record;
@@ -267,18 +282,36 @@ void AgentDaemon::UpdateMetadata(const hvpmu::Status& status) {
     record.malformed = state.malformed;
     record.max_fill = state.max_pending;
     malformed += state.malformed;
-    own.ring_full += record.lost[static_cast<int>(ring::LossReason::kRingFull)];
-    own.corrupt_index += record.lost[static_cast<int>(ring::LossReason::kCorruptIndex)];
-    own.no_ring += record.lost[static_cast<int>(ring::LossReason::kNoRing)];
+    own.ring_full += record.lost[static_cast<int>(LossReason::kRingFull)];
+    own.corrupt_index += record.lost[static_cast<int>(LossReason::kCorruptIndex)];
+    own.no_ring += record.lost[static_cast<int>(LossReason::kNoRing)];
     m.rings.push_back(record);
   }
-  using ring::LossReason;
-  if (status.primary == link_->domain()) {
-    m.losses.ring_full = status.lost[static_cast<int>(LossReason::kRingFull)];
-    m.losses.corrupt_index = status.lost[static_cast<int>(LossReason::kCorruptIndex)];
-    m.losses.no_ring = status.lost[static_cast<int>(LossReason::kNoRing)];
-    m.losses.unprofiled_domain = status.lost[static_cast<int>(LossReason::kUnprofiledDomain)];
-    m.idle_samples = status.idle_samples;
+  for (const LegacyRingState& state : rings_.legacy_rings()) {
+    const hvpmu::legacy::XenoprofBuf& header = state.reader.header();
+    store::RingRecord record;
+    record.owner = state.owner;
+    record.index = state.index;
+    record.kind = "vcpu";
+    record.capacity = state.reader.size() - 1;
+    record.written = __atomic_load_n(&header.user_samples, __ATOMIC_RELAXED) +
+                     __atomic_load_n(&header.kernel_samples, __ATOMIC_RELAXED) +
+                     __atomic_load_n(&header.xen_samples, __ATOMIC_RELAXED);
+    // Xen counts every record it could not write: samples, escapes and backtrace frames.
+    record.lost[static_cast<int>(LossReason::kRingFull)] = __atomic_load_n(&header.lost_samples, __ATOMIC_RELAXED);
+    record.drained = state.drained;
+    record.malformed = state.malformed;
+    record.max_fill = state.max_pending;
+    malformed += state.malformed;
+    own.ring_full += record.lost[static_cast<int>(LossReason::kRingFull)];
+    m.rings.push_back(record);
+  }
+  if (status != nullptr && status->primary == link_->domain()) {
+    m.losses.ring_full = status->lost[static_cast<int>(LossReason::kRingFull)];
+    m.losses.corrupt_index = status->lost[static_cast<int>(LossReason::kCorruptIndex)];
+    m.losses.no_ring = status->lost[static_cast<int>(LossReason::kNoRing)];
+    m.losses.unprofiled_domain = status->lost[static_cast<int>(LossReason::kUnprofiledDomain)];
+    m.idle_samples = status->idle_samples;
   } else {
     m.losses.ring_full = own.ring_full;
     m.losses.corrupt_index = own.corrupt_index;
@@ -291,8 +324,12 @@ Result<Json> AgentDaemon::Dump() {
   if (!session_) return MakeError(ErrorKind::kBadState, "there is no session yet: run `hvprof --start` first");
   DrainAll();
   OnDump();
-  HVPROF_TRY(status, EngineStatus());
-  UpdateMetadata(status);
+  if (link_->legacy_only()) {
+    UpdateMetadata(nullptr);  // Xen has no status op: what the rings say
+  } else {
+    HVPROF_TRY(status, EngineStatus());
+    UpdateMetadata(&status);
+  }
   HVPROF_TRYV(session_->Dump());
   return Json{{"message", "samples written"},
               {"session", session_->directory()},

@@ -22,6 +22,8 @@ Result<std::string> HypervisorLink::GroundTruth(bool) {
 
 Result<std::string> HypervisorLink::PlatformInfo() { return std::string("{}"); }
 
+Error HypervisorLink::DescribeRefusal(uint32_t op, hvpmu::ErrorCode code) const { return RefusalError(op, code); }
+
 Result<void> HypervisorLink::Publish(std::span<const std::byte>) {
   return MakeError(ErrorKind::kUnsupported, "{} cannot carry profiles between domains", platform_name());
 }

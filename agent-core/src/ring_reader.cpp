@@ -57,8 +57,20 @@ LegacyRingReader::LegacyRingReader(legacy::XenoprofBuf* buf, uint32_t size)
                                                      legacy::kBufHeaderSize)),
       size_(size),
       tail_(0) {
-  const uint32_t tail = __atomic_load_n(&buf->event_tail, __ATOMIC_ACQUIRE);
-  tail_ = tail < size ? tail : 0;
+  Resync();
+}
+
+void LegacyRingReader::Resync() {
+  const uint32_t tail = __atomic_load_n(&buf_->event_tail, __ATOMIC_ACQUIRE);
+  tail_ = tail < size_ ? tail : 0;
+  in_group_ = have_sample_ = expect_sample_ = false;
+  pending_frames_ = 0;
+}
+
+uint32_t LegacyRingReader::Pending() const {
+  const uint32_t head = __atomic_load_n(&buf_->event_head, __ATOMIC_ACQUIRE);
+  if (head >= size_) return 0;
+  return head >= tail_ ? head - tail_ : size_ - tail_ + head;
 }
 
 Result<LegacyRingReader> LegacyRingReader::Attach(void* base, uint64_t bytes, uint32_t size) {

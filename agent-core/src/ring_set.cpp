@@ -1,6 +1,9 @@
 #include "hvprof/agent/ring_set.h"
 
+#include <time.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 namespace hvprof::agent {
 
@@ -28,6 +31,79 @@ Result<void> RingSet::AddV2(HypervisorLink& link, hvpmu::DomainId owner,
   return Ok();
 }
 
+Result<void> RingSet::AddLegacy(HypervisorLink& link, hvpmu::DomainId owner, const LegacyBuffer& buffer,
+                                bool notify) {
+  namespace legacy = hvpmu::legacy;
+  if (buffer.nbuf <= 0 || buffer.bufsize <= static_cast<int32_t>(legacy::kBufHeaderSize)) {
+    return MakeError(ErrorKind::kCorrupt, "the hypervisor described domain {}'s buffer as {} rings of {} bytes",
+                     owner, buffer.nbuf, buffer.bufsize);
+  }
+  HVPROF_TRY(region, link.MapRegion(buffer.machine_address));
+  const uint64_t ring_bytes = static_cast<uint64_t>(buffer.bufsize);
+  if (region.bytes < static_cast<uint64_t>(buffer.nbuf) * ring_bytes) {
+    return MakeError(ErrorKind::kCorrupt, "region of domain {} is {} bytes, smaller than {} rings of {}", owner,
+                     region.bytes, buffer.nbuf, ring_bytes);
+  }
+  const auto size = static_cast<uint32_t>((ring_bytes - legacy::kBufHeaderSize) / sizeof(legacy::EventLog));
+  for (int32_t i = 0; i < buffer.nbuf; ++i) {
+    HVPROF_TRY(reader, LegacyRingReader::Attach(region.base() + static_cast<uint64_t>(i) * ring_bytes, ring_bytes, size));
+    legacy_rings_.push_back(LegacyRingState{owner, static_cast<uint32_t>(i), std::move(reader)});
+  }
+  regions_.push_back(std::move(region));
+  capacity_ = size - 1;  // one slot always stays empty
+  if (notify) {
+    HVPROF_TRY(fds, link.NotificationFds(buffer.machine_address, 0, static_cast<uint32_t>(buffer.nbuf)));
+    for (ScopedFd& fd : fds) notifications_.push_back(std::move(fd));
+  }
+  return Ok();
+}
+
+void RingSet::ResyncLegacy() {
+  for (LegacyRingState& ring : legacy_rings_) ring.reader.Resync();
+}
+
+ring::SampleRecord RingSet::ToSampleRecord(const LegacyRingState& state, const LegacySample& sample,
+                                           uint64_t now_ns) const {
+  ring::SampleRecord record{};
+  record.kind = static_cast<uint8_t>(ring::RecordKind::kSample);
+  record.mode = sample.mode;
+  record.event = sample.event;
+  record.nframes = static_cast<uint8_t>(sample.frames.size());
+  record.pcpu = ring::kUnknownPcpu;
+  record.ip = sample.ip;
+  record.time_ns = now_ns;
+  record.period = sample.event < legacy_periods_.size() ? legacy_periods_[sample.event] : 0;
+  record.pid = ring::kNoPid;
+  record.tid = ring::kNoPid;
+  record.domain = state.owner;
+  record.vcpu = static_cast<uint16_t>(state.index);
+  return record;
+}
+
+nlohmann::json LegacyRingsStatus(const RingSet& rings, hvpmu::DomainId owner) {
+  uint64_t user = 0, kernel = 0, hypervisor = 0, lost = 0, fullest = 0, count = 0;
+  for (const LegacyRingState& ring : rings.legacy_rings()) {
+    if (ring.owner != owner) continue;
+    const hvpmu::legacy::XenoprofBuf& header = ring.reader.header();
+    user += __atomic_load_n(&header.user_samples, __ATOMIC_RELAXED);
+    kernel += __atomic_load_n(&header.kernel_samples, __ATOMIC_RELAXED);
+    hypervisor += __atomic_load_n(&header.xen_samples, __ATOMIC_RELAXED);
+    lost += __atomic_load_n(&header.lost_samples, __ATOMIC_RELAXED);
+    fullest = std::max(fullest, ring.max_pending);
+    ++count;
+  }
+  return {{"rings", count},
+          {"max_fill", fullest},
+          {"samples", {{"user", user}, {"kernel", kernel}, {"hypervisor", hypervisor}}},
+          {"lost", {{"ring_full", lost}}}};
+}
+
+uint64_t MonotonicNs() {
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<uint64_t>(now.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(now.tv_nsec);
+}
+
 void RingSet::ClearNotifications() {
   for (const ScopedFd& fd : notifications_) {
     uint64_t value;
@@ -38,6 +114,7 @@ void RingSet::ClearNotifications() {
 
 void RingSet::Clear() {
   rings_.clear();
+  legacy_rings_.clear();
   notifications_.clear();
   regions_.clear();
 }

@@ -104,15 +104,17 @@ Result<Outcome> StartDaemon(const SetupOptions& setup, const std::string& hvprof
     const char* dom0_only = !setup.active_domains.empty()    ? "--active-domains"
                             : !setup.passive_domains.empty() ? "--passive-domains"
                             : !setup.passive_images.empty()  ? "--passive-images"
-                            : !setup.events.empty()          ? "--event"
+                            // Xen does not tell a guest dom0's events: there --event names them.
+                            : !setup.events.empty() && setup.platform != "xen" ? "--event"
                             : !setup.xen_image.empty()       ? "--xen"
                             : setup.callgraph != 0           ? "--callgraph"
                                                              : nullptr;
     if (dom0_only != nullptr) {
       return MakeError(ErrorKind::kInvalidArgument,
                        "{} is set up in dom0, which profiles the whole host; in a guest (domain {}), "
-                       "--start-daemon takes only --vmlinux, --no-vmlinux, --buffer-size, --poll-interval and --verbose",
-                       dom0_only, setup.domain);
+                       "--start-daemon takes only --vmlinux, --no-vmlinux, --buffer-size, --poll-interval and "
+                       "--verbose{}",
+                       dom0_only, setup.domain, setup.platform == "xen" ? " (on xen also dom0's --event, to name them)" : "");
     }
   }
   for (const std::string& event : setup.events) HVPROF_TRYV(ParseEventSpec(event));
@@ -413,13 +415,21 @@ std::string FormatStatus(const Json& s) {
     uint64_t lost_total = 0;
     for (const auto& [key, value] : lost.items()) lost_total += value.get<uint64_t>();
     out += fmt::format("  {:<19} {:<9} {:<10} {:>5}  {:>4}%  {:>8}  {:>8}  {:>10}  {}\n", d.value("label", ""),
-                       d.value("role", ""), d.value("role", "") != "active" ? "-" : d.value("activated", false) ? "yes" : "no",
+                       d.value("role", ""), d.value("role", "") != "active" ? "-"
+                       : !d.contains("activated")    ? "?"
+                       : d.value("activated", false) ? "yes"
+                                                     : "no",
                        d.value("rings", 0),
                        capacity ? 100 * fill / capacity : 0, samples.value("user", uint64_t{0}),
                        samples.value("kernel", uint64_t{0}), samples.value("hypervisor", uint64_t{0}), lost_total);
   }
   if (guest) return out;  // engine-wide losses are dom0's to see
   const Json lost = s.value("lost", Json::object());
+  if (s.contains("note")) {  // Xen: only what the rings' headers count
+    out += fmt::format("\nlost: {} records to full rings\nnote: {}\n", lost.value("ring_full", uint64_t{0}),
+                       s.value("note", ""));
+    return out;
+  }
   out += fmt::format("\nlost in the hypervisor: {} ring full, {} corrupt index, {} no ring, {} in "
                      "unprofiled domains; {} idle samples\n",
                      lost.value("ring_full", uint64_t{0}), lost.value("corrupt_index", uint64_t{0}),

@@ -1,9 +1,13 @@
 #include "hvprof/dom0/agent.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
+#include <cstring>
 
 #include "hvprof/base/files.h"
 #include "hvprof/base/log.h"
@@ -32,13 +36,8 @@ std::string Dom0Agent::DomainLabel(uint16_t id) const {
 }
 
 Result<std::unique_ptr<Dom0Agent>> Dom0Agent::Create(const control::SetupOptions& setup,
-                                                     const std::string& hvprof_version) {
-  if (setup.platform != "sim" && setup.platform != "linux") {
-    return MakeError(ErrorKind::kUnsupported,
-                     "--platform={} is not supported yet; use --platform=sim or --platform=linux (both with hvprof-hv)",
-                     setup.platform);
-  }
-  HVPROF_TRY(link, agent::ConnectHostedDomain(setup.hv_run_dir, 0));
+                                                     const std::string& hvprof_version,
+                                                     std::unique_ptr<agent::HypervisorLink> link) {
   if (link->platform_name() != setup.platform) {
     return MakeError(ErrorKind::kInvalidArgument,
                      "the hvprof-hv at {} runs the {} platform, not --platform={}; start `hvprof-hv "
@@ -52,16 +51,36 @@ Result<std::unique_ptr<Dom0Agent>> Dom0Agent::Create(const control::SetupOptions
                      link->domain());
   }
   std::unique_ptr<Dom0Agent> agent(new Dom0Agent(setup, std::move(link)));
+  if (agent->link_->legacy_only()) HVPROF_TRYV(agent->LockXenoprof());
   HVPROF_TRYV(agent->Recover());
   if (auto configured = agent->Configure(hvprof_version); !configured) {
     // Leave the hypervisor as we found it.
+    agent->rings_.Clear();
     (void)agent->Recover();
     return configured.error();
   }
   return agent;
 }
 
+Result<void> Dom0Agent::LockXenoprof() {
+  // Xen has one primary profiler, dom0 as a whole: a second hvprofd in dom0 (another
+  // --session-dir) would take the first one's state for a crashed agent's and tear it down.
+  const std::string directory = setup_.hv_run_dir.empty() ? std::string("/run/hvprof") : setup_.hv_run_dir;
+  HVPROF_TRYV(MakeDirectories(directory));
+  const std::string path = directory + "/xenoprof.lock";
+  HVPROF_TRY(lock, OpenFile(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    return MakeError(ErrorKind::kBusy,
+                     "another hvprofd in this dom0 drives Xen's profiler ({} is locked); `hvprof --status "
+                     "--session-dir=DIR` finds it, `hvprof --shutdown --session-dir=DIR` ends it",
+                     path);
+  }
+  xenoprof_lock_ = std::move(lock);
+  return Ok();
+}
+
 Result<void> Dom0Agent::Recover() {
+  if (link_->legacy_only()) return RecoverXenoprof();
   HVPROF_TRY(status, EngineStatus());
   const auto state = static_cast<hvpmu::EngineState>(status.state);
   if (state == hvpmu::EngineState::kIdle) return Ok();
@@ -94,12 +113,50 @@ Result<void> Dom0Agent::Recover() {
   return Ok();
 }
 
-Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
-  // What the machine is.
+Result<void> Dom0Agent::RecoverXenoprof() {
+  // Xen cannot say what state it is in, and its primary is dom0, not a process: whatever an
+  // earlier agent left is unwound blind, each step allowed to fail (docs/xen.md). set_active(0)
+  // comes after release_counters because Xen allows it only in INITIALIZED, and it lets
+  // disable_virq unshare dom0's old buffer even if the active list no longer had dom0.
+  rings_.Clear();
+  auto step = [&](uint32_t op, std::span<std::byte> argument) -> Result<bool> {
+    HVPROF_TRY(code, link_->Op(op, argument));
+    return code == ErrorCode::kOk;
+  };
+  legacy::DomainIdArg self = 0;
+  HVPROF_TRY(stopped, step(legacy::kOpStop, {}));
+  HVPROF_TRYV(step(legacy::kOpReleaseCounters, {}));
+  HVPROF_TRYV(step(legacy::kOpSetActive, std::as_writable_bytes(std::span(&self, 1))));
+  HVPROF_TRYV(step(legacy::kOpDisableVirq, {}));
+  HVPROF_TRYV(step(legacy::kOpResetPassiveList, {}));
+  HVPROF_TRYV(step(legacy::kOpResetActiveList, {}));
+  HVPROF_TRY(was_primary, step(legacy::kOpShutdown, {}));
+  // Only a primary that never shut down can shut down now: an earlier agent left its state.
+  if (was_primary) {
+    const std::string note = fmt::format("recovered the xenoprof state an earlier hvprofd left behind{}",
+                                         stopped ? " (it was still profiling)" : "");
+    Log(LogLevel::kWarning, "{}", note);
+    notes_.push_back(note);
+  }
+  return Ok();
+}
+
+Result<hvpmu::InitV2> Dom0Agent::Identify() {
   hvpmu::InitV2 init{};
   init.struct_size = sizeof init;
   init.abi_version = hvpmu::kAbiVersion;
-  HVPROF_TRYV(Op(hvpmu::kOpInitV2, &init));
+  if (!link_->legacy_only()) {
+    HVPROF_TRYV(Op(hvpmu::kOpInitV2, &init));
+    return init;
+  }
+  legacy::Init xen{};
+  HVPROF_TRYV(Op(legacy::kOpInit, &xen));
+  return agent::FromLegacyInit(xen, link_->num_cpus());
+}
+
+Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
+  // What the machine is.
+  HVPROF_TRY(init, Identify());
   if (init.is_primary == 0) {
     return MakeError(ErrorKind::kPermissionDenied,
                      "the hypervisor did not make this domain the primary profiler");
@@ -182,42 +239,8 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
     images_.push_back(image);
   }
 
-  // The Xenoprof sequence.
   capacity_ = setup_.buffer_size != 0 ? setup_.buffer_size : agent::kDefaultRingCapacity;
-  hvpmu::BufferV2 own = agent::BufferRequest(0, capacity_);
-  HVPROF_TRYV(Op(hvpmu::kOpGetBufferV2, &own));
-  capacity_ = own.capacity;
-  watermark_ = own.watermark;
-  HVPROF_TRYV(rings_.AddV2(*link_, 0, own, true));
-  HVPROF_TRYV(Op(legacy::kOpResetActiveList, {}));
-  for (uint16_t id : active_) {
-    legacy::DomainIdArg domain = id;
-    HVPROF_TRYV(Op(legacy::kOpSetActive, &domain));
-  }
-  HVPROF_TRYV(Op(legacy::kOpResetPassiveList, {}));
-  for (uint16_t id : passive_) {
-    hvpmu::BufferV2 buffer = agent::BufferRequest(id, capacity_);
-    HVPROF_TRYV(Op(hvpmu::kOpSetPassiveV2, &buffer));
-    HVPROF_TRYV(rings_.AddV2(*link_, id, buffer, true));
-  }
-  if (setup_.callgraph != 0) {
-    legacy::BacktraceDepthArg depth = setup_.callgraph;
-    HVPROF_TRYV(Op(legacy::kOpSetBacktrace, &depth));
-  }
-  HVPROF_TRYV(Op(legacy::kOpReserveCounters, {}));
-  for (const control::ResolvedEvent& event : events_) {
-    legacy::Counter counter{};
-    counter.ind = event.counter;
-    counter.count = event.count;
-    counter.enabled = 1;
-    counter.event = event.event->code;
-    counter.unit_mask = event.unit_mask;
-    counter.kernel = event.kernel;
-    counter.user = event.user;
-    HVPROF_TRYV(Op(legacy::kOpCounter, &counter));
-  }
-  HVPROF_TRYV(Op(legacy::kOpSetupEvents, {}));
-  HVPROF_TRYV(Op(legacy::kOpEnableVirq, {}));
+  HVPROF_TRYV(SetUp());
 
   // The session.
   store::SessionMetadata m = NewMetadata(init, hvprof_version);
@@ -251,7 +274,7 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
   }
   RefreshProcesses(m);
   m.images = images_;
-  m.ring_format = "v2";
+  m.ring_format = link_->legacy_only() ? "xenoprof" : "v2";
   m.ring_capacity = capacity_;
   m.ring_watermark = watermark_;
   m.backtrace_depth = setup_.callgraph;
@@ -261,6 +284,75 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
   HVPROF_TRYV(ListenForControl());
   configured_ = true;
   Log(LogLevel::kInfo, "{}", Describe());
+  return Ok();
+}
+
+// The Xenoprof sequence. hvprof's engine gets v2 buffers; Xen 4.17 (docs/xen.md) legacy ones,
+// which it caps at 32 pages a domain.
+Result<void> Dom0Agent::SetUp() {
+  const bool xen = link_->legacy_only();
+  const auto legacy_request = static_cast<int32_t>(std::min<uint64_t>(uint64_t{capacity_} + 1, INT32_MAX));
+  if (xen) {
+    legacy::GetBuffer own{};
+    own.max_samples = legacy_request;
+    HVPROF_TRYV(Op(legacy::kOpGetBuffer, &own));
+    HVPROF_TRYV(rings_.AddLegacy(*link_, 0, {own.buf_gmaddr, own.nbuf, own.bufsize}, true));
+    capacity_ = rings_.capacity();
+    watermark_ = 0;  // Xen notifies per sample, and user space only on dom0's vCPU 0
+  } else {
+    hvpmu::BufferV2 own = agent::BufferRequest(0, capacity_);
+    HVPROF_TRYV(Op(hvpmu::kOpGetBufferV2, &own));
+    capacity_ = own.capacity;
+    watermark_ = own.watermark;
+    HVPROF_TRYV(rings_.AddV2(*link_, 0, own, true));
+  }
+  HVPROF_TRYV(Op(legacy::kOpResetActiveList, {}));
+  for (uint16_t id : active_) {
+    legacy::DomainIdArg domain = id;
+    HVPROF_TRYV(Op(legacy::kOpSetActive, &domain));
+  }
+  HVPROF_TRYV(Op(legacy::kOpResetPassiveList, {}));
+  for (uint16_t id : passive_) {
+    if (xen) {
+      legacy::Passive passive{};
+      passive.domain_id = id;
+      passive.max_samples = legacy_request;
+      HVPROF_TRYV(Op(legacy::kOpSetPassive, &passive));
+      HVPROF_TRYV(rings_.AddLegacy(*link_, id, {passive.buf_gmaddr, passive.nbuf, passive.bufsize}, false));
+    } else {
+      hvpmu::BufferV2 buffer = agent::BufferRequest(id, capacity_);
+      HVPROF_TRYV(Op(hvpmu::kOpSetPassiveV2, &buffer));
+      HVPROF_TRYV(rings_.AddV2(*link_, id, buffer, true));
+    }
+  }
+  if (setup_.callgraph != 0) {
+    legacy::BacktraceDepthArg depth = setup_.callgraph;
+    HVPROF_TRYV(Op(legacy::kOpSetBacktrace, &depth));
+  }
+  HVPROF_TRYV(Op(legacy::kOpReserveCounters, {}));
+  std::array<uint64_t, 8> periods{};
+  for (const control::ResolvedEvent& event : events_) {
+    legacy::Counter counter{};
+    counter.ind = event.counter;
+    counter.count = event.count;
+    counter.enabled = 1;
+    counter.event = event.event->code;
+    counter.unit_mask = event.unit_mask;
+    counter.kernel = event.kernel;
+    counter.user = event.user;
+    HVPROF_TRYV(Op(legacy::kOpCounter, &counter));
+    if (event.counter < periods.size()) periods[event.counter] = event.count;
+  }
+  HVPROF_TRYV(Op(legacy::kOpSetupEvents, {}));
+  HVPROF_TRYV(Op(legacy::kOpEnableVirq, {}));
+  if (xen) {
+    rings_.SetLegacyPeriods(periods);
+    rings_.ResyncLegacy();  // enable_virq zeroed every ring's indices
+    notes_.push_back("Xen's rings carry no process, CPU or time: user samples are not tied to processes, and a "
+                     "sample's time is when hvprofd read it");
+    notes_.push_back("Xen does not report the samples it drops in its idle loop, in unprofiled domains or for "
+                     "corrupt ring indices; only full rings are counted as lost");
+  }
   return Ok();
 }
 
@@ -277,7 +369,7 @@ std::string Dom0Agent::Describe() const {
   return fmt::format("profiling set up on {} ({}, {}): events {}; active {}; passive {}; "
                      "{} rings of {} samples; session {}",
                      link_->machine_name(), link_->platform_name(), pmu_.cpu_type, events, active,
-                     passive.empty() ? "none" : passive, rings_.rings().size(), capacity_,
+                     passive.empty() ? "none" : passive, rings_.size(), capacity_,
                      paths_.current());
 }
 
@@ -377,6 +469,17 @@ Result<Json> Dom0Agent::Start() {
   if (profiling_) return Json{{"message", "profiling is already on"}};
   auto code = link_->Op(legacy::kOpStart, {});
   if (!code) return code.error();
+  if (link_->legacy_only() && code.value() == ErrorCode::kBadState && active_.size() > 1) {
+    // Xen says only EPERM, and cannot say who is missing.
+    std::vector<std::string> guests;
+    for (uint16_t id : active_) {
+      if (id != 0) guests.push_back(DomainLabel(id));
+    }
+    return MakeError(ErrorKind::kBadState,
+                     "cannot start: Xen starts only once every active domain has joined ({}). In each of them run "
+                     "`hvprof --platform=xen --start-daemon && hvprof --start`, then `hvprof --start` here again",
+                     fmt::join(guests, ", "));
+  }
   if (code.value() == ErrorCode::kNotActivated) {
     HVPROF_TRY(status, EngineStatus());
     std::vector<std::string> missing;
@@ -413,7 +516,7 @@ Result<Json> Dom0Agent::Stop() {
   if (!profiling_) return Json{{"message", "profiling is not on"}};
   HVPROF_TRYV(Op(legacy::kOpStop, {}));
   MarkProfiling(false);
-  DrainAll();  // the final flush
+  DrainAll(true);  // the final flush
   HVPROF_TRY(dumped, Dump());
   dumped["message"] = "profiling stopped";
   return dumped;
@@ -462,7 +565,43 @@ Result<Json> Dom0Agent::RunSim(uint64_t duration_ns) {
   return Json{{"sim_time_ns", clock.sim_time_ns}, {"halted", clock.halted}, {"ran_ns", done}};
 }
 
+// Xen has no status op: what this agent set up, and what its rings' headers say.
+Json Dom0Agent::XenoprofStatus() const {
+  Json domains = Json::array();
+  auto add_domain = [&](uint16_t id, const char* role) {
+    // An active guest's rings are its own: dom0 sees none of them.
+    Json domain = agent::LegacyRingsStatus(rings_, id);
+    domain.update({{"id", id}, {"label", DomainLabel(id)}, {"role", role},
+                   {"capacity", domain["rings"].get<uint64_t>() > 0 ? capacity_ : 0}});
+    domains.push_back(std::move(domain));
+  };
+  for (uint16_t id : active_) add_domain(id, "active");
+  for (uint16_t id : passive_) add_domain(id, "passive");
+  Json events = Json::array();
+  for (const auto& event : events_) {
+    events.push_back({{"counter", event.counter}, {"name", event.event->name}, {"count", event.count},
+                      {"unit_mask", event.unit_mask}, {"kernel", event.kernel}, {"user", event.user}});
+  }
+  uint64_t lost = 0;
+  for (const Json& domain : domains) lost += domain["lost"]["ring_full"].get<uint64_t>();
+  return Json{{"state", !configured_ ? "idle" : profiling_ ? "profiling" : "ready"},
+              {"profiling", profiling_},
+              {"platform", link_->platform_name()},
+              {"machine", link_->machine_name()},
+              {"cpu_type", std::string(pmu_.cpu_type)},
+              {"cpus", pmu_.num_pcpus},
+              {"session", session_ ? session_->directory() : ""},
+              {"samples_stored", session_ ? session_->stats().samples : 0},
+              {"events", events},
+              {"domains", domains},
+              {"buffers", {{"capacity", capacity_}, {"watermark", watermark_}, {"poll_interval_ms", PollIntervalMs()}}},
+              {"lost", {{"ring_full", lost}}},
+              {"backtrace_depth", setup_.callgraph},
+              {"note", "Xen reports no state or losses of its own; this is what hvprofd set up and its rings say"}};
+}
+
 Result<Json> Dom0Agent::Status() {
+  if (link_->legacy_only()) return XenoprofStatus();
   HVPROF_TRY(status, EngineStatus());
   Json domains = Json::array();
   for (uint32_t i = 0; i < status.num_domains; ++i) {

@@ -1,7 +1,9 @@
 #include "hvprof/guest/agent.h"
 
 #include <algorithm>
+#include <array>
 
+#include "hvprof/base/files.h"
 #include "hvprof/base/log.h"
 #include "hvprof/report/profile.h"
 #include "hvprof/report/published.h"
@@ -30,16 +32,16 @@ GuestAgent::GuestAgent(control::SetupOptions setup, std::string version, std::un
       version_(std::move(version)) {}
 
 Result<std::unique_ptr<GuestAgent>> GuestAgent::Create(const control::SetupOptions& setup,
-                                                       const std::string& hvprof_version) {
-  if (setup.platform != "sim") {
+                                                       const std::string& hvprof_version,
+                                                       std::unique_ptr<agent::HypervisorLink> link) {
+  if (setup.platform == "linux") {
     return MakeError(ErrorKind::kUnsupported,
-                     "--platform={} is not supported by the guest agent yet; use --platform=sim with hvprof-hv",
-                     setup.platform);
+                     "--platform=linux has no guest agents: KVM guests are profiled from the host as passive "
+                     "domains (hvprof run --platform=linux --domain-map=kvm:...)");
   }
   if (setup.domain == 0) {
     return MakeError(ErrorKind::kInvalidArgument, "the guest agent runs in a guest; dom0 runs `hvprofd --role=dom0`");
   }
-  HVPROF_TRY(link, agent::ConnectHostedDomain(setup.hv_run_dir, setup.domain));
   if (link->domain() != setup.domain) {
     return MakeError(ErrorKind::kPermissionDenied, "the hypervisor says this is domain {}, not domain {}",
                      link->domain(), setup.domain);
@@ -99,11 +101,9 @@ Result<void> GuestAgent::CheckJoinable(const hvpmu::Status& status) const {
   return Ok();
 }
 
-Result<store::SessionMetadata> GuestAgent::SessionDescription(const hvpmu::InitV2& init, const hvpmu::Status& status) {
-  store::SessionMetadata m = NewMetadata(init, version_);
-  // What the counters count, as dom0 set them up.
+std::vector<store::EventRecord> GuestAgent::EventsOf(const hvpmu::InitV2& init, const hvpmu::Status& status) const {
+  std::vector<store::EventRecord> events;
   const hvpmu::CpuEventTable* table = hvpmu::FindEventTable(init.cpu_type);
-  smallest_count_ = 0;
   for (uint32_t i = 0; i < hvpmu::kMaxCounters; ++i) {
     const hvpmu::CounterStatus& counter = status.counters[i];
     if (counter.enabled == 0) continue;
@@ -119,10 +119,37 @@ Result<store::SessionMetadata> GuestAgent::SessionDescription(const hvpmu::InitV
     for (uint8_t u = 0; def != nullptr && u < def->num_unit_masks; ++u) {
       if (def->unit_masks[u].value == counter.unit_mask) event.unit_mask_name = def->unit_masks[u].name;
     }
-    if (smallest_count_ == 0 || counter.count < smallest_count_) smallest_count_ = counter.count;
-    m.events.push_back(std::move(event));
+    events.push_back(std::move(event));
   }
-  if (m.events.empty()) return MakeError(ErrorKind::kBadState, "dom0 has set up no counters yet");
+  return events;
+}
+
+Result<std::vector<store::EventRecord>> GuestAgent::EventsFromSetup(const hvpmu::InitV2& init) const {
+  std::vector<store::EventRecord> events;
+  const hvpmu::CpuEventTable* table = hvpmu::FindEventTable(init.cpu_type);
+  if (setup_.events.empty() || table == nullptr) return events;
+  std::vector<control::EventSpec> specs;
+  for (const std::string& text : setup_.events) {
+    HVPROF_TRY(spec, control::ParseEventSpec(text));
+    specs.push_back(spec);
+  }
+  HVPROF_TRY(resolved, control::ResolveEvents(specs, *table, init));
+  for (const control::ResolvedEvent& event : resolved) {
+    events.push_back({event.counter, event.event->name, event.event->code, event.unit_mask, event.unit_mask_name,
+                      event.count, event.kernel, event.user});
+  }
+  return events;
+}
+
+Result<store::SessionMetadata> GuestAgent::SessionDescription(const hvpmu::InitV2& init,
+                                                              std::vector<store::EventRecord> events,
+                                                              uint32_t backtrace_depth) {
+  store::SessionMetadata m = NewMetadata(init, version_);
+  smallest_count_ = 0;
+  for (const store::EventRecord& event : events) {
+    if (smallest_count_ == 0 || event.count < smallest_count_) smallest_count_ = event.count;
+  }
+  m.events = std::move(events);
 
   // What this domain runs: its kernel and its processes.
   HVPROF_TRY(context_text, link_->Context());
@@ -132,7 +159,7 @@ Result<store::SessionMetadata> GuestAgent::SessionDescription(const hvpmu::InitV
   self.id = setup_.domain;
   self.name = name_;
   self.role = "active";
-  self.vcpus = static_cast<uint16_t>(rings_.rings().size());
+  self.vcpus = static_cast<uint16_t>(rings_.size());
   self.processes = agent::ProcessesFromContext(context);
   m.domains.push_back(std::move(self));
   if (!setup_.no_vmlinux) {
@@ -143,16 +170,17 @@ Result<store::SessionMetadata> GuestAgent::SessionDescription(const hvpmu::InitV
   }
   m.notes.push_back("hypervisor samples are this domain's time in the hypervisor; a guest has no xen-syms, "
                     "so they are shown unresolved (dom0 resolves them in `hvprof-report --all-domains`)");
-  m.ring_format = "v2";
+  m.ring_format = link_->legacy_only() ? "xenoprof" : "v2";
   m.ring_capacity = capacity_;
   m.ring_watermark = watermark_;
-  m.backtrace_depth = status.backtrace_depth;
+  m.backtrace_depth = backtrace_depth;
   m.poll_interval_ms = PollIntervalMs();
   return m;
 }
 
 Result<Json> GuestAgent::Start() {
   if (activated_) return Json{{"message", fmt::format("{} has already joined profiling", Label())}};
+  if (link_->legacy_only()) return StartXenoprof();
   HVPROF_TRY(status, EngineStatus());
   HVPROF_TRYV(CheckJoinable(status));
 
@@ -175,7 +203,13 @@ Result<Json> GuestAgent::Start() {
   }
   activated_ = true;
 
-  HVPROF_TRY(metadata, SessionDescription(init, status));
+  std::vector<store::EventRecord> events = EventsOf(init, status);
+  if (events.empty()) return MakeError(ErrorKind::kBadState, "dom0 has set up no counters yet");
+  HVPROF_TRY(metadata, SessionDescription(init, std::move(events), status.backtrace_depth));
+  return BeginSession(std::move(metadata));
+}
+
+Result<Json> GuestAgent::BeginSession(store::SessionMetadata metadata) {
   HVPROF_TRYV(OpenSession(std::move(metadata)));
   MarkProfiling(true);
   HVPROF_TRYV(session_->WriteMetadata());
@@ -188,6 +222,10 @@ Result<Json> GuestAgent::Start() {
 Result<Json> GuestAgent::Stop() {
   if (!session_) return Json{{"message", fmt::format("{} has not joined profiling; nothing to stop", Label())}};
   HVPROF_TRY(dumped, Dump());
+  if (link_->legacy_only()) {  // Xen cannot tell a guest whether dom0 still profiles
+    dumped["message"] = "samples written; this domain keeps collecting for as long as dom0 profiles";
+    return dumped;
+  }
   HVPROF_TRY(status, EngineStatus());
   const bool running = status.state == static_cast<uint32_t>(hvpmu::EngineState::kProfiling);
   dumped["message"] = running ? "samples written; dom0 is still profiling, so this domain keeps collecting until "
@@ -199,7 +237,12 @@ Result<Json> GuestAgent::Stop() {
 Result<Json> GuestAgent::Shutdown() {
   Json result{{"samples", uint64_t{0}}, {"session", paths_.current()}};
   std::string message = fmt::format("the agent of {} shut down", Label());
-  if (activated_) {
+  if (activated_ && link_->legacy_only()) {
+    HVPROF_TRY(left, LeaveXenoprof());
+    result = left;
+    message = result.value("message", message);
+    activated_ = false;
+  } else if (activated_) {
     DrainAll();
     HVPROF_TRY(status, EngineStatus());
     const bool running = status.state == static_cast<uint32_t>(hvpmu::EngineState::kProfiling);
@@ -227,11 +270,6 @@ Result<Json> GuestAgent::Shutdown() {
 }
 
 Result<Json> GuestAgent::Status() {
-  HVPROF_TRY(status, EngineStatus());
-  Json domains = Json::array();
-  if (const hvpmu::DomainStatus* self = FindDomain(status, setup_.domain)) {
-    domains.push_back(agent::DomainStatusJson(*self, Label()));
-  }
   Json events = Json::array();
   if (session_) {
     for (const store::EventRecord& event : session_->metadata().events) {
@@ -239,22 +277,39 @@ Result<Json> GuestAgent::Status() {
                         {"unit_mask", event.unit_mask}, {"kernel", event.kernel}, {"user", event.user}});
     }
   }
-  return Json{{"role", "guest"},
+  Json result{{"role", "guest"},
               {"domain", setup_.domain},
               {"label", Label()},
               {"joined", activated_},
-              {"state", agent::EngineStateName(status.state)},
-              {"profiling", status.state == static_cast<uint32_t>(hvpmu::EngineState::kProfiling)},
-              {"primary", status.primary},
               {"platform", link_->platform_name()},
               {"machine", link_->machine_name()},
-              {"cpu_type", std::string(status.cpu_type)},
-              {"cpus", status.num_pcpus},
               {"session", session_ ? session_->directory() : ""},
               {"samples_stored", session_ ? session_->stats().samples : 0},
               {"events", events},
-              {"domains", domains},
               {"buffers", {{"capacity", capacity_}, {"watermark", watermark_}, {"poll_interval_ms", PollIntervalMs()}}}};
+  if (link_->legacy_only()) {
+    // Xen has no status op: this domain's rings, as their headers say.
+    Json self = agent::LegacyRingsStatus(rings_, setup_.domain);
+    self.update({{"id", setup_.domain}, {"label", Label()}, {"role", "active"}, {"activated", activated_},
+                 {"capacity", capacity_}});
+    result.update({{"state", "unknown (Xen does not tell a guest)"},
+                   {"profiling", false},
+                   {"cpus", link_->num_cpus()},
+                   {"domains", Json::array({self})}});
+    return result;
+  }
+  HVPROF_TRY(status, EngineStatus());
+  Json domains = Json::array();
+  if (const hvpmu::DomainStatus* self = FindDomain(status, setup_.domain)) {
+    domains.push_back(agent::DomainStatusJson(*self, Label()));
+  }
+  result.update({{"state", agent::EngineStateName(status.state)},
+                 {"profiling", status.state == static_cast<uint32_t>(hvpmu::EngineState::kProfiling)},
+                 {"primary", status.primary},
+                 {"cpu_type", std::string(status.cpu_type)},
+                 {"cpus", status.num_pcpus},
+                 {"domains", domains}});
+  return result;
 }
 
 Result<Json> GuestAgent::HandleOther(const std::string& action, const Json& request) {
@@ -275,12 +330,99 @@ Result<Json> GuestAgent::Publish() {
   HVPROF_TRY(profile, report::Profile::Load(session_->directory(), options));
   const report::PublishedProfile published = report::BuildPublished(profile);
   const std::string text = report::SerializePublished(published);
+  if (link_->legacy_only()) {
+    // Xen carries nothing between domains: the profile is left for the admin to copy.
+    const std::string path = fmt::format("{}/published-domain-{}.json", session_->directory(), setup_.domain);
+    HVPROF_TRYV(WriteFileAtomically(path, text));
+    return Json{{"message", fmt::format("wrote the profile of {} ({} samples) to {}. Xen cannot hand it to dom0: copy it "
+                                        "into dom0's session as published/domain-{}.json (e.g. `scp {} "
+                                        "dom0:/var/lib/hvprof/samples/current/published/domain-{}.json`), then "
+                                        "`hvprof-report --all-domains` there shows it",
+                                        Label(), published.samples, path, setup_.domain, path, setup_.domain)},
+                {"samples", published.samples},
+                {"path", path}};
+  }
   HVPROF_TRYV(link_->Publish(std::as_bytes(std::span(text.data(), text.size()))));
   return Json{{"message", fmt::format("published {} samples of {} ({} symbols, {} hypervisor addresses) to dom0; "
                                       "dom0 takes it into its session within a second, and `hvprof-report "
                                       "--all-domains` there shows it",
                                       published.samples, Label(), published.symbols.size(), published.hypervisor.size())},
               {"samples", published.samples}};
+}
+
+// Xen 4.17's sequence for an active PV domain: init (not primary), get_buffer, its rings
+// mapped, VIRQ_XENOPROF bound, enable_virq. Xen has no status op, so dom0's setup shows only in
+// enable_virq's answer.
+Result<Json> GuestAgent::StartXenoprof() {
+  legacy::Init xen{};
+  HVPROF_TRYV(Op(legacy::kOpInit, &xen));
+  const hvpmu::InitV2 init = agent::FromLegacyInit(xen, link_->num_cpus());
+  HVPROF_TRY(events, EventsFromSetup(init));
+  legacy::GetBuffer buffer{};
+  buffer.max_samples = static_cast<int32_t>(
+      std::min<uint64_t>(uint64_t{setup_.buffer_size != 0 ? setup_.buffer_size : agent::kDefaultRingCapacity} + 1,
+                         INT32_MAX));
+  HVPROF_TRY(code, link_->Op(legacy::kOpGetBuffer, std::as_writable_bytes(std::span(&buffer, 1))));
+  if (code == ErrorCode::kBusy) {
+    // An earlier agent here left the buffer shared; disable_virq unshares it.
+    (void)Op(legacy::kOpDisableVirq, {}, true);
+    HVPROF_TRYV(Op(legacy::kOpGetBuffer, &buffer));
+  } else if (code != ErrorCode::kOk) {
+    return link_->DescribeRefusal(legacy::kOpGetBuffer, code);
+  }
+  rings_.Clear();
+  HVPROF_TRYV(rings_.AddLegacy(*link_, setup_.domain, {buffer.buf_gmaddr, buffer.nbuf, buffer.bufsize}, true));
+  capacity_ = rings_.capacity();
+  watermark_ = 0;
+  std::array<uint64_t, 8> periods{};
+  for (const store::EventRecord& event : events) {
+    if (event.counter < periods.size()) periods[event.counter] = event.count;
+  }
+  rings_.SetLegacyPeriods(periods);
+  HVPROF_TRY(enabled, link_->Op(legacy::kOpEnableVirq, {}));
+  if (enabled != ErrorCode::kOk) {
+    rings_.Clear();
+    (void)Op(legacy::kOpDisableVirq, {}, true);
+    if (enabled == ErrorCode::kBadState) {
+      return MakeError(ErrorKind::kBadState,
+                       "Xen refused enable_virq: dom0 has not set profiling up with {} as an active domain. In "
+                       "dom0 run `hvprof --platform=xen --start-daemon --active-domains={}` (with its other "
+                       "options), then `hvprof --start` here again",
+                       Label(), setup_.domain);
+    }
+    return link_->DescribeRefusal(legacy::kOpEnableVirq, enabled);
+  }
+  rings_.ResyncLegacy();
+  activated_ = true;
+
+  const bool named = !events.empty();
+  HVPROF_TRY(metadata, SessionDescription(init, std::move(events), setup_.callgraph));
+  if (!named) {
+    metadata.notes.push_back("Xen does not tell a guest which events dom0 counts: start this agent with dom0's "
+                             "--event options to name them");
+  }
+  metadata.notes.push_back("Xen's rings carry no process or time: user samples are not tied to processes, and a "
+                           "sample's time is when hvprofd read it");
+  return BeginSession(std::move(metadata));
+}
+
+// Leaves Xen's profiling: the last samples, the buffer unmapped, then disable_virq, which Xen
+// refuses while dom0 profiles. The buffer then stays shared, and the next --start here
+// takes it back.
+Result<Json> GuestAgent::LeaveXenoprof() {
+  DrainAll(true);
+  MarkProfiling(false);
+  HVPROF_TRY(dumped, Dump());
+  rings_.Clear();
+  HVPROF_TRY(code, link_->Op(legacy::kOpDisableVirq, {}));
+  if (code == ErrorCode::kOk) {
+    dumped["message"] = fmt::format("profiling shut down in {}", Label());
+  } else {
+    dumped["message"] = fmt::format("{} left profiling while dom0 is still profiling: Xen keeps writing its "
+                                    "samples to its buffer, where nobody reads them, until dom0 stops",
+                                    Label());
+  }
+  return dumped;
 }
 
 }  // namespace hvprof::guest

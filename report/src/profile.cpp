@@ -437,9 +437,11 @@ std::vector<PublishedProfile> Profile::ReadPublished(store::Aggregate* aggregate
     const std::string path = fmt::format("{}/published/domain-{}.json", directory_, domain);
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) {
-      problems_.push_back(fmt::format("active domain {} has not published its profile (run `hvprof --publish` in "
-                                      "it, then `hvprof --dump` here): its own samples are missing",
-                                      DomainName(domain)));
+      problems_.push_back(fmt::format(
+          "active domain {} has not published its profile ({}): its own samples are missing", DomainName(domain),
+          metadata_.platform == "xen"
+              ? fmt::format("run `hvprof --publish` in it and copy the file it names to {}", path)
+              : std::string("run `hvprof --publish` in it, then `hvprof --dump` here")));
       continue;
     }
     if (static_cast<uint64_t>(st.st_size) > (64u << 20)) {

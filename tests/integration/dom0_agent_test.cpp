@@ -39,7 +39,7 @@ struct TestGuest {
   }
   std::map<uint8_t, uint64_t> Drain() {
     std::map<uint8_t, uint64_t> per_mode;
-    rings.DrainAll([&](const agent::RingState&, const hvpmu::ring::SampleRecord& record,
+    rings.DrainAll([&](const hvpmu::ring::SampleRecord& record,
                        std::span<const uint64_t>) { ++per_mode[record.mode]; });
     return per_mode;
   }

@@ -18,45 +18,19 @@
 #include "hvprof/store/samples_file.h"
 #include "hvprof/store/session.h"
 #include "host_harness.h"
+#include "profile_counts.h"
 #include "sim_harness.h"
 
 using namespace hvprof;
 using hvprof::testing::Host;
+using hvprof::testing::DomainMode;
+using hvprof::testing::Load;
+using hvprof::testing::ProfileByMode;
+using hvprof::testing::TruthByMode;
 using hvprof::testing::TestScenario;
 using Json = nlohmann::json;
 
 namespace {
-
-const char* ModeName(uint8_t mode) {
-  static constexpr const char* kNames[] = {"user", "kernel", "hypervisor"};
-  return kNames[mode];
-}
-
-using DomainMode = std::pair<uint16_t, std::string>;
-
-// Overflows of `counter` per domain and mode, from the ground truth.
-std::map<DomainMode, uint64_t> TruthByMode(const Json& truth, uint32_t counter) {
-  std::map<DomainMode, uint64_t> out;
-  for (const Json& row : truth["rows"]) {
-    const uint64_t overflows = row["overflows"][counter].get<uint64_t>();
-    if (overflows != 0) out[{row["domain"].get<uint16_t>(), row["mode"].get<std::string>()}] += overflows;
-  }
-  return out;
-}
-
-std::map<DomainMode, uint64_t> ProfileByMode(const report::Profile& profile) {
-  std::map<DomainMode, uint64_t> out;
-  for (const report::Entry& entry : profile.entries()) out[{entry.domain, ModeName(entry.mode)}] += entry.count;
-  return out;
-}
-
-report::Profile Load(const std::string& session, bool all_domains = false) {
-  report::LoadOptions options;
-  options.all_domains = all_domains;
-  auto profile = report::Profile::Load(session, options);
-  if (!profile) FAIL(profile.error().message());
-  return std::move(profile).value();
-}
 
 // dom0 sets up with guests 1 and 2 active and 3 passive, and both guests join.
 void SetUpThreeGuests(Host& host) {

@@ -58,22 +58,23 @@ Host::~Host() {
   }
 }
 
-CommandResult Host::Hvprof(std::vector<std::string> args) {
+CommandResult Host::Hvprof(std::vector<std::string> args, const std::vector<std::string>& environment) {
   std::vector<std::string> argv = {Binary("hvprof")};
   const bool run = !args.empty() && args[0] == "run";
   if (run) argv.push_back("run");
   argv.push_back("--run-dir=" + run_dir_);
   argv.push_back("--session-dir=" + session_root_);
   argv.insert(argv.end(), args.begin() + (run ? 1 : 0), args.end());
-  return RunProgram(argv);
+  return RunProgram(argv, environment);
 }
 
-CommandResult Host::GuestHvprof(uint16_t domain, std::vector<std::string> args) {
+CommandResult Host::GuestHvprof(uint16_t domain, std::vector<std::string> args,
+                                const std::vector<std::string>& environment) {
   if (std::find(guests_.begin(), guests_.end(), domain) == guests_.end()) guests_.push_back(domain);
   std::vector<std::string> argv = {Binary("hvprof"), "--domain=" + std::to_string(domain), "--run-dir=" + run_dir_,
                                    "--session-dir=" + guest_root(domain)};
   argv.insert(argv.end(), args.begin(), args.end());
-  return RunProgram(argv);
+  return RunProgram(argv, environment);
 }
 
 pid_t Host::GuestAgentPid(uint16_t domain) const {

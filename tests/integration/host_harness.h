@@ -21,10 +21,11 @@ class Host {
   explicit Host(const nlohmann::json& scenario);
   ~Host();
 
-  // hvprof with --run-dir and --session-dir of this host added.
-  CommandResult Hvprof(std::vector<std::string> args);
+  // hvprof with --run-dir and --session-dir of this host added (and `environment`).
+  CommandResult Hvprof(std::vector<std::string> args, const std::vector<std::string>& environment = {});
   // hvprof as run inside guest `domain`: --domain=N and that guest's own session root.
-  CommandResult GuestHvprof(uint16_t domain, std::vector<std::string> args);
+  CommandResult GuestHvprof(uint16_t domain, std::vector<std::string> args,
+                            const std::vector<std::string>& environment = {});
   std::string guest_root(uint16_t domain) const { return dir_.File("guest-" + std::to_string(domain)); }
   std::string guest_current(uint16_t domain) const { return guest_root(domain) + "/samples/current"; }
   pid_t GuestAgentPid(uint16_t domain) const;

@@ -224,3 +224,50 @@ TEST_CASE("xen link: refusals say what is wrong and what to do", "[xen][refusal]
     CHECK_FALSE(xen::ErrorCodeOfErrno(EINVAL).has_value());  // too vague: an Error with advice
   }
 }
+
+TEST_CASE("xen link: a PV guest learns its id from xenstore and may run only the non-privileged ops",
+          "[xen][refusal]") {
+  Host host(TestScenario("intel-arch-v4", 42));
+  TempDir dir;
+  // dom0 sees every domain, by name, through xenstore.
+  auto dom0 = ConnectThroughFake(host, XenRoot(dir));
+  const Json domains = Json::parse(dom0->Domains().value());
+  REQUIRE(domains.size() == 4);
+  CHECK(domains[1]["name"] == "guest1");
+  CHECK(domains[1]["vcpus"] == 2);
+
+  const std::string guest_root = dir.File("guest-root");
+  std::filesystem::create_directories(guest_root + "/sys/hypervisor");
+  std::filesystem::create_directories(guest_root + "/proc/xen");
+  std::ofstream(guest_root + "/sys/hypervisor/type") << "xen\n";
+  std::ofstream(guest_root + "/proc/xen/capabilities") << "";
+  ::setenv("HVPROF_FAKE_XEN_DOMAIN", "1", 1);
+  // A --domain that is not the guest's own is refused.
+  auto wrong = xen::ConnectXen(3, guest_root);
+  REQUIRE_FALSE(wrong.has_value());
+  CHECK(wrong.error().message().find("Xen says this is domain 1") != std::string::npos);
+  auto connected = xen::ConnectXen(std::nullopt, guest_root);
+  REQUIRE(connected.has_value());
+  auto& guest = *connected.value();
+  CHECK(guest.domain() == 1);
+  const Json own = Json::parse(guest.Domains().value());
+  REQUIRE(own.size() == 1);
+  CHECK(own[0]["id"] == 1);
+
+  legacy::Init init{};
+  REQUIRE(Run(guest, legacy::kOpInit, &init) == hvpmu::ErrorCode::kOk);
+  CHECK(init.is_primary == 0);
+  // Privileged ops: EPERM, explained as Xen's primary rule.
+  for (uint32_t op : {legacy::kOpReserveCounters, legacy::kOpStart, legacy::kOpResetActiveList}) {
+    const hvpmu::ErrorCode code = Run(guest, op);
+    CHECK(code == hvpmu::ErrorCode::kBadState);
+    const Error error = guest.DescribeRefusal(op, code);
+    INFO(error.message());
+    CHECK(error.message().find(std::string("Xen refused ") + agent::OpName(op) + " (Operation not permitted)") !=
+          std::string::npos);
+    CHECK(error.message().find("only the primary profiler") != std::string::npos);
+  }
+  // Above op 17 Xen's range check answers, not the engine.
+  CHECK_FALSE(guest.Op(hvpmu::kOpStatus, {}).has_value());
+  ::setenv("HVPROF_FAKE_XEN_DOMAIN", "0", 1);
+}

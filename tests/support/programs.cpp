@@ -11,7 +11,7 @@ namespace hvprof::testing {
 
 std::string Binary(const std::string& name) { return std::string(HVPROF_BIN_DIR) + "/" + name; }
 
-CommandResult RunProgram(const std::vector<std::string>& argv) {
+CommandResult RunProgram(const std::vector<std::string>& argv, const std::vector<std::string>& environment) {
   int out[2], err[2];
   REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
   REQUIRE(::pipe2(err, O_CLOEXEC) == 0);
@@ -20,6 +20,7 @@ CommandResult RunProgram(const std::vector<std::string>& argv) {
   if (child == 0) {
     ::dup2(out[1], STDOUT_FILENO);
     ::dup2(err[1], STDERR_FILENO);
+    for (const std::string& setting : environment) ::putenv(const_cast<char*>(setting.c_str()));
     std::vector<char*> args;
     for (const std::string& word : argv) args.push_back(const_cast<char*>(word.c_str()));
     args.push_back(nullptr);

@@ -12,8 +12,9 @@ struct CommandResult {
   std::string err;
 };
 
-// Runs a program to completion, capturing its output.
-CommandResult RunProgram(const std::vector<std::string>& argv);
+// Runs a program to completion, capturing its output; `environment` ("NAME=VALUE") is added to
+// the child's.
+CommandResult RunProgram(const std::vector<std::string>& argv, const std::vector<std::string>& environment = {});
 std::string Binary(const std::string& name);  // build/bin/NAME
 
 }  // namespace hvprof::testing

@@ -2,8 +2,9 @@
 // link uses, for tests. It plays Xen 4.17's xenoprof with hvprof's engine: hypercalls go to
 // hvprof-hv's socket for domain $HVPROF_FAKE_XEN_DOMAIN (default 0) in $HVPROF_FAKE_XEN_RUN_DIR,
 // mappings of a buffer's frames map the engine's shared region, and VIRQ_XENOPROF fires when
-// any of the caller's rings notifies. Xen's own refusals are kept: EBUSY for get_buffer while
-// the rings are mapped, ENOSYS for other hypercalls, and the engine's refusals as Xen's errno.
+// any of the caller's rings notifies; xenstore answers with the domains hvprof-hv reports. Xen's
+// own refusals are kept: EBUSY for get_buffer while its rings are mapped, EINVAL for an op
+// above 17, ENOSYS for other hypercalls, and the engine's refusals as Xen's errno.
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@ extern "C" {
 #include <xencall.h>
 #include <xenevtchn.h>
 #include <xenforeignmemory.h>
+#include <xenstore.h>
 }
 
 #include <cerrno>
@@ -20,7 +22,10 @@ extern "C" {
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "hvprof/agent/hypervisor_link.h"
 #include "hvpmu/abi/xenoprof_legacy.h"
@@ -42,16 +47,30 @@ struct FakeXen {
   std::map<uint64_t, Buffer> own_buffers;      // get_buffer's, by machine address
   std::map<uint64_t, Buffer> passive_buffers;  // set_passive's
   std::map<void*, size_t> hypercall_buffers;   // xencall_alloc_buffer's, with their sizes
-  std::map<void*, MappedRegion> mappings;        // live foreign mappings
+  struct Mapping {
+    uint64_t address;  // the buffer's machine address
+    MappedRegion region;
+  };
+  std::map<void*, Mapping> mappings;  // live foreign mappings
+  hvpmu::DomainId domain = 0;
 
+  std::string connected_to;  // run directory and domain of `link`
+
+  // The connection for the domain the environment names; a test that switches domains in one
+  // process gets a fresh one, as another domain's process would have.
   HypervisorLink* Link() {
-    if (link) return link.get();
     const char* run_dir = std::getenv("HVPROF_FAKE_XEN_RUN_DIR");
-    const char* domain = std::getenv("HVPROF_FAKE_XEN_DOMAIN");
-    auto connected = hvprof::agent::ConnectHostedDomain(run_dir != nullptr ? run_dir : "",
-                                                        static_cast<hvpmu::DomainId>(domain ? std::atoi(domain) : 0));
+    const char* domain_text = std::getenv("HVPROF_FAKE_XEN_DOMAIN");
+    const std::string wanted = std::string(run_dir != nullptr ? run_dir : "") + "|" + (domain_text ? domain_text : "0");
+    if (link && wanted == connected_to) return link.get();
+    link.reset();
+    own_buffers.clear();
+    passive_buffers.clear();
+    domain = static_cast<hvpmu::DomainId>(domain_text ? std::atoi(domain_text) : 0);
+    auto connected = hvprof::agent::ConnectHostedDomain(run_dir != nullptr ? run_dir : "", domain);
     if (!connected) return nullptr;
     link = std::move(connected).value();
+    connected_to = wanted;
     return link.get();
   }
 };
@@ -136,14 +155,18 @@ void xencall_free_buffer(xencall_handle*, void* buffer) {
 int xencall2(xencall_handle*, unsigned int op, uint64_t arg1, uint64_t arg2) {
   if (op != legacy::kHypercallXenoprofOp) return Fail(ENOSYS);
   const auto command = static_cast<unsigned int>(arg1);
-  if (command > legacy::kOpLast) return Fail(ENOSYS);
+  if (command > legacy::kOpLast) return Fail(EINVAL);  // Xen's range check
   const size_t size = ArgumentSize(command);
   auto* argument = reinterpret_cast<std::byte*>(arg2);
   if (size > 0 && argument == nullptr) return Fail(EFAULT);
   FakeXen& fake = Fake();
   std::lock_guard lock(fake.mutex);
-  // Xen refuses a new buffer while the old one is mapped (its pages would be freed under us).
-  if (command == legacy::kOpGetBuffer && !fake.mappings.empty()) return Fail(EBUSY);
+  // Xen refuses to share the buffer again while it is still mapped.
+  if (command == legacy::kOpGetBuffer) {
+    for (const auto& [base, mapping] : fake.mappings) {
+      if (fake.own_buffers.count(mapping.address) != 0) return Fail(EBUSY);
+    }
+  }
   HypervisorLink* link = fake.Link();
   if (link == nullptr) return Fail(EIO);
   auto code = link->Op(command, std::span<std::byte>(argument, size));
@@ -182,7 +205,7 @@ void* xenforeignmemory_map(xenforeignmemory_handle*, uint32_t, int, size_t pages
   if (!region) return errno = EFAULT, nullptr;
   if (pages * 4096 > ((region.value().bytes + 4095) & ~uint64_t{4095})) return errno = EINVAL, nullptr;
   void* base = region.value().base();
-  fake.mappings[base] = std::move(region).value();
+  fake.mappings[base] = FakeXen::Mapping{address, std::move(region).value()};
   return base;
 }
 
@@ -247,5 +270,101 @@ xenevtchn_port_or_error_t xenevtchn_pending(xenevtchn_handle* handle) {
 }
 
 int xenevtchn_unmask(xenevtchn_handle*, evtchn_port_t port) { return port == 1 ? 0 : Fail(EINVAL); }
+
+}  // extern "C"
+
+// xenstore: the domains hvprof-hv reports, as /local/domain/ID/{name,cpu/N}, and "domid".
+struct xs_handle {
+  nlohmann::json domains;
+};
+
+namespace {
+
+// A malloc'ed copy, as xenstore's callers free() what it returns.
+void* CopyOut(const std::string& text, unsigned int* length) {
+  char* copy = static_cast<char*>(std::malloc(text.size() + 1));
+  if (copy == nullptr) return nullptr;
+  std::memcpy(copy, text.c_str(), text.size() + 1);
+  if (length != nullptr) *length = static_cast<unsigned int>(text.size());
+  return copy;
+}
+
+char** ListOut(const std::vector<std::string>& names, unsigned int* count) {
+  size_t bytes = sizeof(char*) * names.size();
+  for (const std::string& name : names) bytes += name.size() + 1;
+  auto** list = static_cast<char**>(std::malloc(bytes == 0 ? 1 : bytes));
+  if (list == nullptr) return nullptr;
+  char* text = reinterpret_cast<char*>(list + names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::memcpy(text, names[i].c_str(), names[i].size() + 1);
+    list[i] = text;
+    text += names[i].size() + 1;
+  }
+  *count = static_cast<unsigned int>(names.size());
+  return list;
+}
+
+const nlohmann::json* FindDomain(const xs_handle* handle, const std::string& id) {
+  for (const nlohmann::json& domain : handle->domains) {
+    if (std::to_string(domain.value("id", 0)) == id) return &domain;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+extern "C" {
+
+xs_handle* xs_open(unsigned long) {
+  FakeXen& fake = Fake();
+  std::lock_guard lock(fake.mutex);
+  HypervisorLink* link = fake.Link();
+  if (link == nullptr) return errno = ENOENT, nullptr;
+  auto domains = link->Domains();
+  auto* handle = new xs_handle{nlohmann::json::parse(domains ? domains.value() : "[]", nullptr, false)};
+  if (!handle->domains.is_array()) handle->domains = nlohmann::json::array();
+  // A guest's xenstore shows it only its own nodes.
+  if (fake.domain != 0) {
+    nlohmann::json own = nlohmann::json::array();
+    for (const nlohmann::json& domain : handle->domains) {
+      if (domain.value("id", -1) == fake.domain) own.push_back(domain);
+    }
+    handle->domains = own;
+  }
+  return handle;
+}
+
+void xs_close(xs_handle* handle) { delete handle; }
+
+void* xs_read(xs_handle* handle, xs_transaction_t, const char* path, unsigned int* length) {
+  const std::string key = path;
+  if (key == "domid") return CopyOut(std::to_string(Fake().domain), length);
+  const std::string prefix = "/local/domain/";
+  if (key.rfind(prefix, 0) == 0 && key.size() > prefix.size() + 5 && key.substr(key.size() - 5) == "/name") {
+    if (const nlohmann::json* domain = FindDomain(handle, key.substr(prefix.size(), key.size() - prefix.size() - 5))) {
+      return CopyOut(domain->value("name", ""), length);
+    }
+  }
+  errno = ENOENT;
+  return nullptr;
+}
+
+char** xs_directory(xs_handle* handle, xs_transaction_t, const char* path, unsigned int* count) {
+  const std::string key = path;
+  const std::string prefix = "/local/domain";
+  std::vector<std::string> names;
+  if (key == prefix) {
+    for (const nlohmann::json& domain : handle->domains) names.push_back(std::to_string(domain.value("id", 0)));
+    return ListOut(names, count);
+  }
+  if (key.rfind(prefix + "/", 0) == 0 && key.size() > prefix.size() + 5 && key.substr(key.size() - 4) == "/cpu") {
+    if (const nlohmann::json* domain = FindDomain(handle, key.substr(prefix.size() + 1, key.size() - prefix.size() - 5))) {
+      for (int i = 0; i < domain->value("vcpus", 0); ++i) names.push_back(std::to_string(i));
+      return ListOut(names, count);
+    }
+  }
+  errno = ENOENT;
+  return nullptr;
+}
 
 }  // extern "C"

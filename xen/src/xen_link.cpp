@@ -11,10 +11,12 @@ extern "C" {
 #include <xencall.h>
 #include <xenevtchn.h>
 #include <xenforeignmemory.h>
+#include <xenstore.h>
 }
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -44,10 +46,31 @@ struct MemoryClose {
 struct EvtchnClose {
   void operator()(xenevtchn_handle* h) const { xenevtchn_close(h); }
 };
+struct StoreClose {
+  void operator()(xs_handle* h) const { xs_close(h); }
+};
+struct FreeWithFree {
+  void operator()(void* memory) const { std::free(memory); }
+};
 
-std::string Trimmed(std::string text) {
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  return text;
+// One xenstore value, or nothing where the node is absent or unreadable.
+std::optional<std::string> StoreRead(xs_handle* store, const std::string& path) {
+  if (store == nullptr) return std::nullopt;
+  unsigned int length = 0;
+  std::unique_ptr<void, FreeWithFree> value(xs_read(store, XBT_NULL, path.c_str(), &length));
+  if (!value) return std::nullopt;
+  return std::string(static_cast<const char*>(value.get()), length);
+}
+
+// The names under a xenstore directory.
+std::vector<std::string> StoreList(xs_handle* store, const std::string& path) {
+  std::vector<std::string> names;
+  if (store == nullptr) return names;
+  unsigned int count = 0;
+  std::unique_ptr<char*, FreeWithFree> entries(xs_directory(store, XBT_NULL, path.c_str(), &count));
+  if (!entries) return names;
+  for (unsigned int i = 0; i < count; ++i) names.emplace_back(entries.get()[i]);
+  return names;
 }
 
 // The hypercall buffer of one op: memory Xen may read and write, freed with the handle.
@@ -72,6 +95,7 @@ struct Handles {
   std::unique_ptr<xencall_handle, CallClose> call;
   std::unique_ptr<xenforeignmemory_handle, MemoryClose> memory;
   std::unique_ptr<xenevtchn_handle, EvtchnClose> events;
+  std::unique_ptr<xs_handle, StoreClose> store;  // optional: domain names and ids
 };
 
 // VIRQ_XENOPROF, turned into an eventfd the agents poll like any other notification. Xen
@@ -137,6 +161,7 @@ class XenLink final : public agent::HypervisorLink {
       : handles_(std::move(handles)), domain_(domain), version_(std::move(version)) {}
 
   hvpmu::DomainId domain() const override { return domain_; }
+  bool legacy_only() const override { return true; }
   std::string platform_name() const override { return "xen"; }
   std::string machine_name() const override { return "Xen " + version_; }
   uint32_t num_cpus() const override {
@@ -154,11 +179,18 @@ class XenLink final : public agent::HypervisorLink {
       const int errnum = errno;
       const std::optional<ErrorCode> code = ErrorCodeOfErrno(errnum);
       if (!code) return XenoprofRefusal(op, errnum);  // no engine code means the same
+      last_refusal_errno_ = errnum;
       return *code;
     }
     if (!argument.empty()) std::memcpy(argument.data(), buffer.data(), argument.size());
     Remember(op, argument);
     return ErrorCode::kOk;
+  }
+
+  Error DescribeRefusal(uint32_t op, ErrorCode code) const override {
+    const int errnum = last_refusal_errno_;
+    if (errnum != 0 && ErrorCodeOfErrno(errnum) == code) return XenoprofRefusal(op, errnum);
+    return agent::RefusalError(op, code);
   }
 
   Result<agent::MappedRegion> MapRegion(uint64_t handle) override {
@@ -212,9 +244,23 @@ class XenLink final : public agent::HypervisorLink {
     return context.dump();
   }
   Result<std::string> ContextOf(hvpmu::DomainId) override { return std::string("{}"); }
+  // From xenstore: every domain under /local/domain with its name and vCPUs for dom0, only
+  // itself for a guest (a guest sees no other domain's nodes).
   Result<std::string> Domains() override {
     nlohmann::json list = nlohmann::json::array();
-    list.push_back({{"id", domain_}, {"name", domain_ == 0 ? "Domain-0" : ""}, {"type", "pv"}});
+    xs_handle* store = handles_->store.get();
+    std::vector<std::string> ids;
+    if (domain_ == 0) ids = StoreList(store, "/local/domain");
+    if (ids.empty()) ids.push_back(std::to_string(domain_));
+    for (const std::string& id : ids) {
+      char* end = nullptr;
+      const unsigned long number = std::strtoul(id.c_str(), &end, 10);
+      if (end == id.c_str() || *end != '\0' || number >= 0x7FF0) continue;
+      const std::string home = "/local/domain/" + id;
+      std::string name = StoreRead(store, home + "/name").value_or(number == 0 ? "Domain-0" : "");
+      const auto vcpus = static_cast<uint32_t>(StoreList(store, home + "/cpu").size());
+      list.push_back({{"id", number}, {"name", name}, {"type", ""}, {"vcpus", vcpus}});
+    }
     return list.dump();
   }
 
@@ -244,27 +290,10 @@ class XenLink final : public agent::HypervisorLink {
   std::mutex mutex_;
   std::map<uint64_t, uint64_t> buffers_;  // machine address -> bytes
   std::unique_ptr<VirqForwarder> virq_;
+  int last_refusal_errno_ = 0;
 };
 
 }  // namespace
-
-XenHost DetectXen(const std::string& root) {
-  XenHost host;
-  auto type = ReadFileToString(root + "/sys/hypervisor/type");
-  if (!type) {
-    host.reason = "no /sys/hypervisor/type: this kernel does not run on a hypervisor it recognises";
-    return host;
-  }
-  const std::string name = Trimmed(type.value());
-  if (name != "xen") {
-    host.reason = fmt::format("/sys/hypervisor/type says '{}', not xen", name);
-    return host;
-  }
-  host.is_xen = true;
-  auto capabilities = ReadFileToString(root + "/proc/xen/capabilities");
-  host.control_domain = capabilities && capabilities.value().find("control_d") != std::string::npos;
-  return host;
-}
 
 std::optional<ErrorCode> ErrorCodeOfErrno(int errnum) {
   switch (errnum) {
@@ -315,7 +344,9 @@ Error XenoprofRefusal(uint32_t op, int errnum) {
   return MakeError(kind, "Xen refused {} ({}): {}", name, std::strerror(errnum), advice);
 }
 
-Result<std::unique_ptr<agent::HypervisorLink>> ConnectXen(hvpmu::DomainId domain, const std::string& root) {
+Result<std::unique_ptr<agent::HypervisorLink>> ConnectXen(std::optional<hvpmu::DomainId> domain,
+                                                          const std::string& root_or_empty) {
+  const std::string root = XenRoot(root_or_empty);
   const XenHost host = DetectXen(root);
   if (!host.is_xen) {
     return MakeError(ErrorKind::kUnsupported, "--platform=xen: this machine does not run on Xen ({}); use "
@@ -330,11 +361,27 @@ Result<std::unique_ptr<agent::HypervisorLink>> ConnectXen(hvpmu::DomainId domain
   if (!handles->memory) return ErrnoError(errno, "xenforeignmemory_open");
   handles->events.reset(xenevtchn_open(nullptr, 0));
   if (!handles->events) return ErrnoError(errno, "xenevtchn_open (/dev/xen/evtchn)");
+  handles->store.reset(xs_open(0));
+  // Which domain this is: dom0 where /proc/xen/capabilities says so, else xenstore's "domid".
+  std::optional<hvpmu::DomainId> said;
+  if (host.control_domain) {
+    said = 0;
+  } else if (const std::optional<std::string> domid = StoreRead(handles->store.get(), "domid")) {
+    said = static_cast<hvpmu::DomainId>(std::strtoul(domid->c_str(), nullptr, 10));
+  }
+  if (!said && !domain) {
+    return MakeError(ErrorKind::kNotFound, "this Xen guest cannot read its domain id from xenstore ('domid'); "
+                                           "give it with --domain=ID (`xl domid NAME` in dom0 prints it)");
+  }
+  if (said && domain && *said != *domain) {
+    return MakeError(ErrorKind::kInvalidArgument, "--domain={}, but Xen says this is domain {}", *domain, *said);
+  }
+  const hvpmu::DomainId self = said ? *said : *domain;
   std::string version = "?";
   auto major = ReadFileToString(root + "/sys/hypervisor/version/major");
   auto minor = ReadFileToString(root + "/sys/hypervisor/version/minor");
-  if (major && minor) version = Trimmed(major.value()) + "." + Trimmed(minor.value());
-  return std::unique_ptr<agent::HypervisorLink>(std::make_unique<XenLink>(std::move(handles), domain, version));
+  if (major && minor) version = TrimmedLine(major.value()) + "." + TrimmedLine(minor.value());
+  return std::unique_ptr<agent::HypervisorLink>(std::make_unique<XenLink>(std::move(handles), self, version));
 }
 
 }  // namespace hvprof::xen

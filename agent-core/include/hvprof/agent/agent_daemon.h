@@ -51,9 +51,11 @@ class AgentDaemon {
   Result<void> OpenSession(store::SessionMetadata base);
   Result<void> ListenForControl();
   void StopListening();
-  void DrainAll();
-  // Records every ring's counters and the losses the engine reports in the session metadata.
-  void UpdateMetadata(const hvpmu::Status& status);
+  // `final` after profiling stopped: also the legacy rings' last backtrace groups.
+  void DrainAll(bool final = false);
+  // Records every ring's counters and the losses the engine reports (`status`; null where the
+  // hypervisor has no status op) in the session metadata.
+  void UpdateMetadata(const hvpmu::Status* status);
 
   // The actions both roles share.
   Result<Json> Dump();
@@ -102,6 +104,10 @@ uint32_t PollIntervalFor(uint64_t smallest_count, uint32_t capacity);
 inline constexpr uint32_t kDefaultRingCapacity = 16384;
 // A get_buffer_v2 / set_passive_v2 argument for `domain`'s rings of `capacity` slots.
 hvpmu::BufferV2 BufferRequest(hvpmu::DomainId domain, uint32_t capacity);
+
+// What Xen's legacy init says of the PMU, as the v2 init would say it: general counters only,
+// and counts below 2^31 (xenoprof's limits); `cpus` as the caller sees them.
+hvpmu::InitV2 FromLegacyInit(const hvpmu::legacy::Init& init, uint32_t cpus);
 
 // Now, as the session metadata records times (CLOCK_REALTIME, ns).
 uint64_t WallClockNs();

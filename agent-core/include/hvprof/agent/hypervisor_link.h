@@ -48,9 +48,15 @@ class HypervisorLink {
   virtual std::string machine_name() const = 0;
   virtual uint32_t num_cpus() const = 0;
 
+  // True where the hypervisor speaks only Xen 4.17's xenoprof ABI (ops 0-17, legacy rings, no
+  // status op); false for hvprof's engine, which speaks the v2 ops as well.
+  virtual bool legacy_only() const { return false; }
+
   // Runs one profiling operation with `argument` read and written in place. The engine's answer
   // (kOk or a refusal) is the value; an Error means the link itself failed.
   virtual Result<hvpmu::ErrorCode> Op(uint32_t op, std::span<std::byte> argument) = 0;
+  // The error for the hypervisor's refusal of `op`, in the platform's words and with its advice.
+  virtual Error DescribeRefusal(uint32_t op, hvpmu::ErrorCode code) const;
   // Maps a region the hypervisor shared with this domain (region_handle / buf_gmaddr).
   virtual Result<MappedRegion> MapRegion(uint64_t handle) = 0;
   // One pollable descriptor per ring, readable when that ring has work.

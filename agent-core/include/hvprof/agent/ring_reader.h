@@ -69,6 +69,12 @@ class LegacyRingReader {
   template <typename OnSample>
   void Flush(OnSample&& on_sample);
 
+  // Records published and not yet consumed; 0 while Xen's head is impossible.
+  uint32_t Pending() const;
+  // Takes the shared tail again. Xen zeroes both indices in get_buffer and enable_virq, so a
+  // reader attached before those calls resyncs after them.
+  void Resync();
+
   uint32_t size() const { return size_; }
   const hvpmu::legacy::XenoprofBuf& header() const { return *buf_; }
 

@@ -2,8 +2,11 @@
 // descriptors, drained in one pass.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "hvprof/agent/hypervisor_link.h"
 #include "hvprof/agent/ring_reader.h"
@@ -21,6 +24,25 @@ struct RingState {
   uint64_t max_pending = 0;    // the fullest the agent found it
 };
 
+// A ring in Xen's legacy format (16-byte records, one vCPU each). Its samples are handed on as
+// SampleRecords: the domain is the ring's owner, the vCPU its index, the time when the agent
+// read it; Xen records no process or physical CPU.
+struct LegacyRingState {
+  hvpmu::DomainId owner;
+  uint32_t index;
+  LegacyRingReader reader;
+  uint64_t drained = 0;
+  uint64_t malformed = 0;
+  uint64_t max_pending = 0;
+};
+
+// A legacy buffer as get_buffer or set_passive describe it.
+struct LegacyBuffer {
+  uint64_t machine_address = 0;  // buf_gmaddr
+  int32_t nbuf = 0;
+  int32_t bufsize = 0;           // bytes per ring, header included
+};
+
 class RingSet {
  public:
   // Maps `buffer`'s region through `link` and adds its rings; with `notify`, also asks for
@@ -28,18 +50,26 @@ class RingSet {
   Result<void> AddV2(HypervisorLink& link, hvpmu::DomainId owner, const hvpmu::BufferV2& buffer,
                      bool notify);
 
-  // Calls on_sample(const RingState&, const SampleRecord&, std::span<const uint64_t>) for every
-  // published sample of every ring. Returns the number of samples.
+  // The same for a legacy buffer: its rings hold (bufsize - 48) / 16 records each.
+  Result<void> AddLegacy(HypervisorLink& link, hvpmu::DomainId owner, const LegacyBuffer& buffer, bool notify);
+  // Legacy records carry the counter's index only: the period each counter samples at.
+  void SetLegacyPeriods(const std::array<uint64_t, 8>& periods) { legacy_periods_ = periods; }
+  // After Xen zeroed the legacy rings' indices (enable_virq).
+  void ResyncLegacy();
+
+  // Calls on_sample(const SampleRecord&, std::span<const uint64_t>) for every published sample
+  // of every ring. `final` also hands on a legacy ring's last backtrace group, which otherwise
+  // waits for the next escape record. Returns the number of samples.
   template <typename OnSample>
-  uint64_t DrainAll(OnSample&& on_sample) {
-    uint64_t total = 0;
+  uint64_t DrainAll(OnSample&& on_sample, bool final = false) {
+    uint64_t total = DrainLegacy(on_sample, final);
     for (RingState& ring : rings_) {
       const uint64_t pending = ring.reader.Pending();
       if (pending > ring.max_pending) ring.max_pending = pending;
       if (pending == 0) continue;
       const DrainStats stats = ring.reader.Drain(
           [&](const hvpmu::ring::SampleRecord& record, std::span<const uint64_t> frames) {
-            on_sample(static_cast<const RingState&>(ring), record, frames);
+            on_sample(record, frames);
           });
       ring.drained += stats.samples;
       ring.malformed += stats.malformed;
@@ -53,14 +83,53 @@ class RingSet {
   void ClearNotifications();
 
   const std::vector<RingState>& rings() const { return rings_; }
+  const std::vector<LegacyRingState>& legacy_rings() const { return legacy_rings_; }
+  size_t size() const { return rings_.size() + legacy_rings_.size(); }
   uint32_t capacity() const { return capacity_; }
   void Clear();
 
  private:
+  template <typename OnSample>
+  uint64_t DrainLegacy(OnSample& on_sample, bool final);
+  hvpmu::ring::SampleRecord ToSampleRecord(const LegacyRingState& ring, const LegacySample& sample,
+                                           uint64_t now_ns) const;
+
   std::vector<MappedRegion> regions_;
   std::vector<RingState> rings_;
+  std::vector<LegacyRingState> legacy_rings_;
+  std::array<uint64_t, 8> legacy_periods_{};
   std::vector<ScopedFd> notifications_;
   uint32_t capacity_ = 0;
 };
+
+uint64_t MonotonicNs();
+
+// What the headers of `owner`'s legacy rings say, as `hvprof --status` shows a domain:
+// {"rings", "max_fill", "samples": {"user", "kernel", "hypervisor"}, "lost": {"ring_full"}}.
+nlohmann::json LegacyRingsStatus(const RingSet& rings, hvpmu::DomainId owner);
+
+template <typename OnSample>
+uint64_t RingSet::DrainLegacy(OnSample& on_sample, bool final) {
+  if (legacy_rings_.empty()) return 0;
+  const uint64_t now = MonotonicNs();
+  uint64_t total = 0;
+  for (LegacyRingState& ring : legacy_rings_) {
+    const uint64_t pending = ring.reader.Pending();
+    if (pending > ring.max_pending) ring.max_pending = pending;
+    auto hand_on = [&](const LegacySample& sample) {
+      if (sample.mode > static_cast<uint8_t>(hvpmu::ring::Mode::kHypervisor)) {
+        ++ring.malformed;
+        return;
+      }
+      ++ring.drained;
+      ++total;
+      on_sample(ToSampleRecord(ring, sample, now), sample.frames);
+    };
+    const DrainStats stats = ring.reader.Drain(hand_on);
+    if (final) ring.reader.Flush(hand_on);
+    ring.malformed += stats.malformed;
+  }
+  return total;
+}
 
 }  // namespace hvprof::agent

@@ -17,18 +17,26 @@ namespace hvprof::dom0 {
 
 class Dom0Agent final : public agent::AgentDaemon {
  public:
-  // Everything up to dom0's enable_virq. A failure leaves the hypervisor as it was found
-  // (recovered to idle) and says what to fix.
+  // Everything up to dom0's enable_virq, through `link` (hvprof-hv's, or Xen's). A failure
+  // leaves the hypervisor as it was found (recovered to idle) and says what to fix.
   static Result<std::unique_ptr<Dom0Agent>> Create(const control::SetupOptions& setup,
-                                                   const std::string& hvprof_version);
+                                                   const std::string& hvprof_version,
+                                                   std::unique_ptr<agent::HypervisorLink> link);
 
   std::string Describe() const override;
 
  private:
   Dom0Agent(control::SetupOptions setup, std::unique_ptr<agent::HypervisorLink> link);
 
+  // Xen allows one primary profiler: one hvprofd per dom0 (a lock in the run directory).
+  Result<void> LockXenoprof();
   Result<void> Recover();
+  Result<void> RecoverXenoprof();
+  // init: the PMU as the agent needs to know it.
+  Result<hvpmu::InitV2> Identify();
   Result<void> Configure(const std::string& hvprof_version);
+  Result<void> SetUp();
+  agent::Json XenoprofStatus() const;
 
   Result<agent::Json> Start() override;
   Result<agent::Json> Stop() override;
@@ -57,6 +65,7 @@ class Dom0Agent final : public agent::AgentDaemon {
   uint32_t watermark_ = 0;
   uint64_t published_seen_ = 0;  // the last publication taken
   std::chrono::steady_clock::time_point last_collect_{};
+  ScopedFd xenoprof_lock_;
 };
 
 }  // namespace hvprof::dom0

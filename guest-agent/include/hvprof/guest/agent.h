@@ -19,7 +19,8 @@ class GuestAgent final : public agent::AgentDaemon {
   // Connects to the hypervisor as domain `setup.domain` and listens for `hvprof`; nothing is
   // asked of the hypervisor until --start.
   static Result<std::unique_ptr<GuestAgent>> Create(const control::SetupOptions& setup,
-                                                    const std::string& hvprof_version);
+                                                    const std::string& hvprof_version,
+                                                    std::unique_ptr<agent::HypervisorLink> link);
 
   std::string Describe() const override;
 
@@ -36,7 +37,16 @@ class GuestAgent final : public agent::AgentDaemon {
   Result<agent::Json> Publish();
   // Checks that dom0 has set profiling up with this domain active, and says what to run if not.
   Result<void> CheckJoinable(const hvpmu::Status& status) const;
-  Result<store::SessionMetadata> SessionDescription(const hvpmu::InitV2& init, const hvpmu::Status& status);
+  // What the counters count: as dom0 set them up (the engine says), or as this agent's --event
+  // options say (Xen tells a guest nothing).
+  std::vector<store::EventRecord> EventsOf(const hvpmu::InitV2& init, const hvpmu::Status& status) const;
+  Result<std::vector<store::EventRecord>> EventsFromSetup(const hvpmu::InitV2& init) const;
+  Result<store::SessionMetadata> SessionDescription(const hvpmu::InitV2& init, std::vector<store::EventRecord> events,
+                                                    uint32_t backtrace_depth);
+  Result<agent::Json> StartXenoprof();
+  // Opens the session this domain profiles into once it has joined.
+  Result<agent::Json> BeginSession(store::SessionMetadata metadata);
+  Result<agent::Json> LeaveXenoprof();
   std::string Label() const;
 
   control::SetupOptions setup_;

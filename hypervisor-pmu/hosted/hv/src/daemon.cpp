@@ -267,6 +267,7 @@ void Daemon::MachineLoop() {
   const auto wall_start = Clock::now();
   std::unique_lock lock(machine_mutex_);
   const uint64_t sim_start = machine_->now_ns();
+  bool gave_up_catching_up = false;
   while (!stopping_) {
     const uint64_t now = machine_->now_ns();
     if (run.duration_ns != 0 && now >= run.duration_ns && !halted_) {
@@ -296,13 +297,19 @@ void Daemon::MachineLoop() {
     if (run.speed == sim::Speed::kMax) {
       // At full speed the clock outruns agents that drain on their own schedule (active
       // guests): let them catch up rather than lose samples no real machine would lose. An
-      // agent that does not drain within the grace time loses samples, as on real hardware.
-      for (int waited = 0; waited < kMaxCatchUpMs && !stopping_ &&
-                           engine_->FullestRingPercent(engine_->primary()) >= kCatchUpPercent;
+      // agent that does not drain within the grace time loses samples, as on real hardware, and
+      // is not waited for again until the rings drain: a dead agent must not stall the machine.
+      int waited = 0;
+      for (; !gave_up_catching_up && waited < kMaxCatchUpMs && !stopping_ &&
+             engine_->FullestRingPercent(engine_->primary()) >= kCatchUpPercent;
            ++waited) {
         lock.unlock();
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
         lock.lock();
+      }
+      if (waited == kMaxCatchUpMs) gave_up_catching_up = true;
+      if (gave_up_catching_up && engine_->FullestRingPercent(engine_->primary()) < kCatchUpPercent) {
+        gave_up_catching_up = false;
       }
     }
     bool finished = false;

@@ -61,6 +61,7 @@ inline constexpr uint16_t kFlagBacktraceTruncated = 1u << 2; // the walk stopped
 inline constexpr uint16_t kFlagGuest = 1u << 3;              // taken in a hardware guest (VMX/SVM)
 
 inline constexpr uint32_t kNoPid = 0xFFFFFFFFu;
+inline constexpr uint16_t kUnknownPcpu = 0xFFFFu;  // SampleRecord::pcpu of a legacy record
 
 struct SampleRecord {
   uint8_t kind;     // RecordKind::kSample

@@ -21,12 +21,18 @@ struct XenHost {
   std::string reason;              // why not, in words, when !is_xen
 };
 
-// Reads ROOT/sys/hypervisor/type and ROOT/proc/xen/capabilities (ROOT empty: the real ones).
+// Reads ROOT/sys/hypervisor/type and ROOT/proc/xen/capabilities. ROOT empty: $HVPROF_XEN_ROOT
+// (for tests) if set, else the real ones. Needs none of the Xen libraries.
 XenHost DetectXen(const std::string& root = "");
+std::string XenRoot(const std::string& root);
+// `text` without its trailing newline and spaces.
+std::string TrimmedLine(std::string text);
 
-// Checks that this is Xen (under `root`, as DetectXen) and opens the three Xen libraries.
-// `domain` is the caller's domain id, which Xen knows without being told; 0 for dom0.
-Result<std::unique_ptr<agent::HypervisorLink>> ConnectXen(hvpmu::DomainId domain, const std::string& root = "");
+// Checks that this is Xen (under `root`, as DetectXen; empty: $HVPROF_XEN_ROOT, else /) and
+// opens the Xen libraries. The caller's domain id is 0 in dom0 and xenstore's "domid" in a
+// guest; `domain`, where given, must agree with what Xen says.
+Result<std::unique_ptr<agent::HypervisorLink>> ConnectXen(std::optional<hvpmu::DomainId> domain,
+                                                          const std::string& root = "");
 
 // An Error for Xen's refusal (errno `errnum`) of profiling op `op`, with what to do about it.
 Error XenoprofRefusal(uint32_t op, int errnum);

@@ -1,0 +1,39 @@
+#include "profile_counts.h"
+
+#include <catch2/catch.hpp>
+
+namespace hvprof::testing {
+
+namespace {
+
+const char* ModeName(uint8_t mode) {
+  static constexpr const char* kNames[] = {"user", "kernel", "hypervisor"};
+  return mode < 3 ? kNames[mode] : "invalid";
+}
+
+}  // namespace
+
+std::map<DomainMode, uint64_t> TruthByMode(const nlohmann::json& truth, uint32_t counter) {
+  std::map<DomainMode, uint64_t> out;
+  for (const nlohmann::json& row : truth["rows"]) {
+    const uint64_t overflows = row["overflows"][counter].get<uint64_t>();
+    if (overflows != 0) out[{row["domain"].get<uint16_t>(), row["mode"].get<std::string>()}] += overflows;
+  }
+  return out;
+}
+
+std::map<DomainMode, uint64_t> ProfileByMode(const report::Profile& profile) {
+  std::map<DomainMode, uint64_t> out;
+  for (const report::Entry& entry : profile.entries()) out[{entry.domain, ModeName(entry.mode)}] += entry.count;
+  return out;
+}
+
+report::Profile Load(const std::string& session, bool all_domains) {
+  report::LoadOptions options;
+  options.all_domains = all_domains;
+  auto profile = report::Profile::Load(session, options);
+  if (!profile) FAIL(profile.error().message());
+  return std::move(profile).value();
+}
+
+}  // namespace hvprof::testing

@@ -1,0 +1,230 @@
+// The real programs on "Xen": hvprof, hvprofd and hvprof-report as a user runs them with
+// --platform=xen, with the fake Xen libraries preloaded into them (tests/xen-fake), so that
+// xenoprof is hvprof-hv's engine in legacy mode. dom0, an active PV guest and a passive HVM
+// guest are checked against the simulator's ground truth; so is recovery after a killed agent.
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "hvprof/store/samples_file.h"
+#include "host_harness.h"
+#include "profile_counts.h"
+#include "sim_harness.h"
+
+using namespace hvprof;
+using hvprof::testing::DomainMode;
+using hvprof::testing::Host;
+using hvprof::testing::Load;
+using hvprof::testing::ProfileByMode;
+using hvprof::testing::TempDir;
+using hvprof::testing::TestScenario;
+using hvprof::testing::TruthByMode;
+
+namespace {
+
+constexpr const char* kEvent = "--event=CPU_CLK_UNHALTED:100000";
+
+// What the programs of domain `domain` run with: the fake preloaded, talking to this host's
+// hvprof-hv as that domain, and a /sys and /proc that say Xen (dom0's with control_d).
+std::vector<std::string> XenEnvironment(const Host& host, const TempDir& dir, uint16_t domain) {
+  const std::string root = dir.File("xen-root-" + std::to_string(domain));
+  std::filesystem::create_directories(root + "/sys/hypervisor/version");
+  std::filesystem::create_directories(root + "/proc/xen");
+  std::ofstream(root + "/sys/hypervisor/type") << "xen\n";
+  std::ofstream(root + "/sys/hypervisor/version/major") << "4\n";
+  std::ofstream(root + "/sys/hypervisor/version/minor") << "17\n";
+  std::ofstream(root + "/proc/xen/capabilities") << (domain == 0 ? "control_d\n" : "");
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  return {std::string("LD_PRELOAD=") + HVPROF_FAKE_XEN_LIBRARY,
+          "HVPROF_FAKE_XEN_RUN_DIR=" + host.run_dir(),
+          "HVPROF_FAKE_XEN_DOMAIN=" + std::to_string(domain),
+          "HVPROF_XEN_ROOT=" + root,
+          // The fake is preloaded ahead of the sanitizer runtime the programs link.
+          std::string("ASAN_OPTIONS=") + (asan != nullptr ? std::string(asan) + ":" : "") + "verify_asan_link_order=0"};
+}
+
+// Runs the simulated machine for `ms` milliseconds in small steps, giving the agents, which
+// poll Xen's rings on a timer, time to drain between them.
+void RunMachine(const Host& host, int ms) {
+  auto clock = host.Connect(0);
+  for (int step = 0; step < ms; ++step) {
+    REQUIRE(clock->SimRunFor(1'000'000).has_value());
+    std::this_thread::sleep_for(std::chrono::milliseconds(4));
+  }
+}
+
+void Require(const testing::CommandResult& result) {
+  INFO(result.out << result.err);
+  REQUIRE(result.status == 0);
+}
+
+// Every sample of `domains` in `session` is there, as the ground truth counted it, and no
+// sample of any other domain.
+void CheckDomains(const std::string& session, const nlohmann::json& truth, const std::set<uint16_t>& domains) {
+  const report::Profile profile = Load(session);
+  const auto expected = TruthByMode(truth, profile.metadata().events.at(0).counter);
+  const auto seen = ProfileByMode(profile);
+  uint64_t compared = 0;
+  for (const auto& [key, count] : expected) {
+    if (domains.count(key.first) == 0) continue;
+    INFO("domain " << key.first << ", " << key.second << " mode");
+    CHECK(seen.count(key) == 1);
+    if (seen.count(key) != 0) CHECK(seen.at(key) == count);
+    compared += count;
+  }
+  CHECK(compared > 1000);
+  for (const auto& [key, count] : seen) {
+    INFO("domain " << key.first << " in " << session);
+    CHECK(domains.count(key.first) == 1);
+  }
+  CHECK(profile.metadata().ring_format == "xenoprof");
+  CHECK(profile.metadata().losses.ring_full == 0);
+}
+
+}  // namespace
+
+TEST_CASE("xen: dom0, an active PV guest and a passive HVM guest match the ground truth", "[xen][e2e]") {
+  Host host(TestScenario("intel-arch-v4", 51));
+  TempDir dir;
+  const auto dom0 = XenEnvironment(host, dir, 0);
+  const auto guest = XenEnvironment(host, dir, 1);
+
+  // A guest that joins before dom0 set anything up is told what to run in dom0.
+  Require(host.GuestHvprof(1, {"--platform=xen", "--start-daemon", kEvent}, guest));
+  const auto early = host.GuestHvprof(1, {"--start"}, guest);
+  CHECK(early.status != 0);
+  CHECK(early.err.find("--active-domains=1") != std::string::npos);
+
+  Require(host.Hvprof({"--platform=xen", "--start-daemon", "--active-domains=guest1", "--passive-domains=guest2",
+                       "--no-vmlinux", kEvent},
+                      dom0));
+  // Xen refuses start until every active domain has joined, and cannot say which has not.
+  const auto refused = host.Hvprof({"--start"}, dom0);
+  CHECK(refused.status != 0);
+  CHECK(refused.err.find("every active domain has joined (1 (guest1))") != std::string::npos);
+
+  Require(host.GuestHvprof(1, {"--start"}, guest));
+  Require(host.Hvprof({"--start"}, dom0));
+  (void)host.GroundTruth(true);
+  RunMachine(host, 150);
+  const auto status = host.Hvprof({"--status"}, dom0);
+  Require(status);
+  CHECK(status.out.find("records to full rings") != std::string::npos);
+  CHECK(status.out.find("Xen reports no state or losses of its own") != std::string::npos);
+  Require(host.Hvprof({"--stop"}, dom0));
+  const nlohmann::json truth = host.GroundTruth(false);
+  Require(host.GuestHvprof(1, {"--stop"}, guest));
+  CheckDomains(host.current(), truth, {0, 2});
+  CheckDomains(host.guest_current(1), truth, {1});
+
+  // The whole host: the guest's profile reaches dom0 as a file the admin copies.
+  const auto missing = host.Report({"--all-domains"});
+  INFO(missing.out << missing.err);
+  CHECK(missing.status != 0);
+  CHECK(missing.out.find("copy the file it names to") != std::string::npos);
+  CHECK(missing.out.find("published/domain-1.json") != std::string::npos);
+  const auto published = host.GuestHvprof(1, {"--publish"}, guest);
+  Require(published);
+  const std::string file = host.guest_current(1) + "/published-domain-1.json";
+  CHECK(published.out.find(file) != std::string::npos);
+  std::filesystem::create_directories(host.current() + "/published");
+  std::filesystem::copy_file(file, host.current() + "/published/domain-1.json");
+  const report::Profile whole = Load(host.current(), true);
+  CHECK(whole.problems().empty());
+  const auto counter = whole.metadata().events.at(0).counter;
+  const auto expected = TruthByMode(truth, counter);
+  const auto seen = ProfileByMode(whole);
+  for (uint16_t domain : {0, 1, 2}) {
+    for (const char* mode : {"user", "kernel", "hypervisor"}) {
+      INFO("domain " << domain << ", " << mode << " mode, whole host");
+      CHECK(seen.count({domain, mode}) == 1);
+      if (seen.count({domain, mode}) != 0) CHECK(seen.at({domain, mode}) == expected.at({domain, mode}));
+    }
+  }
+  Require(host.Report({"--all-domains"}));
+  Require(host.GuestHvprof(1, {"--shutdown"}, guest));
+  Require(host.Hvprof({"--shutdown"}, dom0));
+}
+
+TEST_CASE("xen: a killed dom0 agent leaves xenoprof state that the next one recovers", "[xen][recovery]") {
+  nlohmann::json scenario = TestScenario("intel-arch-v4", 52);
+  // Xen's hypercall handlers get a caller, so that call chains have something to walk.
+  for (nlohmann::json& domain : scenario["domains"]) {
+    domain["workload"]["hypervisor"]["functions"][0]["stack"] = {"pv_hypercall"};
+  }
+  Host host(scenario);
+  TempDir dir;
+  const auto dom0 = XenEnvironment(host, dir, 0);
+  // With call chains: Xen's escape records and frames go through the same path.
+  const std::vector<std::string> setup = {"--platform=xen", "--start-daemon", "--passive-domains=guest2",
+                                          "--no-vmlinux", "--callgraph=4", kEvent};
+  Require(host.Hvprof(setup, dom0));
+  Require(host.Hvprof({"--start"}, dom0));
+  RunMachine(host, 20);
+  const pid_t agent = host.AgentPid();
+  REQUIRE(agent > 0);
+  REQUIRE(::kill(agent, SIGKILL) == 0);
+  for (int i = 0; i < 200 && ::kill(agent, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+
+  // Xen still profiles, with dom0's old buffer shared: the next agent unwinds that first.
+  Require(host.Hvprof(setup, dom0));
+  Require(host.Hvprof({"--reset"}, dom0));
+  Require(host.Hvprof({"--start"}, dom0));
+  (void)host.GroundTruth(true);
+  RunMachine(host, 60);
+  Require(host.Hvprof({"--stop"}, dom0));
+  const nlohmann::json truth = host.GroundTruth(false);
+  CheckDomains(host.current(), truth, {0, 2});
+  const report::Profile profile = Load(host.current());
+  CHECK(profile.metadata().backtrace_depth == 4);
+  uint64_t with_callers = 0, unknown_cpu = 0, samples = 0;
+  auto read = store::ReadSamplesFile(host.current() + "/samples.hvs", [&](const store::StoredSample& sample) {
+    ++samples;
+    with_callers += sample.frames.empty() ? 0 : 1;
+    unknown_cpu += sample.pcpu == hvpmu::ring::kUnknownPcpu ? 1 : 0;
+  });
+  REQUIRE(read.has_value());
+  CHECK(read.value().problems.empty());
+  CHECK(with_callers > samples / 20);
+  CHECK(unknown_cpu == samples);  // Xen does not say which CPU
+  const std::vector<std::string> notes = profile.metadata().notes;
+  CHECK(std::any_of(notes.begin(), notes.end(), [](const std::string& note) {
+    return note.find("recovered the xenoprof state an earlier hvprofd left behind (it was still profiling)") !=
+           std::string::npos;
+  }));
+  Require(host.Hvprof({"--shutdown"}, dom0));
+}
+
+TEST_CASE("xen: a second dom0 agent is refused while one drives xenoprof", "[xen][refusal]") {
+  Host host(TestScenario("intel-arch-v4", 53));
+  TempDir dir;
+  const auto dom0 = XenEnvironment(host, dir, 0);
+  Require(host.Hvprof({"--platform=xen", "--start-daemon", "--no-vmlinux", kEvent}, dom0));
+  // Another session directory, the same Xen: it must not take the live agent's state for a
+  // crashed one's.
+  const auto second = testing::RunProgram({testing::Binary("hvprof"), "--run-dir=" + host.run_dir(),
+                                           "--session-dir=" + dir.File("other"), "--platform=xen",
+                                           "--start-daemon", "--no-vmlinux", kEvent},
+                                          dom0);
+  CHECK(second.status != 0);
+  CHECK(second.err.find("another hvprofd in this dom0 drives Xen's profiler") != std::string::npos);
+  Require(host.Hvprof({"--start"}, dom0));
+  Require(host.Hvprof({"--shutdown"}, dom0));
+
+  // Off Xen, --platform=xen says so and what to use instead.
+  std::vector<std::string> not_xen = dom0;
+  not_xen[3] = "HVPROF_XEN_ROOT=" + dir.File("no-such-root");
+  const auto refused = host.Hvprof({"--platform=xen", "--start-daemon", "--no-vmlinux", kEvent}, not_xen);
+  CHECK(refused.status != 0);
+  CHECK(refused.err.find("does not run on Xen") != std::string::npos);
+  CHECK(refused.err.find("--platform=linux") != std::string::npos);
+}
