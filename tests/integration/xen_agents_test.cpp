@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -227,4 +228,43 @@ TEST_CASE("xen: a second dom0 agent is refused while one drives xenoprof", "[xen
   CHECK(refused.status != 0);
   CHECK(refused.err.find("does not run on Xen") != std::string::npos);
   CHECK(refused.err.find("--platform=linux") != std::string::npos);
+}
+
+TEST_CASE("xen: samples that find a ring full are counted as lost, and stored plus lost is the truth",
+          "[xen][loss]") {
+  Host host(TestScenario("intel-arch-v4", 54));
+  TempDir dir;
+  const auto dom0 = XenEnvironment(host, dir, 0);
+  // Rings of 15 samples, drained twice a second: most samples cannot be written.
+  Require(host.Hvprof({"--platform=xen", "--start-daemon", "--passive-domains=guest2", "--no-vmlinux",
+                       "--buffer-size=15", "--poll-interval=500", kEvent},
+                      dom0));
+  Require(host.Hvprof({"--start"}, dom0));
+  (void)host.GroundTruth(true);
+  RunMachine(host, 20);
+  Require(host.Hvprof({"--stop"}, dom0));
+  const nlohmann::json truth = host.GroundTruth(false);
+
+  const report::Profile profile = Load(host.current());
+  const auto& m = profile.metadata();
+  CHECK(m.ring_capacity == 15);
+  const auto expected = TruthByMode(truth, m.events.at(0).counter);
+  std::map<uint16_t, uint64_t> truth_per_domain, stored_per_domain, lost_per_domain;
+  for (const auto& [key, count] : expected) truth_per_domain[key.first] += count;
+  for (const auto& [key, count] : ProfileByMode(profile)) stored_per_domain[key.first] += count;
+  for (const store::RingRecord& ring : m.rings) {
+    lost_per_domain[ring.owner] += ring.lost[static_cast<int>(hvpmu::ring::LossReason::kRingFull)];
+  }
+  uint64_t lost = 0;
+  for (uint16_t domain : {0, 2}) {
+    INFO("domain " << domain);
+    CHECK(lost_per_domain[domain] > 0);
+    CHECK(stored_per_domain[domain] + lost_per_domain[domain] == truth_per_domain[domain]);
+    lost += lost_per_domain[domain];
+  }
+  CHECK(m.losses.ring_full == lost);
+  // The report says so.
+  const auto report = host.Report({});
+  CHECK(report.out.find("Lost samples: none") == std::string::npos);
+  Require(host.Hvprof({"--shutdown"}, dom0));
 }
