@@ -28,7 +28,8 @@ One action per call; every action is safe to repeat. The Xenoprof workflow:
 
   in dom0:   hvprof --start-daemon --active-domains=1,2 --passive-domains=3
   in each active guest: hvprof --start-daemon && hvprof --start
-             (on the sim, a guest's commands say which domain they run in: --domain=1)
+             (on the sim, a guest's commands say which domain they run in: --domain=1;
+              on Xen, add --platform=xen to --start-daemon everywhere, and --domain=ID in guests)
   in dom0:   hvprof --start
              ... the workload runs ...
   in dom0:   hvprof --stop          (samples are written; profiling can start again)

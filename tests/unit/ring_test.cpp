@@ -390,3 +390,34 @@ TEST_CASE("legacy ring: hostile tail is refused and counted", "[ring][legacy][se
   CHECK(r.writer.Write(MakeSample(3), &notify) == RingWriter::Result::kWritten);
   CHECK(r.buf()->event_head == 2);
 }
+
+TEST_CASE("legacy reader: pending across the wrap, an impossible head, and resync after Xen zeroes the indices",
+          "[ring][legacy][security]") {
+  LegacyRing r(16);
+  bool notify = false;
+  for (uint64_t i = 0; i < 10; ++i) r.writer.Write(MakeSample(i), &notify);
+  CHECK(r.reader->Pending() == 10);
+  CHECK(DrainLegacy(*r.reader, false).size() == 10);
+  for (uint64_t i = 0; i < 10; ++i) r.writer.Write(MakeSample(100 + i), &notify);
+  CHECK(r.buf()->event_head == 4);  // wrapped
+  CHECK(r.reader->Pending() == 10);
+  CHECK(DrainLegacy(*r.reader, false).size() == 10);
+  CHECK(r.buf()->event_tail == 4);
+
+  // A head outside the ring: nothing is read, the tail stays, and the drain says so.
+  r.buf()->event_head = 16;
+  CHECK(r.reader->Pending() == 0);
+  const hvprof::agent::DrainStats bad = r.reader->Drain([](const LegacySample&) { FAIL("no sample expected"); });
+  CHECK(bad.malformed == 1);
+  CHECK(r.buf()->event_tail == 4);
+
+  // enable_virq zeroes both indices behind the reader's back; after a resync it reads from 0.
+  auto* log = reinterpret_cast<legacy::EventLog*>(r.memory.data.get() + legacy::kBufHeaderSize);
+  log[0] = legacy::EventLog{0x77, 1, 0, {}};
+  r.buf()->event_tail = 0;
+  r.buf()->event_head = 1;
+  r.reader->Resync();
+  const auto got = DrainLegacy(*r.reader, false);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].ip == 0x77);
+}
