@@ -1,6 +1,8 @@
 #include "hvprof/agent/agent_daemon.h"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/file.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -10,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "hvprof/base/files.h"
 #include "hvprof/base/log.h"
 #include "hvprof/base/signals.h"
 
@@ -154,6 +157,23 @@ Result<hvpmu::Status> AgentDaemon::EngineStatus() {
   return *status;
 }
 
+Result<void> AgentDaemon::LockProfiler() {
+  const std::string path = link_->ExclusiveLockPath();
+  if (path.empty() || profiler_lock_.valid()) return Ok();
+  HVPROF_TRYV(MakeDirectories(std::filesystem::path(path).parent_path().string()));
+  HVPROF_TRY(lock, OpenFile(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    // Xen cannot tell two agents of one domain apart: the second would take the first one's
+    // state for a crashed agent's and tear it down.
+    return MakeError(ErrorKind::kBusy,
+                     "another hvprofd in this domain drives the hypervisor's profiler ({} is locked); "
+                     "`hvprof --status --session-dir=DIR` finds it, `hvprof --shutdown --session-dir=DIR` ends it",
+                     path);
+  }
+  profiler_lock_ = std::move(lock);
+  return Ok();
+}
+
 store::SessionMetadata AgentDaemon::NewMetadata(const hvpmu::InitV2& init, const std::string& hvprof_version) const {
   store::SessionMetadata m;
   m.hvprof_version = hvprof_version;
@@ -288,17 +308,15 @@ void AgentDaemon::UpdateMetadata(const hvpmu::Status* status) {
     m.rings.push_back(record);
   }
   for (const LegacyRingState& state : rings_.legacy_rings()) {
-    const hvpmu::legacy::XenoprofBuf& header = state.reader.header();
+    const LegacyRingCounts counts = CountsOf(state);
     store::RingRecord record;
     record.owner = state.owner;
     record.index = state.index;
     record.kind = "vcpu";
     record.capacity = state.reader.size() - 1;
-    record.written = __atomic_load_n(&header.user_samples, __ATOMIC_RELAXED) +
-                     __atomic_load_n(&header.kernel_samples, __ATOMIC_RELAXED) +
-                     __atomic_load_n(&header.xen_samples, __ATOMIC_RELAXED);
+    record.written = counts.user + counts.kernel + counts.xen;
     // Xen counts every record it could not write: samples, escapes and backtrace frames.
-    record.lost[static_cast<int>(LossReason::kRingFull)] = __atomic_load_n(&header.lost_samples, __ATOMIC_RELAXED);
+    record.lost[static_cast<int>(LossReason::kRingFull)] = counts.lost;
     record.drained = state.drained;
     record.malformed = state.malformed;
     record.max_fill = state.max_pending;

@@ -50,7 +50,8 @@ Result<void> RingSet::AddLegacy(HypervisorLink& link, hvpmu::DomainId owner, con
     legacy_rings_.push_back(LegacyRingState{owner, static_cast<uint32_t>(i), std::move(reader)});
   }
   regions_.push_back(std::move(region));
-  capacity_ = size - 1;  // one slot always stays empty
+  // One slot always stays empty; Xen sizes each domain's rings by its vCPUs.
+  capacity_ = legacy_rings_.size() == static_cast<size_t>(buffer.nbuf) ? size - 1 : std::min(capacity_, size - 1);
   if (notify) {
     HVPROF_TRY(fds, link.NotificationFds(buffer.machine_address, 0, static_cast<uint32_t>(buffer.nbuf)));
     for (ScopedFd& fd : fds) notifications_.push_back(std::move(fd));
@@ -59,7 +60,26 @@ Result<void> RingSet::AddLegacy(HypervisorLink& link, hvpmu::DomainId owner, con
 }
 
 void RingSet::ResyncLegacy() {
-  for (LegacyRingState& ring : legacy_rings_) ring.reader.Resync();
+  for (LegacyRingState& ring : legacy_rings_) {
+    ring.reader.Resync();
+    const auto& header = ring.reader.header();
+    ring.baseline.user_samples = __atomic_load_n(&header.user_samples, __ATOMIC_RELAXED);
+    ring.baseline.kernel_samples = __atomic_load_n(&header.kernel_samples, __ATOMIC_RELAXED);
+    ring.baseline.xen_samples = __atomic_load_n(&header.xen_samples, __ATOMIC_RELAXED);
+    ring.baseline.lost_samples = __atomic_load_n(&header.lost_samples, __ATOMIC_RELAXED);
+  }
+}
+
+LegacyRingCounts CountsOf(const LegacyRingState& ring) {
+  const auto& header = ring.reader.header();
+  auto since = [](const uint64_t& now, uint64_t then) {
+    const uint64_t value = __atomic_load_n(&now, __ATOMIC_RELAXED);
+    return value >= then ? value - then : value;  // a counter that went back was reset by Xen
+  };
+  return {since(header.user_samples, ring.baseline.user_samples),
+          since(header.kernel_samples, ring.baseline.kernel_samples),
+          since(header.xen_samples, ring.baseline.xen_samples),
+          since(header.lost_samples, ring.baseline.lost_samples)};
 }
 
 ring::SampleRecord RingSet::ToSampleRecord(const LegacyRingState& state, const LegacySample& sample,
@@ -81,18 +101,20 @@ ring::SampleRecord RingSet::ToSampleRecord(const LegacyRingState& state, const L
 }
 
 nlohmann::json LegacyRingsStatus(const RingSet& rings, hvpmu::DomainId owner) {
-  uint64_t user = 0, kernel = 0, hypervisor = 0, lost = 0, fullest = 0, count = 0;
+  uint64_t user = 0, kernel = 0, hypervisor = 0, lost = 0, fullest = 0, count = 0, capacity = 0;
   for (const LegacyRingState& ring : rings.legacy_rings()) {
     if (ring.owner != owner) continue;
-    const hvpmu::legacy::XenoprofBuf& header = ring.reader.header();
-    user += __atomic_load_n(&header.user_samples, __ATOMIC_RELAXED);
-    kernel += __atomic_load_n(&header.kernel_samples, __ATOMIC_RELAXED);
-    hypervisor += __atomic_load_n(&header.xen_samples, __ATOMIC_RELAXED);
-    lost += __atomic_load_n(&header.lost_samples, __ATOMIC_RELAXED);
+    capacity = ring.reader.size() - 1;  // Xen sizes all of one domain's rings alike
+    const LegacyRingCounts counts = CountsOf(ring);
+    user += counts.user;
+    kernel += counts.kernel;
+    hypervisor += counts.xen;
+    lost += counts.lost;
     fullest = std::max(fullest, ring.max_pending);
     ++count;
   }
   return {{"rings", count},
+          {"capacity", capacity},
           {"max_fill", fullest},
           {"samples", {{"user", user}, {"kernel", kernel}, {"hypervisor", hypervisor}}},
           {"lost", {{"ring_full", lost}}}};

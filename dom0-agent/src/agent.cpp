@@ -51,7 +51,7 @@ Result<std::unique_ptr<Dom0Agent>> Dom0Agent::Create(const control::SetupOptions
                      link->domain());
   }
   std::unique_ptr<Dom0Agent> agent(new Dom0Agent(setup, std::move(link)));
-  if (agent->link_->legacy_only()) HVPROF_TRYV(agent->LockXenoprof());
+  HVPROF_TRYV(agent->LockProfiler());
   HVPROF_TRYV(agent->Recover());
   if (auto configured = agent->Configure(hvprof_version); !configured) {
     // Leave the hypervisor as we found it.
@@ -60,23 +60,6 @@ Result<std::unique_ptr<Dom0Agent>> Dom0Agent::Create(const control::SetupOptions
     return configured.error();
   }
   return agent;
-}
-
-Result<void> Dom0Agent::LockXenoprof() {
-  // Xen has one primary profiler, dom0 as a whole: a second hvprofd in dom0 (another
-  // --session-dir) would take the first one's state for a crashed agent's and tear it down.
-  const std::string directory = setup_.hv_run_dir.empty() ? std::string("/run/hvprof") : setup_.hv_run_dir;
-  HVPROF_TRYV(MakeDirectories(directory));
-  const std::string path = directory + "/xenoprof.lock";
-  HVPROF_TRY(lock, OpenFile(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
-    return MakeError(ErrorKind::kBusy,
-                     "another hvprofd in this dom0 drives Xen's profiler ({} is locked); `hvprof --status "
-                     "--session-dir=DIR` finds it, `hvprof --shutdown --session-dir=DIR` ends it",
-                     path);
-  }
-  xenoprof_lock_ = std::move(lock);
-  return Ok();
 }
 
 Result<void> Dom0Agent::Recover() {
@@ -114,31 +97,39 @@ Result<void> Dom0Agent::Recover() {
 }
 
 Result<void> Dom0Agent::RecoverXenoprof() {
-  // Xen cannot say what state it is in, and its primary is dom0, not a process: whatever an
-  // earlier agent left is unwound blind, each step allowed to fail (docs/xen.md). set_active(0)
-  // comes after release_counters because Xen allows it only in INITIALIZED, and it lets
-  // disable_virq unshare dom0's old buffer even if the active list no longer had dom0.
+  HVPROF_TRY(unwound, UnwindXenoprof());
+  // Only a primary that never shut down can shut down now: an earlier agent left its state.
+  if (unwound.was_primary) {
+    const std::string note = fmt::format("recovered the xenoprof state an earlier hvprofd left behind{}",
+                                         unwound.was_profiling ? " (it was still profiling)" : "");
+    Log(LogLevel::kWarning, "{}", note);
+    notes_.push_back(note);
+  }
+  return Ok();
+}
+
+Result<Dom0Agent::Unwound> Dom0Agent::UnwindXenoprof() {
+  // Xen cannot say what state it is in, and its primary is dom0, not a process: the state is
+  // unwound blind, each step allowed to fail (docs/xen.md). set_active(0) comes after
+  // release_counters because Xen allows it only in INITIALIZED; it lets disable_virq unshare
+  // dom0's buffer even if the active list no longer had dom0.
   rings_.Clear();
   auto step = [&](uint32_t op, std::span<std::byte> argument) -> Result<bool> {
     HVPROF_TRY(code, link_->Op(op, argument));
     return code == ErrorCode::kOk;
   };
   legacy::DomainIdArg self = 0;
+  Unwound unwound;
   HVPROF_TRY(stopped, step(legacy::kOpStop, {}));
   HVPROF_TRYV(step(legacy::kOpReleaseCounters, {}));
   HVPROF_TRYV(step(legacy::kOpSetActive, std::as_writable_bytes(std::span(&self, 1))));
   HVPROF_TRYV(step(legacy::kOpDisableVirq, {}));
   HVPROF_TRYV(step(legacy::kOpResetPassiveList, {}));
   HVPROF_TRYV(step(legacy::kOpResetActiveList, {}));
-  HVPROF_TRY(was_primary, step(legacy::kOpShutdown, {}));
-  // Only a primary that never shut down can shut down now: an earlier agent left its state.
-  if (was_primary) {
-    const std::string note = fmt::format("recovered the xenoprof state an earlier hvprofd left behind{}",
-                                         stopped ? " (it was still profiling)" : "");
-    Log(LogLevel::kWarning, "{}", note);
-    notes_.push_back(note);
-  }
-  return Ok();
+  HVPROF_TRY(shut_down, step(legacy::kOpShutdown, {}));
+  unwound.was_profiling = stopped;
+  unwound.was_primary = shut_down;
+  return unwound;
 }
 
 Result<hvpmu::InitV2> Dom0Agent::Identify() {
@@ -295,7 +286,17 @@ Result<void> Dom0Agent::SetUp() {
   if (xen) {
     legacy::GetBuffer own{};
     own.max_samples = legacy_request;
-    HVPROF_TRYV(Op(legacy::kOpGetBuffer, &own));
+    HVPROF_TRY(code, link_->Op(legacy::kOpGetBuffer, std::as_writable_bytes(std::span(&own, 1))));
+    if (code == ErrorCode::kBusy) {
+      // dom0's buffer of an earlier session is still shared (its agent unwound before init made
+      // this the primary): list dom0 and let disable_virq unshare it, once.
+      legacy::DomainIdArg self = 0;
+      HVPROF_TRYV(Op(legacy::kOpSetActive, std::as_writable_bytes(std::span(&self, 1)), true));
+      HVPROF_TRYV(Op(legacy::kOpDisableVirq, {}, true));
+      HVPROF_TRY(again, link_->Op(legacy::kOpGetBuffer, std::as_writable_bytes(std::span(&own, 1))));
+      code = again;
+    }
+    if (code != ErrorCode::kOk) return link_->DescribeRefusal(legacy::kOpGetBuffer, code);
     HVPROF_TRYV(rings_.AddLegacy(*link_, 0, {own.buf_gmaddr, own.nbuf, own.bufsize}, true));
     capacity_ = rings_.capacity();
     watermark_ = 0;  // Xen notifies per sample, and user space only on dom0's vCPU 0
@@ -377,7 +378,10 @@ uint32_t Dom0Agent::PollIntervalMs() const {
   if (setup_.poll_interval_ms != 0) return setup_.poll_interval_ms;
   uint64_t smallest = UINT64_MAX;
   for (const auto& event : events_) smallest = std::min(smallest, event.count);
-  return agent::PollIntervalFor(smallest == UINT64_MAX ? 0 : smallest, capacity_);
+  // Xen's rings differ by domain, and a sample with a call chain takes up to 2 + depth records.
+  const uint32_t samples_per_ring =
+      link_->legacy_only() ? rings_.capacity() / (setup_.callgraph != 0 ? 2 + setup_.callgraph : 1) : capacity_;
+  return agent::PollIntervalFor(smallest == UINT64_MAX ? 0 : smallest, std::max<uint32_t>(samples_per_ring, 1));
 }
 
 void Dom0Agent::OnTick() {
@@ -477,7 +481,8 @@ Result<Json> Dom0Agent::Start() {
     }
     return MakeError(ErrorKind::kBadState,
                      "cannot start: Xen starts only once every active domain has joined ({}). In each of them run "
-                     "`hvprof --platform=xen --start-daemon && hvprof --start`, then `hvprof --start` here again",
+                     "`hvprof --platform=xen --domain=ID --start-daemon && hvprof --domain=ID --start`, then "
+                     "`hvprof --start` here again",
                      fmt::join(guests, ", "));
   }
   if (code.value() == ErrorCode::kNotActivated) {
@@ -506,7 +511,7 @@ Result<Json> Dom0Agent::Start() {
                      missing.size() == 1 ? "" : "s", fmt::join(missing, ", "),
                      missing.size() == 1 ? "has" : "have", missing.size() == 1 ? "it" : "each of them", how);
   }
-  if (code.value() != ErrorCode::kOk) return agent::RefusalError(legacy::kOpStart, code.value());
+  if (code.value() != ErrorCode::kOk) return link_->DescribeRefusal(legacy::kOpStart, code.value());
   MarkProfiling(true);
   HVPROF_TRYV(session_->WriteMetadata());
   return Json{{"message", "profiling started"}};
@@ -534,10 +539,14 @@ Result<Json> Dom0Agent::Shutdown() {
   }
   // Release everything, in Xen's order: our rings, the counters, the lists, the primary role.
   rings_.Clear();
-  HVPROF_TRYV(Op(legacy::kOpDisableVirq, {}, true));
-  HVPROF_TRYV(Op(legacy::kOpReleaseCounters, {}, true));
-  HVPROF_TRYV(Op(legacy::kOpResetActiveList, {}, true));
-  HVPROF_TRYV(Op(legacy::kOpShutdown, {}, true));
+  if (link_->legacy_only()) {
+    HVPROF_TRYV(UnwindXenoprof());  // Xen's order, robust to a dom0 that fell off the list
+  } else {
+    HVPROF_TRYV(Op(legacy::kOpDisableVirq, {}, true));
+    HVPROF_TRYV(Op(legacy::kOpReleaseCounters, {}, true));
+    HVPROF_TRYV(Op(legacy::kOpResetActiveList, {}, true));
+    HVPROF_TRYV(Op(legacy::kOpShutdown, {}, true));
+  }
   configured_ = false;
   StopListening();
   result["message"] = "profiling shut down";
@@ -571,8 +580,7 @@ Json Dom0Agent::XenoprofStatus() const {
   auto add_domain = [&](uint16_t id, const char* role) {
     // An active guest's rings are its own: dom0 sees none of them.
     Json domain = agent::LegacyRingsStatus(rings_, id);
-    domain.update({{"id", id}, {"label", DomainLabel(id)}, {"role", role},
-                   {"capacity", domain["rings"].get<uint64_t>() > 0 ? capacity_ : 0}});
+    domain.update({{"id", id}, {"label", DomainLabel(id)}, {"role", role}});
     domains.push_back(std::move(domain));
   };
   for (uint16_t id : active_) add_domain(id, "active");

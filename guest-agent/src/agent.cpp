@@ -69,12 +69,14 @@ std::string GuestAgent::Describe() const {
     return fmt::format("guest agent ready in {} on {} ({}); session {}", Label(), link_->machine_name(),
                        link_->platform_name(), paths_.current());
   }
-  return fmt::format("{} joined profiling: {} rings of {} samples; session {}", Label(), rings_.rings().size(),
+  return fmt::format("{} joined profiling: {} rings of {} samples; session {}", Label(), rings_.size(),
                      capacity_, paths_.current());
 }
 
 uint32_t GuestAgent::PollIntervalMs() const {
   if (setup_.poll_interval_ms != 0) return setup_.poll_interval_ms;
+  // A guest on Xen that was not told dom0's events cannot size the period: drain often.
+  if (link_->legacy_only() && smallest_count_ == 0) return 20;
   return agent::PollIntervalFor(smallest_count_, capacity_);
 }
 
@@ -242,6 +244,14 @@ Result<Json> GuestAgent::Shutdown() {
     result = left;
     message = result.value("message", message);
     activated_ = false;
+  } else if (xen_buffer_) {
+    // Never joined: disable_virq would take this domain off dom0's list, so the buffer stays
+    // shared with Xen (docs/xen.md).
+    rings_.Clear();
+    xen_buffer_ = false;
+    message = fmt::format("the agent of {} shut down before it joined; Xen 4.17 keeps this domain's profiling "
+                          "buffer shared until it reboots (docs/xen.md)",
+                          Label());
   } else if (activated_) {
     DrainAll();
     HVPROF_TRY(status, EngineStatus());
@@ -290,8 +300,7 @@ Result<Json> GuestAgent::Status() {
   if (link_->legacy_only()) {
     // Xen has no status op: this domain's rings, as their headers say.
     Json self = agent::LegacyRingsStatus(rings_, setup_.domain);
-    self.update({{"id", setup_.domain}, {"label", Label()}, {"role", "active"}, {"activated", activated_},
-                 {"capacity", capacity_}});
+    self.update({{"id", setup_.domain}, {"label", Label()}, {"role", "active"}, {"activated", activated_}});
     result.update({{"state", "unknown (Xen does not tell a guest)"},
                    {"profiling", false},
                    {"cpus", link_->num_cpus()},
@@ -352,76 +361,87 @@ Result<Json> GuestAgent::Publish() {
 
 // Xen 4.17's sequence for an active PV domain: init (not primary), get_buffer, its rings
 // mapped, VIRQ_XENOPROF bound, enable_virq. Xen has no status op, so dom0's setup shows only in
-// enable_virq's answer.
+// enable_virq's answer. A refused enable_virq keeps the buffer: the next --start asks again
+// (Xen frees a guest's buffer only through disable_virq, which also takes the guest off dom0's
+// active list).
 Result<Json> GuestAgent::StartXenoprof() {
-  legacy::Init xen{};
-  HVPROF_TRYV(Op(legacy::kOpInit, &xen));
-  const hvpmu::InitV2 init = agent::FromLegacyInit(xen, link_->num_cpus());
-  HVPROF_TRY(events, EventsFromSetup(init));
-  legacy::GetBuffer buffer{};
-  buffer.max_samples = static_cast<int32_t>(
-      std::min<uint64_t>(uint64_t{setup_.buffer_size != 0 ? setup_.buffer_size : agent::kDefaultRingCapacity} + 1,
-                         INT32_MAX));
-  HVPROF_TRY(code, link_->Op(legacy::kOpGetBuffer, std::as_writable_bytes(std::span(&buffer, 1))));
-  if (code == ErrorCode::kBusy) {
-    // An earlier agent here left the buffer shared; disable_virq unshares it.
-    (void)Op(legacy::kOpDisableVirq, {}, true);
-    HVPROF_TRYV(Op(legacy::kOpGetBuffer, &buffer));
-  } else if (code != ErrorCode::kOk) {
-    return link_->DescribeRefusal(legacy::kOpGetBuffer, code);
-  }
-  rings_.Clear();
-  HVPROF_TRYV(rings_.AddLegacy(*link_, setup_.domain, {buffer.buf_gmaddr, buffer.nbuf, buffer.bufsize}, true));
-  capacity_ = rings_.capacity();
-  watermark_ = 0;
-  std::array<uint64_t, 8> periods{};
-  for (const store::EventRecord& event : events) {
-    if (event.counter < periods.size()) periods[event.counter] = event.count;
-  }
-  rings_.SetLegacyPeriods(periods);
-  HVPROF_TRY(enabled, link_->Op(legacy::kOpEnableVirq, {}));
-  if (enabled != ErrorCode::kOk) {
-    rings_.Clear();
-    (void)Op(legacy::kOpDisableVirq, {}, true);
-    if (enabled == ErrorCode::kBadState) {
-      return MakeError(ErrorKind::kBadState,
-                       "Xen refused enable_virq: dom0 has not set profiling up with {} as an active domain. In "
-                       "dom0 run `hvprof --platform=xen --start-daemon --active-domains={}` (with its other "
-                       "options), then `hvprof --start` here again",
-                       Label(), setup_.domain);
+  if (!xen_buffer_) {
+    legacy::Init xen{};
+    HVPROF_TRYV(Op(legacy::kOpInit, &xen));
+    const hvpmu::InitV2 init = agent::FromLegacyInit(xen, link_->num_cpus());
+    HVPROF_TRY(events, EventsFromSetup(init));
+    std::array<uint64_t, 8> periods{};
+    for (const store::EventRecord& event : events) {
+      if (event.counter < periods.size()) periods[event.counter] = event.count;
     }
-    return link_->DescribeRefusal(legacy::kOpEnableVirq, enabled);
-  }
-  rings_.ResyncLegacy();
-  activated_ = true;
+    // Everything that can fail without Xen is checked before Xen is asked for anything.
+    const bool named = !events.empty();
+    HVPROF_TRY(metadata, SessionDescription(init, std::move(events), setup_.callgraph));
+    if (!named) {
+      metadata.notes.push_back("Xen does not tell a guest which events dom0 counts: start this agent with dom0's "
+                               "--event options to name them");
+    }
+    metadata.notes.push_back("Xen's rings carry no process or time: user samples are not tied to processes, and a "
+                             "sample's time is when hvprofd read it");
 
-  const bool named = !events.empty();
-  HVPROF_TRY(metadata, SessionDescription(init, std::move(events), setup_.callgraph));
-  if (!named) {
-    metadata.notes.push_back("Xen does not tell a guest which events dom0 counts: start this agent with dom0's "
-                             "--event options to name them");
+    rings_.Clear();
+    legacy::GetBuffer buffer{};
+    buffer.max_samples = static_cast<int32_t>(std::min<uint64_t>(
+        uint64_t{setup_.buffer_size != 0 ? setup_.buffer_size : agent::kDefaultRingCapacity} + 1, INT32_MAX));
+    HVPROF_TRY(code, link_->Op(legacy::kOpGetBuffer, std::as_writable_bytes(std::span(&buffer, 1))));
+    if (code == ErrorCode::kBusy) {
+      return MakeError(ErrorKind::kBusy,
+                       "Xen refused get_buffer (EBUSY): it still shares {}'s profiling buffer with an earlier agent "
+                       "that did not leave, or the vPMU owns the PMU (boot Xen with vpmu=off). Xen 4.17 frees a "
+                       "guest's buffer only at reboot or through that agent's disable_virq; see \"A guest agent "
+                       "that did not leave\" in docs/xen.md",
+                       Label());
+    }
+    if (code != ErrorCode::kOk) return link_->DescribeRefusal(legacy::kOpGetBuffer, code);
+    if (auto added = rings_.AddLegacy(*link_, setup_.domain, {buffer.buf_gmaddr, buffer.nbuf, buffer.bufsize}, true);
+        !added) {
+      rings_.Clear();
+      return added.error();
+    }
+    capacity_ = rings_.capacity();
+    watermark_ = 0;
+    rings_.SetLegacyPeriods(periods);
+    metadata.domains.at(0).vcpus = static_cast<uint16_t>(rings_.size());
+    metadata.ring_capacity = capacity_;
+    xen_session_ = std::move(metadata);
+    xen_buffer_ = true;
   }
-  metadata.notes.push_back("Xen's rings carry no process or time: user samples are not tied to processes, and a "
-                           "sample's time is when hvprofd read it");
-  return BeginSession(std::move(metadata));
+  HVPROF_TRY(enabled, link_->Op(legacy::kOpEnableVirq, {}));
+  if (enabled == ErrorCode::kBadState) {
+    return MakeError(ErrorKind::kBadState,
+                     "Xen refused enable_virq: dom0 has not set profiling up with {} as an active domain. In dom0 "
+                     "run `hvprof --platform=xen --start-daemon --active-domains={}` (with its other options), then "
+                     "`hvprof --domain={} --start` here again",
+                     Label(), setup_.domain, setup_.domain);
+  }
+  if (enabled != ErrorCode::kOk) return link_->DescribeRefusal(legacy::kOpEnableVirq, enabled);
+  rings_.ResyncLegacy();  // enable_virq zeroed the rings' indices
+  activated_ = true;
+  return BeginSession(*xen_session_);
 }
 
-// Leaves Xen's profiling: the last samples, the buffer unmapped, then disable_virq, which Xen
-// refuses while dom0 profiles. The buffer then stays shared, and the next --start here
-// takes it back.
+// Leaves Xen's profiling: the last samples, then disable_virq, which Xen refuses while dom0
+// profiles; only then is the buffer unmapped and given back.
 Result<Json> GuestAgent::LeaveXenoprof() {
   DrainAll(true);
+  HVPROF_TRY(code, link_->Op(legacy::kOpDisableVirq, {}));
+  if (code != ErrorCode::kOk) {
+    return MakeError(ErrorKind::kBusy,
+                     "Xen refused disable_virq: dom0 is still profiling, or no longer lists {} as active. Run "
+                     "`hvprof --stop` in dom0 (and leave with this command before dom0's `hvprof --shutdown`), "
+                     "then `hvprof --domain={} --shutdown` here again; samples so far are kept",
+                     Label(), setup_.domain);
+  }
   MarkProfiling(false);
   HVPROF_TRY(dumped, Dump());
   rings_.Clear();
-  HVPROF_TRY(code, link_->Op(legacy::kOpDisableVirq, {}));
-  if (code == ErrorCode::kOk) {
-    dumped["message"] = fmt::format("profiling shut down in {}", Label());
-  } else {
-    dumped["message"] = fmt::format("{} left profiling while dom0 is still profiling: Xen keeps writing its "
-                                    "samples to its buffer, where nobody reads them, until dom0 stops",
-                                    Label());
-  }
+  xen_buffer_ = false;
+  dumped["message"] = fmt::format("profiling shut down in {}", Label());
   return dumped;
 }
 

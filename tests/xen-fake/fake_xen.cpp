@@ -189,10 +189,17 @@ int xenforeignmemory_close(xenforeignmemory_handle* handle) {
   return 0;
 }
 
-void* xenforeignmemory_map(xenforeignmemory_handle*, uint32_t, int, size_t pages, const xen_pfn_t arr[], int err[]) {
+void* xenforeignmemory_map(xenforeignmemory_handle*, uint32_t dom, int, size_t pages, const xen_pfn_t arr[],
+                           int err[]) {
   FakeXen& fake = Fake();
   std::lock_guard lock(fake.mutex);
   if (pages == 0 || arr == nullptr) return errno = EINVAL, nullptr;
+  // The buffer's pages belong to the caller: Xen maps them only as DOMID_SELF's (a domain id,
+  // its own or the passive domain's, is refused).
+  if (dom != 0x7FF0) {
+    for (size_t i = 0; i < pages; ++i) err[i] = -EPERM;
+    return errno = EPERM, nullptr;
+  }
   const uint64_t address = uint64_t(arr[0]) * 4096;
   const bool known = fake.own_buffers.count(address) != 0 || fake.passive_buffers.count(address) != 0;
   for (size_t i = 0; i < pages; ++i) {

@@ -157,11 +157,13 @@ class VirqForwarder {
 
 class XenLink final : public agent::HypervisorLink {
  public:
-  XenLink(std::shared_ptr<Handles> handles, hvpmu::DomainId domain, std::string version)
-      : handles_(std::move(handles)), domain_(domain), version_(std::move(version)) {}
+  XenLink(std::shared_ptr<Handles> handles, hvpmu::DomainId domain, std::string version, std::string root)
+      : handles_(std::move(handles)), domain_(domain), version_(std::move(version)), root_(std::move(root)) {}
 
   hvpmu::DomainId domain() const override { return domain_; }
   bool legacy_only() const override { return true; }
+  // Xen knows a domain, not a process: one agent per domain (dom0: one per host).
+  std::string ExclusiveLockPath() const override { return root_ + "/run/hvprof/xenoprof.lock"; }
   std::string platform_name() const override { return "xen"; }
   std::string machine_name() const override { return "Xen " + version_; }
   uint32_t num_cpus() const override {
@@ -287,6 +289,7 @@ class XenLink final : public agent::HypervisorLink {
   std::shared_ptr<Handles> handles_;
   hvpmu::DomainId domain_;
   std::string version_;
+  std::string root_;  // where /sys, /proc and /run are ("" outside tests)
   std::mutex mutex_;
   std::map<uint64_t, uint64_t> buffers_;  // machine address -> bytes
   std::unique_ptr<VirqForwarder> virq_;
@@ -317,17 +320,18 @@ Error XenoprofRefusal(uint32_t op, int errnum) {
   ErrorKind kind = ErrorKind::kUnsupported;
   switch (errnum) {
     case ENOSYS:
-      advice = "xenoprof is not in this Xen: Xen 4.18 and later build it only with CONFIG_XENOPROF "
-               "(off by default) and 4.22 removed it, and a PVH or HVM dom0 cannot call it. Use "
-               "`hvprof --platform=linux` in dom0 (dom0 only), or hvprof-hv";
+      advice = "xenoprof is not in this Xen (Xen 4.18 and later build it only with CONFIG_XENOPROF, off by "
+               "default, and 4.22 removed it), or this domain is PVH or HVM, which cannot call it. In dom0 use "
+               "`hvprof --platform=linux` (dom0 only) or hvprof-hv; an HVM or PVH guest is profiled from dom0 "
+               "with --passive-domains";
       break;
     case ENODEV:
       advice = "Xen found no PMU it can drive: xenoprof knows Intel's architectural perfmon and AMD "
                "before Zen, not AMD family 17h and later. Use `hvprof --platform=linux` in dom0";
       break;
     case EBUSY:
-      advice = "the PMU is Xen's vPMU's (boot Xen with vpmu=off), or an earlier session's rings are "
-               "still mapped (stop every hvprof agent, then `hvprof --shutdown`)";
+      advice = "the PMU is Xen's vPMU's (boot Xen with vpmu=off), or Xen still shares an earlier session's "
+               "buffer (see docs/xen.md, Recovery)";
       kind = ErrorKind::kBusy;
       break;
     case EPERM:
@@ -381,7 +385,7 @@ Result<std::unique_ptr<agent::HypervisorLink>> ConnectXen(std::optional<hvpmu::D
   auto major = ReadFileToString(root + "/sys/hypervisor/version/major");
   auto minor = ReadFileToString(root + "/sys/hypervisor/version/minor");
   if (major && minor) version = TrimmedLine(major.value()) + "." + TrimmedLine(minor.value());
-  return std::unique_ptr<agent::HypervisorLink>(std::make_unique<XenLink>(std::move(handles), self, version));
+  return std::unique_ptr<agent::HypervisorLink>(std::make_unique<XenLink>(std::move(handles), self, version, root));
 }
 
 }  // namespace hvprof::xen

@@ -44,6 +44,8 @@ class AgentDaemon {
     return Op(op, std::as_writable_bytes(std::span(argument, 1)));
   }
   Result<hvpmu::Status> EngineStatus();
+  // Takes the link's exclusive lock, if it has one, for as long as this agent lives.
+  Result<void> LockProfiler();
 
   // The metadata every session starts with: who wrote it, and the machine from `init`.
   store::SessionMetadata NewMetadata(const hvpmu::InitV2& init, const std::string& hvprof_version) const;
@@ -92,6 +94,7 @@ class AgentDaemon {
   Json Handle(const Json& request);
 
   ScopedFd control_;
+  ScopedFd profiler_lock_;
   std::atomic<bool> shutdown_requested_{false};
   ScopedFd wake_;  // eventfd written by RequestShutdown
 };

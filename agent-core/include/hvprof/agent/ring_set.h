@@ -34,7 +34,17 @@ struct LegacyRingState {
   uint64_t drained = 0;
   uint64_t malformed = 0;
   uint64_t max_pending = 0;
+  // Xen zeroes a ring's counters only when it allocates the buffer, which lives as long as the
+  // domain: what they said when this session's profiling began.
+  hvpmu::legacy::XenoprofBuf baseline{};
 };
+
+// A legacy ring's counters since this session began: user, kernel and Xen samples, and lost
+// records.
+struct LegacyRingCounts {
+  uint64_t user = 0, kernel = 0, xen = 0, lost = 0;
+};
+LegacyRingCounts CountsOf(const LegacyRingState& ring);
 
 // A legacy buffer as get_buffer or set_passive describe it.
 struct LegacyBuffer {
@@ -54,7 +64,8 @@ class RingSet {
   Result<void> AddLegacy(HypervisorLink& link, hvpmu::DomainId owner, const LegacyBuffer& buffer, bool notify);
   // Legacy records carry the counter's index only: the period each counter samples at.
   void SetLegacyPeriods(const std::array<uint64_t, 8>& periods) { legacy_periods_ = periods; }
-  // After Xen zeroed the legacy rings' indices (enable_virq).
+  // After Xen zeroed the legacy rings' indices (enable_virq): the readers take the shared tail
+  // again, and the counters start from what they say now.
   void ResyncLegacy();
 
   // Calls on_sample(const SampleRecord&, std::span<const uint64_t>) for every published sample
@@ -85,6 +96,7 @@ class RingSet {
   const std::vector<RingState>& rings() const { return rings_; }
   const std::vector<LegacyRingState>& legacy_rings() const { return legacy_rings_; }
   size_t size() const { return rings_.size() + legacy_rings_.size(); }
+  // Samples per ring: the v2 rings' capacity, or the smallest legacy ring's.
   uint32_t capacity() const { return capacity_; }
   void Clear();
 
@@ -105,7 +117,7 @@ class RingSet {
 uint64_t MonotonicNs();
 
 // What the headers of `owner`'s legacy rings say, as `hvprof --status` shows a domain:
-// {"rings", "max_fill", "samples": {"user", "kernel", "hypervisor"}, "lost": {"ring_full"}}.
+// {"rings", "capacity", "max_fill", "samples": {"user", "kernel", "hypervisor"}, "lost": {"ring_full"}}.
 nlohmann::json LegacyRingsStatus(const RingSet& rings, hvpmu::DomainId owner);
 
 template <typename OnSample>

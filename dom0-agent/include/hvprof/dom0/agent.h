@@ -28,10 +28,14 @@ class Dom0Agent final : public agent::AgentDaemon {
  private:
   Dom0Agent(control::SetupOptions setup, std::unique_ptr<agent::HypervisorLink> link);
 
-  // Xen allows one primary profiler: one hvprofd per dom0 (a lock in the run directory).
-  Result<void> LockXenoprof();
   Result<void> Recover();
   Result<void> RecoverXenoprof();
+  // Xen's teardown, each step allowed to fail: what it found.
+  struct Unwound {
+    bool was_profiling = false;
+    bool was_primary = false;  // a primary that had not shut down
+  };
+  Result<Unwound> UnwindXenoprof();
   // init: the PMU as the agent needs to know it.
   Result<hvpmu::InitV2> Identify();
   Result<void> Configure(const std::string& hvprof_version);
@@ -65,7 +69,6 @@ class Dom0Agent final : public agent::AgentDaemon {
   uint32_t watermark_ = 0;
   uint64_t published_seen_ = 0;  // the last publication taken
   std::chrono::steady_clock::time_point last_collect_{};
-  ScopedFd xenoprof_lock_;
 };
 
 }  // namespace hvprof::dom0

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,9 @@ class GuestAgent final : public agent::AgentDaemon {
   uint32_t watermark_ = 0;
   uint64_t smallest_count_ = 0;
   bool activated_ = false;
+  // Xen: this agent's get_buffer succeeded and its rings are mapped (enable_virq may not have).
+  bool xen_buffer_ = false;
+  std::optional<store::SessionMetadata> xen_session_;
 };
 
 }  // namespace hvprof::guest
