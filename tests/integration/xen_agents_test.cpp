@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "hvprof/control/commands.h"
 #include "hvprof/store/samples_file.h"
 #include "host_harness.h"
 #include "profile_counts.h"
@@ -274,4 +276,38 @@ TEST_CASE("xen: samples that find a ring full are counted as lost, and stored pl
   const auto report = host.Report({});
   CHECK(report.out.find("Lost samples: none") == std::string::npos);
   Require(host.Hvprof({"--shutdown"}, dom0));
+}
+
+TEST_CASE("xen: hvprof run profiles a workload and saves a session that matches the ground truth", "[xen][run]") {
+  Host host(TestScenario("intel-arch-v4", 55));
+  TempDir dir;
+  const auto dom0 = XenEnvironment(host, dir, 0);
+  (void)host.GroundTruth(true);
+  // The workload is a pause; meanwhile the simulated machine runs. Its counters count only
+  // while `hvprof run` profiles, so the truth needs no timing.
+  std::atomic<int> steps{0};
+  std::thread machine([&] {
+    auto clock = host.Connect(0);
+    const store::SessionPaths paths{host.session_root()};
+    for (int wait = 0; wait < 500 && !control::FindAgent(paths).running; ++wait) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // from the daemon's start to --start
+    for (int step = 0; step < 100; ++step) {
+      if (clock->SimRunFor(1'000'000)) ++steps;
+      std::this_thread::sleep_for(std::chrono::milliseconds(4));
+    }
+  });
+  const auto run = host.Hvprof({"run", "--platform=xen", "--passive-domains=guest2", "--no-vmlinux", kEvent,
+                                "--json=" + dir.File("run.json"), "--", "/bin/sleep", "5"},
+                               dom0);
+  machine.join();
+  Require(run);
+  CHECK(steps == 100);
+  const nlohmann::json truth = host.GroundTruth(false);
+  std::ifstream json_file(dir.File("run.json"));
+  const nlohmann::json summary = nlohmann::json::parse(json_file, nullptr, false);
+  REQUIRE(summary.is_object());
+  CHECK(summary["runs"][0]["exit_status"] == 0);
+  CheckDomains(summary["runs"][0]["session"].get<std::string>(), truth, {0, 2});
 }
