@@ -1,8 +1,6 @@
 // hvprofd: the agent daemon. `hvprof --start-daemon` starts it; it is not meant to be run by
 // hand, though `--foreground` helps when debugging. Thin main over the agent libraries.
 
-#include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <iostream>
@@ -85,16 +83,10 @@ int main(int argc, char** argv) {
 
     // One agent per session directory: the lock lives as long as this process.
     hvprof::store::SessionPaths paths{setup.value().session_root};
-    auto lock = hvprof::OpenFile(paths.lock().c_str(), O_RDWR | O_CREAT, 0644);
+    auto lock = hvprof::LockPidFile(paths.lock());
     if (!lock) return Fail(ready_fd, lock.error());
-    if (::flock(lock.value().get(), LOCK_EX | LOCK_NB) != 0) {
-      return Fail(ready_fd, hvprof::MakeError(hvprof::ErrorKind::kBusy,
-                                              "another hvprofd runs for {}", paths.root));
-    }
-    const std::string pid = std::to_string(::getpid()) + "\n";
-    if (::ftruncate(lock.value().get(), 0) != 0 ||
-        !hvprof::WriteAll(lock.value().get(), std::as_bytes(std::span(pid.data(), pid.size())), paths.lock())) {
-      return Fail(ready_fd, hvprof::MakeError(hvprof::ErrorKind::kIo, "cannot write {}", paths.lock()));
+    if (!lock.value()) {
+      return Fail(ready_fd, hvprof::MakeError(hvprof::ErrorKind::kBusy, "another hvprofd runs for {}", paths.root));
     }
 
     if ((role == "guest") != (setup.value().domain != 0)) {

@@ -1,8 +1,6 @@
 #include "hvprof/agent/agent_daemon.h"
 
-#include <fcntl.h>
 #include <poll.h>
-#include <sys/file.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -102,6 +100,10 @@ std::vector<store::ProcessRecord> ProcessesFromContext(const Json& context) {
   return processes;
 }
 
+int32_t LegacyMaxSamples(uint32_t capacity) {
+  return static_cast<int32_t>(std::min<uint64_t>(uint64_t{capacity} + 1, INT32_MAX));
+}
+
 hvpmu::InitV2 FromLegacyInit(const hvpmu::legacy::Init& legacy_init, uint32_t cpus) {
   hvpmu::InitV2 init{};
   init.struct_size = sizeof init;
@@ -161,8 +163,8 @@ Result<void> AgentDaemon::LockProfiler() {
   const std::string path = link_->ExclusiveLockPath();
   if (path.empty() || profiler_lock_.valid()) return Ok();
   HVPROF_TRYV(MakeDirectories(std::filesystem::path(path).parent_path().string()));
-  HVPROF_TRY(lock, OpenFile(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+  HVPROF_TRY(lock, LockPidFile(path));
+  if (!lock) {
     // Xen cannot tell two agents of one domain apart: the second would take the first one's
     // state for a crashed agent's and tear it down.
     return MakeError(ErrorKind::kBusy,
@@ -170,7 +172,7 @@ Result<void> AgentDaemon::LockProfiler() {
                      "`hvprof --status --session-dir=DIR` finds it, `hvprof --shutdown --session-dir=DIR` ends it",
                      path);
   }
-  profiler_lock_ = std::move(lock);
+  profiler_lock_ = std::move(*lock);
   return Ok();
 }
 

@@ -133,7 +133,7 @@ class HostedLink final : public HypervisorLink {
     return static_cast<hvpmu::ErrorCode>(answer.error);
   }
 
-  Result<MappedRegion> MapRegion(uint64_t handle) override {
+  Result<MappedRegion> MapRegion(uint64_t handle, uint64_t bytes) override {
     HVPROF_TRY(reply, Call(MessageType::kMapRegion, hosted::Pack(hosted::MapRequest{handle})));
     hosted::MapReply answer;
     if (!hosted::Unpack(std::span<const std::byte>(reply.payload), &answer)) {
@@ -142,6 +142,10 @@ class HostedLink final : public HypervisorLink {
     if (answer.error != 0 || reply.fds.size() != 1) {
       return MakeError(ErrorKind::kPermissionDenied, "cannot map region {:#x}: {}", handle,
                        hosted::ProtocolErrorName(static_cast<hosted::ProtocolError>(answer.error)));
+    }
+    if (bytes > answer.bytes) {
+      return MakeError(ErrorKind::kCorrupt, "region {:#x} is {} bytes, smaller than the {} its rings need", handle,
+                       answer.bytes, bytes);
     }
     HVPROF_TRY(mapping, ScopedMmap::MapShared(reply.fds[0].get(), answer.bytes,
                                               PROT_READ | PROT_WRITE));

@@ -9,26 +9,29 @@ namespace hvprof::agent {
 
 namespace ring = hvpmu::ring;
 
+Result<MappedRegion> RingSet::MapRings(HypervisorLink& link, uint64_t handle, uint64_t bytes) {
+  HVPROF_TRY(region, link.MapRegion(handle, bytes));
+  regions_.push_back(region);
+  return region;
+}
+
+Result<void> RingSet::Subscribe(HypervisorLink& link, uint64_t handle, uint32_t rings) {
+  HVPROF_TRY(fds, link.NotificationFds(handle, 0, rings));
+  for (ScopedFd& fd : fds) notifications_.push_back(std::move(fd));
+  return Ok();
+}
+
 Result<void> RingSet::AddV2(HypervisorLink& link, hvpmu::DomainId owner,
                             const hvpmu::BufferV2& buffer, bool notify) {
-  HVPROF_TRY(region, link.MapRegion(buffer.region_handle));
-  if (region.bytes < uint64_t{buffer.nbuf} * buffer.ring_bytes) {
-    return MakeError(ErrorKind::kCorrupt, "region of domain {} is {} bytes, smaller than {} rings of {}",
-                     owner, region.bytes, buffer.nbuf, buffer.ring_bytes);
-  }
+  HVPROF_TRY(region, MapRings(link, buffer.region_handle, uint64_t{buffer.nbuf} * buffer.ring_bytes));
   for (uint32_t i = 0; i < buffer.nbuf; ++i) {
     HVPROF_TRY(reader, RingReader::Attach(region.base() + uint64_t{i} * buffer.ring_bytes,
                                           buffer.ring_bytes, buffer.capacity));
     const auto kind = i < buffer.nbuf_vcpu ? ring::RingKind::kVcpu : ring::RingKind::kPcpu;
     rings_.push_back(RingState{owner, i, kind, std::move(reader)});
   }
-  regions_.push_back(std::move(region));
   capacity_ = buffer.capacity;
-  if (notify) {
-    HVPROF_TRY(fds, link.NotificationFds(buffer.region_handle, 0, buffer.nbuf));
-    for (ScopedFd& fd : fds) notifications_.push_back(std::move(fd));
-  }
-  return Ok();
+  return notify ? Subscribe(link, buffer.region_handle, buffer.nbuf) : Ok();
 }
 
 Result<void> RingSet::AddLegacy(HypervisorLink& link, hvpmu::DomainId owner, const LegacyBuffer& buffer,
@@ -38,35 +41,23 @@ Result<void> RingSet::AddLegacy(HypervisorLink& link, hvpmu::DomainId owner, con
     return MakeError(ErrorKind::kCorrupt, "the hypervisor described domain {}'s buffer as {} rings of {} bytes",
                      owner, buffer.nbuf, buffer.bufsize);
   }
-  HVPROF_TRY(region, link.MapRegion(buffer.machine_address));
-  const uint64_t ring_bytes = static_cast<uint64_t>(buffer.bufsize);
-  if (region.bytes < static_cast<uint64_t>(buffer.nbuf) * ring_bytes) {
-    return MakeError(ErrorKind::kCorrupt, "region of domain {} is {} bytes, smaller than {} rings of {}", owner,
-                     region.bytes, buffer.nbuf, ring_bytes);
-  }
+  const auto ring_bytes = static_cast<uint64_t>(buffer.bufsize);
+  HVPROF_TRY(region, MapRings(link, buffer.machine_address, static_cast<uint64_t>(buffer.nbuf) * ring_bytes));
   const auto size = static_cast<uint32_t>((ring_bytes - legacy::kBufHeaderSize) / sizeof(legacy::EventLog));
   for (int32_t i = 0; i < buffer.nbuf; ++i) {
     HVPROF_TRY(reader, LegacyRingReader::Attach(region.base() + static_cast<uint64_t>(i) * ring_bytes, ring_bytes, size));
     legacy_rings_.push_back(LegacyRingState{owner, static_cast<uint32_t>(i), std::move(reader)});
   }
-  regions_.push_back(std::move(region));
   // One slot always stays empty; Xen sizes each domain's rings by its vCPUs.
-  capacity_ = legacy_rings_.size() == static_cast<size_t>(buffer.nbuf) ? size - 1 : std::min(capacity_, size - 1);
-  if (notify) {
-    HVPROF_TRY(fds, link.NotificationFds(buffer.machine_address, 0, static_cast<uint32_t>(buffer.nbuf)));
-    for (ScopedFd& fd : fds) notifications_.push_back(std::move(fd));
-  }
-  return Ok();
+  capacity_ = capacity_ == 0 ? size - 1 : std::min(capacity_, size - 1);
+  return notify ? Subscribe(link, buffer.machine_address, static_cast<uint32_t>(buffer.nbuf)) : Ok();
 }
 
 void RingSet::ResyncLegacy() {
   for (LegacyRingState& ring : legacy_rings_) {
     ring.reader.Resync();
-    const auto& header = ring.reader.header();
-    ring.baseline.user_samples = __atomic_load_n(&header.user_samples, __ATOMIC_RELAXED);
-    ring.baseline.kernel_samples = __atomic_load_n(&header.kernel_samples, __ATOMIC_RELAXED);
-    ring.baseline.xen_samples = __atomic_load_n(&header.xen_samples, __ATOMIC_RELAXED);
-    ring.baseline.lost_samples = __atomic_load_n(&header.lost_samples, __ATOMIC_RELAXED);
+    ring.baseline = {};
+    ring.baseline = CountsOf(ring);
   }
 }
 
@@ -76,10 +67,10 @@ LegacyRingCounts CountsOf(const LegacyRingState& ring) {
     const uint64_t value = __atomic_load_n(&now, __ATOMIC_RELAXED);
     return value >= then ? value - then : value;  // a counter that went back was reset by Xen
   };
-  return {since(header.user_samples, ring.baseline.user_samples),
-          since(header.kernel_samples, ring.baseline.kernel_samples),
-          since(header.xen_samples, ring.baseline.xen_samples),
-          since(header.lost_samples, ring.baseline.lost_samples)};
+  return {since(header.user_samples, ring.baseline.user),
+          since(header.kernel_samples, ring.baseline.kernel),
+          since(header.xen_samples, ring.baseline.xen),
+          since(header.lost_samples, ring.baseline.lost)};
 }
 
 ring::SampleRecord RingSet::ToSampleRecord(const LegacyRingState& state, const LegacySample& sample,
@@ -135,6 +126,7 @@ void RingSet::ClearNotifications() {
 }
 
 void RingSet::Clear() {
+  capacity_ = 0;
   rings_.clear();
   legacy_rings_.clear();
   notifications_.clear();

@@ -1,6 +1,7 @@
 #include "hvprof/base/files.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -69,6 +70,18 @@ Result<void> MakeDirectories(const std::string& path) {
     return MakeError(ErrorKind::kInvalidArgument, "{} exists and is not a directory", path);
   }
   return Ok();
+}
+
+Result<std::optional<ScopedFd>> LockPidFile(const std::string& path) {
+  HVPROF_TRY(file, OpenFile(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (::flock(file.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) return std::optional<ScopedFd>();
+    return ErrnoError(errno, fmt::format("cannot lock {}", path));
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(file.get(), 0) != 0) return ErrnoError(errno, fmt::format("cannot write {}", path));
+  HVPROF_TRYV(WriteAll(file.get(), std::as_bytes(std::span(pid.data(), pid.size())), path));
+  return std::optional<ScopedFd>(std::move(file));
 }
 
 }  // namespace hvprof

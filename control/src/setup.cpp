@@ -201,6 +201,22 @@ Result<std::vector<ResolvedEvent>> ResolveEvents(const std::vector<EventSpec>& s
   return resolved;
 }
 
+Result<std::vector<ResolvedEvent>> ResolveEventOptions(const std::vector<std::string>& options,
+                                                       const hvpmu::CpuEventTable& table,
+                                                       const hvpmu::InitV2& pmu) {
+  std::vector<EventSpec> specs;
+  for (const std::string& text : options) {
+    HVPROF_TRY(spec, ParseEventSpec(text));
+    specs.push_back(spec);
+  }
+  return ResolveEvents(specs, table, pmu);
+}
+
+store::EventRecord ToEventRecord(const ResolvedEvent& event) {
+  return {event.counter, event.event->name, event.event->code, event.unit_mask,
+          event.unit_mask_name, event.count, event.kernel, event.user};
+}
+
 Result<std::vector<std::string>> SplitList(std::string_view text, std::string_view option) {
   std::vector<std::string> items;
   size_t start = 0;

@@ -1,13 +1,10 @@
 #include "hvprof/dom0/agent.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdlib>
-#include <cstring>
 
 #include "hvprof/base/files.h"
 #include "hvprof/base/log.h"
@@ -98,7 +95,6 @@ Result<void> Dom0Agent::Recover() {
 
 Result<void> Dom0Agent::RecoverXenoprof() {
   HVPROF_TRY(unwound, UnwindXenoprof());
-  // Only a primary that never shut down can shut down now: an earlier agent left its state.
   if (unwound.was_primary) {
     const std::string note = fmt::format("recovered the xenoprof state an earlier hvprofd left behind{}",
                                          unwound.was_profiling ? " (it was still profiling)" : "");
@@ -110,25 +106,31 @@ Result<void> Dom0Agent::RecoverXenoprof() {
 
 Result<Dom0Agent::Unwound> Dom0Agent::UnwindXenoprof() {
   // Xen cannot say what state it is in, and its primary is dom0, not a process: the state is
-  // unwound blind, each step allowed to fail (docs/xen.md). set_active(0) comes after
-  // release_counters because Xen allows it only in INITIALIZED; it lets disable_virq unshare
-  // dom0's buffer even if the active list no longer had dom0.
+  // unwound blind, each step allowed to fail (docs/xen.md). stop and release_counters come
+  // before init, which Xen lets jump to INITIALIZED from any state with the counters still
+  // reserved. init makes this the primary whatever the earlier agent did, so that set_active(0)
+  // (Xen allows it only in INITIALIZED) lets disable_virq unshare dom0's buffer even if the
+  // active list no longer had dom0.
   rings_.Clear();
   auto step = [&](uint32_t op, std::span<std::byte> argument) -> Result<bool> {
     HVPROF_TRY(code, link_->Op(op, argument));
     return code == ErrorCode::kOk;
   };
+  legacy::Init init{};
   legacy::DomainIdArg self = 0;
   Unwound unwound;
   HVPROF_TRY(stopped, step(legacy::kOpStop, {}));
   HVPROF_TRYV(step(legacy::kOpReleaseCounters, {}));
+  // Only a primary that never shut down can shut down here: an earlier agent left its state.
+  HVPROF_TRY(was_primary, step(legacy::kOpShutdown, {}));
+  HVPROF_TRYV(step(legacy::kOpInit, std::as_writable_bytes(std::span(&init, 1))));
   HVPROF_TRYV(step(legacy::kOpSetActive, std::as_writable_bytes(std::span(&self, 1))));
   HVPROF_TRYV(step(legacy::kOpDisableVirq, {}));
   HVPROF_TRYV(step(legacy::kOpResetPassiveList, {}));
   HVPROF_TRYV(step(legacy::kOpResetActiveList, {}));
-  HVPROF_TRY(shut_down, step(legacy::kOpShutdown, {}));
+  HVPROF_TRYV(step(legacy::kOpShutdown, {}));
   unwound.was_profiling = stopped;
-  unwound.was_primary = shut_down;
+  unwound.was_primary = was_primary;
   return unwound;
 }
 
@@ -157,12 +159,7 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
   if (table == nullptr) {
     return MakeError(ErrorKind::kUnsupported, "no event table for CPU type {}", init.cpu_type);
   }
-  std::vector<control::EventSpec> specs;
-  for (const std::string& text : setup_.events) {
-    HVPROF_TRY(spec, control::ParseEventSpec(text));
-    specs.push_back(spec);
-  }
-  HVPROF_TRY(events, control::ResolveEvents(specs, *table, init));
+  HVPROF_TRY(events, control::ResolveEventOptions(setup_.events, *table, init));
   events_ = std::move(events);
 
   // Which domains, by id or name.
@@ -235,10 +232,7 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
 
   // The session.
   store::SessionMetadata m = NewMetadata(init, hvprof_version);
-  for (const auto& event : events_) {
-    m.events.push_back({event.counter, event.event->name, event.event->code, event.unit_mask,
-                        event.unit_mask_name, event.count, event.kernel, event.user});
-  }
+  for (const auto& event : events_) m.events.push_back(control::ToEventRecord(event));
   for (uint16_t id : active_) {
     store::DomainRecord record;
     record.id = id;
@@ -282,21 +276,11 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
 // which it caps at 32 pages a domain.
 Result<void> Dom0Agent::SetUp() {
   const bool xen = link_->legacy_only();
-  const auto legacy_request = static_cast<int32_t>(std::min<uint64_t>(uint64_t{capacity_} + 1, INT32_MAX));
+  const int32_t legacy_request = agent::LegacyMaxSamples(capacity_);
   if (xen) {
     legacy::GetBuffer own{};
     own.max_samples = legacy_request;
-    HVPROF_TRY(code, link_->Op(legacy::kOpGetBuffer, std::as_writable_bytes(std::span(&own, 1))));
-    if (code == ErrorCode::kBusy) {
-      // dom0's buffer of an earlier session is still shared (its agent unwound before init made
-      // this the primary): list dom0 and let disable_virq unshare it, once.
-      legacy::DomainIdArg self = 0;
-      HVPROF_TRYV(Op(legacy::kOpSetActive, std::as_writable_bytes(std::span(&self, 1)), true));
-      HVPROF_TRYV(Op(legacy::kOpDisableVirq, {}, true));
-      HVPROF_TRY(again, link_->Op(legacy::kOpGetBuffer, std::as_writable_bytes(std::span(&own, 1))));
-      code = again;
-    }
-    if (code != ErrorCode::kOk) return link_->DescribeRefusal(legacy::kOpGetBuffer, code);
+    HVPROF_TRYV(Op(legacy::kOpGetBuffer, &own));
     HVPROF_TRYV(rings_.AddLegacy(*link_, 0, {own.buf_gmaddr, own.nbuf, own.bufsize}, true));
     capacity_ = rings_.capacity();
     watermark_ = 0;  // Xen notifies per sample, and user space only on dom0's vCPU 0
@@ -540,7 +524,7 @@ Result<Json> Dom0Agent::Shutdown() {
   // Release everything, in Xen's order: our rings, the counters, the lists, the primary role.
   rings_.Clear();
   if (link_->legacy_only()) {
-    HVPROF_TRYV(UnwindXenoprof());  // Xen's order, robust to a dom0 that fell off the list
+    HVPROF_TRYV(UnwindXenoprof());  // as recovery does: robust to a dom0 that fell off the list
   } else {
     HVPROF_TRYV(Op(legacy::kOpDisableVirq, {}, true));
     HVPROF_TRYV(Op(legacy::kOpReleaseCounters, {}, true));
@@ -574,69 +558,56 @@ Result<Json> Dom0Agent::RunSim(uint64_t duration_ns) {
   return Json{{"sim_time_ns", clock.sim_time_ns}, {"halted", clock.halted}, {"ran_ns", done}};
 }
 
-// Xen has no status op: what this agent set up, and what its rings' headers say.
-Json Dom0Agent::XenoprofStatus() const {
-  Json domains = Json::array();
-  auto add_domain = [&](uint16_t id, const char* role) {
-    // An active guest's rings are its own: dom0 sees none of them.
-    Json domain = agent::LegacyRingsStatus(rings_, id);
-    domain.update({{"id", id}, {"label", DomainLabel(id)}, {"role", role}});
-    domains.push_back(std::move(domain));
-  };
-  for (uint16_t id : active_) add_domain(id, "active");
-  for (uint16_t id : passive_) add_domain(id, "passive");
+Result<Json> Dom0Agent::Status() {
   Json events = Json::array();
   for (const auto& event : events_) {
     events.push_back({{"counter", event.counter}, {"name", event.event->name}, {"count", event.count},
                       {"unit_mask", event.unit_mask}, {"kernel", event.kernel}, {"user", event.user}});
   }
-  uint64_t lost = 0;
-  for (const Json& domain : domains) lost += domain["lost"]["ring_full"].get<uint64_t>();
-  return Json{{"state", !configured_ ? "idle" : profiling_ ? "profiling" : "ready"},
-              {"profiling", profiling_},
+  Json result{{"profiling", profiling_},
               {"platform", link_->platform_name()},
               {"machine", link_->machine_name()},
-              {"cpu_type", std::string(pmu_.cpu_type)},
-              {"cpus", pmu_.num_pcpus},
               {"session", session_ ? session_->directory() : ""},
               {"samples_stored", session_ ? session_->stats().samples : 0},
               {"events", events},
-              {"domains", domains},
-              {"buffers", {{"capacity", capacity_}, {"watermark", watermark_}, {"poll_interval_ms", PollIntervalMs()}}},
-              {"lost", {{"ring_full", lost}}},
-              {"backtrace_depth", setup_.callgraph},
-              {"note", "Xen reports no state or losses of its own; this is what hvprofd set up and its rings say"}};
-}
-
-Result<Json> Dom0Agent::Status() {
-  if (link_->legacy_only()) return XenoprofStatus();
+              {"buffers", {{"capacity", capacity_}, {"watermark", watermark_}, {"poll_interval_ms", PollIntervalMs()}}}};
+  if (link_->legacy_only()) {
+    // Xen has no status op: what this agent set up, and what its rings' headers say. An
+    // active guest's rings are its own: dom0 sees none of them.
+    Json domains = Json::array();
+    uint64_t lost = 0;
+    for (const auto& [ids, role] : {std::pair{&active_, "active"}, std::pair{&passive_, "passive"}}) {
+      for (uint16_t id : *ids) {
+        Json domain = agent::LegacyRingsStatus(rings_, id);
+        domain.update({{"id", id}, {"label", DomainLabel(id)}, {"role", role}});
+        lost += domain["lost"]["ring_full"].get<uint64_t>();
+        domains.push_back(std::move(domain));
+      }
+    }
+    result.update({{"state", !configured_ ? "idle" : profiling_ ? "profiling" : "ready"},
+                   {"cpu_type", std::string(pmu_.cpu_type)},
+                   {"cpus", pmu_.num_pcpus},
+                   {"domains", domains},
+                   {"lost", {{"ring_full", lost}}},
+                   {"backtrace_depth", setup_.callgraph},
+                   {"note", "Xen reports no state or losses of its own; this is what hvprofd set up and its rings say"}});
+    return result;
+  }
   HVPROF_TRY(status, EngineStatus());
   Json domains = Json::array();
   for (uint32_t i = 0; i < status.num_domains; ++i) {
     const hvpmu::DomainStatus& d = status.domains[i];
     domains.push_back(agent::DomainStatusJson(d, DomainLabel(d.domain)));
   }
-  Json events = Json::array();
-  for (const auto& event : events_) {
-    events.push_back({{"counter", event.counter}, {"name", event.event->name}, {"count", event.count},
-                      {"unit_mask", event.unit_mask}, {"kernel", event.kernel}, {"user", event.user}});
-  }
-  Json result{{"state", agent::EngineStateName(status.state)},
-              {"profiling", profiling_},
-              {"platform", link_->platform_name()},
-              {"machine", link_->machine_name()},
-              {"cpu_type", std::string(status.cpu_type)},
-              {"cpus", status.num_pcpus},
-              {"session", session_ ? session_->directory() : ""},
-              {"samples_stored", session_ ? session_->stats().samples : 0},
-              {"events", events},
-              {"domains", domains},
-              {"buffers", {{"capacity", capacity_}, {"watermark", watermark_}, {"poll_interval_ms", PollIntervalMs()}}},
-              {"lost", {{"ring_full", status.lost[0]}, {"corrupt_index", status.lost[1]},
-                        {"no_ring", status.lost[2]}, {"unprofiled_domain", status.lost[3]}}},
-              {"total_samples", status.total_samples},
-              {"idle_samples", status.idle_samples},
-              {"backtrace_depth", status.backtrace_depth}};
+  result.update({{"state", agent::EngineStateName(status.state)},
+                 {"cpu_type", std::string(status.cpu_type)},
+                 {"cpus", status.num_pcpus},
+                 {"domains", domains},
+                 {"lost", {{"ring_full", status.lost[0]}, {"corrupt_index", status.lost[1]},
+                           {"no_ring", status.lost[2]}, {"unprofiled_domain", status.lost[3]}}},
+                 {"total_samples", status.total_samples},
+                 {"idle_samples", status.idle_samples},
+                 {"backtrace_depth", status.backtrace_depth}});
   if (auto clock = link_->SimQuery(); clock) {
     result["sim"] = {{"time_ns", clock.value().sim_time_ns}, {"pmis", clock.value().pmis},
                      {"halted", clock.value().halted}};

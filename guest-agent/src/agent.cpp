@@ -130,16 +130,8 @@ Result<std::vector<store::EventRecord>> GuestAgent::EventsFromSetup(const hvpmu:
   std::vector<store::EventRecord> events;
   const hvpmu::CpuEventTable* table = hvpmu::FindEventTable(init.cpu_type);
   if (setup_.events.empty() || table == nullptr) return events;
-  std::vector<control::EventSpec> specs;
-  for (const std::string& text : setup_.events) {
-    HVPROF_TRY(spec, control::ParseEventSpec(text));
-    specs.push_back(spec);
-  }
-  HVPROF_TRY(resolved, control::ResolveEvents(specs, *table, init));
-  for (const control::ResolvedEvent& event : resolved) {
-    events.push_back({event.counter, event.event->name, event.event->code, event.unit_mask, event.unit_mask_name,
-                      event.count, event.kernel, event.user});
-  }
+  HVPROF_TRY(resolved, control::ResolveEventOptions(setup_.events, *table, init));
+  for (const control::ResolvedEvent& event : resolved) events.push_back(control::ToEventRecord(event));
   return events;
 }
 
@@ -386,8 +378,8 @@ Result<Json> GuestAgent::StartXenoprof() {
 
     rings_.Clear();
     legacy::GetBuffer buffer{};
-    buffer.max_samples = static_cast<int32_t>(std::min<uint64_t>(
-        uint64_t{setup_.buffer_size != 0 ? setup_.buffer_size : agent::kDefaultRingCapacity} + 1, INT32_MAX));
+    buffer.max_samples =
+        agent::LegacyMaxSamples(setup_.buffer_size != 0 ? setup_.buffer_size : agent::kDefaultRingCapacity);
     HVPROF_TRY(code, link_->Op(legacy::kOpGetBuffer, std::as_writable_bytes(std::span(&buffer, 1))));
     if (code == ErrorCode::kBusy) {
       return MakeError(ErrorKind::kBusy,

@@ -67,7 +67,7 @@ struct LegacyBuffer {
   std::vector<agent::LegacyRingReader> readers;
 
   LegacyBuffer(agent::HypervisorLink& link, uint64_t address, int32_t nbuf, int32_t bufsize) {
-    auto mapped = link.MapRegion(address);
+    auto mapped = link.MapRegion(address, uint64_t(nbuf) * uint64_t(bufsize));
     INFO((mapped ? std::string() : mapped.error().message()));
     REQUIRE(mapped.has_value());
     region = std::move(mapped).value();
@@ -218,10 +218,14 @@ TEST_CASE("xen link: refusals say what is wrong and what to do", "[xen][refusal]
       CHECK(error.message().find("Xen refused init") != std::string::npos);
       CHECK(error.message().find(advice) != std::string::npos);
     }
-    CHECK(xen::ErrorCodeOfErrno(EBUSY) == hvpmu::ErrorCode::kBusy);
-    CHECK(xen::ErrorCodeOfErrno(ENODEV) == hvpmu::ErrorCode::kNoPmu);
-    CHECK(xen::ErrorCodeOfErrno(ENOSYS) == hvpmu::ErrorCode::kNotSupported);
-    CHECK_FALSE(xen::ErrorCodeOfErrno(EINVAL).has_value());  // too vague: an Error with advice
+    // The refusals an agent works around come back as codes, and each code names its errno
+    // again; the others are errors with advice.
+    for (int errnum : {EBUSY, EPERM, EEXIST, E2BIG, ENOMEM, EALREADY}) {
+      const auto code = xen::ErrorCodeOfErrno(errnum);
+      REQUIRE(code.has_value());
+      CHECK(hvpmu::ErrorErrno(*code) == errnum);
+    }
+    for (int errnum : {ENOSYS, ENODEV, EINVAL}) CHECK_FALSE(xen::ErrorCodeOfErrno(errnum).has_value());
   }
 }
 

@@ -18,7 +18,6 @@ extern "C" {
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <mutex>
 #include <thread>
 
@@ -109,6 +108,7 @@ class VirqForwarder {
                                                                legacy::kVirqXenoprof);
     if (port < 0) return ErrnoError(errno, "xenevtchn_bind_virq(VIRQ_XENOPROF)");
     forwarder->port_ = static_cast<evtchn_port_t>(port);
+    forwarder->bound_ = true;
     forwarder->notify_ = ScopedFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     forwarder->stop_ = ScopedFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!forwarder->notify_.valid() || !forwarder->stop_.valid()) return ErrnoError(errno, "eventfd");
@@ -121,7 +121,7 @@ class VirqForwarder {
       [[maybe_unused]] ssize_t n = ::write(stop_.get(), &one, sizeof one);
       thread_.join();
     }
-    xenevtchn_unbind(handles_->events.get(), port_);
+    if (bound_) xenevtchn_unbind(handles_->events.get(), port_);
   }
   Result<ScopedFd> Descriptor() const {
     const int copy = ::fcntl(notify_.get(), F_DUPFD_CLOEXEC, 0);
@@ -150,6 +150,7 @@ class VirqForwarder {
 
   std::shared_ptr<Handles> handles_;
   evtchn_port_t port_ = 0;
+  bool bound_ = false;
   ScopedFd notify_;
   ScopedFd stop_;
   std::thread thread_;
@@ -180,31 +181,22 @@ class XenLink final : public agent::HypervisorLink {
     if (rc < 0) {
       const int errnum = errno;
       const std::optional<ErrorCode> code = ErrorCodeOfErrno(errnum);
-      if (!code) return XenoprofRefusal(op, errnum);  // no engine code means the same
-      last_refusal_errno_ = errnum;
+      if (!code) return XenoprofRefusal(op, errnum);  // nothing an agent works around
       return *code;
     }
     if (!argument.empty()) std::memcpy(argument.data(), buffer.data(), argument.size());
-    Remember(op, argument);
     return ErrorCode::kOk;
   }
 
+  // Every code the link returns stands for exactly one errno (ErrorCodeOfErrno).
   Error DescribeRefusal(uint32_t op, ErrorCode code) const override {
-    const int errnum = last_refusal_errno_;
-    if (errnum != 0 && ErrorCodeOfErrno(errnum) == code) return XenoprofRefusal(op, errnum);
-    return agent::RefusalError(op, code);
+    return XenoprofRefusal(op, hvpmu::ErrorErrno(code));
   }
 
-  Result<agent::MappedRegion> MapRegion(uint64_t handle) override {
-    uint64_t bytes = 0;
-    {
-      std::lock_guard lock(mutex_);
-      auto it = buffers_.find(handle);
-      if (it == buffers_.end()) {
-        return MakeError(ErrorKind::kNotFound,
-                         "no buffer at machine address {:#x}: call get_buffer or set_passive first", handle);
-      }
-      bytes = it->second;
+  // `bytes` is nbuf * bufsize from get_buffer or set_passive: Xen's frames carry no size.
+  Result<agent::MappedRegion> MapRegion(uint64_t handle, uint64_t bytes) override {
+    if (bytes == 0) {
+      return MakeError(ErrorKind::kInvalidArgument, "mapping Xen's buffer at {:#x} needs its size", handle);
     }
     const size_t pages = static_cast<size_t>((bytes + kPage - 1) / kPage);
     std::vector<xen_pfn_t> frames(pages);
@@ -267,49 +259,25 @@ class XenLink final : public agent::HypervisorLink {
   }
 
  private:
-  // get_buffer and set_passive answer with a buffer's machine address and size: mapping it
-  // later needs both.
-  void Remember(uint32_t op, std::span<const std::byte> argument) {
-    std::lock_guard lock(mutex_);
-    if (op == legacy::kOpGetBuffer) RememberBuffer<legacy::GetBuffer>(argument);
-    if (op == legacy::kOpSetPassive) RememberBuffer<legacy::Passive>(argument);
-    if (op == legacy::kOpShutdown) buffers_.clear();
-  }
-  // GetBuffer and Passive both answer with nbuf, bufsize and buf_gmaddr.
-  template <typename Answer>
-  void RememberBuffer(std::span<const std::byte> argument) {
-    if (argument.size() != sizeof(Answer)) return;
-    Answer answer;
-    std::memcpy(&answer, argument.data(), sizeof answer);
-    if (answer.nbuf > 0 && answer.bufsize > 0) {
-      buffers_[answer.buf_gmaddr] = uint64_t(answer.nbuf) * uint64_t(answer.bufsize);
-    }
-  }
-
   std::shared_ptr<Handles> handles_;
   hvpmu::DomainId domain_;
   std::string version_;
   std::string root_;  // where /sys, /proc and /run are ("" outside tests)
   std::mutex mutex_;
-  std::map<uint64_t, uint64_t> buffers_;  // machine address -> bytes
   std::unique_ptr<VirqForwarder> virq_;
-  int last_refusal_errno_ = 0;
 };
 
 }  // namespace
 
 std::optional<ErrorCode> ErrorCodeOfErrno(int errnum) {
+  // Each code's errno (hvpmu::ErrorErrno) is the errno it came from.
   switch (errnum) {
-    case ENOSYS:
-    case EOPNOTSUPP: return ErrorCode::kNotSupported;
-    case ENODEV: return ErrorCode::kNoPmu;
     case EBUSY: return ErrorCode::kBusy;
     case EPERM: return ErrorCode::kBadState;
     case EEXIST: return ErrorCode::kAlreadyListed;
     case E2BIG: return ErrorCode::kTooManyDomains;
     case ENOMEM: return ErrorCode::kNoMemory;
     case EALREADY: return ErrorCode::kAlreadyActivated;
-    case ESRCH: return ErrorCode::kNoSuchDomain;
     default: return std::nullopt;
   }
 }

@@ -108,6 +108,10 @@ inline constexpr uint32_t kDefaultRingCapacity = 16384;
 // A get_buffer_v2 / set_passive_v2 argument for `domain`'s rings of `capacity` slots.
 hvpmu::BufferV2 BufferRequest(hvpmu::DomainId domain, uint32_t capacity);
 
+// get_buffer's / set_passive's max_samples for rings of `capacity` samples (Xen keeps one
+// record empty, and caps the buffer at 32 pages a domain).
+int32_t LegacyMaxSamples(uint32_t capacity);
+
 // What Xen's legacy init says of the PMU, as the v2 init would say it: general counters only,
 // and counts below 2^31 (xenoprof's limits); `cpus` as the caller sees them.
 hvpmu::InitV2 FromLegacyInit(const hvpmu::legacy::Init& init, uint32_t cpus);

@@ -60,8 +60,9 @@ class HypervisorLink {
   virtual Result<hvpmu::ErrorCode> Op(uint32_t op, std::span<std::byte> argument) = 0;
   // The error for the hypervisor's refusal of `op`, in the platform's words and with its advice.
   virtual Error DescribeRefusal(uint32_t op, hvpmu::ErrorCode code) const;
-  // Maps a region the hypervisor shared with this domain (region_handle / buf_gmaddr).
-  virtual Result<MappedRegion> MapRegion(uint64_t handle) = 0;
+  // Maps a region the hypervisor shared with this domain (region_handle / buf_gmaddr): its
+  // first `bytes`, or all of it when 0 (where the hypervisor can say how large it is).
+  virtual Result<MappedRegion> MapRegion(uint64_t handle, uint64_t bytes = 0) = 0;
   // One pollable descriptor per ring, readable when that ring has work.
   virtual Result<std::vector<ScopedFd>> NotificationFds(uint64_t handle, uint32_t first,
                                                         uint32_t count) = 0;

@@ -27,6 +27,11 @@ struct RingState {
 // A ring in Xen's legacy format (16-byte records, one vCPU each). Its samples are handed on as
 // SampleRecords: the domain is the ring's owner, the vCPU its index, the time when the agent
 // read it; Xen records no process or physical CPU.
+// A legacy ring's counters (from its header): user, kernel and Xen samples, and lost records.
+struct LegacyRingCounts {
+  uint64_t user = 0, kernel = 0, xen = 0, lost = 0;
+};
+
 struct LegacyRingState {
   hvpmu::DomainId owner;
   uint32_t index;
@@ -36,14 +41,10 @@ struct LegacyRingState {
   uint64_t max_pending = 0;
   // Xen zeroes a ring's counters only when it allocates the buffer, which lives as long as the
   // domain: what they said when this session's profiling began.
-  hvpmu::legacy::XenoprofBuf baseline{};
+  LegacyRingCounts baseline{};
 };
 
-// A legacy ring's counters since this session began: user, kernel and Xen samples, and lost
-// records.
-struct LegacyRingCounts {
-  uint64_t user = 0, kernel = 0, xen = 0, lost = 0;
-};
+// A legacy ring's counters since this session's profiling began.
 LegacyRingCounts CountsOf(const LegacyRingState& ring);
 
 // A legacy buffer as get_buffer or set_passive describe it.
@@ -101,6 +102,9 @@ class RingSet {
   void Clear();
 
  private:
+  // Maps a buffer's rings and keeps the mapping for as long as the rings.
+  Result<MappedRegion> MapRings(HypervisorLink& link, uint64_t handle, uint64_t bytes);
+  Result<void> Subscribe(HypervisorLink& link, uint64_t handle, uint32_t rings);
   template <typename OnSample>
   uint64_t DrainLegacy(OnSample& on_sample, bool final);
   hvpmu::ring::SampleRecord ToSampleRecord(const LegacyRingState& ring, const LegacySample& sample,

@@ -1,11 +1,13 @@
 // Whole-file helpers with honest errors.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 
 #include "hvprof/base/error.h"
+#include "hvprof/base/scoped_fd.h"
 
 namespace hvprof {
 
@@ -21,5 +23,9 @@ Result<void> WriteAll(int fd, std::span<const std::byte> data, std::string_view 
 
 // Creates `path` and its parents (mode 0755). Succeeds if it already exists as a directory.
 Result<void> MakeDirectories(const std::string& path);
+
+// Creates `path` if need be, locks it for as long as the descriptor lives and writes this
+// process's pid into it. nullopt when another process holds the lock (the file names its pid).
+Result<std::optional<ScopedFd>> LockPidFile(const std::string& path);
 
 }  // namespace hvprof

@@ -67,6 +67,12 @@ struct ResolvedEvent {
 Result<std::vector<ResolvedEvent>> ResolveEvents(const std::vector<EventSpec>& specs,
                                                  const hvpmu::CpuEventTable& table,
                                                  const hvpmu::InitV2& pmu);
+// The same for --event options as typed.
+Result<std::vector<ResolvedEvent>> ResolveEventOptions(const std::vector<std::string>& options,
+                                                       const hvpmu::CpuEventTable& table,
+                                                       const hvpmu::InitV2& pmu);
+// A placed event as the session records it.
+store::EventRecord ToEventRecord(const ResolvedEvent& event);
 
 // "1,3,web-vm" -> {"1", "3", "web-vm"}; empty items are errors.
 Result<std::vector<std::string>> SplitList(std::string_view text, std::string_view option);

@@ -40,7 +40,6 @@ class Dom0Agent final : public agent::AgentDaemon {
   Result<hvpmu::InitV2> Identify();
   Result<void> Configure(const std::string& hvprof_version);
   Result<void> SetUp();
-  agent::Json XenoprofStatus() const;
 
   Result<agent::Json> Start() override;
   Result<agent::Json> Stop() override;

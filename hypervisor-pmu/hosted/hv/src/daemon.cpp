@@ -1,10 +1,8 @@
 #include "hvpmu/hv/daemon.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
-#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -205,18 +203,13 @@ Result<void> Daemon::OpenSockets() {
   const std::string& dir = options_.run_dir;
   HVPROF_TRYV(hvprof::MakeDirectories(dir));
   const std::string pid_path = dir + "/hvprof-hv.pid";
-  HVPROF_TRY(pid_file, hvprof::OpenFile(pid_path.c_str(), O_RDWR | O_CREAT, 0644));
-  if (::flock(pid_file.get(), LOCK_EX | LOCK_NB) != 0) {
+  HVPROF_TRY(pid_file, hvprof::LockPidFile(pid_path));
+  if (!pid_file) {
     auto other = hvprof::ReadFileToString(pid_path);
     return MakeError(ErrorKind::kBusy, "another hvprof-hv (pid {}) serves {}; stop it or use --run-dir",
                      other ? other.value().substr(0, other.value().find('\n')) : "?", dir);
   }
-  const std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(pid_file.get(), 0) != 0 ||
-      !hvprof::WriteAll(pid_file.get(), std::as_bytes(std::span(pid.data(), pid.size())), pid_path)) {
-    return MakeError(ErrorKind::kIo, "cannot write {}", pid_path);
-  }
-  pid_file_ = std::move(pid_file);
+  pid_file_ = std::move(*pid_file);
 
   // On linux only dom0 has an agent: the other domains are processes of this host or KVM
   // guests, profiled from dom0.

@@ -37,7 +37,9 @@ Result<std::unique_ptr<agent::HypervisorLink>> ConnectXen(std::optional<hvpmu::D
 // An Error for Xen's refusal (errno `errnum`) of profiling op `op`, with what to do about it.
 Error XenoprofRefusal(uint32_t op, int errnum);
 
-// Xen's errno as the engine's refusal code the agents understand, where one means the same.
+// Xen's errno as the engine's refusal code, for the refusals the agents work around (EBUSY,
+// EPERM, EEXIST, E2BIG, ENOMEM, EALREADY); nullopt for the rest (ENOSYS, ENODEV, ...), which
+// end the operation with XenoprofRefusal's advice.
 std::optional<hvpmu::ErrorCode> ErrorCodeOfErrno(int errnum);
 
 }  // namespace hvprof::xen
