@@ -9,10 +9,11 @@
 #include <benchmark/benchmark.h>
 
 #include "hvpmu/engine.h"
-#include "hvpmu/fake/fake_platform.h"
+#include "hvprof/fake/fake_platform.h"
 #include "hvpmu/pmu_drivers.h"
 
 using namespace hvpmu;
+namespace fake = hvprof::fake;
 
 namespace {
 

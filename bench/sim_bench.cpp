@@ -18,11 +18,13 @@
 #include "hvprof/agent/hypervisor_link.h"
 #include "hvprof/agent/ring_reader.h"
 #include "hvprof/symbolizer/symbolizer.h"
-#include "hvpmu/hv/daemon.h"
+#include "hvprof/hv/daemon.h"
 #include "hvpmu/pmu_drivers.h"
-#include "hvpmu/sim/machine.h"
+#include "hvprof/sim/machine.h"
 
 using namespace hvpmu;
+namespace sim = hvprof::sim;
+namespace hv = hvprof::hv;
 
 namespace {
 

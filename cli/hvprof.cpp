@@ -12,7 +12,7 @@
 #include "hvprof/base/units.h"
 #include "hvprof/control/commands.h"
 #include "hvprof/control/run.h"
-#include "hvprof/control/setup.h"
+#include "hvprof/setup/setup.h"
 #include "hvprof/xen/xen_link.h"
 
 namespace po = boost::program_options;
@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     argv = arguments.data();
   }
   try {
-    hvprof::control::SetupOptions setup;
+    hvprof::setup::SetupOptions setup;
     std::string save_name;
     std::string run_sim;
     std::string cpu_type;
@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
                                           std::tuple{&passive, "passive-domains", &setup.passive_domains},
                                           std::tuple{&passive_images, "passive-images", &setup.passive_images}}) {
         if (text->empty()) continue;
-        auto items = hvprof::control::SplitList(*text, option);
+        auto items = hvprof::setup::SplitList(*text, option);
         if (!items) {
           std::cerr << "hvprof run: " << items.error().message() << "\n";
           return 2;
@@ -228,7 +228,7 @@ int main(int argc, char** argv) {
     setup.verbose = values.count("verbose") != 0;
     auto split = [](const std::string& text, const char* option, std::vector<std::string>* out) {
       if (text.empty()) return hvprof::Ok();
-      auto items = hvprof::control::SplitList(text, option);
+      auto items = hvprof::setup::SplitList(text, option);
       if (!items) return hvprof::Result<void>(items.error());
       *out = items.value();
       return hvprof::Ok();

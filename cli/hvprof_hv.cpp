@@ -10,7 +10,7 @@
 
 #include "hvprof/base/log.h"
 #include "hvprof/base/units.h"
-#include "hvpmu/hv/daemon.h"
+#include "hvprof/hv/daemon.h"
 
 namespace po = boost::program_options;
 
@@ -44,7 +44,7 @@ Options)";
 int main(int argc, char** argv) {
   hvprof::SetLogPrefix("hvprof-hv", true);
   try {
-    hvpmu::hv::DaemonOptions options;
+    hvprof::hv::DaemonOptions options;
     std::string speed;
     std::string duration;
     std::string log_level = "info";
@@ -94,16 +94,16 @@ int main(int argc, char** argv) {
     }
     if (!speed.empty()) {
       if (speed == "max") {
-        options.speed = hvpmu::sim::Speed::kMax;
+        options.speed = hvprof::sim::Speed::kMax;
       } else if (speed == "realtime") {
-        options.speed = hvpmu::sim::Speed::kRealtime;
+        options.speed = hvprof::sim::Speed::kRealtime;
       } else {
         char* end = nullptr;
         const double factor = std::strtod(speed.c_str(), &end);
         if (end != speed.c_str() + speed.size() || !(factor > 0.0) || factor > 1000.0) {
           throw po::error("--speed must be realtime, max or a factor between 0.001 and 1000");
         }
-        options.speed = hvpmu::sim::Speed::kRealtime;
+        options.speed = hvprof::sim::Speed::kRealtime;
         options.factor = factor;
       }
     }
@@ -113,12 +113,12 @@ int main(int argc, char** argv) {
       options.duration_ns = parsed.value();
     }
 
-    auto daemon = hvpmu::hv::Daemon::Create(options);
+    auto daemon = hvprof::hv::Daemon::Create(options);
     if (!daemon) {
       hvprof::Log(hvprof::LogLevel::kError, "{}", daemon.error().message());
       return 1;
     }
-    hvpmu::hv::Daemon::HandleSignals(daemon.value().get());
+    hvprof::hv::Daemon::HandleSignals(daemon.value().get());
     if (auto ran = daemon.value()->Run(); !ran) {
       hvprof::Log(hvprof::LogLevel::kError, "{}", ran.error().message());
       return 1;

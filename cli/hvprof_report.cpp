@@ -6,10 +6,12 @@
 #include <boost/program_options.hpp>
 
 #include "hvprof/base/files.h"
-#include "hvprof/control/setup.h"
-#include "hvprof/report/format.h"
-#include "hvprof/report/profile.h"
-#include "hvprof/report/report.h"
+#include "hvprof/setup/setup.h"
+#include "hvprof/report/writers/csv.h"
+#include "hvprof/report/writers/json.h"
+#include "hvprof/report/writers/text.h"
+#include "hvprof/report/load.h"
+#include "hvprof/report/views/table.h"
 #include "hvprof/store/session.h"
 
 namespace po = boost::program_options;
@@ -39,7 +41,7 @@ constexpr int kIncomplete = 3;
 
 Result<std::vector<uint8_t>> ParseModes(const std::string& text) {
   std::vector<uint8_t> modes;
-  HVPROF_TRY(items, control::SplitList(text, "mode"));
+  HVPROF_TRY(items, setup::SplitList(text, "mode"));
   for (const std::string& item : items) {
     if (item == "user") modes.push_back(0);
     else if (item == "kernel") modes.push_back(1);
@@ -51,7 +53,7 @@ Result<std::vector<uint8_t>> ParseModes(const std::string& text) {
 
 Result<std::vector<report::SortKey>> ParseSort(const std::string& text) {
   std::vector<report::SortKey> keys;
-  HVPROF_TRY(items, control::SplitList(text, "sort"));
+  HVPROF_TRY(items, setup::SplitList(text, "sort"));
   for (const std::string& item : items) {
     if (item == "sample" || item == "samples") keys.push_back(report::SortKey::kSamples);
     else if (item == "image") keys.push_back(report::SortKey::kImage);
@@ -166,12 +168,12 @@ int main(int argc, char** argv) {
       options.modes = parsed.value();
     }
     if (!symbols.empty()) {
-      auto parsed = control::SplitList(symbols, "symbol");
+      auto parsed = setup::SplitList(symbols, "symbol");
       if (!parsed) return fail(parsed.error(), 2);
       options.symbols = parsed.value();
     }
     if (!images.empty()) {
-      auto parsed = control::SplitList(images, "image");
+      auto parsed = setup::SplitList(images, "image");
       if (!parsed) return fail(parsed.error(), 2);
       options.images = parsed.value();
     }
@@ -189,16 +191,16 @@ int main(int argc, char** argv) {
     load.all_domains = values.count("all-domains") != 0;
     const auto started = std::chrono::steady_clock::now();
     if (!image_path.empty()) {
-      auto parsed = control::SplitList(image_path, "image-path");
+      auto parsed = setup::SplitList(image_path, "image-path");
       if (!parsed) return fail(parsed.error(), 2);
       load.image_path = parsed.value();
     }
-    auto profile = report::Profile::Load(directory, load);
+    auto profile = report::LoadProfile(directory, load);
     if (!profile) return fail(profile.error(), 1);
 
     // Filters that need the session: domains by name, events by name.
     if (!domains.empty()) {
-      auto items = control::SplitList(domains, "domain");
+      auto items = setup::SplitList(domains, "domain");
       if (!items) return fail(items.error(), 2);
       for (const std::string& item : items.value()) {
         bool found = item == "idle";
@@ -213,7 +215,7 @@ int main(int argc, char** argv) {
       }
     }
     if (!events.empty()) {
-      auto items = control::SplitList(events, "event");
+      auto items = setup::SplitList(events, "event");
       if (!items) return fail(items.error(), 2);
       for (const std::string& item : items.value()) {
         bool found = false;

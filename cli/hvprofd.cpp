@@ -11,7 +11,7 @@
 #include "hvprof/base/log.h"
 #include "hvprof/base/scoped_fd.h"
 #include "hvprof/agent/control_channel.h"
-#include "hvprof/control/setup.h"
+#include "hvprof/setup/setup.h"
 #include "hvprof/dom0/agent.h"
 #include "hvprof/guest/agent.h"
 #include "hvprof/xen/xen_link.h"
@@ -38,7 +38,7 @@ int Fail(int ready_fd, const hvprof::Error& error) {
 
 // The hypervisor, as --platform names it: hvprof-hv's socket (sim, linux) or Xen itself.
 hvprof::Result<std::unique_ptr<hvprof::agent::HypervisorLink>> ConnectPlatform(
-    const hvprof::control::SetupOptions& setup) {
+    const hvprof::setup::SetupOptions& setup) {
   if (setup.platform == "xen") return hvprof::xen::ConnectXen(setup.domain);
   if (setup.platform == "sim" || setup.platform == "linux") {
     return hvprof::agent::ConnectHostedDomain(setup.hv_run_dir, setup.domain);
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
     }
     auto text = hvprof::ReadFileToString(setup_path);
     if (!text) return Fail(ready_fd, text.error());
-    auto setup = hvprof::control::SetupOptions::FromJson(
+    auto setup = hvprof::setup::SetupOptions::FromJson(
         hvprof::agent::Json::parse(text.value(), nullptr, false));
     if (!setup) return Fail(ready_fd, setup.error());
     if (setup.value().verbose) hvprof::SetLogLevel(hvprof::LogLevel::kDebug);

@@ -7,10 +7,11 @@
 #include <memory>
 
 #include "hvpmu/engine.h"
-#include "hvpmu/fake/fake_platform.h"
+#include "hvprof/fake/fake_platform.h"
 #include "hvpmu/pmu_drivers.h"
 
 using namespace hvpmu;
+namespace fake = hvprof::fake;
 
 namespace {
 

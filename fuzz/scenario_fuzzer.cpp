@@ -2,9 +2,9 @@
 // scenario or an error naming the field, never a crash.
 #include <string_view>
 
-#include "hvpmu/sim/scenario.h"
+#include "hvprof/sim/scenario.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  (void)hvpmu::sim::ParseScenario(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz");
+  (void)hvprof::sim::ParseScenario(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz");
   return 0;
 }

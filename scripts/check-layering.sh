@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Fails if the freestanding engine (hypervisor-pmu/, outside hosted/) uses anything a
-# hypervisor cannot provide: library headers beyond the <cstdint> class, user-space hvprof
-# headers, exceptions, RTTI, the heap or the std:: library.
+# Checks the layering of the tree:
+#  1. the engine's folder (hypervisor-pmu/, all of it: its user-space hosts live in hosted/,
+#     sim/, linux/ and hvprof-hv/) uses nothing a hypervisor cannot provide: library headers
+#     beyond the <cstdint> class, user-space hvprof headers, exceptions, RTTI, the heap or the
+#     std:: library;
+#  2. every folder includes only from the folders below it, with no include circles
+#     (scripts/check_includes.py, which holds the table of who may use whom).
 set -u
 cd "$(dirname "$0")/.."
 
 allowed_system='^(cstdint|cstddef|climits|type_traits|stdint\.h|stddef\.h)$'
 status=0
-files=$(find hypervisor-pmu/include hypervisor-pmu/src -name '*.h' -o -name '*.cpp' | sort)
+files=$(find hypervisor-pmu -type f \( -name '*.h' -o -name '*.hpp' -o -name '*.c' -o -name '*.cc' -o -name '*.cpp' \) | sort)
 
 for f in $files; do
   while IFS=: read -r line header; do
@@ -34,4 +38,5 @@ done
 if [ $status -eq 0 ]; then
   echo "layering: $(echo "$files" | wc -l) engine files include only what a hypervisor has"
 fi
+python3 scripts/check_includes.py || status=1
 exit $status

@@ -5,12 +5,11 @@
 #include <cstring>
 
 #include "hvprof/agent/hypervisor_link.h"
-#include "hvpmu/hosted/framing.h"
+#include "hvprof/hv/framing.h"
 
 namespace hvprof::agent {
 
-namespace hosted = hvpmu::hosted;
-using hosted::MessageType;
+using hv::MessageType;
 
 Result<SimClock> HypervisorLink::SimQuery() {
   return MakeError(ErrorKind::kUnsupported, "{} is not a simulated machine", platform_name());
@@ -97,15 +96,15 @@ class HostedLink final : public HypervisorLink {
   explicit HostedLink(ScopedFd socket) : socket_(std::move(socket)) {}
 
   Result<void> Hello() {
-    hosted::HelloRequest request{hosted::kProtocolVersion, 0};
-    HVPROF_TRY(reply, Call(MessageType::kHello, hosted::Pack(request)));
-    hosted::HelloReply hello;
-    if (!hosted::Unpack(std::span<const std::byte>(reply.payload), &hello)) {
+    hv::HelloRequest request{hv::kProtocolVersion, 0};
+    HVPROF_TRY(reply, Call(MessageType::kHello, hv::Pack(request)));
+    hv::HelloReply hello;
+    if (!hv::Unpack(std::span<const std::byte>(reply.payload), &hello)) {
       return MakeError(ErrorKind::kProtocol, "hvprof-hv sent a malformed hello");
     }
     if (hello.error != 0) {
       return MakeError(ErrorKind::kProtocol, "hvprof-hv refused the hello: {}",
-                       hosted::ProtocolErrorName(static_cast<hosted::ProtocolError>(hello.error)));
+                       hv::ProtocolErrorName(static_cast<hv::ProtocolError>(hello.error)));
     }
     domain_ = hello.domain;
     num_cpus_ = hello.num_cpus;
@@ -120,11 +119,11 @@ class HostedLink final : public HypervisorLink {
   uint32_t num_cpus() const override { return num_cpus_; }
 
   Result<hvpmu::ErrorCode> Op(uint32_t op, std::span<std::byte> argument) override {
-    hosted::OpRequest request{op, static_cast<uint32_t>(argument.size())};
-    HVPROF_TRY(reply, Call(MessageType::kOp, hosted::Pack(request, argument)));
-    hosted::OpReply answer;
+    hv::OpRequest request{op, static_cast<uint32_t>(argument.size())};
+    HVPROF_TRY(reply, Call(MessageType::kOp, hv::Pack(request, argument)));
+    hv::OpReply answer;
     std::span<const std::byte> result;
-    if (!hosted::Unpack(std::span<const std::byte>(reply.payload), &answer, &result) ||
+    if (!hv::Unpack(std::span<const std::byte>(reply.payload), &answer, &result) ||
         result.size() != argument.size()) {
       return MakeError(ErrorKind::kProtocol, "hvprof-hv answered {} with a malformed reply",
                        OpName(op));
@@ -134,14 +133,14 @@ class HostedLink final : public HypervisorLink {
   }
 
   Result<MappedRegion> MapRegion(uint64_t handle, uint64_t bytes) override {
-    HVPROF_TRY(reply, Call(MessageType::kMapRegion, hosted::Pack(hosted::MapRequest{handle})));
-    hosted::MapReply answer;
-    if (!hosted::Unpack(std::span<const std::byte>(reply.payload), &answer)) {
+    HVPROF_TRY(reply, Call(MessageType::kMapRegion, hv::Pack(hv::MapRequest{handle})));
+    hv::MapReply answer;
+    if (!hv::Unpack(std::span<const std::byte>(reply.payload), &answer)) {
       return MakeError(ErrorKind::kProtocol, "hvprof-hv sent a malformed map reply");
     }
     if (answer.error != 0 || reply.fds.size() != 1) {
       return MakeError(ErrorKind::kPermissionDenied, "cannot map region {:#x}: {}", handle,
-                       hosted::ProtocolErrorName(static_cast<hosted::ProtocolError>(answer.error)));
+                       hv::ProtocolErrorName(static_cast<hv::ProtocolError>(answer.error)));
     }
     if (bytes > answer.bytes) {
       return MakeError(ErrorKind::kCorrupt, "region {:#x} is {} bytes, smaller than the {} its rings need", handle,
@@ -161,18 +160,18 @@ class HostedLink final : public HypervisorLink {
                                                 uint32_t count) override {
     std::vector<ScopedFd> fds;
     while (count > 0) {
-      const uint32_t chunk = std::min(count, hosted::kMaxFdsPerMessage);
-      hosted::NotifyRequest request{handle, first, chunk};
-      HVPROF_TRY(reply, Call(MessageType::kNotifyFds, hosted::Pack(request)));
-      hosted::NotifyReply answer;
-      if (!hosted::Unpack(std::span<const std::byte>(reply.payload), &answer) ||
+      const uint32_t chunk = std::min(count, hv::kMaxFdsPerMessage);
+      hv::NotifyRequest request{handle, first, chunk};
+      HVPROF_TRY(reply, Call(MessageType::kNotifyFds, hv::Pack(request)));
+      hv::NotifyReply answer;
+      if (!hv::Unpack(std::span<const std::byte>(reply.payload), &answer) ||
           (answer.error == 0 && reply.fds.size() != chunk)) {
         return MakeError(ErrorKind::kProtocol, "hvprof-hv sent a malformed notification reply");
       }
       if (answer.error != 0) {
         return MakeError(ErrorKind::kPermissionDenied, "no notifications for region {:#x}: {}",
                          handle,
-                         hosted::ProtocolErrorName(static_cast<hosted::ProtocolError>(answer.error)));
+                         hv::ProtocolErrorName(static_cast<hv::ProtocolError>(answer.error)));
       }
       for (ScopedFd& fd : reply.fds) fds.push_back(std::move(fd));
       first += chunk;
@@ -183,16 +182,16 @@ class HostedLink final : public HypervisorLink {
 
   Result<std::string> Context() override { return TextCall(MessageType::kContext, {}); }
   Result<std::string> ContextOf(hvpmu::DomainId domain) override {
-    return TextCall(MessageType::kContext, hosted::Pack(hosted::ContextRequest{domain, {}}));
+    return TextCall(MessageType::kContext, hv::Pack(hv::ContextRequest{domain, {}}));
   }
   Result<std::string> Domains() override { return TextCall(MessageType::kDomains, {}); }
 
   Result<std::string> PlatformInfo() override { return TextCall(MessageType::kPlatformInfo, {}); }
 
   Result<void> Publish(std::span<const std::byte> profile) override {
-    if (profile.size() > hosted::kMaxPublishPayload) {
+    if (profile.size() > hv::kMaxPublishPayload) {
       return MakeError(ErrorKind::kInvalidArgument, "the profile is {} bytes; at most {} can be published",
-                       profile.size(), hosted::kMaxPublishPayload);
+                       profile.size(), hv::kMaxPublishPayload);
     }
     HVPROF_TRY(answer, TextCall(MessageType::kPublish, profile));
     (void)answer;
@@ -201,21 +200,21 @@ class HostedLink final : public HypervisorLink {
 
   Result<std::vector<PublishedProfile>> FetchPublished(uint64_t after_sequence) override {
     HVPROF_TRY(reply, Call(MessageType::kFetchPublished,
-                           hosted::Pack(hosted::FetchPublishedRequest{after_sequence})));
-    hosted::StatusReply status;
+                           hv::Pack(hv::FetchPublishedRequest{after_sequence})));
+    hv::StatusReply status;
     std::span<const std::byte> rest;
-    if (!hosted::Unpack(std::span<const std::byte>(reply.payload), &status, &rest)) {
+    if (!hv::Unpack(std::span<const std::byte>(reply.payload), &status, &rest)) {
       return MakeError(ErrorKind::kProtocol, "hvprof-hv sent a malformed reply");
     }
     if (status.error != 0) {
       return MakeError(ErrorKind::kPermissionDenied, "reading published profiles refused: {}",
-                       hosted::ProtocolErrorName(static_cast<hosted::ProtocolError>(status.error)));
+                       hv::ProtocolErrorName(static_cast<hv::ProtocolError>(status.error)));
     }
     std::vector<PublishedProfile> profiles;
     while (!rest.empty()) {
-      hosted::PublishedEntry entry;
+      hv::PublishedEntry entry;
       std::span<const std::byte> tail;
-      if (!hosted::Unpack(rest, &entry, &tail) || tail.size() < entry.bytes) {
+      if (!hv::Unpack(rest, &entry, &tail) || tail.size() < entry.bytes) {
         return MakeError(ErrorKind::kProtocol, "hvprof-hv sent a malformed list of published profiles");
       }
       profiles.push_back({entry.domain, entry.sequence,
@@ -225,28 +224,28 @@ class HostedLink final : public HypervisorLink {
     return profiles;
   }
 
-  Result<SimClock> SimQuery() override { return SimControl(hvpmu::hosted::SimCommand::kQuery, 0); }
+  Result<SimClock> SimQuery() override { return SimControl(hvprof::hv::SimCommand::kQuery, 0); }
   Result<SimClock> SimRunFor(uint64_t ns) override {
-    return SimControl(hvpmu::hosted::SimCommand::kRunFor, ns);
+    return SimControl(hvprof::hv::SimCommand::kRunFor, ns);
   }
   Result<std::string> GroundTruth(bool reset) override {
-    hosted::GroundTruthRequest request{reset ? 1u : 0u, 0};
-    return TextCall(MessageType::kGroundTruth, hosted::Pack(request));
+    hv::GroundTruthRequest request{reset ? 1u : 0u, 0};
+    return TextCall(MessageType::kGroundTruth, hv::Pack(request));
   }
 
  private:
-  Result<hosted::Message> Call(MessageType type, std::span<const std::byte> payload) {
+  Result<hv::Message> Call(MessageType type, std::span<const std::byte> payload) {
     const uint32_t sequence = ++sequence_;
-    HVPROF_TRYV(hosted::SendMessage(socket_.get(), static_cast<uint16_t>(type), sequence, payload));
-    HVPROF_TRY(reply, hosted::ReceiveMessage(socket_.get(), hosted::kMaxReplyPayload));
-    const auto kind = static_cast<MessageType>(reply.header.type & ~hosted::kReplyBit);
-    if (reply.header.sequence != sequence || (reply.header.type & hosted::kReplyBit) == 0) {
+    HVPROF_TRYV(hv::SendMessage(socket_.get(), static_cast<uint16_t>(type), sequence, payload));
+    HVPROF_TRY(reply, hv::ReceiveMessage(socket_.get(), hv::kMaxReplyPayload));
+    const auto kind = static_cast<MessageType>(reply.header.type & ~hv::kReplyBit);
+    if (reply.header.sequence != sequence || (reply.header.type & hv::kReplyBit) == 0) {
       return MakeError(ErrorKind::kProtocol, "hvprof-hv answered out of order");
     }
     if (kind == MessageType::kError) {
-      hosted::StatusReply status;
+      hv::StatusReply status;
       std::span<const std::byte> text;
-      hosted::Unpack(std::span<const std::byte>(reply.payload), &status, &text);
+      hv::Unpack(std::span<const std::byte>(reply.payload), &status, &text);
       return MakeError(ErrorKind::kProtocol, "hvprof-hv rejected the request: {}",
                        std::string_view(reinterpret_cast<const char*>(text.data()), text.size()));
     }
@@ -256,30 +255,30 @@ class HostedLink final : public HypervisorLink {
 
   Result<std::string> TextCall(MessageType type, std::span<const std::byte> payload) {
     HVPROF_TRY(reply, Call(type, payload));
-    hosted::StatusReply status;
+    hv::StatusReply status;
     std::span<const std::byte> text;
-    if (!hosted::Unpack(std::span<const std::byte>(reply.payload), &status, &text)) {
+    if (!hv::Unpack(std::span<const std::byte>(reply.payload), &status, &text)) {
       return MakeError(ErrorKind::kProtocol, "hvprof-hv sent a malformed reply");
     }
     std::string body(reinterpret_cast<const char*>(text.data()), text.size());
     if (status.error != 0) {
       return MakeError(ErrorKind::kPermissionDenied, "{}", body.empty()
-                           ? hosted::ProtocolErrorName(static_cast<hosted::ProtocolError>(status.error))
+                           ? hv::ProtocolErrorName(static_cast<hv::ProtocolError>(status.error))
                            : body);
     }
     return body;
   }
 
-  Result<SimClock> SimControl(hvpmu::hosted::SimCommand command, uint64_t argument) {
-    hosted::SimControlRequest request{static_cast<uint32_t>(command), 0, argument};
-    HVPROF_TRY(reply, Call(MessageType::kSimControl, hosted::Pack(request)));
-    hosted::SimControlReply answer;
-    if (!hosted::Unpack(std::span<const std::byte>(reply.payload), &answer)) {
+  Result<SimClock> SimControl(hvprof::hv::SimCommand command, uint64_t argument) {
+    hv::SimControlRequest request{static_cast<uint32_t>(command), 0, argument};
+    HVPROF_TRY(reply, Call(MessageType::kSimControl, hv::Pack(request)));
+    hv::SimControlReply answer;
+    if (!hv::Unpack(std::span<const std::byte>(reply.payload), &answer)) {
       return MakeError(ErrorKind::kProtocol, "hvprof-hv sent a malformed clock reply");
     }
     if (answer.error != 0) {
       return MakeError(ErrorKind::kPermissionDenied, "machine control refused: {}",
-                       hosted::ProtocolErrorName(static_cast<hosted::ProtocolError>(answer.error)));
+                       hv::ProtocolErrorName(static_cast<hv::ProtocolError>(answer.error)));
     }
     return SimClock{answer.sim_time_ns, answer.pmis, answer.halted != 0};
   }
@@ -323,7 +322,7 @@ Result<std::unique_ptr<HypervisorLink>> ConnectHosted(const std::string& socket_
 }
 
 Result<std::unique_ptr<HypervisorLink>> ConnectHostedDomain(const std::string& run_dir, hvpmu::DomainId domain) {
-  return ConnectHosted(hvpmu::hosted::DomainSocketPath(run_dir, domain));
+  return ConnectHosted(hvprof::hv::DomainSocketPath(run_dir, domain));
 }
 
 }  // namespace hvprof::agent

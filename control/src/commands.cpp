@@ -81,7 +81,7 @@ AgentProcess FindAgent(const store::SessionPaths& paths) {
   return agent;
 }
 
-Result<Outcome> StartDaemon(const SetupOptions& setup, const std::string& hvprofd_path) {
+Result<Outcome> StartDaemon(const setup::SetupOptions& setup, const std::string& hvprofd_path) {
   store::SessionPaths paths{setup.session_root};
   const AgentProcess existing = FindAgent(paths);
   if (existing.running) {
@@ -117,7 +117,7 @@ Result<Outcome> StartDaemon(const SetupOptions& setup, const std::string& hvprof
                        dom0_only, setup.domain, setup.platform == "xen" ? " (on xen also dom0's --event, to name them)" : "");
     }
   }
-  for (const std::string& event : setup.events) HVPROF_TRYV(ParseEventSpec(event));
+  for (const std::string& event : setup.events) HVPROF_TRYV(setup::ParseEventSpec(event));
   for (const std::string& passive : setup.passive_domains) {
     for (const std::string& active : setup.active_domains) {
       if (passive == active) {
@@ -128,10 +128,10 @@ Result<Outcome> StartDaemon(const SetupOptions& setup, const std::string& hvprof
       }
     }
   }
-  if (!setup.xen_image.empty()) HVPROF_TRYV(CheckImage(setup.xen_image, "hypervisor", std::nullopt));
-  if (!setup.vmlinux.empty()) HVPROF_TRYV(CheckImage(setup.vmlinux, "kernel", setup.domain));
+  if (!setup.xen_image.empty()) HVPROF_TRYV(setup::CheckImage(setup.xen_image, "hypervisor", std::nullopt));
+  if (!setup.vmlinux.empty()) HVPROF_TRYV(setup::CheckImage(setup.vmlinux, "kernel", setup.domain));
   for (const std::string& image : setup.passive_images) {
-    HVPROF_TRYV(CheckImage(image, "passive-kernel", std::nullopt));
+    HVPROF_TRYV(setup::CheckImage(image, "passive-kernel", std::nullopt));
   }
   HVPROF_TRYV(MakeDirectories(paths.samples_dir()));
   HVPROF_TRYV(WriteFileAtomically(paths.setup(), setup.ToJson().dump(1) + "\n"));

@@ -14,10 +14,12 @@
 
 #include "hvprof/agent/hypervisor_link.h"
 #include "hvprof/base/files.h"
-#include "hvpmu/hosted/protocol.h"
-#include "hvprof/report/format.h"
-#include "hvprof/report/profile.h"
-#include "hvprof/report/report.h"
+#include "hvprof/hv/protocol.h"
+#include "hvprof/report/writers/csv.h"
+#include "hvprof/report/writers/json.h"
+#include "hvprof/report/writers/text.h"
+#include "hvprof/report/load.h"
+#include "hvprof/report/views/table.h"
 
 namespace hvprof::control {
 
@@ -77,7 +79,7 @@ class OwnHypervisor {
       ::_exit(127);
     }
     own->pid_ = child;
-    const std::string socket = hvpmu::hosted::DomainSocketPath(pattern, 0);
+    const std::string socket = hvprof::hv::DomainSocketPath(pattern, 0);
     for (int i = 0; i < 1000; ++i) {
       if (std::filesystem::exists(socket)) return own;
       int status = 0;
@@ -130,7 +132,7 @@ struct RunResult {
 };
 
 Result<RunResult> Summarize(const std::string& session, uint32_t top, std::string* report_text) {
-  HVPROF_TRY(profile, report::Profile::Load(session, {}));
+  HVPROF_TRY(profile, report::LoadProfile(session, {}));
   report::ReportOptions options;
   options.view = report::View::kSymbol;
   HVPROF_TRY(table, report::BuildTable(profile, options));

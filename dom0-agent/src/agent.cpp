@@ -22,7 +22,7 @@ constexpr uint64_t kAssumedHz = 3'000'000'000;  // to size the poll timer from c
 
 }  // namespace
 
-Dom0Agent::Dom0Agent(control::SetupOptions setup, std::unique_ptr<agent::HypervisorLink> link)
+Dom0Agent::Dom0Agent(setup::SetupOptions setup, std::unique_ptr<agent::HypervisorLink> link)
     : AgentDaemon("dom0", store::SessionPaths{setup.session_root}, std::move(link)), setup_(std::move(setup)) {}
 
 std::string Dom0Agent::DomainLabel(uint16_t id) const {
@@ -32,7 +32,7 @@ std::string Dom0Agent::DomainLabel(uint16_t id) const {
   return id == hvpmu::kDomainIdle ? "idle" : std::to_string(id);
 }
 
-Result<std::unique_ptr<Dom0Agent>> Dom0Agent::Create(const control::SetupOptions& setup,
+Result<std::unique_ptr<Dom0Agent>> Dom0Agent::Create(const setup::SetupOptions& setup,
                                                      const std::string& hvprof_version,
                                                      std::unique_ptr<agent::HypervisorLink> link) {
   if (link->platform_name() != setup.platform) {
@@ -159,15 +159,15 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
   if (table == nullptr) {
     return MakeError(ErrorKind::kUnsupported, "no event table for CPU type {}", init.cpu_type);
   }
-  HVPROF_TRY(events, control::ResolveEventOptions(setup_.events, *table, init));
+  HVPROF_TRY(events, setup::ResolveEventOptions(setup_.events, *table, init));
   events_ = std::move(events);
 
   // Which domains, by id or name.
   HVPROF_TRY(domain_text, link_->Domains());
-  HVPROF_TRY(domains, control::ParseDomainList(domain_text));
+  HVPROF_TRY(domains, setup::ParseDomainList(domain_text));
   domains_ = std::move(domains);
-  HVPROF_TRY(active, control::ResolveDomains(setup_.active_domains, domains_, "active-domains"));
-  HVPROF_TRY(passive, control::ResolveDomains(setup_.passive_domains, domains_, "passive-domains"));
+  HVPROF_TRY(active, setup::ResolveDomains(setup_.active_domains, domains_, "active-domains"));
+  HVPROF_TRY(passive, setup::ResolveDomains(setup_.passive_domains, domains_, "passive-domains"));
   for (uint16_t id : passive) {
     if (id == 0) {
       return MakeError(ErrorKind::kInvalidArgument, "--passive-domains: dom0 is always active");
@@ -198,7 +198,7 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
                      "mode, domain 0 is the host's processes, and KVM guests are passive domains");
   }
   if (!xen.empty()) {
-    HVPROF_TRY(image, control::CheckImage(xen, "hypervisor", std::nullopt));
+    HVPROF_TRY(image, setup::CheckImage(xen, "hypervisor", std::nullopt));
     images_.push_back(image);
   } else {
     notes_.push_back("no hypervisor image (--xen): hypervisor samples stay unresolved");
@@ -206,7 +206,7 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
   if (!setup_.no_vmlinux) {
     std::string kernel = setup_.vmlinux;
     if (kernel.empty()) kernel = context.value("kernel", "/proc/kallsyms");
-    HVPROF_TRY(image, control::CheckImage(kernel, "kernel", uint16_t{0}));
+    HVPROF_TRY(image, setup::CheckImage(kernel, "kernel", uint16_t{0}));
     images_.push_back(image);
   }
   for (size_t i = 0; i < passive_.size(); ++i) {
@@ -223,7 +223,7 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
                                    DomainLabel(passive_[i])));
       continue;
     }
-    HVPROF_TRY(image, control::CheckImage(kernel, "passive-kernel", passive_[i]));
+    HVPROF_TRY(image, setup::CheckImage(kernel, "passive-kernel", passive_[i]));
     images_.push_back(image);
   }
 
@@ -232,7 +232,7 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
 
   // The session.
   store::SessionMetadata m = NewMetadata(init, hvprof_version);
-  for (const auto& event : events_) m.events.push_back(control::ToEventRecord(event));
+  for (const auto& event : events_) m.events.push_back(setup::ToEventRecord(event));
   for (uint16_t id : active_) {
     store::DomainRecord record;
     record.id = id;
@@ -316,7 +316,7 @@ Result<void> Dom0Agent::SetUp() {
   }
   HVPROF_TRYV(Op(legacy::kOpReserveCounters, {}));
   std::array<uint64_t, 8> periods{};
-  for (const control::ResolvedEvent& event : events_) {
+  for (const setup::ResolvedEvent& event : events_) {
     legacy::Counter counter{};
     counter.ind = event.counter;
     counter.count = event.count;

@@ -5,7 +5,7 @@
 
 #include "hvprof/base/files.h"
 #include "hvprof/base/log.h"
-#include "hvprof/report/profile.h"
+#include "hvprof/report/load.h"
 #include "hvprof/report/published.h"
 #include "hvpmu/events.h"
 
@@ -26,12 +26,12 @@ const hvpmu::DomainStatus* FindDomain(const hvpmu::Status& status, hvpmu::Domain
 
 }  // namespace
 
-GuestAgent::GuestAgent(control::SetupOptions setup, std::string version, std::unique_ptr<agent::HypervisorLink> link)
+GuestAgent::GuestAgent(setup::SetupOptions setup, std::string version, std::unique_ptr<agent::HypervisorLink> link)
     : AgentDaemon("guest", store::SessionPaths{setup.session_root}, std::move(link)),
       setup_(std::move(setup)),
       version_(std::move(version)) {}
 
-Result<std::unique_ptr<GuestAgent>> GuestAgent::Create(const control::SetupOptions& setup,
+Result<std::unique_ptr<GuestAgent>> GuestAgent::Create(const setup::SetupOptions& setup,
                                                        const std::string& hvprof_version,
                                                        std::unique_ptr<agent::HypervisorLink> link) {
   if (setup.platform == "linux") {
@@ -48,8 +48,8 @@ Result<std::unique_ptr<GuestAgent>> GuestAgent::Create(const control::SetupOptio
   }
   std::unique_ptr<GuestAgent> agent(new GuestAgent(setup, hvprof_version, std::move(link)));
   if (auto domains = agent->link_->Domains(); domains) {
-    if (auto list = control::ParseDomainList(domains.value()); list) {
-      for (const control::DomainInfo& domain : list.value()) {
+    if (auto list = setup::ParseDomainList(domains.value()); list) {
+      for (const setup::DomainInfo& domain : list.value()) {
         if (domain.id == setup.domain) agent->name_ = domain.name;
       }
     }
@@ -130,8 +130,8 @@ Result<std::vector<store::EventRecord>> GuestAgent::EventsFromSetup(const hvpmu:
   std::vector<store::EventRecord> events;
   const hvpmu::CpuEventTable* table = hvpmu::FindEventTable(init.cpu_type);
   if (setup_.events.empty() || table == nullptr) return events;
-  HVPROF_TRY(resolved, control::ResolveEventOptions(setup_.events, *table, init));
-  for (const control::ResolvedEvent& event : resolved) events.push_back(control::ToEventRecord(event));
+  HVPROF_TRY(resolved, setup::ResolveEventOptions(setup_.events, *table, init));
+  for (const setup::ResolvedEvent& event : resolved) events.push_back(setup::ToEventRecord(event));
   return events;
 }
 
@@ -159,7 +159,7 @@ Result<store::SessionMetadata> GuestAgent::SessionDescription(const hvpmu::InitV
   if (!setup_.no_vmlinux) {
     std::string kernel = setup_.vmlinux;
     if (kernel.empty()) kernel = context.value("kernel", std::string("/proc/kallsyms"));
-    HVPROF_TRY(image, control::CheckImage(kernel, "kernel", setup_.domain));
+    HVPROF_TRY(image, setup::CheckImage(kernel, "kernel", setup_.domain));
     m.images.push_back(image);
   }
   m.notes.push_back("hypervisor samples are this domain's time in the hypervisor; a guest has no xen-syms, "
@@ -328,7 +328,7 @@ Result<Json> GuestAgent::Publish() {
   HVPROF_TRYV(Dump());
   // The profile as this domain alone can symbolize it; hypervisor addresses stay raw for dom0.
   report::LoadOptions options;
-  HVPROF_TRY(profile, report::Profile::Load(session_->directory(), options));
+  HVPROF_TRY(profile, report::LoadProfile(session_->directory(), options));
   const report::PublishedProfile published = report::BuildPublished(profile);
   const std::string text = report::SerializePublished(published);
   if (link_->legacy_only()) {

@@ -7,7 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "hvprof/report/profile.h"
+#include "hvprof/base/json_fields.h"
+
+#include "hvprof/report/model.h"
 
 namespace hvprof::report {
 
@@ -15,89 +17,22 @@ using Json = nlohmann::json;
 
 namespace {
 
-constexpr size_t kMaxText = 4096;  // names and paths
-
 std::string Hex(uint64_t value) { return fmt::format("{:#x}", value); }
 
-// Reads fields of one JSON object without exceptions; the first problem is kept with its path.
-class Reader {
- public:
-  Reader(const Json& object, std::string path) : object_(object), path_(std::move(path)) {}
-
-  bool ok() const { return error_.empty(); }
-  const std::string& error() const { return error_; }
-
-  const Json* Field(const char* key) {
-    if (!ok()) return nullptr;
-    if (!object_.is_object()) return Fail("", "is not an object");
-    auto it = object_.find(key);
-    if (it == object_.end()) return Fail(key, "is missing");
-    return &*it;
+// A guest's list of per-event counts: one whole number per event, each saturating nowhere: a
+// count above the samples the profile claims in total is caught by the total check.
+Result<std::vector<uint64_t>> Counts(const json::Node& row, size_t events) {
+  HVPROF_TRY(samples, row.Member("samples"));
+  HVPROF_TRY(list, samples.Elements(kMaxPublishedEvents));
+  if (list.size() != events) return samples.Fail("has {} counts for {} events", list.size(), events);
+  std::vector<uint64_t> counts;
+  counts.reserve(list.size());
+  for (const json::Node& count : list) {
+    HVPROF_TRY(value, count.As<uint64_t>());
+    counts.push_back(value);
   }
-  uint64_t Unsigned(const char* key, uint64_t max = UINT64_MAX) {
-    const Json* value = Field(key);
-    if (value == nullptr) return 0;
-    if (!value->is_number_unsigned()) return Fail(key, "is not a whole number"), 0;
-    const auto number = value->get<uint64_t>();
-    if (number > max) return Fail(key, fmt::format("is above {}", max)), 0;
-    return number;
-  }
-  uint64_t HexNumber(const char* key) {
-    const std::string text = String(key);
-    if (!ok()) return 0;
-    char* end = nullptr;
-    const uint64_t value = std::strtoull(text.c_str(), &end, 16);
-    if (text.size() < 3 || text.compare(0, 2, "0x") != 0 || end == nullptr || *end != '\0') {
-      return Fail(key, "is not a hex number like \"0x1f\""), 0;
-    }
-    return value;
-  }
-  std::string String(const char* key) {
-    const Json* value = Field(key);
-    if (value == nullptr) return {};
-    if (!value->is_string()) return Fail(key, "is not a string"), std::string();
-    const auto& text = value->get_ref<const std::string&>();
-    if (text.size() > kMaxText) return Fail(key, "is too long"), std::string();
-    return text;
-  }
-  bool Bool(const char* key) {
-    const Json* value = Field(key);
-    if (value == nullptr) return false;
-    if (!value->is_boolean()) return Fail(key, "is not true or false"), false;
-    return value->get<bool>();
-  }
-  const Json* Array(const char* key, size_t max) {
-    const Json* value = Field(key);
-    if (value == nullptr) return nullptr;
-    if (!value->is_array()) return Fail(key, "is not an array");
-    if (value->size() > max) return Fail(key, fmt::format("has more than {} entries", max));
-    return value;
-  }
-  std::vector<uint64_t> Counts(const char* key, size_t expected) {
-    const Json* list = Array(key, kMaxPublishedEvents);
-    std::vector<uint64_t> counts;
-    if (list == nullptr) return counts;
-    if (list->size() != expected) return Fail(key, fmt::format("has {} counts for {} events", list->size(), expected)), counts;
-    for (const Json& value : *list) {
-      if (!value.is_number_unsigned()) return Fail(key, "holds something that is not a count"), counts;
-      counts.push_back(value.get<uint64_t>());
-    }
-    return counts;
-  }
-  void Adopt(const Reader& child) {
-    if (ok() && !child.ok()) error_ = child.error_;
-  }
-
- private:
-  std::nullptr_t Fail(const std::string& key, const std::string& what) {
-    if (ok()) error_ = fmt::format("{}{}{} {}", path_, key.empty() ? "" : ".", key, what);
-    return nullptr;
-  }
-
-  const Json& object_;
-  std::string path_;
-  std::string error_;
-};
+  return counts;
+}
 
 }  // namespace
 
@@ -181,80 +116,92 @@ std::string SerializePublished(const PublishedProfile& p) {
 
 Result<PublishedProfile> ParsePublished(std::string_view text, uint16_t expected_domain) {
   const std::string origin = fmt::format("the profile domain {} published", expected_domain);
-  const Json root = Json::parse(text, nullptr, false);
-  if (root.is_discarded() || !root.is_object()) {
-    return MakeError(ErrorKind::kCorrupt, "{} is not JSON", origin);
+  HVPROF_TRY(root, json::Node::Parse(text, origin, ErrorKind::kCorrupt));
+  if (!root.IsObject()) return root.Fail("expected a JSON object, got {}", root.Describe());
+  HVPROF_TRY(format, root.Get<std::string>("format"));
+  if (format != "hvprof-published") {
+    return MakeError(ErrorKind::kCorrupt, "{} is not an hvprof published profile (format '{}')", origin, format);
   }
-  Reader r(root, "profile");
-  if (r.String("format") != "hvprof-published" && r.ok()) {
-    return MakeError(ErrorKind::kCorrupt, "{} is not an hvprof published profile", origin);
-  }
-  if (r.Unsigned("version") != kPublishedVersion && r.ok()) {
+  HVPROF_TRY(version_node, root.Member("version"));
+  if (!version_node.value().is_number_unsigned() || version_node.value().get<uint64_t>() != kPublishedVersion) {
     return MakeError(ErrorKind::kUnsupported, "{} has format version {}; this hvprof reads version {}", origin,
-                     root["version"].dump(), kPublishedVersion);
+                     version_node.value().dump(), kPublishedVersion);
   }
   PublishedProfile p;
-  p.domain = static_cast<uint16_t>(r.Unsigned("domain", 0x7FEF));
-  p.name = r.String("name");
-  p.session_id = r.String("session_id");
-  p.hvprof_version = r.String("hvprof_version");
-  p.cpu_type = r.String("cpu_type");
-  p.published_ns = r.Unsigned("published_ns");
-  p.samples = r.Unsigned("samples");
-  if (const Json* losses = r.Field("losses")) {
-    Reader l(*losses, "profile.losses");
-    p.losses.ring_full = l.Unsigned("ring_full");
-    p.losses.corrupt_index = l.Unsigned("corrupt_index");
-    p.losses.no_ring = l.Unsigned("no_ring");
-    p.losses.malformed_records = l.Unsigned("malformed_records");
-    p.losses.store_failed = l.Unsigned("store_failed");
-    r.Adopt(l);
+  HVPROF_TRY(domain_node, root.Member("domain"));
+  HVPROF_TRY(domain, domain_node.Unsigned());
+  if (domain > 0x7FEF) return domain_node.Fail("expected a domain id from 0 to 32751, got {}", domain);
+  p.domain = static_cast<uint16_t>(domain);
+  HVPROF_TRY(name, root.Get<std::string>("name"));
+  HVPROF_TRY(session_id, root.Get<std::string>("session_id"));
+  HVPROF_TRY(hvprof_version, root.Get<std::string>("hvprof_version"));
+  HVPROF_TRY(cpu_type, root.Get<std::string>("cpu_type"));
+  HVPROF_TRY(published_ns, root.Get<uint64_t>("published_ns"));
+  HVPROF_TRY(samples, root.Get<uint64_t>("samples"));
+  p.name = name;
+  p.session_id = session_id;
+  p.hvprof_version = hvprof_version;
+  p.cpu_type = cpu_type;
+  p.published_ns = published_ns;
+  p.samples = samples;
+  HVPROF_TRY(losses, root.Member("losses"));
+  HVPROF_TRY(ring_full, losses.Get<uint64_t>("ring_full"));
+  HVPROF_TRY(corrupt_index, losses.Get<uint64_t>("corrupt_index"));
+  HVPROF_TRY(no_ring, losses.Get<uint64_t>("no_ring"));
+  HVPROF_TRY(malformed_records, losses.Get<uint64_t>("malformed_records"));
+  HVPROF_TRY(store_failed, losses.Get<uint64_t>("store_failed"));
+  p.losses.ring_full = ring_full;
+  p.losses.corrupt_index = corrupt_index;
+  p.losses.no_ring = no_ring;
+  p.losses.malformed_records = malformed_records;
+  p.losses.store_failed = store_failed;
+  HVPROF_TRY(events, root.Array("events", kMaxPublishedEvents));
+  for (const json::Node& e : events) {
+    PublishedEvent event;
+    HVPROF_TRY(counter_node, e.Member("counter"));
+    HVPROF_TRY(counter, counter_node.Unsigned(0, 255));
+    HVPROF_TRY(event_name, e.Get<std::string>("name"));
+    HVPROF_TRY(count, e.Get<uint64_t>("count"));
+    event.counter = static_cast<uint32_t>(counter);
+    event.name = event_name;
+    event.count = count;
+    p.events.push_back(std::move(event));
   }
-  if (const Json* events = r.Array("events", kMaxPublishedEvents)) {
-    for (size_t i = 0; i < events->size() && r.ok(); ++i) {
-      Reader e((*events)[i], fmt::format("profile.events[{}]", i));
-      PublishedEvent event;
-      event.counter = static_cast<uint32_t>(e.Unsigned("counter", 255));
-      event.name = e.String("name");
-      event.count = e.Unsigned("count");
-      r.Adopt(e);
-      p.events.push_back(std::move(event));
-    }
-  }
-  if (r.ok() && p.events.empty()) return MakeError(ErrorKind::kCorrupt, "{} counts no events", origin);
+  if (p.events.empty()) return MakeError(ErrorKind::kCorrupt, "{} counts no events", origin);
   const size_t nevents = p.events.size();
   uint64_t total = 0;
-  if (const Json* symbols = r.Array("symbols", kMaxPublishedRows)) {
-    for (size_t i = 0; i < symbols->size() && r.ok(); ++i) {
-      Reader s((*symbols)[i], fmt::format("profile.symbols[{}]", i));
-      PublishedSymbol symbol;
-      const std::string mode = s.String("mode");
-      if (s.ok() && mode != "user" && mode != "kernel") {
-        return MakeError(ErrorKind::kCorrupt, "{}: symbols[{}].mode is '{}', not user or kernel", origin, i, mode);
-      }
-      symbol.mode = mode == "kernel" ? 1 : 0;
-      symbol.image = s.String("image");
-      symbol.symbol = s.String("symbol");
-      symbol.address = s.HexNumber("address");
-      symbol.resolved = s.Bool("resolved");
-      symbol.samples = s.Counts("samples", nevents);
-      r.Adopt(s);
-      for (uint64_t count : symbol.samples) total += count;
-      p.symbols.push_back(std::move(symbol));
-    }
+  HVPROF_TRY(symbols, root.Array("symbols", kMaxPublishedRows));
+  for (const json::Node& s : symbols) {
+    PublishedSymbol symbol;
+    HVPROF_TRY(mode_node, s.Member("mode"));
+    HVPROF_TRY(mode, mode_node.String());
+    if (mode != "user" && mode != "kernel") return mode_node.Fail("expected \"user\" or \"kernel\", got '{}'", mode);
+    symbol.mode = mode == "kernel" ? 1 : 0;
+    HVPROF_TRY(image, s.Get<std::string>("image"));
+    HVPROF_TRY(symbol_name, s.Get<std::string>("symbol"));
+    HVPROF_TRY(address_node, s.Member("address"));
+    HVPROF_TRY(address, address_node.Hex());
+    HVPROF_TRY(resolved, s.Get<bool>("resolved"));
+    HVPROF_TRY(counts, Counts(s, nevents));
+    symbol.image = image;
+    symbol.symbol = symbol_name;
+    symbol.address = address;
+    symbol.resolved = resolved;
+    symbol.samples = std::move(counts);
+    for (uint64_t count : symbol.samples) total += count;
+    p.symbols.push_back(std::move(symbol));
   }
-  if (const Json* addresses = r.Array("hypervisor", kMaxPublishedRows)) {
-    for (size_t i = 0; i < addresses->size() && r.ok(); ++i) {
-      Reader a((*addresses)[i], fmt::format("profile.hypervisor[{}]", i));
-      PublishedAddress address;
-      address.ip = a.HexNumber("ip");
-      address.samples = a.Counts("samples", nevents);
-      r.Adopt(a);
-      for (uint64_t count : address.samples) total += count;
-      p.hypervisor.push_back(std::move(address));
-    }
+  HVPROF_TRY(addresses, root.Array("hypervisor", kMaxPublishedRows));
+  for (const json::Node& a : addresses) {
+    PublishedAddress address;
+    HVPROF_TRY(ip_node, a.Member("ip"));
+    HVPROF_TRY(ip, ip_node.Hex());
+    HVPROF_TRY(counts, Counts(a, nevents));
+    address.ip = ip;
+    address.samples = std::move(counts);
+    for (uint64_t count : address.samples) total += count;
+    p.hypervisor.push_back(std::move(address));
   }
-  if (!r.ok()) return MakeError(ErrorKind::kCorrupt, "{} is damaged: {}", origin, r.error());
   if (p.domain != expected_domain) {
     return MakeError(ErrorKind::kPermissionDenied, "{} claims to be domain {}'s; it is not used", origin, p.domain);
   }

@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hvprof/base/json_fields.h"
+
 #include "address_counter.h"
 #include "hvprof/base/files.h"
 
@@ -25,68 +27,6 @@ using Json = nlohmann::json;
 namespace {
 
 std::string Hex(uint64_t value) { return fmt::format("{:#x}", value); }
-
-// Reads JSON fields with errors that name the field.
-class Fields {
- public:
-  Fields(const Json& object, std::string path) : object_(object), path_(std::move(path)) {}
-
-  template <typename T>
-  Result<T> Get(const char* key) const {
-    if (!object_.is_object() || !object_.contains(key)) {
-      return MakeError(ErrorKind::kCorrupt, "{}: missing '{}'", path_, key);
-    }
-    const Json& value = object_.at(key);
-    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-      // get<T>() on a float or an out-of-range integer is undefined behaviour in nlohmann.
-      if (!value.is_number_integer() || (std::is_unsigned_v<T> && !value.is_number_unsigned())) {
-        return MakeError(ErrorKind::kCorrupt, "{}.{}: not a whole number", path_, key);
-      }
-      if (value.is_number_unsigned()) {
-        if (value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<T>::max())) {
-          return MakeError(ErrorKind::kCorrupt, "{}.{}: {} is out of range", path_, key, value.dump());
-        }
-      } else {
-        const int64_t number = value.get<int64_t>();
-        if (number < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
-            (number > 0 && static_cast<uint64_t>(number) > static_cast<uint64_t>(std::numeric_limits<T>::max()))) {
-          return MakeError(ErrorKind::kCorrupt, "{}.{}: {} is out of range", path_, key, value.dump());
-        }
-      }
-    }
-    try {
-      return value.get<T>();
-    } catch (const Json::exception&) {
-      return MakeError(ErrorKind::kCorrupt, "{}.{}: wrong type", path_, key);
-    }
-  }
-  template <typename T>
-  Result<T> Get(const char* key, T fallback) const {
-    if (!object_.is_object() || !object_.contains(key)) return fallback;
-    return Get<T>(key);
-  }
-  Result<uint64_t> Address(const char* key) const {
-    HVPROF_TRY(text, Get<std::string>(key, "0x0"));
-    char* end = nullptr;
-    const uint64_t value = std::strtoull(text.c_str(), &end, 16);
-    if (end == text.c_str() || *end != '\0') {
-      return MakeError(ErrorKind::kCorrupt, "{}.{}: '{}' is not a hex number", path_, key, text);
-    }
-    return value;
-  }
-  Result<Fields> Child(const char* key) const {
-    if (!object_.is_object() || !object_.contains(key)) {
-      return MakeError(ErrorKind::kCorrupt, "{}: missing '{}'", path_, key);
-    }
-    return Fields(object_.at(key), path_ + "." + key);
-  }
-  const Json& json() const { return object_; }
-  const std::string& path() const { return path_; }
-
- private:
-  const Json& object_;
-  std::string path_;
-};
 
 Json MappingJson(const MappingRecord& mapping) {
   return {{"path", mapping.path}, {"start", Hex(mapping.start)}, {"end", Hex(mapping.end)},
@@ -169,67 +109,63 @@ std::string SerializeMetadata(const SessionMetadata& m) {
 }
 
 Result<SessionMetadata> ParseMetadata(std::string_view text, std::string_view origin) {
-  Json root = Json::parse(text.begin(), text.end(), nullptr, false);
-  if (root.is_discarded()) {
-    return MakeError(ErrorKind::kCorrupt, "{}: not valid JSON (the file is damaged)", origin);
-  }
-  const std::string top(origin);
-  Fields f(root, top);
+  // Bounds on lists: far above any real host, low enough that a damaged file cannot make the
+  // reader allocate without end.
+  constexpr size_t kMaxList = 1u << 20;
+  HVPROF_TRY(root, json::Node::Parse(text, std::string(origin), ErrorKind::kCorrupt));
+  if (!root.IsObject()) return root.Fail("not an hvprof session (expected a JSON object)");
   SessionMetadata m;
-  HVPROF_TRY(format, f.Get<std::string>("format"));
+  HVPROF_TRY(format, root.Get<std::string>("format"));
   if (format != "hvprof-session") {
     return MakeError(ErrorKind::kCorrupt, "{}: not an hvprof session (format '{}')", origin, format);
   }
-  HVPROF_TRY(version, f.Get<int>("version"));
+  HVPROF_TRY(version, root.Get<int>("version"));
   if (version != kSessionFormatVersion) {
     return MakeError(ErrorKind::kUnsupported,
                      "{}: session format version {}; this hvprof reads version {}", origin, version,
                      kSessionFormatVersion);
   }
   m.version = version;
-  HVPROF_TRY(session_id, f.Get<std::string>("session_id"));
+  HVPROF_TRY(session_id, root.Get<std::string>("session_id"));
   m.session_id = session_id;
-  HVPROF_TRY(hvprof_version, f.Get<std::string>("hvprof_version", ""));
+  HVPROF_TRY(hvprof_version, root.Get("hvprof_version", ""));
   m.hvprof_version = hvprof_version;
-  HVPROF_TRY(platform, f.Get<std::string>("platform"));
+  HVPROF_TRY(platform, root.Get<std::string>("platform"));
   m.platform = platform;
-  HVPROF_TRY(machine, f.Get<std::string>("machine", ""));
+  HVPROF_TRY(machine, root.Get("machine", ""));
   m.machine = machine;
-  HVPROF_TRY(cpu_type, f.Get<std::string>("cpu_type"));
+  HVPROF_TRY(cpu_type, root.Get<std::string>("cpu_type"));
   m.cpu_type = cpu_type;
-  HVPROF_TRY(num_cpus, f.Get<uint32_t>("num_cpus", 0));
+  HVPROF_TRY(num_cpus, root.Get<uint32_t>("num_cpus", 0));
   m.num_cpus = num_cpus;
-  HVPROF_TRY(num_counters, f.Get<uint32_t>("num_counters", 0));
+  HVPROF_TRY(num_counters, root.Get<uint32_t>("num_counters", 0));
   m.num_counters = num_counters;
-  HVPROF_TRY(role, f.Get<std::string>("role", "dom0"));
+  HVPROF_TRY(role, root.Get("role", "dom0"));
   m.role = role;
-  HVPROF_TRY(agent_domain, f.Get<uint16_t>("agent_domain", 0));
+  HVPROF_TRY(agent_domain, root.Get<uint16_t>("agent_domain", 0));
   m.agent_domain = agent_domain;
-  HVPROF_TRY(created, f.Get<uint64_t>("created_ns", 0));
+  HVPROF_TRY(created, root.Get<uint64_t>("created_ns", 0));
   m.created_ns = created;
-  if (root.contains("profiling")) {
-    for (size_t i = 0; i < root["profiling"].size(); ++i) {
-      Fields interval(root["profiling"][i], fmt::format("{}.profiling[{}]", top, i));
-      HVPROF_TRY(start, interval.Get<uint64_t>("start_ns"));
-      HVPROF_TRY(stop, interval.Get<uint64_t>("stop_ns", 0));
-      m.profiling.push_back({start, stop});
-    }
+  HVPROF_TRY(intervals, root.OptionalArray("profiling", kMaxList));
+  for (const json::Node& interval : intervals) {
+    HVPROF_TRY(start, interval.Get<uint64_t>("start_ns"));
+    HVPROF_TRY(stop, interval.Get<uint64_t>("stop_ns", 0));
+    m.profiling.push_back({start, stop});
   }
-  HVPROF_TRY(events, f.Get<Json>("events"));
-  for (size_t i = 0; i < events.size(); ++i) {
-    Fields e(events[i], fmt::format("{}.events[{}]", top, i));
+  HVPROF_TRY(events, root.Array("events", 64));
+  for (const json::Node& e : events) {
     EventRecord event;
-    HVPROF_TRY(counter, e.Get<uint32_t>("counter"));
+    HVPROF_TRY(counter_node, e.Member("counter"));
+    HVPROF_TRY(counter, counter_node.Unsigned(0, 31));
     HVPROF_TRY(name, e.Get<std::string>("name"));
-    HVPROF_TRY(code, e.Address("code"));
-    HVPROF_TRY(unit_mask, e.Address("unit_mask"));
-    HVPROF_TRY(unit_mask_name, e.Get<std::string>("unit_mask_name", ""));
+    HVPROF_TRY(code, e.GetAddress("code", 0));
+    HVPROF_TRY(unit_mask, e.GetAddress("unit_mask", 0));
+    HVPROF_TRY(unit_mask_name, e.Get("unit_mask_name", ""));
     HVPROF_TRY(count, e.Get<uint64_t>("count"));
     HVPROF_TRY(kernel, e.Get<bool>("kernel", true));
     HVPROF_TRY(user, e.Get<bool>("user", true));
-    if (code > 0xFFFF || unit_mask > 0xFF || counter > 31) {
-      return MakeError(ErrorKind::kCorrupt, "{}: event code, unit mask or counter out of range", e.path());
-    }
+    if (code > 0xFFFF) return e.Checked("code").Fail("expected an event code up to 0xffff, got {:#x}", code);
+    if (unit_mask > 0xFF) return e.Checked("unit_mask").Fail("expected a unit mask up to 0xff, got {:#x}", unit_mask);
     event.counter = counter;
     event.name = name;
     event.code = static_cast<uint16_t>(code);
@@ -240,91 +176,83 @@ Result<SessionMetadata> ParseMetadata(std::string_view text, std::string_view or
     event.user = user;
     m.events.push_back(event);
   }
-  HVPROF_TRY(domains, f.Get<Json>("domains"));
-  for (size_t i = 0; i < domains.size(); ++i) {
-    Fields d(domains[i], fmt::format("{}.domains[{}]", top, i));
+  HVPROF_TRY(domains, root.Array("domains", kMaxList));
+  for (const json::Node& d : domains) {
     DomainRecord domain;
     HVPROF_TRY(id, d.Get<uint16_t>("id"));
-    HVPROF_TRY(name, d.Get<std::string>("name", ""));
+    HVPROF_TRY(name, d.Get("name", ""));
     HVPROF_TRY(domain_role, d.Get<std::string>("role"));
     HVPROF_TRY(vcpus, d.Get<uint16_t>("vcpus", 0));
     domain.id = id;
     domain.name = name;
     domain.role = domain_role;
     domain.vcpus = vcpus;
-    if (domains[i].contains("processes")) {
-      const Json& processes = domains[i]["processes"];
-      for (size_t p = 0; p < processes.size(); ++p) {
-        Fields pf(processes[p], fmt::format("{}.processes[{}]", d.path(), p));
-        ProcessRecord process;
-        HVPROF_TRY(pid, pf.Get<uint32_t>("pid"));
-        HVPROF_TRY(comm, pf.Get<std::string>("comm", ""));
-        process.pid = pid;
-        process.comm = comm;
-        HVPROF_TRY(mappings, pf.Get<Json>("mappings", Json::array()));
-        for (size_t k = 0; k < mappings.size(); ++k) {
-          Fields mf(mappings[k], fmt::format("{}.mappings[{}]", pf.path(), k));
-          MappingRecord mapping;
-          HVPROF_TRY(path, mf.Get<std::string>("path"));
-          HVPROF_TRY(start, mf.Address("start"));
-          HVPROF_TRY(end, mf.Address("end"));
-          HVPROF_TRY(bias, mf.Address("bias"));
-          HVPROF_TRY(build_id, mf.Get<std::string>("build_id", ""));
-          mapping.path = path;
-          mapping.start = start;
-          mapping.end = end;
-          mapping.bias = bias;
-          mapping.build_id = build_id;
-          process.mappings.push_back(mapping);
-        }
-        domain.processes.push_back(std::move(process));
+    HVPROF_TRY(processes, d.OptionalArray("processes", kMaxList));
+    for (const json::Node& pf : processes) {
+      ProcessRecord process;
+      HVPROF_TRY(pid, pf.Get<uint32_t>("pid"));
+      HVPROF_TRY(comm, pf.Get("comm", ""));
+      process.pid = pid;
+      process.comm = comm;
+      HVPROF_TRY(mappings, pf.OptionalArray("mappings", kMaxList));
+      for (const json::Node& mf : mappings) {
+        MappingRecord mapping;
+        HVPROF_TRY(path, mf.Get<std::string>("path"));
+        HVPROF_TRY(start_address, mf.GetAddress("start", 0));
+        HVPROF_TRY(end_address, mf.GetAddress("end", 0));
+        HVPROF_TRY(bias_address, mf.GetAddress("bias", 0));
+        HVPROF_TRY(build_id, mf.Get("build_id", ""));
+        mapping.path = path;
+        mapping.start = start_address;
+        mapping.end = end_address;
+        mapping.bias = bias_address;
+        mapping.build_id = build_id;
+        process.mappings.push_back(mapping);
       }
+      domain.processes.push_back(std::move(process));
     }
     m.domains.push_back(std::move(domain));
   }
-  HVPROF_TRY(images, f.Get<Json>("images", Json::array()));
-  for (size_t i = 0; i < images.size(); ++i) {
-    Fields im(images[i], fmt::format("{}.images[{}]", top, i));
+  HVPROF_TRY(images, root.OptionalArray("images", kMaxList));
+  for (const json::Node& im : images) {
     ImageRecord image;
     HVPROF_TRY(image_role, im.Get<std::string>("role"));
     HVPROF_TRY(path, im.Get<std::string>("path"));
-    HVPROF_TRY(image_format, im.Get<std::string>("format", "elf"));
-    HVPROF_TRY(build_id, im.Get<std::string>("build_id", ""));
-    HVPROF_TRY(bias, im.Address("bias"));
+    HVPROF_TRY(image_format, im.Get("format", "elf"));
+    HVPROF_TRY(build_id, im.Get("build_id", ""));
+    HVPROF_TRY(bias, im.GetAddress("bias", 0));
     image.role = image_role;
     image.path = path;
     image.format = image_format;
     image.build_id = build_id;
     image.bias = bias;
-    if (images[i].contains("domain")) {
+    if (im.Has("domain")) {
       HVPROF_TRY(domain, im.Get<uint16_t>("domain"));
       image.domain = domain;
     }
     m.images.push_back(image);
   }
-  if (root.contains("buffers")) {
-    Fields b(root["buffers"], top + ".buffers");
-    HVPROF_TRY(ring_format, b.Get<std::string>("format", ""));
-    HVPROF_TRY(capacity, b.Get<uint32_t>("capacity", 0));
-    HVPROF_TRY(watermark, b.Get<uint32_t>("watermark", 0));
-    HVPROF_TRY(poll, b.Get<uint32_t>("poll_interval_ms", 0));
+  if (const auto b = root.OptionalMember("buffers")) {
+    HVPROF_TRY(ring_format, b->Get("format", ""));
+    HVPROF_TRY(capacity, b->Get<uint32_t>("capacity", 0));
+    HVPROF_TRY(watermark, b->Get<uint32_t>("watermark", 0));
+    HVPROF_TRY(poll, b->Get<uint32_t>("poll_interval_ms", 0));
     m.ring_format = ring_format;
     m.ring_capacity = capacity;
     m.ring_watermark = watermark;
     m.poll_interval_ms = poll;
   }
-  HVPROF_TRY(depth, f.Get<uint32_t>("backtrace_depth", 0));
+  HVPROF_TRY(depth, root.Get<uint32_t>("backtrace_depth", 0));
   m.backtrace_depth = depth;
-  HVPROF_TRY(rings, f.Get<Json>("rings", Json::array()));
-  for (size_t i = 0; i < rings.size(); ++i) {
-    Fields r(rings[i], fmt::format("{}.rings[{}]", top, i));
+  HVPROF_TRY(rings, root.OptionalArray("rings", kMaxList));
+  for (const json::Node& r : rings) {
     RingRecord ring;
     HVPROF_TRY(owner, r.Get<uint16_t>("owner"));
     HVPROF_TRY(index, r.Get<uint32_t>("index"));
-    HVPROF_TRY(kind, r.Get<std::string>("kind", "vcpu"));
+    HVPROF_TRY(kind, r.Get("kind", "vcpu"));
     HVPROF_TRY(capacity, r.Get<uint64_t>("capacity", 0));
     HVPROF_TRY(written, r.Get<uint64_t>("written", 0));
-    HVPROF_TRY(lost, r.Get<std::vector<uint64_t>>("lost", {}));
+    HVPROF_TRY(lost, r.OptionalArray("lost", 8));
     HVPROF_TRY(drained, r.Get<uint64_t>("drained", 0));
     HVPROF_TRY(malformed, r.Get<uint64_t>("malformed", 0));
     HVPROF_TRY(max_fill, r.Get<uint64_t>("max_fill", 0));
@@ -333,36 +261,46 @@ Result<SessionMetadata> ParseMetadata(std::string_view text, std::string_view or
     ring.kind = kind;
     ring.capacity = capacity;
     ring.written = written;
-    for (size_t k = 0; k < lost.size() && k < 8; ++k) ring.lost[k] = lost[k];
+    for (size_t k = 0; k < lost.size(); ++k) {
+      HVPROF_TRY(count, lost[k].As<uint64_t>());
+      ring.lost[k] = count;
+    }
     ring.drained = drained;
     ring.malformed = malformed;
     ring.max_fill = max_fill;
     m.rings.push_back(ring);
   }
-  if (root.contains("losses")) {
-    Fields l(root["losses"], top + ".losses");
+  if (const auto l = root.OptionalMember("losses")) {
+    if (!l->IsObject()) return l->Fail("expected an object of loss counts, got {}", l->Describe());
     for (const LossField& field : kLossFields) {
-      HVPROF_TRY(count, l.Get<uint64_t>(field.name, 0));
+      HVPROF_TRY(count, l->Get<uint64_t>(field.name, 0));
       m.losses.*field.member = count;
     }
   }
-  HVPROF_TRY(stored, f.Get<uint64_t>("samples_stored", 0));
+  HVPROF_TRY(stored, root.Get<uint64_t>("samples_stored", 0));
   m.samples_stored = stored;
-  HVPROF_TRY(idle, f.Get<uint64_t>("idle_samples", 0));
+  HVPROF_TRY(idle, root.Get<uint64_t>("idle_samples", 0));
   m.idle_samples = idle;
-  HVPROF_TRY(first_sample, f.Get<uint64_t>("first_sample_ns", 0));
-  HVPROF_TRY(last_sample, f.Get<uint64_t>("last_sample_ns", 0));
+  HVPROF_TRY(first_sample, root.Get<uint64_t>("first_sample_ns", 0));
+  HVPROF_TRY(last_sample, root.Get<uint64_t>("last_sample_ns", 0));
   m.first_sample_ns = first_sample;
   m.last_sample_ns = last_sample;
-  HVPROF_TRY(by_domain_mode, (f.Get<std::map<std::string, uint64_t>>("samples_by_domain_mode", {})));
-  m.samples_by_domain_mode = by_domain_mode;
-  HVPROF_TRY(notes, f.Get<std::vector<std::string>>("notes", {}));
-  m.notes = notes;
-  if (root.contains("platform_stats")) {
-    if (!root["platform_stats"].is_object()) {
-      return MakeError(ErrorKind::kCorrupt, "{}.platform_stats: wrong type", top);
+  if (const auto by = root.OptionalMember("samples_by_domain_mode")) {
+    if (!by->IsObject()) return by->Fail("expected an object of sample counts, got {}", by->Describe());
+    for (const auto& [key, value] : by->value().items()) {
+      HVPROF_TRY(count, by->Get<uint64_t>(key));
+      (void)value;
+      m.samples_by_domain_mode[key] = count;
     }
-    m.platform_stats = root["platform_stats"].dump();
+  }
+  HVPROF_TRY(notes, root.OptionalArray("notes", kMaxList));
+  for (const json::Node& note : notes) {
+    HVPROF_TRY(text_value, note.String());
+    m.notes.push_back(text_value);
+  }
+  if (const auto stats = root.OptionalMember("platform_stats")) {
+    if (!stats->IsObject()) return stats->Fail("expected an object, got {}", stats->Describe());
+    m.platform_stats = stats->value().dump();
   }
   return m;
 }

@@ -15,13 +15,15 @@
 
 #include "hvprof/agent/hypervisor_link.h"
 #include "hvprof/agent/ring_reader.h"
-#include "hvpmu/hosted/framing.h"
-#include "hvpmu/hv/daemon.h"
+#include "hvprof/hv/framing.h"
+#include "hvprof/hv/daemon.h"
 #include "sim_harness.h"
 #include "skip.h"
 #include "temp_dir.h"
 
 using namespace hvpmu;
+namespace sim = hvprof::sim;
+namespace hv = hvprof::hv;
 using hvprof::agent::ConnectHosted;
 using hvprof::agent::HypervisorLink;
 using hvprof::agent::RunOp;
@@ -249,32 +251,32 @@ TEST_CASE("no socket can obtain another domain's rings", "[hv][security]") {
 
 TEST_CASE("malformed and truncated messages get errors, never a crash", "[hv][bad-input]") {
   RunningDaemon daemon;
-  using hosted::MessageHeader;
+  using hv::MessageHeader;
   auto send = [](int fd, const void* data, size_t size) {
     REQUIRE(::send(fd, data, size, MSG_NOSIGNAL) == static_cast<ssize_t>(size));
   };
   auto expect_error_then_close = [](int fd) {
-    auto reply = hosted::ReceiveMessage(fd, hosted::kMaxReplyPayload);
+    auto reply = hv::ReceiveMessage(fd, hv::kMaxReplyPayload);
     REQUIRE(reply.has_value());
-    CHECK((reply.value().header.type & ~hosted::kReplyBit) == static_cast<uint16_t>(hosted::MessageType::kError));
+    CHECK((reply.value().header.type & ~hv::kReplyBit) == static_cast<uint16_t>(hv::MessageType::kError));
     char byte;
     CHECK(::recv(fd, &byte, 1, 0) == 0);  // the server hung up
   };
   SECTION("bad magic") {
     auto fd = RawConnect(daemon.Socket(1));
-    MessageHeader header{0xDEADBEEF, hosted::kProtocolVersion, 1, 0, 1};
+    MessageHeader header{0xDEADBEEF, hv::kProtocolVersion, 1, 0, 1};
     send(fd.get(), &header, sizeof header);
     expect_error_then_close(fd.get());
   }
   SECTION("wrong version") {
     auto fd = RawConnect(daemon.Socket(1));
-    MessageHeader header{hosted::kProtocolMagic, 99, 1, 0, 1};
+    MessageHeader header{hv::kProtocolMagic, 99, 1, 0, 1};
     send(fd.get(), &header, sizeof header);
     expect_error_then_close(fd.get());
   }
   SECTION("oversized payload") {
     auto fd = RawConnect(daemon.Socket(1));
-    MessageHeader header{hosted::kProtocolMagic, hosted::kProtocolVersion, 2, 100u << 20, 1};
+    MessageHeader header{hv::kProtocolMagic, hv::kProtocolVersion, 2, 100u << 20, 1};
     send(fd.get(), &header, sizeof header);
     expect_error_then_close(fd.get());
   }
@@ -282,24 +284,24 @@ TEST_CASE("malformed and truncated messages get errors, never a crash", "[hv][ba
     auto fd = RawConnect(daemon.Socket(1));
     struct {
       MessageHeader header;
-      hosted::OpRequest op;
+      hv::OpRequest op;
       uint8_t argument[4];
-    } message{{hosted::kProtocolMagic, hosted::kProtocolVersion, 2, 12, 7}, {0, 72}, {}};
+    } message{{hv::kProtocolMagic, hv::kProtocolVersion, 2, 12, 7}, {0, 72}, {}};
     send(fd.get(), &message, sizeof message);
-    auto reply = hosted::ReceiveMessage(fd.get(), hosted::kMaxReplyPayload);
+    auto reply = hv::ReceiveMessage(fd.get(), hv::kMaxReplyPayload);
     REQUIRE(reply.has_value());
     CHECK(reply.value().header.sequence == 7);
-    CHECK((reply.value().header.type & ~hosted::kReplyBit) == 0x7FFF);
-    MessageHeader unknown{hosted::kProtocolMagic, hosted::kProtocolVersion, 77, 0, 8};
+    CHECK((reply.value().header.type & ~hv::kReplyBit) == 0x7FFF);
+    MessageHeader unknown{hv::kProtocolMagic, hv::kProtocolVersion, 77, 0, 8};
     send(fd.get(), &unknown, sizeof unknown);
-    reply = hosted::ReceiveMessage(fd.get(), hosted::kMaxReplyPayload);
+    reply = hv::ReceiveMessage(fd.get(), hv::kMaxReplyPayload);
     REQUIRE(reply.has_value());
     CHECK(reply.value().header.sequence == 8);  // the connection survived both
   }
   SECTION("every prefix of a valid message, then a hang-up") {
-    hosted::HelloRequest hello{hosted::kProtocolVersion, 0};
-    auto bytes = hosted::Pack(hello);
-    MessageHeader header{hosted::kProtocolMagic, hosted::kProtocolVersion, 1,
+    hv::HelloRequest hello{hv::kProtocolVersion, 0};
+    auto bytes = hv::Pack(hello);
+    MessageHeader header{hv::kProtocolMagic, hv::kProtocolVersion, 1,
                          static_cast<uint32_t>(bytes.size()), 1};
     const auto* header_bytes = reinterpret_cast<const uint8_t*>(&header);
     std::vector<uint8_t> whole(header_bytes, header_bytes + sizeof header);
@@ -313,9 +315,9 @@ TEST_CASE("malformed and truncated messages get errors, never a crash", "[hv][ba
     auto fd = RawConnect(daemon.Socket(1));
     int pipe_fds[2];
     REQUIRE(::pipe(pipe_fds) == 0);
-    hosted::HelloRequest hello{hosted::kProtocolVersion, 0};
-    REQUIRE(hosted::SendMessage(fd.get(), 1, 3, hosted::Pack(hello), std::span(pipe_fds, 2)).has_value());
-    auto reply = hosted::ReceiveMessage(fd.get(), hosted::kMaxReplyPayload);
+    hv::HelloRequest hello{hv::kProtocolVersion, 0};
+    REQUIRE(hv::SendMessage(fd.get(), 1, 3, hv::Pack(hello), std::span(pipe_fds, 2)).has_value());
+    auto reply = hv::ReceiveMessage(fd.get(), hv::kMaxReplyPayload);
     REQUIRE(reply.has_value());
     CHECK(reply.value().header.sequence == 3);
     ::close(pipe_fds[0]);
@@ -351,7 +353,7 @@ TEST_CASE("a client killed mid-session is cleaned up; the daemon stays healthy",
       ::_exit(3);
     }
     auto raw = RawConnect(socket);
-    hosted::MessageHeader header{hosted::kProtocolMagic, hosted::kProtocolVersion, 2, 1000, 9};
+    hv::MessageHeader header{hv::kProtocolMagic, hv::kProtocolVersion, 2, 1000, 9};
     ::send(raw.get(), &header, sizeof header, MSG_NOSIGNAL);  // and never the payload
     ::raise(SIGKILL);
   }

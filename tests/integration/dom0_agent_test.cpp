@@ -12,7 +12,7 @@
 #include <catch2/catch.hpp>
 
 #include "hvprof/agent/ring_set.h"
-#include "hvprof/report/profile.h"
+#include "hvprof/report/load.h"
 #include "hvprof/store/samples_file.h"
 #include "host_harness.h"
 #include "sim_harness.h"
@@ -91,7 +91,7 @@ TEST_CASE("dom0's session equals the ground truth for everything routed to dom0"
     expected_by_mode[{domain, row["mode"]}] += overflows;
   }
 
-  auto profile = report::Profile::Load(host.current(), {});
+  auto profile = report::LoadProfile(host.current(), {});
   REQUIRE(profile.has_value());
   CHECK(profile.value().problems().empty());
   std::map<Key, uint64_t> seen;

@@ -13,8 +13,8 @@
 #include <catch2/catch.hpp>
 
 #include "hvprof/agent/agent_daemon.h"
-#include "hvprof/report/profile.h"
-#include "hvprof/report/report.h"
+#include "hvprof/report/load.h"
+#include "hvprof/report/views/table.h"
 #include "hvprof/store/samples_file.h"
 #include "hvprof/store/session.h"
 #include "host_harness.h"

@@ -31,7 +31,7 @@ std::map<DomainMode, uint64_t> ProfileByMode(const report::Profile& profile) {
 report::Profile Load(const std::string& session, bool all_domains) {
   report::LoadOptions options;
   options.all_domains = all_domains;
-  auto profile = report::Profile::Load(session, options);
+  auto profile = report::LoadProfile(session, options);
   if (!profile) FAIL(profile.error().message());
   return std::move(profile).value();
 }

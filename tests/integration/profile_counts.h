@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "hvprof/report/profile.h"
+#include "hvprof/report/load.h"
 
 namespace hvprof::testing {
 

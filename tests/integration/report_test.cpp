@@ -15,8 +15,8 @@
 
 #include "hvprof/base/files.h"
 #include "hvprof/control/commands.h"
-#include "hvprof/report/profile.h"
-#include "hvprof/report/report.h"
+#include "hvprof/report/load.h"
+#include "hvprof/report/views/table.h"
 #include "host_harness.h"
 #include "sim_harness.h"
 
@@ -36,7 +36,7 @@ TEST_CASE("symbol shares per domain match the ground truth within 1 point", "[re
   REQUIRE(host.Hvprof({"--stop"}).status == 0);
   const Json truth = host.GroundTruth(false);
 
-  auto profile = report::Profile::Load(host.current(), {});
+  auto profile = report::LoadProfile(host.current(), {});
   REQUIRE(profile.has_value());
   REQUIRE(profile.value().total_samples() >= 200000);
   report::ReportOptions options;

@@ -3,9 +3,9 @@
 
 #include <catch2/catch.hpp>
 
-#include "hvpmu/linux/domain_map.h"
+#include "hvprof/linux/domain_map.h"
 
-using namespace hvpmu::linux_host;
+using namespace hvprof::linux_host;
 using hvpmu::DomainId;
 
 namespace {

@@ -16,8 +16,8 @@
 namespace hvprof::testing {
 
 using namespace hvpmu;
-using hvpmu::linux_host::LinuxMachine;
-using hvpmu::linux_host::LinuxOptions;
+using hvprof::linux_host::LinuxMachine;
+using hvprof::linux_host::LinuxOptions;
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include "hvprof/agent/ring_reader.h"
 #include "hvprof/base/scoped_fd.h"
 #include "hvpmu/engine.h"
-#include "hvpmu/linux/linux_machine.h"
+#include "hvprof/linux/linux_machine.h"
 
 namespace hvprof::testing {
 
@@ -38,7 +38,7 @@ class EngineSession {
  public:
   // Runs init, get_buffer_v2, set_active(0), set_passive_v2..., set_backtrace, reserve,
   // counter, setup_events, enable_virq; REQUIREs each to succeed.
-  EngineSession(hvpmu::linux_host::LinuxMachine& machine, SessionOptions options);
+  EngineSession(hvprof::linux_host::LinuxMachine& machine, SessionOptions options);
   ~EngineSession();
 
   void Start();
@@ -62,7 +62,7 @@ class EngineSession {
   };
   void MapRegion(hvpmu::DomainId owner, const hvpmu::BufferV2& buffer);
 
-  hvpmu::linux_host::LinuxMachine& machine_;
+  hvprof::linux_host::LinuxMachine& machine_;
   std::unique_ptr<hvpmu::Engine> engine_;
   std::vector<std::unique_ptr<Region>> regions_;
   std::vector<CollectedSample> samples_;
@@ -70,8 +70,8 @@ class EngineSession {
 };
 
 // A machine sampling this host, or nullptr after SkipTest with perf's reason.
-std::unique_ptr<hvpmu::linux_host::LinuxMachine> LiveMachine(
-    hvpmu::linux_host::LinuxOptions options);
+std::unique_ptr<hvprof::linux_host::LinuxMachine> LiveMachine(
+    hvprof::linux_host::LinuxOptions options);
 
 // The fixture (or any program) in a child process.
 class Child {

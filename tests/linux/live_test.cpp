@@ -20,13 +20,13 @@
 #include <nlohmann/json.hpp>
 
 #include "hvprof/symbolizer/symbolizer.h"
-#include "hvpmu/linux/elf_info.h"
-#include "hvpmu/linux/linux_machine.h"
+#include "hvprof/linux/elf_info.h"
+#include "hvprof/linux/linux_machine.h"
 #include "live_support.h"
 #include "skip.h"
 
 using namespace hvpmu;
-using namespace hvpmu::linux_host;
+using namespace hvprof::linux_host;
 using namespace std::chrono_literals;
 using hvprof::testing::Child;
 using hvprof::testing::CollectedSample;

@@ -7,13 +7,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "hvpmu/linux/linux_machine.h"
+#include "hvprof/linux/linux_machine.h"
 #include "live_support.h"
 #include "record_builder.h"
 #include "temp_dir.h"
 
 using namespace hvpmu;
-using namespace hvpmu::linux_host;
+using namespace hvprof::linux_host;
 using hvprof::testing::CollectedSample;
 using hvprof::testing::EngineSession;
 using hvprof::testing::RecordBuilder;

@@ -9,11 +9,11 @@
 
 #include <catch2/catch.hpp>
 
-#include "hvpmu/linux/perf_records.h"
-#include "hvpmu/linux/perf_ring.h"
+#include "hvprof/linux/perf_records.h"
+#include "hvprof/linux/perf_ring.h"
 #include "record_builder.h"
 
-using namespace hvpmu::linux_host;
+using namespace hvprof::linux_host;
 using hvprof::testing::RecordBuilder;
 
 namespace {

@@ -10,11 +10,11 @@
 #include <nlohmann/json.hpp>
 
 #include "hvprof/symbolizer/symbolizer.h"
-#include "hvpmu/linux/elf_info.h"
-#include "hvpmu/linux/process_table.h"
+#include "hvprof/linux/elf_info.h"
+#include "hvprof/linux/process_table.h"
 #include "temp_dir.h"
 
-using namespace hvpmu::linux_host;
+using namespace hvprof::linux_host;
 using hvprof::testing::TempDir;
 using Json = nlohmann::json;
 

@@ -4,7 +4,7 @@
 
 namespace hvprof::testing {
 
-using namespace hvpmu::linux_host;
+using namespace hvprof::linux_host;
 
 void RecordBuilder::U16(uint16_t v) {
   for (int i = 0; i < 2; ++i) bytes_.push_back(static_cast<uint8_t>(v >> (8 * i)));

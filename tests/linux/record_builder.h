@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "hvpmu/linux/perf_records.h"
+#include "hvprof/linux/perf_records.h"
 
 namespace hvprof::testing {
 
@@ -20,7 +20,7 @@ class RecordBuilder {
     uint64_t id = 0;
   };
 
-  explicit RecordBuilder(hvpmu::linux_host::RecordLayout layout) : layout_(layout) {}
+  explicit RecordBuilder(hvprof::linux_host::RecordLayout layout) : layout_(layout) {}
 
   RecordBuilder& Sample(uint16_t misc, uint64_t id, uint64_t ip, uint32_t pid, uint32_t tid,
                         uint64_t time, uint32_t cpu, uint64_t period,
@@ -53,7 +53,7 @@ class RecordBuilder {
   void PaddedString(const std::string& text);
   void Trailer(const Sid& sid);
 
-  hvpmu::linux_host::RecordLayout layout_;
+  hvprof::linux_host::RecordLayout layout_;
   std::vector<uint8_t> bytes_;
   size_t start_ = 0;
 };

@@ -27,7 +27,7 @@ const std::string kFixture = HVPROF_LINUX_HOTSPOTS;
 const std::map<std::string, double> kDesigned = {{"hot_fifty", 0.5}, {"hot_thirty", 0.3}, {"hot_twenty", 0.2}};
 
 bool PerfUsable() {
-  hvpmu::linux_host::LinuxOptions options;
+  hvprof::linux_host::LinuxOptions options;
   options.scan_proc = false;
   return hvprof::testing::LiveMachine(options) != nullptr;
 }

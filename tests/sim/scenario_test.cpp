@@ -10,15 +10,15 @@ using Json = nlohmann::json;
 namespace {
 
 std::string ParseError(const Json& json) {
-  auto parsed = hvpmu::sim::ParseScenario(json.dump(), "s.json");
+  auto parsed = hvprof::sim::ParseScenario(json.dump(), "s.json");
   return parsed ? std::string() : parsed.error().message();
 }
 
 std::string BuildError(const Json& json) {
-  auto parsed = hvpmu::sim::ParseScenario(json.dump(), "s.json");
+  auto parsed = hvprof::sim::ParseScenario(json.dump(), "s.json");
   if (!parsed) return parsed.error().message();
   hvprof::symbolizer::Symbolizer symbolizer;
-  auto machine = hvpmu::sim::SimMachine::Create(parsed.value(), symbolizer);
+  auto machine = hvprof::sim::SimMachine::Create(parsed.value(), symbolizer);
   return machine ? std::string() : machine.error().message();
 }
 
@@ -44,13 +44,17 @@ TEST_CASE("scenario errors name the field and the problem", "[sim][scenario]") {
        {"domains[2]", "duplicate domain id 1", "domains[1]"}},
       {"no dom0", [](Json& j) { j["domains"][0]["id"] = 9; }, {"domains", "needs domain 0"}},
       {"zero vCPUs", [](Json& j) { j["domains"][0]["vcpus"] = 0; },
-       {"domains[0].vcpus", "between 1 and 128"}},
+       {"domains[0].vcpus", "expected a whole number from 1 to 128, got 0"}},
       {"bad type", [](Json& j) { j["domains"][0]["type"] = "pvh"; },
        {"domains[0].type", "unknown domain type 'pvh'"}},
       {"missing field", [](Json& j) { j["domains"][0].erase("kernel"); },
-       {"domains[0]", "missing required field 'kernel'"}},
+       {"domains[0].kernel: required field is missing"}},
       {"bad address", [](Json& j) { j["domains"][0]["processes"][0]["mappings"][0]["start"] = "0xnope"; },
-       {"domains[0].processes[0].mappings[0].start", "not a hex address"}},
+       {"domains[0].processes[0].mappings[0].start: expected an address", "got the string \"0xnope\""}},
+      {"wrong type", [](Json& j) { j["domains"][1]["name"] = 7; },
+       {"domains[1].name: expected a string, got 7"}},
+      {"out of range", [](Json& j) { j["machine"]["cpus"] = 100000; },
+       {"machine.cpus: expected a whole number from 1 to", "got 100000"}},
       {"unknown process",
        [](Json& j) { j["domains"][0]["workload"]["user"]["auto"]["process"] = 999; },
        {"workload.user.auto", "process 999"}},
@@ -71,7 +75,7 @@ TEST_CASE("scenario errors name the field and the problem", "[sim][scenario]") {
   }
   // Text that is not JSON, including a number too big for a double (found by fuzzing).
   for (const char* text : {"{\"hvprof_scenario\": 1,", "{\"hvprof_scenario\": 1e999999}"}) {
-    auto parsed = hvpmu::sim::ParseScenario(text, "s.json");
+    auto parsed = hvprof::sim::ParseScenario(text, "s.json");
     REQUIRE_FALSE(parsed.has_value());
     CHECK(parsed.error().message().find("s.json: not valid JSON") != std::string::npos);
   }
@@ -112,7 +116,7 @@ TEST_CASE("an unusable kernel symbol source falls back, and says so", "[sim][sce
 }
 
 TEST_CASE("the example scenario parses", "[sim][scenario]") {
-  auto scenario = hvpmu::sim::LoadScenario(std::string(HVPROF_SOURCE_DIR) + "/examples/default.json");
+  auto scenario = hvprof::sim::LoadScenario(std::string(HVPROF_SOURCE_DIR) + "/examples/default.json");
   REQUIRE(scenario.has_value());
   CHECK(scenario.value().domains.size() == 4);
   CHECK(scenario.value().machine.cpus == 4);

@@ -7,6 +7,7 @@
 namespace hvprof::testing {
 
 using namespace hvpmu;
+namespace sim = hvprof::sim;
 
 nlohmann::json TestScenario(const std::string& pmu, uint64_t seed) {
   using Json = nlohmann::json;

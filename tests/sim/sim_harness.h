@@ -13,8 +13,8 @@
 #include "hvprof/symbolizer/symbolizer.h"
 #include "hvpmu/engine.h"
 #include "hvpmu/pmu_drivers.h"
-#include "hvpmu/sim/machine.h"
-#include "hvpmu/sim/scenario.h"
+#include "hvprof/sim/machine.h"
+#include "hvprof/sim/scenario.h"
 
 namespace hvprof::testing {
 
@@ -60,9 +60,9 @@ class SimHost {
   void Run(uint64_t ns, uint64_t chunk_ns = 5'000'000);
   void Drain();
 
-  hvpmu::sim::Scenario scenario;
+  hvprof::sim::Scenario scenario;
   symbolizer::Symbolizer symbolizer;
-  std::unique_ptr<hvpmu::sim::SimMachine> machine;
+  std::unique_ptr<hvprof::sim::SimMachine> machine;
   std::unique_ptr<hvpmu::PmuDrivers> drivers;
   std::unique_ptr<hvpmu::Engine> engine;
   std::vector<SampleSeen> samples;

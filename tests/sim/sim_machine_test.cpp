@@ -10,6 +10,7 @@
 #include "sim_harness.h"
 
 using namespace hvpmu;
+namespace sim = hvprof::sim;
 using hvprof::testing::SimHost;
 using hvprof::testing::TestScenario;
 

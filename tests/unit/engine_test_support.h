@@ -6,14 +6,14 @@
 #include <memory>
 
 #include "hvpmu/engine.h"
-#include "hvpmu/fake/fake_platform.h"
+#include "hvprof/fake/fake_platform.h"
 #include "hvpmu/pmu_drivers.h"
 
 namespace hvprof::testing {
 
 struct EngineHarness {
-  explicit EngineHarness(uint32_t cpus = 2, hvpmu::fake::CpuModel model =
-                                                hvpmu::fake::IntelArchPerfmonModel())
+  explicit EngineHarness(uint32_t cpus = 2, hvprof::fake::CpuModel model =
+                                                hvprof::fake::IntelArchPerfmonModel())
       : platform(cpus, std::move(model)), drivers(platform) {
     platform.AddDomain(0, 2, hvpmu::DomainType::kPv64, true);
     platform.AddDomain(1, 2, hvpmu::DomainType::kPv64);
@@ -107,7 +107,7 @@ struct EngineHarness {
     return nullptr;
   }
 
-  hvpmu::fake::FakePlatform platform;
+  hvprof::fake::FakePlatform platform;
   hvpmu::PmuDrivers drivers;
   std::unique_ptr<hvpmu::Engine> engine;
   hvpmu::ErrorCode last_status_error = hvpmu::ErrorCode::kOk;

@@ -6,10 +6,11 @@
 
 #include <catch2/catch.hpp>
 
-#include "hvpmu/fake/fake_platform.h"
+#include "hvprof/fake/fake_platform.h"
 #include "hvpmu/pmu_drivers.h"
 
 using namespace hvpmu;
+namespace fake = hvprof::fake;
 using fake::FakePlatform;
 using fake::MsrWrite;
 

@@ -222,19 +222,29 @@ TEST_CASE("session metadata round-trips and names what is wrong", "[store]") {
   CHECK(error(newer).find("version 9") != std::string::npos);
   std::string bad_type = json;
   bad_type.replace(bad_type.find("\"count\": 100000"), 15, "\"count\": \"lots\"");
-  CHECK(error(bad_type).find("events[0].count: not a whole number") != std::string::npos);
+  // A wrong type names the file, the field's path, what was expected and what was there.
+  CHECK(error(bad_type).find("s.json: events[0].count: expected a whole number, got the string \"lots\"") !=
+        std::string::npos);
   // Floats, negatives and out-of-range numbers are refused rather than converted.
   for (const char* number : {"7.7e36", "-3", "1.5"}) {
     std::string odd = json;
     odd.replace(odd.find("\"count\": 100000"), 15, std::string("\"count\": ") + number);
-    CHECK(error(odd).find("events[0].count: not a whole number") != std::string::npos);
+    CHECK(error(odd).find(std::string("s.json: events[0].count: expected a whole number, got ")) !=
+          std::string::npos);
   }
   std::string too_big = json;
   too_big.replace(too_big.find("\"agent_domain\": 0"), 17, "\"agent_domain\": 70000");
-  CHECK(error(too_big).find("70000 is out of range") != std::string::npos);
+  CHECK(error(too_big).find("s.json: agent_domain: expected a whole number from 0 to 65535, got 70000") !=
+        std::string::npos);
   std::string no_events = json;
   no_events.replace(no_events.find("\"events\""), 8, "\"evnets\"");
-  CHECK(error(no_events).find("missing 'events'") != std::string::npos);
+  CHECK(error(no_events).find("s.json: events: required field is missing") != std::string::npos);
+  std::string no_pid = json;
+  no_pid.replace(no_pid.find("\"pid\""), 5, "\"pdi\"");
+  CHECK(error(no_pid).find("s.json: domains[0].processes[0].pid: required field is missing") != std::string::npos);
+  std::string bad_address = json;
+  bad_address.replace(bad_address.find("\"bias\": \"0x"), 13, "\"bias\": \"0xzz");
+  CHECK(error(bad_address).find("bias: expected an address") != std::string::npos);
 }
 
 TEST_CASE("sessions on disk: absent, without metadata, or with a damaged aggregate", "[store][bad-input]") {

@@ -7,7 +7,7 @@
 
 #include "hvprof/base/error.h"
 #include "hvprof/agent/control_channel.h"
-#include "hvprof/control/setup.h"
+#include "hvprof/setup/setup.h"
 #include "hvprof/store/session.h"
 
 namespace hvprof::control {
@@ -31,7 +31,7 @@ AgentProcess FindAgent(const store::SessionPaths& paths);
 
 // --start-daemon: checks the setup, writes daemonrc.json, starts `hvprofd_path` and waits for
 // it to report that profiling is set up (or why not).
-Result<Outcome> StartDaemon(const SetupOptions& setup, const std::string& hvprofd_path);
+Result<Outcome> StartDaemon(const setup::SetupOptions& setup, const std::string& hvprofd_path);
 // --start, --stop, --dump, --shutdown, --reset, --save=NAME, --status.
 Result<Outcome> Start(const store::SessionPaths& paths);
 Result<Outcome> Stop(const store::SessionPaths& paths);

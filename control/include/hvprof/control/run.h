@@ -6,12 +6,12 @@
 
 #include "hvprof/base/error.h"
 #include "hvprof/control/commands.h"
-#include "hvprof/control/setup.h"
+#include "hvprof/setup/setup.h"
 
 namespace hvprof::control {
 
 struct RunOptions {
-  SetupOptions setup;
+  setup::SetupOptions setup;
   std::string hvprofd_path;
   std::string hv_path;                   // hvprof-hv, started for a linux run when none serves
   std::string domain_map;                // linux: given to that hvprof-hv

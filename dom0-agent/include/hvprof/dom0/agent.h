@@ -11,7 +11,7 @@
 
 #include "hvprof/agent/agent_daemon.h"
 #include "hvprof/base/error.h"
-#include "hvprof/control/setup.h"
+#include "hvprof/setup/setup.h"
 
 namespace hvprof::dom0 {
 
@@ -19,14 +19,14 @@ class Dom0Agent final : public agent::AgentDaemon {
  public:
   // Everything up to dom0's enable_virq, through `link` (hvprof-hv's, or Xen's). A failure
   // leaves the hypervisor as it was found (recovered to idle) and says what to fix.
-  static Result<std::unique_ptr<Dom0Agent>> Create(const control::SetupOptions& setup,
+  static Result<std::unique_ptr<Dom0Agent>> Create(const setup::SetupOptions& setup,
                                                    const std::string& hvprof_version,
                                                    std::unique_ptr<agent::HypervisorLink> link);
 
   std::string Describe() const override;
 
  private:
-  Dom0Agent(control::SetupOptions setup, std::unique_ptr<agent::HypervisorLink> link);
+  Dom0Agent(setup::SetupOptions setup, std::unique_ptr<agent::HypervisorLink> link);
 
   Result<void> Recover();
   Result<void> RecoverXenoprof();
@@ -57,10 +57,10 @@ class Dom0Agent final : public agent::AgentDaemon {
   Result<agent::Json> RunSim(uint64_t duration_ns);
   std::string DomainLabel(uint16_t id) const;
 
-  control::SetupOptions setup_;
+  setup::SetupOptions setup_;
   hvpmu::InitV2 pmu_{};
-  std::vector<control::ResolvedEvent> events_;
-  std::vector<control::DomainInfo> domains_;
+  std::vector<setup::ResolvedEvent> events_;
+  std::vector<setup::DomainInfo> domains_;
   std::vector<uint16_t> active_;
   std::vector<uint16_t> passive_;
   std::vector<store::ImageRecord> images_;

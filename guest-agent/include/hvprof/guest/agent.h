@@ -11,7 +11,7 @@
 
 #include "hvprof/agent/agent_daemon.h"
 #include "hvprof/base/error.h"
-#include "hvprof/control/setup.h"
+#include "hvprof/setup/setup.h"
 
 namespace hvprof::guest {
 
@@ -19,14 +19,14 @@ class GuestAgent final : public agent::AgentDaemon {
  public:
   // Connects to the hypervisor as domain `setup.domain` and listens for `hvprof`; nothing is
   // asked of the hypervisor until --start.
-  static Result<std::unique_ptr<GuestAgent>> Create(const control::SetupOptions& setup,
+  static Result<std::unique_ptr<GuestAgent>> Create(const setup::SetupOptions& setup,
                                                     const std::string& hvprof_version,
                                                     std::unique_ptr<agent::HypervisorLink> link);
 
   std::string Describe() const override;
 
  private:
-  GuestAgent(control::SetupOptions setup, std::string version, std::unique_ptr<agent::HypervisorLink> link);
+  GuestAgent(setup::SetupOptions setup, std::string version, std::unique_ptr<agent::HypervisorLink> link);
 
   Result<agent::Json> Start() override;
   Result<agent::Json> Stop() override;
@@ -50,7 +50,7 @@ class GuestAgent final : public agent::AgentDaemon {
   Result<agent::Json> LeaveXenoprof();
   std::string Label() const;
 
-  control::SetupOptions setup_;
+  setup::SetupOptions setup_;
   std::string version_;
   std::string name_;  // this domain's name, as the platform knows it
   uint32_t capacity_ = 0;

@@ -11,11 +11,10 @@
 #include <vector>
 
 #include "hvprof/base/error.h"
+#include "hvprof/report/model.h"
 #include "hvprof/store/session.h"
 
 namespace hvprof::report {
-
-class Profile;
 
 inline constexpr int kPublishedVersion = 1;
 inline constexpr size_t kMaxPublishedRows = 500000;
@@ -57,7 +56,7 @@ struct PublishedProfile {
   std::vector<PublishedAddress> hypervisor;
 };
 
-// From a guest's session, loaded as a Profile.
+// From a guest's session, loaded as a Profile (load.h).
 PublishedProfile BuildPublished(const Profile& profile);
 std::string SerializePublished(const PublishedProfile& profile);
 // Checks everything: format, version, types, sizes, and that the profile is `expected_domain`'s.

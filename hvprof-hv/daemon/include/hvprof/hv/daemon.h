@@ -1,0 +1,128 @@
+// hvprof-hv: the hosted hypervisor. It runs the engine on a machine (the simulated one, or
+// Linux in a later platform) and serves the profiling operations to each domain over that
+// domain's own Unix socket, as docs/hosted-protocol.md describes.
+//
+// Threads: the server thread (Run) owns the sockets and answers requests; the machine thread
+// advances the machine. Both take `machine_mutex_` around anything that touches the machine,
+// the engine or the platform, so engine operations always run with the machine stopped.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hvprof/base/error.h"
+#include "hvprof/base/scoped_fd.h"
+#include "hvprof/symbolizer/symbolizer.h"
+#include "hvpmu/engine.h"
+#include "hvprof/hv/protocol.h"
+#include "hvprof/linux/linux_machine.h"
+#include "hvpmu/pmu_drivers.h"
+#include "hvprof/sim/machine.h"
+#include "hvprof/sim/scenario.h"
+
+namespace hvprof::hv {
+
+using hvpmu::DomainId;
+using hvpmu::Engine;
+using hvpmu::PmuDrivers;
+
+struct DaemonOptions {
+  std::string platform = "sim";               // sim or linux
+  std::string scenario_path;                  // sim
+  std::string domain_map;                     // linux: --domain-map
+  bool force_software = false;                // linux: cpu-clock even with a hardware PMU
+  std::string run_dir;                        // sockets and the pid file; see DefaultRunDir
+  std::optional<sim::Speed> speed;            // overrides the scenario's run.speed
+  std::optional<double> factor;               // with realtime speed
+  std::optional<uint64_t> duration_ns;        // overrides run.duration_ms
+  std::optional<uint64_t> seed;               // overrides the scenario's seed
+  std::string ground_truth_path;              // written on exit, if set
+};
+
+using hv::DefaultRunDir;
+using hv::DomainSocketPath;
+
+class Daemon {
+ public:
+  static hvprof::Result<std::unique_ptr<Daemon>> Create(const DaemonOptions& options);
+  ~Daemon();
+
+  // Serves until Stop() or SIGTERM/SIGINT (if HandleSignals was called). Returns once every
+  // socket is closed and the machine thread has ended.
+  hvprof::Result<void> Run();
+  // Thread-safe and async-signal-safe: makes Run return.
+  void Stop();
+  // Routes SIGTERM and SIGINT to Stop (call before Run, from the main thread).
+  static void HandleSignals(Daemon* daemon);
+
+  const std::string& run_dir() const { return options_.run_dir; }
+  sim::SimMachine* sim_machine() { return machine_.get(); }  // null on linux
+
+ private:
+  struct Connection;
+
+  explicit Daemon(const DaemonOptions& options);
+  hvprof::Result<void> Start();
+  hvprof::Result<void> OpenSockets();
+  void MachineLoop();
+  void Accept(DomainId domain, int listener);
+  void ReadFrom(Connection& connection);
+  void Handle(Connection& connection, const hv::MessageHeader& header,
+              std::span<const std::byte> payload);
+  void Reply(Connection& connection, uint32_t sequence, hv::MessageType type,
+             std::span<const std::byte> payload, std::span<const int> fds = {});
+  void ReplyStatus(Connection& connection, uint32_t sequence, hv::MessageType type,
+                   hv::ProtocolError error, std::string_view text = {});
+  void Close(Connection& connection, std::string_view why);
+  void FinishRuns();
+  void Shutdown();
+
+  DaemonOptions options_;
+  sim::Scenario scenario_;
+  hvprof::symbolizer::Symbolizer symbolizer_;
+  std::unique_ptr<sim::SimMachine> machine_;           // --platform=sim
+  std::unique_ptr<linux_host::LinuxMachine> linux_;    // --platform=linux
+  hosted::HostedPlatform& platform();
+  hvprof::Result<void> StartSim();
+  hvprof::Result<void> StartLinux();
+  void LinuxLoop();
+  std::string ContextFor(DomainId domain);
+  std::string DomainsFor(DomainId caller);
+  std::unique_ptr<PmuDrivers> drivers_;
+  std::unique_ptr<Engine> engine_;
+
+  std::mutex machine_mutex_;  // guards the machine, the engine and the platform
+  std::condition_variable machine_wake_;
+  uint64_t run_target_ns_ = 0;  // max speed: run until this simulated time
+  bool halted_ = false;
+  std::atomic<bool> stopping_{false};
+  std::thread machine_thread_;
+
+  hvprof::ScopedFd wake_fd_;  // eventfd: Stop() and finished runs wake the server
+  hvprof::ScopedFd pid_file_;
+  std::map<DomainId, hvprof::ScopedFd> listeners_;
+  std::map<int, std::unique_ptr<Connection>> connections_;  // by fd
+  // Profiles guests published for dom0 (kPublish), the latest per domain.
+  struct Published {
+    std::vector<std::byte> bytes;
+    uint64_t sequence = 0;
+  };
+  std::map<DomainId, Published> published_;
+  uint64_t publish_sequence_ = 0;
+  struct PendingRun {
+    int fd;
+    uint32_t sequence;
+    uint64_t target_ns;
+  };
+  std::vector<PendingRun> pending_runs_;
+};
+
+}  // namespace hvprof::hv

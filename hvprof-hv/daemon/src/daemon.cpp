@@ -1,0 +1,732 @@
+#include "hvprof/hv/daemon.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "hvprof/base/signals.h"
+#include "hvprof/base/files.h"
+#include "hvprof/base/log.h"
+#include "hvprof/hv/framing.h"
+
+#include <nlohmann/json.hpp>
+
+namespace hvprof::hv {
+
+using hvpmu::DomainId;
+using hvpmu::DomainType;
+using hvpmu::Engine;
+using hvpmu::EngineState;
+using hvpmu::ErrorCode;
+using hvpmu::ErrorName;
+using hvpmu::PmuDriver;
+using hvpmu::PmuDrivers;
+namespace legacy = hvpmu::legacy;
+namespace ring = hvpmu::ring;
+
+using hvprof::ErrorKind;
+using hvprof::Log;
+using hvprof::LogLevel;
+using hvprof::MakeError;
+using hvprof::Result;
+using hvprof::ScopedFd;
+using hv::MessageType;
+using hv::ProtocolError;
+
+namespace {
+
+constexpr uint32_t kMaxOpArgument = 16 * 1024;
+constexpr uint64_t kMachineStepNs = 1'000'000;
+// Max speed: how full a guest-consumed ring may get before the clock waits, and for how long.
+constexpr uint32_t kCatchUpPercent = 50;
+constexpr int kMaxCatchUpMs = 500;
+
+Daemon* g_signal_daemon = nullptr;
+
+void OnSignal(int) {
+  if (g_signal_daemon != nullptr) g_signal_daemon->Stop();
+}
+
+uint16_t ReplyType(MessageType type) {
+  return static_cast<uint16_t>(static_cast<uint16_t>(type) | hv::kReplyBit);
+}
+
+void CopyName(char* out, size_t size, std::string_view name) {
+  const size_t n = std::min(size - 1, name.size());
+  std::memcpy(out, name.data(), n);
+  out[n] = '\0';
+}
+
+}  // namespace
+
+struct Daemon::Connection {
+  ScopedFd fd;
+  DomainId domain = 0;
+  pid_t peer_pid = 0;
+  std::vector<std::byte> input;
+};
+
+Daemon::Daemon(const DaemonOptions& options) : options_(options) {}
+
+Daemon::~Daemon() {
+  stopping_ = true;
+  machine_wake_.notify_all();
+  if (linux_) linux_->Wake();
+  if (machine_thread_.joinable()) machine_thread_.join();
+}
+
+Result<std::unique_ptr<Daemon>> Daemon::Create(const DaemonOptions& options) {
+  if (options.platform != "sim" && options.platform != "linux") {
+    return MakeError(ErrorKind::kUnsupported,
+                     "platform '{}' is not one hvprof-hv hosts: use --platform=sim (a simulated machine) or "
+                     "--platform=linux (this host, through perf_event_open)",
+                     options.platform);
+  }
+  if (options.platform == "sim" && options.scenario_path.empty()) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "--platform=sim needs --scenario=FILE (try examples/default.json)");
+  }
+  std::unique_ptr<Daemon> daemon(new Daemon(options));
+  if (daemon->options_.run_dir.empty()) daemon->options_.run_dir = DefaultRunDir();
+  HVPROF_TRYV(daemon->Start());
+  return daemon;
+}
+
+hosted::HostedPlatform& Daemon::platform() {
+  if (linux_) return linux_->platform();
+  return machine_->platform();
+}
+
+Result<void> Daemon::Start() {
+  HVPROF_TRYV(options_.platform == "linux" ? StartLinux() : StartSim());
+  wake_fd_ = ScopedFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake_fd_.valid()) return hvprof::ErrnoError(errno, "eventfd");
+  HVPROF_TRYV(OpenSockets());
+  if (linux_) {
+    machine_thread_ = std::thread([this] { LinuxLoop(); });
+    return hvprof::Ok();
+  }
+  if (scenario_.run.speed == sim::Speed::kMax && scenario_.run.duration_ns == 0) {
+    Log(LogLevel::kInfo, "speed max: the clock advances only when dom0 asks for a run");
+  }
+  machine_thread_ = std::thread([this] { MachineLoop(); });
+  return hvprof::Ok();
+}
+
+Result<void> Daemon::StartLinux() {
+  linux_host::LinuxOptions options;
+  HVPROF_TRY(map, linux_host::ParseDomainMap(options_.domain_map));
+  options.domain_map = std::move(map);
+  options.force_software = options_.force_software;
+  HVPROF_TRY(machine, linux_host::LinuxMachine::Create(options));
+  linux_ = std::move(machine);
+  for (const std::string& note : linux_->notes()) Log(LogLevel::kInfo, "{}", note);
+  engine_ = std::make_unique<Engine>(linux_->platform(), linux_->driver());
+  linux_->AttachEngine(engine_.get());
+  scenario_.name = linux_->machine_name();
+  Log(LogLevel::kInfo, "host '{}': {} CPUs, sampled through perf_event_open ({})", linux_->machine_name(),
+      linux_->platform().NumCpus(), linux_->driver() != nullptr ? linux_->driver()->cpu_type() : "no driver");
+  return hvprof::Ok();
+}
+
+void Daemon::LinuxLoop() {
+  // Drain always, not only while profiling: the side band (fork, exec, mmap) flows from
+  // setup_events to release_counters, and samples go to the engine as they come.
+  while (!stopping_) {
+    if (auto waited = linux_->WaitForSamples(std::chrono::milliseconds(25)); !waited) {
+      Log(LogLevel::kError, "{}", waited.error().message());
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    std::lock_guard lock(machine_mutex_);
+    linux_->DrainSamples();
+  }
+}
+
+Result<void> Daemon::StartSim() {
+  HVPROF_TRY(scenario, sim::LoadScenario(options_.scenario_path));
+  scenario_ = std::move(scenario);
+  if (options_.seed) scenario_.seed = *options_.seed;
+  if (options_.speed) scenario_.run.speed = *options_.speed;
+  if (options_.factor) scenario_.run.factor = *options_.factor;
+  if (options_.duration_ns) scenario_.run.duration_ns = *options_.duration_ns;
+
+  HVPROF_TRY(machine, sim::SimMachine::Create(scenario_, symbolizer_));
+  machine_ = std::move(machine);
+  for (const std::string& note : machine_->notes()) Log(LogLevel::kInfo, "{}", note);
+  drivers_ = std::make_unique<PmuDrivers>(machine_->platform());
+  PmuDriver* driver = drivers_->Detect();
+  if (driver == nullptr) {
+    return MakeError(ErrorKind::kInternal, "the simulated {} PMU was not recognised by the drivers",
+                     sim::PmuModelName(scenario_.machine.pmu));
+  }
+  engine_ = std::make_unique<Engine>(machine_->platform(), driver);
+  machine_->AttachEngine(engine_.get());
+  Log(LogLevel::kInfo, "machine '{}': {} CPUs, {} ({}), {} domains, seed {}", scenario_.name,
+      scenario_.machine.cpus, sim::PmuModelName(scenario_.machine.pmu), driver->cpu_type(),
+      scenario_.domains.size(), scenario_.seed);
+  return hvprof::Ok();
+}
+
+std::string Daemon::ContextFor(DomainId domain) {
+  std::lock_guard lock(machine_mutex_);
+  if (linux_) {
+    linux_->DrainSamples();  // the latest forks, execs and mappings
+    return linux_->ContextJson(domain);
+  }
+  return machine_->ContextJson(domain);
+}
+
+std::string Daemon::DomainsFor(DomainId caller) {
+  // dom0 may know every domain; a guest only itself.
+  nlohmann::json list = nlohmann::json::array();
+  if (linux_) {
+    std::lock_guard lock(machine_mutex_);
+    const nlohmann::json all = nlohmann::json::parse(linux_->DomainsJson(), nullptr, false);
+    for (const nlohmann::json& domain : all.is_array() ? all : nlohmann::json::array()) {
+      if (caller == 0 || domain.value("id", -1) == caller) list.push_back(domain);
+    }
+    return list.dump();
+  }
+  for (const sim::DomainSpec& domain : scenario_.domains) {
+    if (caller != 0 && domain.id != caller) continue;
+    const char* kind = domain.type == DomainType::kHvm    ? "hvm"
+                       : domain.type == DomainType::kPv32 ? "pv32"
+                                                          : "pv";
+    list.push_back({{"id", domain.id},
+                    {"name", domain.name},
+                    {"type", kind},
+                    {"vcpus", domain.vcpus},
+                    {"kernel", machine_->kernel_source(domain.id)}});
+  }
+  return list.dump();
+}
+
+Result<void> Daemon::OpenSockets() {
+  const std::string& dir = options_.run_dir;
+  HVPROF_TRYV(hvprof::MakeDirectories(dir));
+  const std::string pid_path = dir + "/hvprof-hv.pid";
+  HVPROF_TRY(pid_file, hvprof::LockPidFile(pid_path));
+  if (!pid_file) {
+    auto other = hvprof::ReadFileToString(pid_path);
+    return MakeError(ErrorKind::kBusy, "another hvprof-hv (pid {}) serves {}; stop it or use --run-dir",
+                     other ? other.value().substr(0, other.value().find('\n')) : "?", dir);
+  }
+  pid_file_ = std::move(*pid_file);
+
+  // On linux only dom0 has an agent: the other domains are processes of this host or KVM
+  // guests, profiled from dom0.
+  std::vector<sim::DomainSpec> served = scenario_.domains;
+  if (linux_) served = {sim::DomainSpec{}};
+  for (const sim::DomainSpec& domain : served) {
+    const std::string path = DomainSocketPath(dir, domain.id);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    if (path.size() >= sizeof address.sun_path) {
+      return MakeError(ErrorKind::kInvalidArgument, "socket path {} is too long; use a shorter --run-dir", path);
+    }
+    std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+    ScopedFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!listener.valid()) return hvprof::ErrnoError(errno, "socket");
+    ::unlink(path.c_str());  // a stale socket of an earlier run (the pid lock says it is dead)
+    if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+      return hvprof::ErrnoError(errno, fmt::format("cannot bind {}", path));
+    }
+    // Only the domain's own user may connect; the peer credentials are checked again on accept.
+    ::chmod(path.c_str(), 0600);
+    if (domain.socket_uid && ::geteuid() == 0 && ::chown(path.c_str(), *domain.socket_uid, -1) != 0) {
+      return hvprof::ErrnoError(errno, fmt::format("cannot give {} to uid {}", path, *domain.socket_uid));
+    }
+    if (::listen(listener.get(), 16) != 0) return hvprof::ErrnoError(errno, "listen");
+    listeners_.emplace(domain.id, std::move(listener));
+  }
+  Log(LogLevel::kInfo, "serving {} domain sockets in {}", listeners_.size(), dir);
+  return hvprof::Ok();
+}
+
+void Daemon::Stop() {
+  stopping_ = true;
+  const uint64_t one = 1;
+  if (wake_fd_.valid()) [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof one);
+  machine_wake_.notify_all();
+  if (linux_) linux_->Wake();
+}
+
+void Daemon::HandleSignals(Daemon* daemon) {
+  g_signal_daemon = daemon;
+  hvprof::InstallStopHandler(OnSignal);
+}
+
+void Daemon::MachineLoop() {
+  using Clock = std::chrono::steady_clock;
+  const sim::RunSpec& run = scenario_.run;
+  const auto wall_start = Clock::now();
+  std::unique_lock lock(machine_mutex_);
+  const uint64_t sim_start = machine_->now_ns();
+  bool gave_up_catching_up = false;
+  while (!stopping_) {
+    const uint64_t now = machine_->now_ns();
+    if (run.duration_ns != 0 && now >= run.duration_ns && !halted_) {
+      halted_ = true;
+      Log(LogLevel::kInfo, "simulated duration of {} ms reached; the machine halts",
+          run.duration_ns / 1'000'000);
+    }
+    uint64_t step = kMachineStepNs;
+    if (halted_) {
+      machine_wake_.wait(lock);
+      continue;
+    }
+    if (run.speed == sim::Speed::kMax) {
+      if (now >= run_target_ns_) {
+        machine_wake_.wait(lock);
+        continue;
+      }
+      step = std::min(step, run_target_ns_ - now);
+    } else {
+      const auto deadline =
+          wall_start + std::chrono::nanoseconds(static_cast<int64_t>(
+                           static_cast<double>(now + step - sim_start) / run.factor));
+      if (machine_wake_.wait_until(lock, deadline, [this] { return stopping_.load(); })) break;
+    }
+    if (run.duration_ns != 0) step = std::min(step, run.duration_ns - machine_->now_ns());
+    machine_->RunFor(step);
+    if (run.speed == sim::Speed::kMax) {
+      // At full speed the clock outruns agents that drain on their own schedule (active
+      // guests): let them catch up rather than lose samples no real machine would lose. An
+      // agent that does not drain within the grace time loses samples, as on real hardware, and
+      // is not waited for again until the rings drain: a dead agent must not stall the machine.
+      int waited = 0;
+      for (; !gave_up_catching_up && waited < kMaxCatchUpMs && !stopping_ &&
+             engine_->FullestRingPercent(engine_->primary()) >= kCatchUpPercent;
+           ++waited) {
+        lock.unlock();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        lock.lock();
+      }
+      if (waited == kMaxCatchUpMs) gave_up_catching_up = true;
+      if (gave_up_catching_up && engine_->FullestRingPercent(engine_->primary()) < kCatchUpPercent) {
+        gave_up_catching_up = false;
+      }
+    }
+    bool finished = false;
+    for (const PendingRun& pending : pending_runs_) finished |= machine_->now_ns() >= pending.target_ns;
+    if (finished || (run.duration_ns != 0 && machine_->now_ns() >= run.duration_ns)) {
+      const uint64_t one = 1;
+      [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof one);
+    }
+  }
+}
+
+Result<void> Daemon::Run() {
+  while (!stopping_) {
+    std::vector<pollfd> fds;
+    std::vector<std::pair<DomainId, int>> listener_index;
+    fds.push_back({wake_fd_.get(), POLLIN, 0});
+    for (const auto& [domain, listener] : listeners_) {
+      fds.push_back({listener.get(), POLLIN, 0});
+      listener_index.emplace_back(domain, listener.get());
+    }
+    for (const auto& [fd, connection] : connections_) fds.push_back({fd, POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      return hvprof::ErrnoError(errno, "poll");
+    }
+    if (fds[0].revents != 0) {
+      uint64_t value;
+      [[maybe_unused]] ssize_t n = ::read(wake_fd_.get(), &value, sizeof value);
+      FinishRuns();
+    }
+    for (size_t i = 0; i < listener_index.size(); ++i) {
+      if (fds[1 + i].revents & POLLIN) Accept(listener_index[i].first, listener_index[i].second);
+    }
+    for (size_t i = 1 + listener_index.size(); i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      auto it = connections_.find(fds[i].fd);
+      if (it != connections_.end()) ReadFrom(*it->second);
+    }
+  }
+  Shutdown();
+  return hvprof::Ok();
+}
+
+void Daemon::Accept(DomainId domain, int listener) {
+  ScopedFd fd(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
+  if (!fd.valid()) return;
+  ucred peer{};
+  socklen_t length = sizeof peer;
+  if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0) return;
+  const sim::DomainSpec* spec = scenario_.FindDomain(domain);
+  const uid_t allowed = spec != nullptr ? spec->socket_uid.value_or(::geteuid()) : ::geteuid();
+  if (peer.uid != allowed) {
+    Log(LogLevel::kWarning,
+        "refused a connection to domain {}'s socket from uid {} (pid {}): only uid {} speaks for "
+        "domain {}", domain, peer.uid, peer.pid, allowed, domain);
+    return;
+  }
+  timeval timeout{2, 0};  // a client that stops reading its replies is dropped
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+  auto connection = std::make_unique<Connection>();
+  connection->domain = domain;
+  connection->peer_pid = peer.pid;
+  const int key = fd.get();
+  connection->fd = std::move(fd);
+  Log(LogLevel::kInfo, "domain {}: agent connected (pid {})", domain, peer.pid);
+  connections_.emplace(key, std::move(connection));
+}
+
+void Daemon::ReadFrom(Connection& connection) {
+  std::byte buffer[65536];
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 16)];
+  iovec iov{buffer, sizeof buffer};
+  msghdr message{};
+  message.msg_iov = &iov;
+  message.msg_iovlen = 1;
+  message.msg_control = control;
+  message.msg_controllen = sizeof control;
+  const ssize_t n = ::recvmsg(connection.fd.get(), &message, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  // Clients have no business sending descriptors: close any that came.
+  for (cmsghdr* cmsg = CMSG_FIRSTHDR(&message); n > 0 && cmsg != nullptr;
+       cmsg = CMSG_NXTHDR(&message, cmsg)) {
+    if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(cmsg) + i * sizeof(int), sizeof fd);
+      ::close(fd);
+    }
+  }
+  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+    Close(connection, n == 0 ? "disconnected" : std::strerror(errno));
+    return;
+  }
+  if (n < 0) return;
+  connection.input.insert(connection.input.end(), buffer, buffer + n);
+  const int fd = connection.fd.get();
+  while (connection.input.size() >= sizeof(hv::MessageHeader)) {
+    hv::MessageHeader header;
+    std::memcpy(&header, connection.input.data(), sizeof header);
+    const uint32_t limit = header.type == static_cast<uint16_t>(MessageType::kPublish) ? hv::kMaxPublishPayload
+                                                                                       : hv::kMaxRequestPayload;
+    if (auto valid = hv::ValidateHeader(header, limit); !valid) {
+      ReplyStatus(connection, header.sequence, MessageType::kError, ProtocolError::kMalformed,
+                  valid.error().message());
+      Close(connection, valid.error().message());
+      return;
+    }
+    const size_t total = sizeof header + header.length;
+    if (connection.input.size() < total) return;
+    Handle(connection, header, std::span(connection.input).subspan(sizeof header, header.length));
+    if (connections_.count(fd) == 0) return;  // closed while handling
+    connection.input.erase(connection.input.begin(), connection.input.begin() + static_cast<long>(total));
+  }
+}
+
+void Daemon::Reply(Connection& connection, uint32_t sequence, MessageType type,
+                   std::span<const std::byte> payload, std::span<const int> fds) {
+  if (auto sent = hv::SendMessage(connection.fd.get(), ReplyType(type), sequence, payload, fds);
+      !sent) {
+    Close(connection, sent.error().message());
+  }
+}
+
+void Daemon::ReplyStatus(Connection& connection, uint32_t sequence, MessageType type,
+                         ProtocolError error, std::string_view text) {
+  hv::StatusReply status{static_cast<int32_t>(error), 0};
+  Reply(connection, sequence, type, hv::Pack(status, hv::AsBytes(text)));
+}
+
+void Daemon::Handle(Connection& connection, const hv::MessageHeader& header,
+                    std::span<const std::byte> payload) {
+  const auto type = static_cast<MessageType>(header.type);
+  const uint32_t sequence = header.sequence;
+  auto malformed = [&](std::string_view what) {
+    ReplyStatus(connection, sequence, MessageType::kError, ProtocolError::kMalformed, what);
+  };
+  switch (type) {
+    case MessageType::kHello: {
+      hv::HelloRequest request;
+      if (!hv::Unpack(payload, &request)) return malformed("hello of the wrong size");
+      hv::HelloReply reply{};
+      reply.error = static_cast<int32_t>(request.client_version == hv::kProtocolVersion
+                                             ? ProtocolError::kOk
+                                             : ProtocolError::kBadVersion);
+      reply.domain = connection.domain;
+      reply.primary_socket = connection.domain == 0;
+      reply.platform = static_cast<uint32_t>(linux_ ? hv::PlatformKind::kLinux : hv::PlatformKind::kSim);
+      reply.num_cpus = linux_ ? linux_->platform().NumCpus() : scenario_.machine.cpus;
+      CopyName(reply.platform_name, sizeof reply.platform_name, linux_ ? "linux" : "sim");
+      CopyName(reply.machine_name, sizeof reply.machine_name, scenario_.name);
+      return Reply(connection, sequence, type, hv::Pack(reply));
+    }
+    case MessageType::kOp: {
+      hv::OpRequest request;
+      std::span<const std::byte> argument;
+      if (!hv::Unpack(payload, &request, &argument) || argument.size() != request.arg_size ||
+          request.arg_size > kMaxOpArgument) {
+        return malformed("operation argument does not match its declared size");
+      }
+      alignas(16) std::byte buffer[kMaxOpArgument];
+      std::memcpy(buffer, argument.data(), argument.size());
+      ErrorCode error;
+      {
+        std::lock_guard lock(machine_mutex_);
+        if (linux_ && request.op == legacy::kOpSetBacktrace && request.arg_size == sizeof(legacy::BacktraceDepthArg)) {
+          legacy::BacktraceDepthArg depth;
+          std::memcpy(&depth, buffer, sizeof depth);
+          linux_->set_callchain_depth(static_cast<uint32_t>(std::min<uint64_t>(depth, ring::kMaxBacktraceDepth)));
+        }
+        error = engine_->DoOp(connection.domain, request.op, request.arg_size ? buffer : nullptr,
+                              request.arg_size);
+        if (linux_ && error != ErrorCode::kOk && !linux_->last_error().empty() &&
+            (request.op == legacy::kOpReserveCounters || request.op == legacy::kOpSetupEvents ||
+             request.op == legacy::kOpStart)) {
+          Log(LogLevel::kError, "{}", linux_->last_error());
+        }
+        if (error == ErrorCode::kOk && request.op == legacy::kOpStart && machine_ &&
+            scenario_.run.speed == sim::Speed::kMax && scenario_.run.duration_ns != 0) {
+          run_target_ns_ = std::max(run_target_ns_, scenario_.run.duration_ns);
+        }
+      }
+      machine_wake_.notify_all();
+      if (error != ErrorCode::kOk) {
+        Log(LogLevel::kDebug, "domain {}: op {:#x} refused: {}", connection.domain, request.op,
+            ErrorName(error));
+      }
+      hv::OpReply reply{static_cast<int32_t>(error), request.arg_size};
+      return Reply(connection, sequence, type,
+                   hv::Pack(reply, std::span<const std::byte>(buffer, request.arg_size)));
+    }
+    case MessageType::kMapRegion: {
+      hv::MapRequest request;
+      if (!hv::Unpack(payload, &request)) return malformed("map request of the wrong size");
+      uint64_t bytes = 0;
+      std::unique_lock lock(machine_mutex_);
+      auto fd = platform().RegionFd(request.handle, connection.domain, &bytes);
+      lock.unlock();
+      hv::MapReply reply{};
+      if (!fd) {
+        Log(LogLevel::kWarning, "domain {} asked to map region {:#x}, which is not shared with it",
+            connection.domain, request.handle);
+        reply.error = static_cast<int32_t>(ProtocolError::kNoSuchRegion);
+        return Reply(connection, sequence, type, hv::Pack(reply));
+      }
+      reply.bytes = bytes;
+      const int descriptor = fd.value();
+      return Reply(connection, sequence, type, hv::Pack(reply), std::span(&descriptor, 1));
+    }
+    case MessageType::kNotifyFds: {
+      hv::NotifyRequest request;
+      if (!hv::Unpack(payload, &request) || request.count == 0 ||
+          request.count > hv::kMaxFdsPerMessage) {
+        return malformed("notification request must ask for 1 to 250 rings");
+      }
+      std::unique_lock lock(machine_mutex_);
+      auto fds = platform().NotificationFds(request.handle, connection.domain, request.first_ring, request.count);
+      lock.unlock();
+      hv::NotifyReply reply{};
+      if (!fds) {
+        reply.error = static_cast<int32_t>(ProtocolError::kNoSuchRegion);
+        return Reply(connection, sequence, type, hv::Pack(reply));
+      }
+      reply.count = static_cast<uint32_t>(fds.value().size());
+      return Reply(connection, sequence, type, hv::Pack(reply), fds.value());
+    }
+    case MessageType::kContext: {
+      DomainId domain = connection.domain;
+      if (!payload.empty()) {
+        hv::ContextRequest request;
+        if (!hv::Unpack(payload, &request)) return malformed("context request of the wrong size");
+        if (request.domain != connection.domain && connection.domain != 0) {
+          return ReplyStatus(connection, sequence, type, ProtocolError::kDenied,
+                             "only dom0 may ask about another domain's processes");
+        }
+        domain = request.domain;
+      }
+      // On the sim, as on Xen, a guest's user space is its own: dom0 learns nothing of it.
+      const std::string json = domain != connection.domain && machine_
+                                   ? nlohmann::json{{"domain", domain}, {"processes", nlohmann::json::array()}}.dump()
+                                   : ContextFor(domain);
+      hv::StatusReply reply{0, 0};
+      return Reply(connection, sequence, type, hv::Pack(reply, hv::AsBytes(json)));
+    }
+    case MessageType::kSimControl: {
+      hv::SimControlRequest request;
+      if (!hv::Unpack(payload, &request)) return malformed("sim control of the wrong size");
+      hv::SimControlReply reply{};
+      if (connection.domain != 0 || !machine_) {
+        reply.error = static_cast<int32_t>(machine_ ? ProtocolError::kDenied : ProtocolError::kUnsupported);
+        return Reply(connection, sequence, type, hv::Pack(reply));
+      }
+      std::unique_lock lock(machine_mutex_);
+      const uint64_t now = machine_->now_ns();
+      if (request.command == static_cast<uint32_t>(hv::SimCommand::kRunFor) && !halted_) {
+        const uint64_t target = now + request.argument;
+        run_target_ns_ = std::max(run_target_ns_, target);
+        pending_runs_.push_back({connection.fd.get(), sequence, target});
+        lock.unlock();
+        machine_wake_.notify_all();
+        return;  // answered by FinishRuns when the clock gets there
+      }
+      if (request.command > static_cast<uint32_t>(hv::SimCommand::kRunFor)) {
+        reply.error = static_cast<int32_t>(ProtocolError::kMalformed);
+      }
+      reply.sim_time_ns = now;
+      reply.halted = halted_;
+      reply.pmis = machine_->pmis_delivered();
+      lock.unlock();
+      return Reply(connection, sequence, type, hv::Pack(reply));
+    }
+    case MessageType::kGroundTruth: {
+      hv::GroundTruthRequest request;
+      if (!hv::Unpack(payload, &request)) return malformed("ground truth request of the wrong size");
+      if (connection.domain != 0) {
+        return ReplyStatus(connection, sequence, type, ProtocolError::kDenied,
+                           "only dom0 may read the ground truth");
+      }
+      if (!machine_) {
+        return ReplyStatus(connection, sequence, type, ProtocolError::kUnsupported,
+                           "a real machine has no ground truth; only the simulated one does");
+      }
+      std::string json;
+      {
+        std::lock_guard lock(machine_mutex_);
+        json = machine_->GroundTruthJson();
+        if (request.reset != 0) machine_->ResetGroundTruth();
+      }
+      return ReplyStatus(connection, sequence, type, ProtocolError::kOk, json);
+    }
+    case MessageType::kDomains:
+      return ReplyStatus(connection, sequence, type, ProtocolError::kOk, DomainsFor(connection.domain));
+    case MessageType::kPlatformInfo: {
+      if (connection.domain != 0) {
+        return ReplyStatus(connection, sequence, type, ProtocolError::kDenied, "only dom0 may read the platform's state");
+      }
+      nlohmann::json info = nlohmann::json::object();
+      {
+        std::lock_guard lock(machine_mutex_);
+        if (linux_) {
+          info["stats"] = nlohmann::json::parse(linux_->StatsJson(), nullptr, false);
+          info["notes"] = linux_->notes();
+          info["last_error"] = linux_->last_error();
+        } else {
+          info["notes"] = machine_->notes();
+        }
+      }
+      return ReplyStatus(connection, sequence, type, ProtocolError::kOk, info.dump());
+    }
+    case MessageType::kPublish: {
+      // A guest hands its own profile to dom0; the bytes are the guest's, never interpreted here.
+      if (connection.domain == 0) {
+        return ReplyStatus(connection, sequence, type, ProtocolError::kDenied, "dom0 does not publish to itself");
+      }
+      Published& entry = published_[connection.domain];
+      entry.bytes.assign(payload.begin(), payload.end());
+      entry.sequence = ++publish_sequence_;
+      hvprof::Log(hvprof::LogLevel::kInfo, "domain {} published its profile ({} bytes)", connection.domain,
+                  payload.size());
+      return ReplyStatus(connection, sequence, type, ProtocolError::kOk);
+    }
+    case MessageType::kFetchPublished: {
+      hv::FetchPublishedRequest request;
+      if (!hv::Unpack(payload, &request)) return malformed("fetch-published of the wrong size");
+      if (connection.domain != 0) {
+        return ReplyStatus(connection, sequence, type, ProtocolError::kDenied,
+                           "only dom0 may read the profiles guests published");
+      }
+      std::vector<std::byte> out(sizeof(hv::StatusReply));
+      for (const auto& [domain, entry] : published_) {
+        if (entry.sequence <= request.after_sequence) continue;
+        const hv::PublishedEntry head{domain, 0, static_cast<uint32_t>(entry.bytes.size()), entry.sequence};
+        const auto* raw = reinterpret_cast<const std::byte*>(&head);
+        out.insert(out.end(), raw, raw + sizeof head);
+        out.insert(out.end(), entry.bytes.begin(), entry.bytes.end());
+      }
+      return Reply(connection, sequence, type, out);
+    }
+    default:
+      return ReplyStatus(connection, sequence, MessageType::kError, ProtocolError::kUnknownType,
+                         fmt::format("unknown message type {}", header.type));
+  }
+}
+
+void Daemon::FinishRuns() {
+  if (!machine_) return;  // only the simulated clock has runs to finish
+  std::unique_lock lock(machine_mutex_);
+  const uint64_t now = machine_->now_ns();
+  const bool halted = halted_;
+  const uint64_t pmis = machine_->pmis_delivered();
+  std::vector<PendingRun> done;
+  std::erase_if(pending_runs_, [&](const PendingRun& run) {
+    if (now < run.target_ns && !halted) return false;
+    done.push_back(run);
+    return true;
+  });
+  lock.unlock();
+  for (const PendingRun& run : done) {
+    auto it = connections_.find(run.fd);
+    if (it == connections_.end()) continue;
+    hv::SimControlReply reply{};
+    reply.sim_time_ns = now;
+    reply.halted = halted;
+    reply.pmis = pmis;
+    Reply(*it->second, run.sequence, MessageType::kSimControl, hv::Pack(reply));
+  }
+}
+
+void Daemon::Close(Connection& connection, std::string_view why) {
+  const DomainId domain = connection.domain;
+  const int fd = connection.fd.get();
+  std::erase_if(pending_runs_, [fd](const PendingRun& run) { return run.fd == fd; });
+  connections_.erase(fd);  // destroys `connection`
+  bool others = false;
+  for (const auto& [other_fd, other] : connections_) others |= other->domain == domain;
+  Log(LogLevel::kInfo, "domain {}: agent connection closed ({})", domain, why);
+  if (others) return;
+  if (domain == 0) {
+    Log(LogLevel::kInfo, "dom0's profiler is gone; its profiling state stays for a restarted agent to recover");
+    return;
+  }
+  // As a hypervisor cleans up after a domain that went away: its rings are unshared and freed,
+  // and it stops being active.
+  std::lock_guard lock(machine_mutex_);
+  engine_->OnConsumerGone(domain);
+}
+
+void Daemon::Shutdown() {
+  Log(LogLevel::kInfo, "shutting down");
+  machine_wake_.notify_all();
+  if (machine_thread_.joinable()) machine_thread_.join();
+  {
+    std::lock_guard lock(machine_mutex_);
+    if (engine_->state() == EngineState::kProfiling) {
+      engine_->DoOp(engine_->primary(), legacy::kOpStop, nullptr, 0);
+      Log(LogLevel::kInfo, "profiling was still on; stopped it");
+    }
+    if (machine_ && !options_.ground_truth_path.empty()) {
+      if (auto written = hvprof::WriteFileAtomically(options_.ground_truth_path,
+                                                     machine_->GroundTruthJson());
+          !written) {
+        Log(LogLevel::kError, "{}", written.error().message());
+      } else {
+        Log(LogLevel::kInfo, "ground truth written to {}", options_.ground_truth_path);
+      }
+    }
+  }
+  connections_.clear();
+  for (const auto& [domain, listener] : listeners_) {
+    ::unlink(DomainSocketPath(options_.run_dir, domain).c_str());
+  }
+  listeners_.clear();
+  ::unlink((options_.run_dir + "/hvprof-hv.pid").c_str());
+  pid_file_.Reset();
+}
+
+}  // namespace hvprof::hv

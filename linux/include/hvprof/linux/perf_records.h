@@ -1,0 +1,164 @@
+// Parsing perf's ring records (include/uapi/linux/perf_event.h) out of a linear copy of a
+// ring's bytes. Every length is checked against what is left. A header with an impossible size
+// stops the parse of that buffer (nothing after it can be found); a record whose size is
+// plausible but whose body is malformed is skipped by its size.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace hvprof::linux_host {
+
+// PERF_RECORD_* values used here.
+enum class RecordType : uint32_t {
+  kMmap = 1,
+  kLost = 2,
+  kComm = 3,
+  kExit = 4,
+  kThrottle = 5,
+  kUnthrottle = 6,
+  kFork = 7,
+  kSample = 9,
+  kMmap2 = 10,
+  kLostSamples = 13,
+};
+
+// PERF_SAMPLE_* bits the parser understands.
+inline constexpr uint64_t kSampleIp = 1u << 0;
+inline constexpr uint64_t kSampleTid = 1u << 1;
+inline constexpr uint64_t kSampleTime = 1u << 2;
+inline constexpr uint64_t kSampleAddr = 1u << 3;
+inline constexpr uint64_t kSampleCallchain = 1u << 5;
+inline constexpr uint64_t kSampleId = 1u << 6;
+inline constexpr uint64_t kSampleCpu = 1u << 7;
+inline constexpr uint64_t kSamplePeriod = 1u << 8;
+inline constexpr uint64_t kSampleStreamId = 1u << 9;
+inline constexpr uint64_t kSampleIdentifier = 1u << 16;
+inline constexpr uint64_t kSupportedSampleBits = kSampleIp | kSampleTid | kSampleTime |
+                                                 kSampleAddr | kSampleCallchain | kSampleId |
+                                                 kSampleCpu | kSamplePeriod | kSampleStreamId |
+                                                 kSampleIdentifier;
+
+// PERF_RECORD_MISC_*.
+inline constexpr uint16_t kMiscCpumodeMask = 7;
+inline constexpr uint16_t kMiscCpumodeUnknown = 0;
+inline constexpr uint16_t kMiscKernel = 1;
+inline constexpr uint16_t kMiscUser = 2;
+inline constexpr uint16_t kMiscHypervisor = 3;
+inline constexpr uint16_t kMiscGuestKernel = 4;
+inline constexpr uint16_t kMiscGuestUser = 5;
+inline constexpr uint16_t kMiscCommExec = 1u << 13;
+inline constexpr uint16_t kMiscMmapBuildId = 1u << 14;
+
+// PERF_CONTEXT_* markers inside a callchain (values >= kContextMax are markers).
+inline constexpr uint64_t kContextHv = static_cast<uint64_t>(-32);
+inline constexpr uint64_t kContextKernel = static_cast<uint64_t>(-128);
+inline constexpr uint64_t kContextUser = static_cast<uint64_t>(-512);
+inline constexpr uint64_t kContextGuestKernel = static_cast<uint64_t>(-2176);
+inline constexpr uint64_t kContextGuestUser = static_cast<uint64_t>(-2560);
+inline constexpr uint64_t kContextMax = static_cast<uint64_t>(-4095);
+
+inline constexpr uint32_t kNoTask = 0xFFFFFFFFu;
+
+// How the records of one ring are laid out: the attr's sample_type and sample_id_all.
+struct RecordLayout {
+  uint64_t sample_type = 0;
+  bool sample_id_all = false;
+  // The bytes of the sample_id trailer of non-sample records.
+  uint32_t SampleIdBytes() const;
+  bool Supported() const { return (sample_type & ~kSupportedSampleBits) == 0; }
+};
+
+// The sample_id_all trailer of a non-sample record; fields are kNoTask / 0 when absent.
+struct SampleId {
+  uint32_t pid = kNoTask;
+  uint32_t tid = kNoTask;
+  uint64_t time = 0;
+  uint64_t id = 0;
+  uint32_t cpu = kNoTask;
+  bool has_time = false;
+};
+
+struct PerfSample {
+  uint16_t misc = 0;
+  uint64_t id = 0;
+  uint64_t ip = 0;
+  uint32_t pid = kNoTask;
+  uint32_t tid = kNoTask;
+  uint64_t time = 0;
+  uint32_t cpu = kNoTask;
+  uint64_t period = 0;
+  std::span<const uint64_t> callchain;  // into the parsed buffer
+};
+
+struct PerfMmap2 {
+  uint16_t misc = 0;
+  uint32_t pid = 0, tid = 0;
+  uint64_t addr = 0, len = 0, pgoff = 0;
+  uint32_t maj = 0, min = 0;
+  uint64_t ino = 0, ino_generation = 0;
+  std::string build_id;  // lower-case hex, when misc has kMiscMmapBuildId
+  uint32_t prot = 0, flags = 0;
+  std::string_view filename;  // into the parsed buffer
+  SampleId sid;
+};
+
+struct PerfComm {
+  uint32_t pid = 0, tid = 0;
+  bool exec = false;
+  std::string_view comm;
+  SampleId sid;
+};
+
+struct PerfTask {  // FORK and EXIT
+  bool fork = false;
+  uint32_t pid = 0, ppid = 0, tid = 0, ptid = 0;
+  uint64_t time = 0;
+  SampleId sid;
+};
+
+struct PerfLost {
+  uint64_t id = 0;
+  uint64_t lost = 0;
+  SampleId sid;
+};
+
+struct PerfThrottle {
+  bool throttle = true;  // false: UNTHROTTLE
+  uint64_t time = 0, id = 0, stream_id = 0;
+  SampleId sid;
+};
+
+struct PerfLostSamples {
+  uint64_t lost = 0;
+  SampleId sid;
+};
+
+class RecordVisitor {
+ public:
+  virtual void OnSample(const PerfSample&) {}
+  virtual void OnMmap2(const PerfMmap2&) {}
+  virtual void OnComm(const PerfComm&) {}
+  virtual void OnTask(const PerfTask&) {}
+  virtual void OnLost(const PerfLost&) {}
+  virtual void OnThrottle(const PerfThrottle&) {}
+  virtual void OnLostSamples(const PerfLostSamples&) {}
+
+ protected:
+  ~RecordVisitor() = default;
+};
+
+struct ParseStats {
+  uint64_t records = 0;    // well-formed records delivered or skipped as unknown
+  uint64_t unknown = 0;    // record types not handled here (skipped by their size)
+  uint64_t malformed = 0;  // records that broke the format (skipped, or the rest dropped)
+  uint64_t dropped_bytes = 0;
+};
+
+// Walks `bytes` (whole records, as copied out of a ring) and calls the visitor per record.
+ParseStats ParseRecords(std::span<const uint8_t> bytes, const RecordLayout& layout,
+                        RecordVisitor& visitor);
+
+}  // namespace hvprof::linux_host

@@ -1,0 +1,42 @@
+// The consumer side of one perf mmap ring: a metadata page (struct perf_event_mmap_page)
+// followed by a power-of-two data area. The kernel publishes data_head (we load it with
+// acquire, so the bytes before it are visible); we copy everything up to it out, wrap
+// included, and only then store data_tail with release, which hands the space back.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "hvprof/base/error.h"
+
+namespace hvprof::linux_host {
+
+struct RingReadStats {
+  uint64_t bytes = 0;
+  uint64_t corrupt = 0;  // reads where head was behind tail or more than the ring ahead
+};
+
+class PerfRing {
+ public:
+  PerfRing() = default;
+  // `base` is the start of the mapping (`bytes` long: one metadata page plus the data area).
+  // Checks data_offset/data_size against the mapping; on older kernels that leave them zero,
+  // the data area is everything after the first page.
+  static hvprof::Result<PerfRing> Attach(void* base, uint64_t bytes, uint64_t page_size);
+
+  // Appends every published byte to `out` and releases it to the kernel.
+  RingReadStats ReadAll(std::vector<uint8_t>* out);
+  // Published bytes not yet read.
+  uint64_t Pending() const;
+  uint64_t data_size() const { return data_size_; }
+  bool attached() const { return meta_ != nullptr; }
+
+ private:
+  struct Meta;
+  Meta* meta_ = nullptr;
+  const uint8_t* data_ = nullptr;
+  uint64_t data_size_ = 0;
+  uint64_t tail_ = 0;  // our own copy; the shared one is only ever written
+};
+
+}  // namespace hvprof::linux_host

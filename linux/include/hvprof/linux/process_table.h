@@ -1,0 +1,140 @@
+// The host's processes as perf's side-band records (FORK, EXIT, COMM, MMAP2) and /proc tell
+// them: pid, parent, comm, executable mappings with bias and build-id, threads, and domain.
+// Processes are never forgotten: one that exits keeps its entry, and one whose pid is reused
+// or that execs keeps its old image as a retired entry (if samples point into it), so samples
+// taken before are still symbolized at report time.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "hvpmu/abi/ops.h"
+#include "hvprof/linux/domain_map.h"
+#include "hvprof/linux/elf_info.h"
+#include "hvprof/linux/perf_records.h"
+
+namespace hvprof::linux_host {
+
+using hvpmu::DomainId;
+
+struct Mapping {
+  uint64_t start = 0;
+  uint64_t end = 0;
+  uint64_t pgoff = 0;
+  uint64_t bias = 0;  // symbolizer bias: runtime = image address + bias
+  std::string path;
+  std::string build_id;
+};
+
+struct Thread {
+  std::string comm;
+  int32_t vcpu = -1;  // for VMM threads that ran a guest: the vCPU index
+};
+
+struct Process {
+  enum class Origin : uint8_t {
+    kDefault,   // dom0
+    kPidRule,   // a pid: rule on its ancestry
+    kCgroup,    // a cgroup: rule
+  };
+  uint32_t pid = 0;
+  uint32_t ppid = 0;
+  std::string comm;
+  DomainId domain = 0;
+  Origin origin = Origin::kDefault;
+  bool exited = false;
+  uint64_t exit_time = 0;      // perf time of its EXIT
+  bool retired = false;        // an older image of this pid (exec'd over, or the pid reused)
+  uint64_t start_ticks = 0;    // /proc/PID/stat starttime, 0 when unknown
+  uint64_t samples = 0;        // samples attributed to it (host user mode)
+  std::vector<Mapping> mappings;  // sorted by start, non-overlapping
+  std::map<uint32_t, Thread> threads;
+  int32_t next_vcpu = 0;       // for vCPU threads whose name has no number
+};
+
+struct ProcessTableStats {
+  uint64_t processes = 0;       // entries, retired ones included
+  uint64_t proc_discoveries = 0;  // processes first seen in a sample, read from /proc
+  uint64_t elf_failures = 0;      // mappings whose file could not be read (bias guessed)
+  uint64_t mappings = 0;
+};
+
+class ProcessTable {
+ public:
+  struct Options {
+    std::string proc_root = "/proc";
+    bool read_elf = true;  // read build-ids and segments of mapped files
+  };
+
+  ProcessTable(DomainRegistry& registry, Options options);
+
+  // Reads every /proc/PID (comm, parent, start time, cgroup, executable mappings). New
+  // processes get their domain from their ancestry; known live ones get fresh mappings.
+  void ScanProc();
+  // Pids of processes that hold a KVM VM file descriptor (anon_inode:kvm-vm), sorted.
+  std::vector<uint32_t> FindVmmProcesses() const;
+
+  void OnTask(const PerfTask& record);
+  void OnComm(const PerfComm& record);
+  void OnMmap2(const PerfMmap2& record);
+
+  // The live entry of `pid`, read from /proc if it was never seen (a stub if it is gone).
+  Process& Get(uint32_t pid);
+  const Process* Find(uint32_t pid) const;
+
+  // The vCPU index of VMM thread `tid`: from its name ("CPU 3/KVM", "vcpu3", "fc_vcpu 3"), else
+  // numbered in order of first use.
+  uint16_t VcpuOf(uint32_t pid, uint32_t tid);
+  // Whether `tid` of VMM `pid` runs a vCPU (its name says so, or it ran guest code).
+  bool IsVcpuThread(uint32_t pid, uint32_t tid);
+
+  // {"domain", "kernel", "hypervisor" (dom0 only), "processes": [...]}, as SimMachine's.
+  // Only processes with mappings are listed (with `sampled_only`, only those with samples);
+  // for one pid the live entry comes before its retired ones.
+  std::string ContextJson(DomainId domain, const std::string& host_kernel,
+                          bool sampled_only) const;
+
+  // Drops the mappings of processes that exited before `before` (perf time) without a single
+  // sample: nothing will ever be symbolized against them. Their entries stay, for ancestry.
+  void Prune(uint64_t before);
+
+  ProcessTableStats stats() const;
+
+  // "CPU 3/KVM" -> 3; -1 if the name does not look like a vCPU thread.
+  static int32_t ParseVcpuName(std::string_view comm);
+
+ private:
+  struct ProcEntry;
+  struct ElfCacheEntry {
+    bool ok = false;
+    ElfInfo info;
+  };
+
+  // `cgroups`: the process's cgroup paths, or null if they could not be read.
+  Process& Create(uint32_t pid, uint32_t ppid, const std::vector<std::string>* cgroups);
+  void AssignDomain(Process& process, const Process* parent,
+                    const std::vector<std::string>* cgroups);
+  bool ReadProc(uint32_t pid, ProcEntry* entry) const;
+  void Retire(Process& process);
+  void AddMapping(Process& process, Mapping mapping);
+  const ElfCacheEntry* ElfFor(uint32_t pid, const std::string& path, uint64_t start,
+                              uint64_t end, const std::string& key);
+  void FillMapping(uint32_t pid, Mapping* mapping, const std::string& key);
+  std::string ReadThreadComm(uint32_t pid, uint32_t tid) const;
+
+  DomainRegistry& registry_;
+  Options options_;
+  std::unordered_map<uint32_t, Process> live_;
+  Process* last_ = nullptr;  // the process Get found last (nodes of live_ do not move)
+  std::vector<Process> retired_;
+  std::map<std::string, ElfCacheEntry> elf_cache_;
+  uint64_t proc_discoveries_ = 0;
+  uint64_t elf_failures_ = 0;
+};
+
+}  // namespace hvprof::linux_host

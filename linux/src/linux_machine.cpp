@@ -1,0 +1,669 @@
+#include "hvprof/linux/linux_machine.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <set>
+
+#include <dirent.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "hvprof/base/files.h"
+#include "hvprof/base/log.h"
+#include "hvpmu/pmu_drivers.h"
+
+namespace hvprof::linux_host {
+
+using hvpmu::CpuidResult;
+using hvpmu::DomainId;
+using hvpmu::DomainInfo;
+using hvpmu::DomainType;
+using hvpmu::PmuDriver;
+using hvpmu::PmuDrivers;
+using hvpmu::kDomainInvalid;
+using hvpmu::kMaxCpus;
+using hvpmu::kMaxVcpus;
+namespace ring = hvpmu::ring;
+
+using hvprof::ErrorKind;
+using hvprof::MakeError;
+using Json = nlohmann::json;
+
+namespace {
+
+constexpr uint32_t kWakeToken = 0xFFFFFFFFu;
+constexpr uint64_t kPruneAfterNs = 2'000'000'000;
+
+uint16_t CountVcpuThreads(const HostPaths& paths, uint32_t pid) {
+  const std::string dir_path = fmt::format("{}/{}/task", paths.proc, pid);
+  DIR* dir = ::opendir(dir_path.c_str());
+  if (dir == nullptr) return 0;
+  int32_t highest = -1;
+  while (const dirent* entry = ::readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    auto comm = hvprof::ReadFileToString(dir_path + "/" + entry->d_name + "/comm");
+    if (comm) highest = std::max(highest, ProcessTable::ParseVcpuName(comm.value()));
+  }
+  ::closedir(dir);
+  return static_cast<uint16_t>(highest + 1);
+}
+
+bool CgroupExists(const HostPaths& paths, const std::string& cgroup) {
+  struct stat st {};
+  const std::string root = paths.sys + "/fs/cgroup";
+  if (::stat((root + cgroup).c_str(), &st) == 0) return true;
+  DIR* dir = ::opendir(root.c_str());  // cgroup v1: one directory per hierarchy
+  if (dir == nullptr) return false;
+  bool found = false;
+  while (const dirent* entry = ::readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    if (::stat((root + "/" + entry->d_name + cgroup).c_str(), &st) == 0) found = true;
+  }
+  ::closedir(dir);
+  return found;
+}
+
+}  // namespace
+
+// ---- the platform
+
+CpuidResult LinuxPlatform::Cpuid(uint32_t, uint32_t leaf, uint32_t subleaf) {
+  CpuidResult result{};
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  __cpuid_count(leaf, subleaf, eax, ebx, ecx, edx);
+  result = {eax, ebx, ecx, edx};
+#else
+  (void)leaf;
+  (void)subleaf;
+#endif
+  return result;
+}
+
+uint64_t LinuxPlatform::NowNs() { return in_sample_ ? sample_time_ : MonotonicNs(); }
+
+bool LinuxPlatform::GetDomainInfo(DomainId domain, DomainInfo* info) {
+  const DomainDesc* desc = domains_.Find(domain);
+  if (desc == nullptr) return false;
+  info->num_vcpus = static_cast<uint16_t>(
+      std::clamp<uint32_t>(desc->vcpus, 1, kMaxVcpus));
+  info->type = desc->guest ? DomainType::kHvm : DomainType::kPv64;
+  info->is_hardware_domain = domain == 0;
+  return true;
+}
+
+void LinuxPlatform::BeginSample(uint64_t time_ns, std::span<const uint64_t> frames) {
+  in_sample_ = true;
+  sample_time_ = time_ns;
+  frames_ = frames;
+}
+
+void LinuxPlatform::EndSample() {
+  in_sample_ = false;
+  frames_ = {};
+}
+
+bool LinuxPlatform::ReadGuestMemory(DomainId, uint16_t, uint64_t address, void* buffer,
+                                    uint32_t bytes) {
+  if (!in_sample_ || bytes != 16 || address < kFrameBase || (address - kFrameBase) % 16 != 0) {
+    return false;
+  }
+  const uint64_t index = (address - kFrameBase) / 16;
+  if (index >= frames_.size()) return false;
+  const uint64_t words[2] = {index + 1 < frames_.size() ? address + 16 : 0, frames_[index]};
+  std::memcpy(buffer, words, sizeof words);
+  return true;
+}
+
+// ---- the machine
+
+struct LinuxMachine::Collector final : RecordVisitor {
+  enum Kind : uint8_t { kSample, kMmap2, kComm, kTask, kLost, kThrottle, kLostSamples };
+  struct Item {
+    uint64_t time;
+    uint32_t ring;
+    Kind kind;
+    uint32_t index;
+  };
+  uint32_t ring = 0;
+  std::vector<Item> items;
+  std::vector<size_t> ring_ends;  // items[ring_ends[r-1], ring_ends[r]) came from ring r
+  std::vector<PerfSample> samples;
+  std::vector<PerfMmap2> mmaps;
+  std::vector<PerfComm> comms;
+  std::vector<PerfTask> tasks;
+  std::vector<PerfLost> losts;
+  std::vector<PerfThrottle> throttles;
+  std::vector<PerfLostSamples> lost_samples;
+
+  template <typename T>
+  void Add(Kind kind, uint64_t time, std::vector<T>& list, const T& record) {
+    items.push_back({time, ring, kind, static_cast<uint32_t>(list.size())});
+    list.push_back(record);
+  }
+  // Empties every list, keeping its memory for the next drain.
+  void Clear() {
+    items.clear();
+    ring_ends.clear();
+    samples.clear();
+    mmaps.clear();
+    comms.clear();
+    tasks.clear();
+    losts.clear();
+    throttles.clear();
+    lost_samples.clear();
+  }
+  void OnSample(const PerfSample& r) override { Add(kSample, r.time, samples, r); }
+  void OnMmap2(const PerfMmap2& r) override { Add(kMmap2, r.sid.time, mmaps, r); }
+  void OnComm(const PerfComm& r) override { Add(kComm, r.sid.time, comms, r); }
+  void OnTask(const PerfTask& r) override { Add(kTask, r.sid.has_time ? r.sid.time : r.time, tasks, r); }
+  void OnLost(const PerfLost& r) override { Add(kLost, r.sid.time, losts, r); }
+  void OnThrottle(const PerfThrottle& r) override { Add(kThrottle, r.time, throttles, r); }
+  void OnLostSamples(const PerfLostSamples& r) override {
+    Add(kLostSamples, r.sid.time, lost_samples, r);
+  }
+};
+
+LinuxMachine::LinuxMachine(const LinuxOptions& options)
+    : options_(options), collector_(std::make_unique<Collector>()) {}
+
+LinuxMachine::~LinuxMachine() {
+  // The perf events go first: they are registered in epoll_ and call back into this machine.
+  if (driver_) {
+    driver_->set_on_stop({});
+    driver_->set_on_setup({});
+  }
+  driver_.reset();
+}
+
+PmuDriver* LinuxMachine::driver() { return driver_.get(); }
+
+uint64_t LinuxMachine::now_ns() const { return MonotonicNs(); }
+
+hvprof::Result<std::unique_ptr<LinuxMachine>> LinuxMachine::Create(const LinuxOptions& options) {
+  if (options.ring_pages == 0 || (options.ring_pages & (options.ring_pages - 1)) != 0 ||
+      options.ring_pages > (1u << 16)) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "perf ring of {} pages: give a power of two from 1 to 65536",
+                     options.ring_pages);
+  }
+  if (options.callchain_depth > ring::kMaxBacktraceDepth) {
+    return MakeError(ErrorKind::kInvalidArgument, "callchain depth {} is above the maximum of {}",
+                     options.callchain_depth, ring::kMaxBacktraceDepth);
+  }
+  std::unique_ptr<LinuxMachine> machine(new LinuxMachine(options));
+  HVPROF_TRYV(machine->Init());
+  return machine;
+}
+
+hvprof::Result<void> LinuxMachine::Init() {
+  const HostPaths& paths = options_.paths;
+  host_kernel_ = options_.kernel_image.empty() ? std::string("/proc/kallsyms") : options_.kernel_image;
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) == 0) machine_name_ = host;
+
+  for (uint32_t cpu : OnlineCpus(paths)) {
+    if (cpu < kMaxCpus) online_.push_back(cpu);
+  }
+  if (online_.empty()) return MakeError(ErrorKind::kUnsupported, "no online CPU found");
+  num_cpus_ = std::min(PossibleCpus(paths), kMaxCpus);
+  if (online_.size() != OnlineCpus(paths).size()) {
+    notes_.push_back(fmt::format("only the first {} CPUs are sampled (the engine's limit)", kMaxCpus));
+  }
+
+  frequency_ = options_.mhz > 0 ? CpuFrequency{options_.mhz, "given"} : NominalFrequency(paths);
+  if (!options_.dry_run) {
+    HVPROF_TRY(probe, ProbePerf(static_cast<int>(online_.front()), options_.force_software, paths));
+    probe_ = probe;
+  } else {
+    probe_.reason = "dry run: no perf events are opened";
+  }
+
+  // Domains: the map's, checked against the running system, then running VMMs.
+  const uint16_t host_vcpus = static_cast<uint16_t>(std::min(num_cpus_, kMaxVcpus));
+  for (const DomainMapEntry& entry : options_.domain_map.entries) {
+    struct stat st {};
+    if (entry.kind != DomainMapEntry::Kind::kCgroup &&
+        ::stat(fmt::format("{}/{}", paths.proc, entry.pid).c_str(), &st) != 0) {
+      return MakeError(ErrorKind::kNotFound,
+                       "--domain-map: '{}': no process {} is running; a {} entry names a running "
+                       "process (start it first, or map its cgroup)",
+                       entry.text, entry.pid,
+                       entry.kind == DomainMapEntry::Kind::kPid ? "pid:" : "kvm:");
+    }
+    if (entry.kind == DomainMapEntry::Kind::kCgroup && !CgroupExists(paths, entry.cgroup)) {
+      notes_.push_back(fmt::format("--domain-map: cgroup {} does not exist (yet); processes are "
+                                   "matched when first seen",
+                                   entry.cgroup));
+    }
+  }
+  domains_ = std::make_unique<DomainRegistry>(options_.domain_map, host_vcpus,
+                                              options_.auto_kvm_domains);
+  processes_ = std::make_unique<ProcessTable>(
+      *domains_, ProcessTable::Options{paths.proc, options_.read_elf});
+  std::set<uint32_t> vmms;
+  for (const DomainMapEntry& entry : options_.domain_map.entries) {
+    if (entry.kind == DomainMapEntry::Kind::kKvm) vmms.insert(entry.pid);
+  }
+  for (uint32_t pid : processes_->FindVmmProcesses()) {
+    if (vmms.count(pid) != 0) continue;
+    vmms.insert(pid);
+    const DomainId id = domains_->GuestDomainFor(pid, true);
+    if (id == kDomainInvalid) {
+      notes_.push_back(fmt::format("KVM guest of process {} has no domain (map it with kvm:{}=ID); "
+                                   "its samples are counted as unprofiled",
+                                   pid, pid));
+      continue;
+    }
+    auto comm = hvprof::ReadFileToString(fmt::format("{}/{}/comm", paths.proc, pid));
+    std::string name = comm ? comm.value() : std::string();
+    while (!name.empty() && name.back() == '\n') name.pop_back();
+    domains_->NameGuest(id, name);
+    notes_.push_back(fmt::format("KVM guest of process {} ({}) is domain {}", pid, name, id));
+  }
+  for (uint32_t pid : vmms) {
+    const DomainId id = domains_->GuestDomainFor(pid, false);
+    const uint16_t vcpus = CountVcpuThreads(paths, pid);
+    if (id != kDomainInvalid && vcpus != 0) domains_->NoteGuestVcpus(id, vcpus);
+  }
+
+  platform_ = std::make_unique<LinuxPlatform>(num_cpus_, *domains_);
+  PmuDriver* hardware = nullptr;
+  if (probe_.source == EventSource::kHardware) {
+    hardware_drivers_ = std::make_unique<PmuDrivers>(*platform_);
+    hardware = hardware_drivers_->Detect();
+    if (hardware == nullptr) {
+      probe_.source = EventSource::kSoftware;
+      probe_.reason = "the hardware PMU counts cycles, but hvprof has no event table for this "
+                      "CPU: sampling with the cpu-clock software timer";
+    }
+  }
+
+  epoll_ = hvprof::ScopedFd(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_.valid()) return hvprof::ErrnoError(errno, "epoll_create1");
+  wake_ = hvprof::ScopedFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake_.valid()) return hvprof::ErrnoError(errno, "eventfd");
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.u32 = kWakeToken;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &event) != 0) {
+    return hvprof::ErrnoError(errno, "epoll_ctl");
+  }
+
+  PerfDriverOptions driver_options;
+  driver_options.source = probe_.source;
+  driver_options.mhz = frequency_.mhz;
+  driver_options.ring_pages = options_.ring_pages;
+  driver_options.callchain_depth = options_.callchain_depth;
+  driver_options.cpus = online_;
+  driver_options.paths = paths;
+  driver_options.dry_run = options_.dry_run;
+  driver_ = std::make_unique<PerfPmuDriver>(driver_options, hardware, epoll_.get());
+  driver_->set_on_stop([this] { DrainSamples(); });
+  driver_->set_on_setup([this] { OnSetup(); });
+  router_ = std::make_unique<SampleRouter>(*processes_, *domains_, host_vcpus);
+  cpu_stats_.resize(num_cpus_);
+  for (uint32_t cpu = 0; cpu < num_cpus_; ++cpu) cpu_stats_[cpu].cpu = cpu;
+
+  notes_.insert(notes_.begin(), probe_.reason);
+  if (driver_->source() == EventSource::kSoftware) {
+    notes_.push_back(fmt::format(
+        "cycles are timed: a CPU_CLK_UNHALTED count of N cycles is a cpu-clock period of "
+        "N / {:.1f} us (nominal {:.1f} MHz, from {}); CPU_CLOCK counts are in ns",
+        frequency_.mhz, frequency_.mhz, frequency_.source));
+  }
+  if (auto rate = ReadSysctl(paths, "kernel/perf_event_max_sample_rate")) {
+    notes_.push_back(fmt::format("the kernel allows at most {} samples per second per CPU "
+                                 "(kernel.perf_event_max_sample_rate)",
+                                 *rate));
+  }
+  return hvprof::Ok();
+}
+
+void LinuxMachine::OnSetup() {
+  for (CpuRateStats& stats : cpu_stats_) {
+    CpuRateStats fresh;
+    fresh.cpu = stats.cpu;
+    stats = fresh;
+  }
+  max_sample_rate_at_setup_ =
+      ReadSysctl(options_.paths, "kernel/perf_event_max_sample_rate").value_or(-1);
+  // The trackers follow every fork, exec and mmap from here on; /proc tells what came before.
+  if (options_.scan_proc) processes_->ScanProc();
+}
+
+hvprof::Result<bool> LinuxMachine::WaitForSamples(std::chrono::milliseconds timeout) {
+  epoll_event events[16];
+  const int n = ::epoll_wait(epoll_.get(), events, 16,
+                             static_cast<int>(std::clamp<int64_t>(timeout.count(), 0, 60000)));
+  if (n < 0) {
+    if (errno == EINTR) return false;
+    return hvprof::ErrnoError(errno, "epoll_wait on the perf rings");
+  }
+  bool ready = false;
+  for (int i = 0; i < n; ++i) {
+    if (events[i].data.u32 == kWakeToken) {
+      uint64_t count = 0;
+      [[maybe_unused]] ssize_t got = ::read(wake_.get(), &count, sizeof count);
+    } else {
+      ready = true;
+    }
+  }
+  return ready;
+}
+
+void LinuxMachine::Wake() {
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof one);
+}
+
+CpuRateStats& LinuxMachine::StatsOf(uint32_t cpu) {
+  return cpu_stats_[cpu < cpu_stats_.size() ? cpu : 0];
+}
+
+DrainResult LinuxMachine::DrainSamples() {
+  auto& rings = driver_->rings();
+  if (buffers_.size() < rings.size()) buffers_.resize(rings.size());
+  std::vector<uint32_t> cpus;
+  for (size_t i = 0; i < rings.size(); ++i) {
+    buffers_[i].clear();
+    const RingReadStats read = rings[i].ring.ReadAll(&buffers_[i]);
+    ring_corrupt_ += read.corrupt;
+    cpus.push_back(rings[i].cpu);
+  }
+  buffers_.resize(rings.size());
+  return ApplyRecords(buffers_, cpus);
+}
+
+DrainResult LinuxMachine::InjectRecords(uint32_t cpu, std::span<const uint8_t> bytes) {
+  std::vector<std::vector<uint8_t>> buffers(1, std::vector<uint8_t>(bytes.begin(), bytes.end()));
+  return ApplyRecords(buffers, {cpu});
+}
+
+DrainResult LinuxMachine::ApplyRecords(std::vector<std::vector<uint8_t>>& buffers,
+                                       const std::vector<uint32_t>& ring_cpus) {
+  DrainResult result;
+  Collector& collector = *collector_;
+  collector.Clear();
+  const RecordLayout layout = driver_->layout();
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    collector.ring = static_cast<uint32_t>(i);
+    result.bytes += buffers[i].size();
+    const ParseStats parsed = ParseRecords(buffers[i], layout, collector);
+    parse_malformed_ += parsed.malformed;
+    parse_unknown_ += parsed.unknown;
+    result.records += parsed.records;
+    collector.ring_ends.push_back(collector.items.size());
+  }
+  // Every ring is in time order; merged, a fork on one CPU comes before its child's samples
+  // and forks on another. Merging ring after ring keeps it linear; a ring out of order (which
+  // perf does not write) is sorted first.
+  const auto by_time = [](const Collector::Item& a, const Collector::Item& b) { return a.time < b.time; };
+  size_t begin = 0;
+  for (const size_t end : collector.ring_ends) {
+    const auto first = collector.items.begin();
+    if (!std::is_sorted(first + static_cast<ptrdiff_t>(begin), first + static_cast<ptrdiff_t>(end), by_time)) {
+      std::stable_sort(first + static_cast<ptrdiff_t>(begin), first + static_cast<ptrdiff_t>(end), by_time);
+    }
+    std::inplace_merge(first, first + static_cast<ptrdiff_t>(begin), first + static_cast<ptrdiff_t>(end), by_time);
+    begin = end;
+  }
+
+  for (const Collector::Item& item : collector.items) {
+    const uint32_t ring_cpu = item.ring < ring_cpus.size() ? ring_cpus[item.ring] : 0;
+    last_time_ = std::max(last_time_, item.time);
+    switch (item.kind) {
+      case Collector::kSample: {
+        const PerfSample& sample = collector.samples[item.index];
+        const uint32_t cpu = sample.cpu < num_cpus_ ? sample.cpu : ring_cpu;
+        const int counter = driver_->CounterOfId(sample.id);
+        if (counter < 0) {
+          ++unknown_ids_;
+          break;
+        }
+        ++StatsOf(cpu).samples[counter];
+        if (engine_ == nullptr) {
+          ++samples_without_engine_;
+          break;
+        }
+        RoutedSample routed = router_->Route(sample, cpu);
+        if (!routed.frames.empty()) routed.context.frame_pointer = LinuxPlatform::kFrameBase;
+        platform_->BeginSample(sample.time, routed.frames);
+        engine_->RecordSample(cpu, routed.context, static_cast<uint8_t>(counter),
+                              driver_->EnginePeriod(static_cast<uint32_t>(counter), sample.period));
+        platform_->EndSample();
+        ++result.samples;
+        break;
+      }
+      case Collector::kMmap2: processes_->OnMmap2(collector.mmaps[item.index]); break;
+      case Collector::kComm: processes_->OnComm(collector.comms[item.index]); break;
+      case Collector::kTask: processes_->OnTask(collector.tasks[item.index]); break;
+      case Collector::kLost: {
+        const PerfLost& lost = collector.losts[item.index];
+        CpuRateStats& stats = StatsOf(lost.sid.cpu < num_cpus_ ? lost.sid.cpu : ring_cpu);
+        ++stats.lost_records;
+        stats.lost += lost.lost;
+        break;
+      }
+      case Collector::kThrottle: {
+        const PerfThrottle& throttle = collector.throttles[item.index];
+        CpuRateStats& stats = StatsOf(throttle.sid.cpu < num_cpus_ ? throttle.sid.cpu : ring_cpu);
+        ++(throttle.throttle ? stats.throttles : stats.unthrottles);
+        break;
+      }
+      case Collector::kLostSamples: {
+        const PerfLostSamples& lost = collector.lost_samples[item.index];
+        StatsOf(lost.sid.cpu < num_cpus_ ? lost.sid.cpu : ring_cpu).lost_samples += lost.lost;
+        break;
+      }
+    }
+  }
+  if (last_time_ > kPruneAfterNs) processes_->Prune(last_time_ - kPruneAfterNs);
+  return result;
+}
+
+std::string LinuxMachine::ContextJson(DomainId domain, bool sampled_only) const {
+  return processes_->ContextJson(domain, host_kernel_, sampled_only);
+}
+
+std::string LinuxMachine::DomainsJson() const {
+  Json list = Json::array();
+  for (const DomainDesc& desc : domains_->domains()) {
+    list.push_back({{"id", desc.id},
+                    {"name", desc.name},
+                    {"type", desc.guest ? "hvm" : "host"},
+                    {"vcpus", std::clamp<uint32_t>(desc.vcpus, 1, kMaxVcpus)},
+                    {"kernel", desc.guest ? std::string() : host_kernel_}});
+  }
+  return list.dump();
+}
+
+std::string LinuxMachine::StatsJson() const {
+  const HostPaths& paths = options_.paths;
+  const double seconds = static_cast<double>(driver_->profiling_ns()) / 1e9;
+  const auto& counters = driver_->counters();
+  const bool software = driver_->source() == EventSource::kSoftware;
+  Json out;
+  out["platform"] = "linux";
+  out["source"] = software ? "cpu-clock" : "hardware";
+  out["cpu_type"] = driver_->cpu_type();
+  out["nominal_mhz"] = frequency_.mhz;
+  out["mhz_source"] = frequency_.source;
+  out["max_sample_rate"] = ReadSysctl(paths, "kernel/perf_event_max_sample_rate").value_or(-1);
+  out["max_sample_rate_at_setup"] = max_sample_rate_at_setup_;
+  out["cpu_time_max_percent"] = ReadSysctl(paths, "kernel/perf_cpu_time_max_percent").value_or(-1);
+  out["profiling_ns"] = driver_->profiling_ns();
+  Json counter_list = Json::array();
+  for (uint32_t i = 0; i < counters.size(); ++i) {
+    const auto& counter = counters[i];
+    if (!counter.enabled) continue;
+    counter_list.push_back({{"counter", i},
+                            {"event", counter.config.event},
+                            {"unit_mask", counter.config.unit_mask},
+                            {"count", counter.config.count},
+                            {"perf_event", software ? "cpu-clock" : "raw"},
+                            {"perf_config", fmt::format("{:#x}", counter.config_bits)},
+                            {"period", counter.period},
+                            {"period_unit", software ? "ns" : "events"},
+                            {"requested_hz_per_cpu", counter.requested_hz}});
+  }
+  out["counters"] = counter_list;
+  Json cpus = Json::array();
+  uint64_t total_samples = 0, throttles = 0, lost = 0, lost_samples = 0;
+  for (uint32_t cpu : online_) {
+    const CpuRateStats& stats = cpu_stats_[cpu];
+    Json entry;
+    entry["cpu"] = cpu;
+    uint64_t samples = 0;
+    double requested = 0;
+    Json per_counter = Json::array();
+    for (uint32_t i = 0; i < counters.size(); ++i) {
+      if (!counters[i].enabled) continue;
+      samples += stats.samples[i];
+      requested += counters[i].requested_hz;
+      Json c{{"counter", i},
+             {"samples", stats.samples[i]},
+             {"requested_hz", counters[i].requested_hz},
+             {"achieved_hz", seconds > 0 ? static_cast<double>(stats.samples[i]) / seconds : 0.0}};
+      if (auto times = driver_->ReadTimes(cpu, i)) {
+        c["time_enabled_ns"] = times->enabled_ns;
+        c["time_running_ns"] = times->running_ns;
+      }
+      per_counter.push_back(c);
+    }
+    entry["samples"] = samples;
+    entry["requested_hz"] = requested;
+    entry["achieved_hz"] = seconds > 0 ? static_cast<double>(samples) / seconds : 0.0;
+    entry["throttles"] = stats.throttles;
+    entry["unthrottles"] = stats.unthrottles;
+    entry["lost_records"] = stats.lost_records;
+    entry["lost"] = stats.lost;
+    entry["lost_samples"] = stats.lost_samples;
+    entry["counters"] = per_counter;
+    cpus.push_back(entry);
+    total_samples += samples;
+    throttles += stats.throttles;
+    lost += stats.lost;
+    lost_samples += stats.lost_samples;
+  }
+  out["cpus"] = cpus;
+  const RouterStats& routed = router_->stats();
+  const ProcessTableStats table = processes_->stats();
+  out["totals"] = {{"samples", total_samples},
+                   {"throttles", throttles},
+                   {"lost", lost},
+                   {"lost_samples", lost_samples},
+                   {"unknown_sample_ids", unknown_ids_},
+                   {"samples_without_engine", samples_without_engine_},
+                   {"malformed_records", parse_malformed_},
+                   {"unknown_records", parse_unknown_},
+                   {"corrupt_ring_reads", ring_corrupt_}};
+  out["routing"] = {{"host_user", routed.host_user},
+                    {"host_kernel", routed.host_kernel},
+                    {"idle", routed.idle},
+                    {"guest_kernel", routed.guest_kernel},
+                    {"guest_user", routed.guest_user},
+                    {"unmapped_guest", routed.unmapped_guest}};
+  out["processes"] = {{"entries", table.processes},
+                      {"mappings", table.mappings},
+                      {"discovered_in_samples", table.proc_discoveries},
+                      {"unreadable_images", table.elf_failures}};
+  out["throttled"] = throttles > 0;
+  out["notes"] = notes();
+  return out.dump();
+}
+
+std::vector<std::string> LinuxMachine::notes() const {
+  std::vector<std::string> notes = notes_;
+  const HostPaths& paths = options_.paths;
+  const auto& counters = driver_->counters();
+  double requested = 0;
+  for (const auto& counter : counters) {
+    if (counter.enabled) requested += counter.requested_hz;
+  }
+  const int64_t max_rate = ReadSysctl(paths, "kernel/perf_event_max_sample_rate").value_or(-1);
+  if (max_sample_rate_at_setup_ > 0 && requested > static_cast<double>(max_sample_rate_at_setup_)) {
+    notes.push_back(fmt::format("{:.0f} samples per second per CPU were asked for, above "
+                                "kernel.perf_event_max_sample_rate={}: the kernel throttles",
+                                requested, max_sample_rate_at_setup_));
+  }
+  const double seconds = static_cast<double>(driver_->profiling_ns()) / 1e9;
+  std::vector<std::string> throttled;
+  uint64_t lost = 0, lost_records = 0;
+  for (uint32_t cpu : online_) {
+    const CpuRateStats& stats = cpu_stats_[cpu];
+    lost += stats.lost + stats.lost_samples;
+    lost_records += stats.lost_records;
+    if (stats.throttles == 0) continue;
+    uint64_t samples = 0;
+    for (uint32_t i = 0; i < counters.size(); ++i) samples += stats.samples[i];
+    throttled.push_back(fmt::format("CPU {} {} times ({:.0f} of {:.0f} Hz)", cpu, stats.throttles,
+                                    seconds > 0 ? static_cast<double>(samples) / seconds : 0.0,
+                                    requested));
+  }
+  // cpu-clock without throttling falls short when timer interrupts come late: hrtimers skip
+  // the periods they missed, typically on an idle virtual CPU whose host lets it sleep.
+  std::vector<std::string> late;
+  if (driver_->source() == EventSource::kSoftware && seconds >= 0.2 && requested > 0) {
+    for (uint32_t cpu : online_) {
+      const CpuRateStats& stats = cpu_stats_[cpu];
+      uint64_t samples = 0;
+      for (uint32_t i = 0; i < counters.size(); ++i) samples += stats.samples[i];
+      const double achieved = static_cast<double>(samples) / seconds;
+      if (stats.throttles == 0 && achieved < 0.8 * requested) {
+        late.push_back(fmt::format("CPU {} ({:.0f} of {:.0f} Hz)", cpu, achieved, requested));
+      }
+    }
+  }
+  if (!late.empty()) {
+    notes.push_back(fmt::format(
+        "the cpu-clock timer fired less often than asked, without throttling, on {}: its "
+        "interrupts came late (an idle virtual CPU the host let sleep), so that time is "
+        "under-sampled",
+        fmt::join(late, ", ")));
+  }
+  if (!throttled.empty() && max_rate > 0 && requested <= static_cast<double>(max_rate)) {
+    notes.push_back(fmt::format(
+        "the kernel throttled sampling on {}, below kernel.perf_event_max_sample_rate={}: this "
+        "happens on a CPU that idles without a timer tick (NOHZ), where perf counts interrupts "
+        "across the missing ticks; what is lost is mostly idle time",
+        fmt::join(throttled, ", "), max_rate));
+  } else if (!throttled.empty()) {
+    notes.push_back(fmt::format(
+        "the kernel throttled sampling (kernel.perf_event_max_sample_rate={}) on {}: ask for "
+        "fewer samples (a larger count) or raise the limit with sysctl "
+        "kernel.perf_event_max_sample_rate",
+        max_rate, fmt::join(throttled, ", ")));
+  }
+  if (max_sample_rate_at_setup_ > 0 && max_rate > 0 && max_rate < max_sample_rate_at_setup_) {
+    notes.push_back(fmt::format(
+        "the kernel lowered kernel.perf_event_max_sample_rate from {} to {} during the run: perf's "
+        "interrupts took more than kernel.perf_cpu_time_max_percent={}% of the CPU",
+        max_sample_rate_at_setup_, max_rate,
+        ReadSysctl(paths, "kernel/perf_cpu_time_max_percent").value_or(-1)));
+  }
+  if (lost != 0 || lost_records != 0) {
+    notes.push_back(fmt::format("perf lost {} records in {} overflows of its {} KiB rings: they were "
+                                "drained too late; use larger rings or drain more often",
+                                lost, lost_records,
+                                uint64_t{options_.ring_pages} * static_cast<uint64_t>(::getpagesize()) / 1024));
+  }
+  if (router_->stats().unmapped_guest != 0) {
+    notes.push_back(fmt::format("{} KVM guest samples came from VMM processes without a domain "
+                                "(map them with kvm:PID=ID); they are counted as unprofiled",
+                                router_->stats().unmapped_guest));
+  }
+  return notes;
+}
+
+}  // namespace hvprof::linux_host

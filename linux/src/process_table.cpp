@@ -1,0 +1,587 @@
+#include "hvprof/linux/process_table.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "hvprof/base/files.h"
+#include "hvprof/base/scoped_fd.h"
+
+namespace hvprof::linux_host {
+
+using hvpmu::DomainId;
+using hvpmu::kMaxVcpus;
+
+namespace {
+
+constexpr size_t kMaxRetired = 1u << 16;
+constexpr size_t kMaxAncestry = 4096;
+
+bool ParseU64(std::string_view text, uint64_t* out, int base = 10) {
+  if (text.empty()) return false;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), *out, base);
+  return error == std::errc() && end == text.data() + text.size();
+}
+
+std::vector<uint32_t> ListPids(const std::string& proc_root) {
+  std::vector<uint32_t> pids;
+  DIR* dir = ::opendir(proc_root.c_str());
+  if (dir == nullptr) return pids;
+  while (const dirent* entry = ::readdir(dir)) {
+    uint64_t pid = 0;
+    if (ParseU64(entry->d_name, &pid) && pid > 0 && pid < kNoTask) {
+      pids.push_back(static_cast<uint32_t>(pid));
+    }
+  }
+  ::closedir(dir);
+  std::sort(pids.begin(), pids.end());
+  return pids;
+}
+
+std::string StripNewline(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  return text;
+}
+
+// The cgroup paths of a process, one per hierarchy line of /proc/PID/cgroup.
+std::vector<std::string> ParseCgroups(const std::string& text) {
+  std::vector<std::string> paths;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view line(text.data() + pos, end - pos);
+    const size_t first = line.find(':');
+    const size_t second = first == std::string_view::npos ? first : line.find(':', first + 1);
+    if (second != std::string_view::npos) {
+      std::string path;
+      if (NormalizeCgroupPath(line.substr(second + 1), &path)) paths.push_back(path);
+    }
+    pos = end + 1;
+  }
+  return paths;
+}
+
+std::optional<DomainId> MatchCgroups(const DomainMap& map, const std::vector<std::string>& paths) {
+  std::optional<DomainId> best;
+  size_t best_length = 0;
+  for (const std::string& path : paths) {
+    for (const DomainMapEntry& entry : map.entries) {
+      if (entry.kind != DomainMapEntry::Kind::kCgroup) continue;
+      if (CgroupWithin(path, entry.cgroup) && (!best || entry.cgroup.size() > best_length)) {
+        best = entry.domain;
+        best_length = entry.cgroup.size();
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+struct ProcessTable::ProcEntry {
+  uint32_t ppid = 0;
+  uint64_t start_ticks = 0;
+  std::string comm;
+  std::vector<std::string> cgroups;
+  bool cgroups_known = false;
+  std::vector<Mapping> mappings;  // path, start, end, pgoff; key in build_id until filled
+  std::vector<std::string> keys;
+};
+
+ProcessTable::ProcessTable(DomainRegistry& registry, Options options)
+    : registry_(registry), options_(std::move(options)) {}
+
+int32_t ProcessTable::ParseVcpuName(std::string_view comm) {
+  for (size_t i = 0; i + 3 <= comm.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(comm[i])) != 'c' ||
+        std::tolower(static_cast<unsigned char>(comm[i + 1])) != 'p' ||
+        std::tolower(static_cast<unsigned char>(comm[i + 2])) != 'u') {
+      continue;
+    }
+    size_t j = i + 3;
+    while (j < comm.size() && j < i + 5 && (comm[j] == ' ' || comm[j] == '_' || comm[j] == '-')) ++j;
+    size_t k = j;
+    while (k < comm.size() && k < j + 5 && std::isdigit(static_cast<unsigned char>(comm[k]))) ++k;
+    uint64_t value = 0;
+    if (k > j && ParseU64(comm.substr(j, k - j), &value) && value < kMaxVcpus) {
+      return static_cast<int32_t>(value);
+    }
+  }
+  return -1;
+}
+
+bool ProcessTable::ReadProc(uint32_t pid, ProcEntry* entry) const {
+  const std::string dir = fmt::format("{}/{}", options_.proc_root, pid);
+  auto stat = hvprof::ReadFileToString(dir + "/stat");
+  if (!stat) return false;
+  // "pid (comm) S ppid ... starttime(22)": the comm may hold spaces and parentheses.
+  const std::string& text = stat.value();
+  const size_t open = text.find('(');
+  const size_t close = text.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close < open) return false;
+  entry->comm = text.substr(open + 1, close - open - 1);
+  std::vector<std::string_view> fields;
+  size_t pos = close + 1;
+  while (pos < text.size()) {
+    while (pos < text.size() && text[pos] == ' ') ++pos;
+    const size_t end = std::min(text.find(' ', pos), text.size());
+    if (end > pos) fields.emplace_back(text.data() + pos, end - pos);
+    pos = end;
+  }
+  // fields[0] is the state (field 3), so field N is fields[N - 3].
+  uint64_t value = 0;
+  if (fields.size() > 1 && ParseU64(fields[1], &value)) entry->ppid = static_cast<uint32_t>(value);
+  if (fields.size() > 19 && ParseU64(StripNewline(std::string(fields[19])), &value)) {
+    entry->start_ticks = value;
+  }
+  if (auto comm = hvprof::ReadFileToString(dir + "/comm")) entry->comm = StripNewline(comm.value());
+  if (auto cgroup = hvprof::ReadFileToString(dir + "/cgroup")) {
+    entry->cgroups = ParseCgroups(cgroup.value());
+    entry->cgroups_known = true;
+  }
+  if (auto maps = hvprof::ReadFileToString(dir + "/maps")) {
+    // start-end perms offset major:minor inode path
+    const std::string& lines = maps.value();
+    size_t line_start = 0;
+    while (line_start < lines.size()) {
+      size_t line_end = lines.find('\n', line_start);
+      if (line_end == std::string::npos) line_end = lines.size();
+      const std::string_view line(lines.data() + line_start, line_end - line_start);
+      line_start = line_end + 1;
+      std::vector<std::string_view> parts;
+      size_t p = 0;
+      while (p < line.size() && parts.size() < 5) {
+        while (p < line.size() && line[p] == ' ') ++p;
+        const size_t e = std::min(line.find(' ', p), line.size());
+        if (e > p) parts.push_back(line.substr(p, e - p));
+        p = e;
+      }
+      while (p < line.size() && line[p] == ' ') ++p;
+      std::string_view path = p < line.size() ? line.substr(p) : std::string_view();
+      if (parts.size() < 5 || parts[1].size() < 3 || parts[1][2] != 'x' || path.empty() ||
+          path.front() != '/') {
+        continue;
+      }
+      constexpr std::string_view kDeleted = " (deleted)";
+      if (path.size() > kDeleted.size() && path.substr(path.size() - kDeleted.size()) == kDeleted) {
+        path.remove_suffix(kDeleted.size());
+      }
+      const size_t dash = parts[0].find('-');
+      Mapping mapping;
+      uint64_t inode = 0;
+      if (dash == std::string_view::npos || !ParseU64(parts[0].substr(0, dash), &mapping.start, 16) ||
+          !ParseU64(parts[0].substr(dash + 1), &mapping.end, 16) ||
+          !ParseU64(parts[2], &mapping.pgoff, 16) || !ParseU64(parts[4], &inode) ||
+          mapping.end <= mapping.start) {
+        continue;
+      }
+      mapping.path = std::string(path);
+      entry->mappings.push_back(std::move(mapping));
+      entry->keys.push_back(inode != 0 ? fmt::format("dev:{}:ino:{}", parts[3], inode)
+                                       : "path:" + std::string(path));
+    }
+  }
+  return true;
+}
+
+void ProcessTable::AssignDomain(Process& process, const Process* parent,
+                                const std::vector<std::string>* cgroups) {
+  const DomainMap& map = registry_.map();
+  if (auto rule = map.PidRule(process.pid)) {
+    process.domain = *rule;
+    process.origin = Process::Origin::kPidRule;
+    return;
+  }
+  if (parent != nullptr && parent->origin == Process::Origin::kPidRule) {
+    process.domain = parent->domain;
+    process.origin = Process::Origin::kPidRule;
+    return;
+  }
+  if (cgroups != nullptr) {
+    if (auto rule = MatchCgroups(map, *cgroups)) {
+      process.domain = *rule;
+      process.origin = Process::Origin::kCgroup;
+    } else {
+      process.domain = 0;
+      process.origin = Process::Origin::kDefault;
+    }
+    return;
+  }
+  // Gone before we could read its cgroup: a child starts in its parent's.
+  if (parent != nullptr) {
+    process.domain = parent->domain;
+    process.origin = parent->origin;
+  } else {
+    process.domain = 0;
+    process.origin = Process::Origin::kDefault;
+  }
+}
+
+void ProcessTable::Retire(Process& process) {
+  // Only images that samples point into are worth keeping.
+  if (process.mappings.empty() || process.samples == 0) return;
+  if (retired_.size() >= kMaxRetired) retired_.erase(retired_.begin());
+  Process old = process;
+  old.retired = true;
+  old.exited = true;
+  old.threads.clear();
+  retired_.push_back(std::move(old));
+}
+
+Process& ProcessTable::Create(uint32_t pid, uint32_t ppid,
+                             const std::vector<std::string>* cgroups) {
+  auto it = live_.find(pid);
+  if (it != live_.end()) {
+    Retire(it->second);
+    last_ = nullptr;
+    live_.erase(it);
+  }
+  Process process;
+  process.pid = pid;
+  process.ppid = ppid;
+  const Process* parent = ppid != 0 && ppid != pid ? Find(ppid) : nullptr;
+  AssignDomain(process, parent, cgroups);
+  return live_.emplace(pid, std::move(process)).first->second;
+}
+
+const Process* ProcessTable::Find(uint32_t pid) const {
+  auto it = live_.find(pid);
+  return it == live_.end() ? nullptr : &it->second;
+}
+
+Process& ProcessTable::Get(uint32_t pid) {
+  // Consecutive samples are mostly of one process.
+  if (last_ != nullptr && last_->pid == pid) return *last_;
+  auto it = live_.find(pid);
+  if (it != live_.end()) {
+    last_ = &it->second;
+    return it->second;
+  }
+  ++proc_discoveries_;
+  ProcEntry entry;
+  if (!ReadProc(pid, &entry)) {
+    Process& stub = Create(pid, 0, nullptr);
+    return stub;
+  }
+  // Parents first, so a pid: rule on an ancestor reaches it.
+  if (entry.ppid != 0 && entry.ppid != pid && live_.count(entry.ppid) == 0) {
+    uint32_t ancestor = entry.ppid;
+    std::vector<uint32_t> chain;
+    while (ancestor != 0 && live_.count(ancestor) == 0 && chain.size() < kMaxAncestry) {
+      chain.push_back(ancestor);
+      ProcEntry up;
+      if (!ReadProc(ancestor, &up)) break;
+      ancestor = up.ppid;
+    }
+    for (auto a = chain.rbegin(); a != chain.rend(); ++a) {
+      if (live_.count(*a) == 0) Get(*a);
+    }
+  }
+  Process& process = Create(pid, entry.ppid, entry.cgroups_known ? &entry.cgroups : nullptr);
+  process.comm = entry.comm;
+  process.start_ticks = entry.start_ticks;
+  for (size_t i = 0; i < entry.mappings.size(); ++i) {
+    Mapping mapping = std::move(entry.mappings[i]);
+    FillMapping(pid, &mapping, entry.keys[i]);
+    AddMapping(process, std::move(mapping));
+  }
+  return process;
+}
+
+void ProcessTable::ScanProc() {
+  const uint64_t discoveries = proc_discoveries_;  // a scan is not a discovery
+  for (uint32_t pid : ListPids(options_.proc_root)) {
+    auto it = live_.find(pid);
+    if (it == live_.end()) {
+      Get(pid);
+      continue;
+    }
+    ProcEntry entry;
+    if (!ReadProc(pid, &entry)) continue;
+    Process* process = &it->second;
+    if (process->start_ticks != 0 && entry.start_ticks != 0 &&
+        process->start_ticks != entry.start_ticks) {
+      // The pid was reused while nobody watched: a new process.
+      Retire(*process);
+      last_ = nullptr;
+    live_.erase(it);
+      Get(pid);
+      continue;
+    }
+    process->start_ticks = entry.start_ticks;
+    process->comm = entry.comm;
+    process->exited = false;
+    for (size_t i = 0; i < entry.mappings.size(); ++i) {
+      Mapping mapping = std::move(entry.mappings[i]);
+      FillMapping(pid, &mapping, entry.keys[i]);
+      AddMapping(*process, std::move(mapping));
+    }
+  }
+  proc_discoveries_ = discoveries;
+}
+
+std::vector<uint32_t> ProcessTable::FindVmmProcesses() const {
+  std::vector<uint32_t> vmms;
+  for (uint32_t pid : ListPids(options_.proc_root)) {
+    const std::string fd_dir = fmt::format("{}/{}/fd", options_.proc_root, pid);
+    DIR* dir = ::opendir(fd_dir.c_str());
+    if (dir == nullptr) continue;
+    bool found = false;
+    while (const dirent* entry = ::readdir(dir)) {
+      if (entry->d_name[0] == '.') continue;
+      char target[64] = {};
+      const std::string link = fd_dir + "/" + entry->d_name;
+      const ssize_t n = ::readlink(link.c_str(), target, sizeof target - 1);
+      if (n > 0 && std::string_view(target, static_cast<size_t>(n)) == "anon_inode:kvm-vm") {
+        found = true;
+        break;
+      }
+    }
+    ::closedir(dir);
+    if (found) vmms.push_back(pid);
+  }
+  return vmms;
+}
+
+const ProcessTable::ElfCacheEntry* ProcessTable::ElfFor(uint32_t pid, const std::string& path,
+                                                        uint64_t start, uint64_t end,
+                                                        const std::string& key) {
+  if (!options_.read_elf) return nullptr;
+  auto cached = elf_cache_.find(key);
+  if (cached != elf_cache_.end()) return &cached->second;
+  ElfCacheEntry entry;
+  // The file the process really mapped (it may since have been replaced or deleted, or live in
+  // another mount namespace), else the path.
+  const std::string map_file = fmt::format("{}/{}/map_files/{:x}-{:x}", options_.proc_root, pid, start, end);
+  hvprof::ScopedFd fd(::open(map_file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) fd = hvprof::ScopedFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.valid()) {
+    auto info = ReadElfInfo(fd.get());
+    if (info) {
+      entry.ok = true;
+      entry.info = std::move(info).value();
+    }
+  }
+  if (elf_cache_.size() > 4096) elf_cache_.clear();
+  return &elf_cache_.emplace(key, std::move(entry)).first->second;
+}
+
+void ProcessTable::FillMapping(uint32_t pid, Mapping* mapping, const std::string& key) {
+  const ElfCacheEntry* elf = ElfFor(pid, mapping->path, mapping->start, mapping->end, key);
+  if (elf == nullptr || !elf->ok) {
+    if (options_.read_elf) ++elf_failures_;
+    mapping->bias = mapping->start - mapping->pgoff;
+    return;
+  }
+  mapping->bias = LoadBias(elf->info, mapping->start, mapping->pgoff);
+  if (mapping->build_id.empty()) mapping->build_id = elf->info.build_id;
+}
+
+void ProcessTable::AddMapping(Process& process, Mapping mapping) {
+  // A new mapping replaces whatever it overlaps (munmap + mmap, or a fresh dlopen).
+  std::vector<Mapping> kept;
+  kept.reserve(process.mappings.size() + 2);
+  for (Mapping& old : process.mappings) {
+    if (old.end <= mapping.start || old.start >= mapping.end) {
+      kept.push_back(std::move(old));
+      continue;
+    }
+    if (old.start < mapping.start) {
+      Mapping left = old;
+      left.end = mapping.start;
+      kept.push_back(std::move(left));
+    }
+    if (old.end > mapping.end) {
+      Mapping right = old;
+      right.pgoff += mapping.end - old.start;
+      right.start = mapping.end;
+      kept.push_back(std::move(right));
+    }
+  }
+  kept.push_back(std::move(mapping));
+  std::sort(kept.begin(), kept.end(),
+            [](const Mapping& a, const Mapping& b) { return a.start < b.start; });
+  process.mappings = std::move(kept);
+}
+
+void ProcessTable::OnTask(const PerfTask& record) {
+  if (record.pid == kNoTask || record.pid == 0) return;
+  if (record.fork) {
+    if (record.pid == record.ppid) {  // a new thread
+      Get(record.pid).threads[record.tid];
+      return;
+    }
+    // A new process: a copy of its parent's address space, in its domain unless a rule says
+    // otherwise.
+    const Process* parent = record.ppid != 0 ? &Get(record.ppid) : nullptr;
+    std::vector<Mapping> inherited = parent != nullptr ? parent->mappings : std::vector<Mapping>{};
+    const std::string parent_comm = parent != nullptr ? parent->comm : std::string();
+    auto text = hvprof::ReadFileToString(fmt::format("{}/{}/cgroup", options_.proc_root, record.pid));
+    const std::vector<std::string> cgroups = text ? ParseCgroups(text.value()) : std::vector<std::string>{};
+    Process& child = Create(record.pid, record.ppid, text ? &cgroups : nullptr);
+    child.comm = parent_comm;
+    child.mappings = std::move(inherited);
+    return;
+  }
+  auto it = live_.find(record.pid);
+  if (it == live_.end()) return;  // never seen alive: nothing to keep
+  if (record.pid == record.tid) {
+    it->second.exited = true;
+    it->second.exit_time = record.time;
+  } else {
+    auto thread = it->second.threads.find(record.tid);
+    if (thread != it->second.threads.end() && thread->second.vcpu < 0) {
+      it->second.threads.erase(thread);
+    }
+  }
+}
+
+void ProcessTable::OnComm(const PerfComm& record) {
+  if (record.pid == kNoTask || record.pid == 0) return;
+  Process& process = Get(record.pid);
+  if (record.exec) {
+    // The old image goes; its mappings stay with a retired entry for earlier samples.
+    Retire(process);
+    process.mappings.clear();
+    process.threads.clear();
+    process.samples = 0;
+    process.comm = std::string(record.comm);
+    process.exited = false;
+    return;
+  }
+  if (record.tid == record.pid) process.comm = std::string(record.comm);
+  process.threads[record.tid].comm = std::string(record.comm);
+}
+
+void ProcessTable::OnMmap2(const PerfMmap2& record) {
+  if (record.pid == kNoTask || record.pid == 0) return;
+  // Files only: not "[vdso]", nor perf's "//anon" for anonymous executable memory (JITs).
+  if (record.filename.empty() || record.filename.front() != '/' ||
+      record.filename.starts_with("//") || record.len == 0) {
+    return;
+  }
+  if (record.prot != 0 && (record.prot & PROT_EXEC) == 0) return;
+  Process& process = Get(record.pid);
+  Mapping mapping;
+  mapping.start = record.addr;
+  mapping.end = record.addr + record.len;
+  mapping.pgoff = record.pgoff;
+  mapping.path = std::string(record.filename);
+  mapping.build_id = record.build_id;
+  const std::string key =
+      !record.build_id.empty()
+          ? "bid:" + record.build_id + ":" + mapping.path
+          : (record.ino != 0 ? fmt::format("dev:{:02x}:{:02x}:ino:{}:{}", record.maj, record.min,
+                                           record.ino, record.ino_generation)
+                             : "path:" + mapping.path);
+  FillMapping(record.pid, &mapping, key);
+  AddMapping(process, std::move(mapping));
+}
+
+std::string ProcessTable::ReadThreadComm(uint32_t pid, uint32_t tid) const {
+  auto comm = hvprof::ReadFileToString(fmt::format("{}/{}/task/{}/comm", options_.proc_root, pid, tid));
+  return comm ? StripNewline(comm.value()) : std::string();
+}
+
+uint16_t ProcessTable::VcpuOf(uint32_t pid, uint32_t tid) {
+  Process& process = Get(pid);
+  auto [it, inserted] = process.threads.try_emplace(tid);
+  Thread& thread = it->second;
+  if (thread.vcpu >= 0) return static_cast<uint16_t>(thread.vcpu);
+  if (thread.comm.empty()) thread.comm = ReadThreadComm(pid, tid);
+  thread.vcpu = ParseVcpuName(thread.comm);
+  if (thread.vcpu < 0) {
+    std::set<int32_t> used;
+    for (const auto& [other_tid, other] : process.threads) used.insert(other.vcpu);
+    while (used.count(process.next_vcpu) != 0) ++process.next_vcpu;
+    thread.vcpu = process.next_vcpu++;
+  }
+  return static_cast<uint16_t>(thread.vcpu);
+}
+
+bool ProcessTable::IsVcpuThread(uint32_t pid, uint32_t tid) {
+  Process& process = Get(pid);
+  auto it = process.threads.find(tid);
+  if (it != process.threads.end() && it->second.vcpu >= 0) return true;
+  std::string comm = it != process.threads.end() ? it->second.comm : std::string();
+  if (comm.empty()) {
+    comm = ReadThreadComm(pid, tid);
+    if (!comm.empty()) process.threads[tid].comm = comm;
+  }
+  return ParseVcpuName(comm) >= 0;
+}
+
+std::string ProcessTable::ContextJson(DomainId domain, const std::string& host_kernel,
+                                      bool sampled_only) const {
+  using Json = nlohmann::json;
+  Json out;
+  out["domain"] = domain;
+  const DomainDesc* desc = registry_.Find(domain);
+  // The host kernel runs every host domain's processes; guests' kernels are unknown here.
+  out["kernel"] = desc != nullptr && !desc->guest ? host_kernel : std::string();
+  if (domain == 0) out["hypervisor"] = host_kernel;
+  std::vector<const Process*> listed;
+  auto consider = [&](const Process& process) {
+    if (process.domain != domain || process.mappings.empty()) return;
+    if (sampled_only && process.samples == 0) return;
+    listed.push_back(&process);
+  };
+  if (desc != nullptr && !desc->guest) {
+    for (const auto& [pid, process] : live_) consider(process);
+    for (auto it = retired_.rbegin(); it != retired_.rend(); ++it) consider(*it);
+  }
+  // By pid; for one pid the live entry first, then retired ones newest first.
+  std::stable_sort(listed.begin(), listed.end(), [](const Process* a, const Process* b) {
+    if (a->pid != b->pid) return a->pid < b->pid;
+    return !a->retired && b->retired;
+  });
+  Json processes = Json::array();
+  for (const Process* process : listed) {
+    Json mappings = Json::array();
+    for (const Mapping& mapping : process->mappings) {
+      mappings.push_back({{"path", mapping.path},
+                          {"start", fmt::format("{:#x}", mapping.start)},
+                          {"end", fmt::format("{:#x}", mapping.end)},
+                          {"bias", fmt::format("{:#x}", mapping.bias)},
+                          {"build_id", mapping.build_id}});
+    }
+    processes.push_back({{"pid", process->pid},
+                         {"comm", process->comm},
+                         {"address_space", fmt::format("{:#x}", process->pid)},
+                         {"mappings", mappings}});
+  }
+  out["processes"] = processes;
+  return out.dump();
+}
+
+void ProcessTable::Prune(uint64_t before) {
+  for (auto& [pid, process] : live_) {
+    if (process.exited && process.samples == 0 && process.exit_time < before) {
+      process.mappings.clear();
+      process.mappings.shrink_to_fit();
+      process.threads.clear();
+    }
+  }
+}
+
+ProcessTableStats ProcessTable::stats() const {
+  ProcessTableStats stats;
+  stats.processes = live_.size() + retired_.size();
+  stats.proc_discoveries = proc_discoveries_;
+  stats.elf_failures = elf_failures_;
+  for (const auto& [pid, process] : live_) stats.mappings += process.mappings.size();
+  for (const Process& process : retired_) stats.mappings += process.mappings.size();
+  return stats;
+}
+
+}  // namespace hvprof::linux_host

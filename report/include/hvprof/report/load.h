@@ -1,0 +1,27 @@
+// Reading a session into the profile model: its metadata, its samples (the aggregate when it
+// is current, else the raw chunks, skipping damaged ones), with --all-domains the profiles
+// its active guests published, and every sample attributed to an image and a symbol.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hvprof/base/error.h"
+#include "hvprof/report/model.h"
+
+namespace hvprof::report {
+
+struct LoadOptions {
+  bool demangle = true;
+  bool lines = false;      // resolve file:line (-g)
+  bool use_aggregate = true;
+  // --all-domains: add the profiles active guests published (published/domain-N.json).
+  bool all_domains = false;
+  // Images: where to look for them when the recorded path is gone (like opreport's
+  // --image-path), tried in order.
+  std::vector<std::string> image_path;
+};
+
+Result<Profile> LoadProfile(const std::string& directory, const LoadOptions& options);
+
+}  // namespace hvprof::report

@@ -1,0 +1,115 @@
+// The profile model: a session, read and attributed. Every view (report's tables, and the
+// views to come) computes from it and every writer prints what a view made of it; load.h fills
+// it in. Every sample count is tied to an image and a symbol, with images named as Xenoprof
+// named them. Nothing is dropped: an address that cannot be resolved
+// is attributed to "[unknown in IMAGE+0xOFF]" or "(no symbols)", with the reason kept.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hvprof/base/error.h"
+#include "hvprof/store/session.h"
+
+namespace hvprof::symbolizer {
+class Symbolizer;
+}
+
+namespace hvprof::report {
+
+inline constexpr uint32_t kNoIndex = 0xFFFFFFFF;
+// The domain id samples of idle CPUs are recorded under (the hypervisor's idle domain).
+inline constexpr uint16_t kIdleDomain = 0x7FFF;
+
+struct Image {
+  std::string name;       // as reports show it: xen-syms-4.17-amd64, libc.so.6, domain3-kernel
+  std::string path;       // the file symbolized against; empty when there is none
+  std::string long_name;  // -f/--long-filenames: the full path, or the name if there is none
+  bool has_symbols = false;
+  // Why its addresses could not be resolved, if the whole image failed (missing file,
+  // build-id mismatch...). Empty when it resolved.
+  std::string problem;
+  bool build_id_mismatch = false;
+};
+
+struct Symbol {
+  uint32_t image = 0;
+  std::string name;        // function, or "[unknown in IMAGE+0xOFF]", or "(no symbols)"
+  uint64_t start = 0;      // runtime address of the function (0 when unknown)
+  bool resolved = false;
+  std::string reason;      // for unresolved ones: the symbolizer's reason
+};
+
+struct SourceLine {
+  std::string file;
+  uint32_t line = 0;
+};
+
+// One aggregated count, attributed.
+struct Entry {
+  uint16_t domain;
+  uint8_t mode;      // 0 user, 1 kernel, 2 hypervisor
+  uint8_t event;     // logical counter
+  uint32_t pid;
+  uint64_t ip;
+  uint64_t count;
+  uint32_t image;    // index into images
+  uint32_t symbol;   // index into symbols
+  uint32_t line;     // index into lines, or kNoIndex
+};
+
+// Where LoadProfile spent its time (hvprof-report --timing).
+struct LoadTimings {
+  double read_seconds = 0;          // the aggregate, or decoding and counting the raw samples
+  bool from_aggregate = false;
+  double symbol_tables_seconds = 0; // opening images and building their symbol tables
+  double resolve_seconds = 0;       // looking the addresses up and naming them
+  double attribute_seconds = 0;     // deciding each address's image
+  uint64_t distinct_addresses = 0;
+};
+
+// A guest's published profile, as --all-domains used it.
+struct PublishedSource {
+  uint16_t domain = 0;
+  std::string name;
+  uint64_t samples = 0;
+  uint64_t published_ns = 0;
+  store::LossRecord losses;
+};
+
+class Profile {
+ public:
+  const store::SessionMetadata& metadata() const { return metadata_; }
+  const std::string& directory() const { return directory_; }
+  const std::vector<Image>& images() const { return images_; }
+  const std::vector<Symbol>& symbols() const { return symbols_; }
+  const std::vector<SourceLine>& lines() const { return lines_; }
+  const std::vector<Entry>& entries() const { return entries_; }
+  // What went wrong reading the session (damaged chunks, missing metadata fields...).
+  const std::vector<std::string>& problems() const { return problems_; }
+  uint64_t total_samples() const { return total_; }
+  const LoadTimings& timings() const { return timings_; }
+  // With LoadOptions::all_domains (load.h): the guests' profiles that were merged.
+  const std::vector<PublishedSource>& published() const { return published_; }
+  // The name of a domain: "dom0", "3 (db-hvm)", "idle".
+  std::string DomainName(uint16_t domain) const;
+
+ private:
+  store::SessionMetadata metadata_;
+  std::string directory_;
+  std::vector<Image> images_;
+  std::vector<Symbol> symbols_;
+  std::vector<SourceLine> lines_;
+  std::vector<Entry> entries_;
+  std::vector<std::string> problems_;
+  uint64_t total_ = 0;
+  LoadTimings timings_;
+  std::vector<PublishedSource> published_;
+
+  friend class ProfileBuilder;  // load.cpp fills it in
+};
+
+}  // namespace hvprof::report

@@ -1,0 +1,86 @@
+// opreport's flat views over a Profile: images, symbols, details and source lines, filtered,
+// sorted and thresholded into a Table. Building the table (what rows, what counts) is separate
+// from printing it (writers/text.h, writers/csv.h, writers/json.h).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hvprof/base/error.h"
+#include "hvprof/report/model.h"
+
+namespace hvprof::report {
+
+enum class View {
+  kImage,      // the default: one row per image
+  kSymbol,     // -l: one row per symbol
+  kDetails,    // -d: per symbol, then one row per sampled address
+  kDebugInfo,  // -g: one row per symbol and source line
+};
+
+enum class SortKey { kSamples, kImage, kSymbol, kDebug, kVma, kDomain };
+
+struct ReportOptions {
+  View view = View::kImage;
+  bool by_domain = false;           // --by-domain: rows per domain first
+  std::vector<uint16_t> domains;    // --domain: only these
+  std::vector<uint8_t> modes;       // --mode: only these (0 user, 1 kernel, 2 hypervisor)
+  std::vector<std::string> images;  // --image: only images matching these globs (name or path)
+  std::vector<uint32_t> events;     // --event: only these counters
+  // --symbol: only rows of symbols matching these globs; percentages stay shares of all the
+  // samples the other filters keep.
+  std::vector<std::string> symbols;
+  double threshold = 0.0;           // -t: hide rows below this percent (of the first column)
+  std::vector<SortKey> sort = {SortKey::kSamples};
+  bool reverse = false;             // -r
+  bool merge_unit_masks = false;    // -m unitmask: one column per event name
+  bool merge_all = false;           // -m all: one column for every event
+  bool show_address = false;        // -w
+  bool long_filenames = false;      // -f
+  bool accumulated = false;         // -a
+  bool global_percent = false;      // -%: details relative to all samples
+  bool exclude_dependent = false;   // -x: only the applications' own images
+  bool no_header = false;           // -n
+  bool verbose = false;             // -V: reasons for unresolved addresses
+};
+
+struct Column {
+  std::string event;      // event name, or "all events" when merged
+  std::string unit_mask;  // name or hex
+  std::vector<uint32_t> counters;
+  uint64_t count = 0;     // events per sample (0 when merged from different counts)
+  uint64_t total = 0;     // samples in this column after filters
+};
+
+struct Row {
+  std::string domain;      // by-domain view: the domain's name
+  uint16_t domain_id = 0;
+  uint32_t image = kNoIndex;
+  uint32_t symbol = kNoIndex;
+  uint32_t line = kNoIndex;
+  uint64_t address = 0;    // details rows and -w
+  std::vector<uint64_t> samples;  // per column
+  std::vector<Row> details;       // -d: sampled addresses of a symbol
+};
+
+// Samples per domain and mode, for the header and --by-domain summaries.
+struct DomainSummary {
+  uint16_t domain;
+  std::string name;
+  std::string role;
+  uint64_t samples[3] = {};  // per mode, first column
+};
+
+struct Table {
+  View view = View::kImage;
+  std::vector<Column> columns;
+  std::vector<Row> rows;
+  std::vector<DomainSummary> domains;
+  uint64_t hidden_rows = 0;  // below the threshold
+};
+
+Result<Table> BuildTable(const Profile& profile, const ReportOptions& options);
+
+}  // namespace hvprof::report

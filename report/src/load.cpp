@@ -1,0 +1,525 @@
+#include "hvprof/report/load.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <tuple>
+#include <unordered_map>
+
+#include "hvprof/base/files.h"
+#include "hvprof/report/published.h"
+#include "hvprof/symbolizer/symbolizer.h"
+
+namespace hvprof::report {
+
+namespace sym = hvprof::symbolizer;
+
+namespace {
+
+constexpr uint16_t kIdle = kIdleDomain;
+constexpr uint8_t kUser = 0;
+constexpr uint8_t kKernel = 1;
+constexpr uint8_t kHypervisor = 2;
+
+class Stopwatch {
+ public:
+  double Seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+std::string Basename(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// How reports name a kernel image: as perf and opreport do.
+std::string KernelImageName(const store::ImageRecord& image) {
+  if (image.format == "kallsyms") return "[kernel.kallsyms]";
+  if (image.format == "system_map") return "vmlinux";
+  return Basename(image.path);
+}
+
+sym::ImageFormat FormatOf(const std::string& format) {
+  if (format == "kallsyms") return sym::ImageFormat::kKallsyms;
+  if (format == "system_map") return sym::ImageFormat::kSystemMap;
+  return sym::ImageFormat::kElf;
+}
+
+}  // namespace
+
+// Builds a Profile: decides, for each sample, what to symbolize it against, symbolizes each
+// target in one batch, and names images and symbols.
+class ProfileBuilder {
+ public:
+  ProfileBuilder(Profile& profile, const LoadOptions& options) : p_(profile), options_(options) {}
+
+  Result<void> Build(const store::Aggregate& aggregate);
+  // Adds the user and kernel rows the guests symbolized themselves.
+  void AddPublishedSymbols(const std::vector<PublishedProfile>& published);
+  // Domains whose hypervisor samples come from a published profile (named domainN-xen).
+  std::vector<uint16_t> published_domains;
+
+  // LoadProfile: reads the session and builds its Profile.
+  static Result<Profile> Load(const std::string& directory, const LoadOptions& options);
+  // With --all-domains: the guests' published profiles, checked; their hypervisor samples are
+  // added to `aggregate`, for dom0 to resolve.
+  static std::vector<PublishedProfile> ReadPublished(Profile& profile, store::Aggregate* aggregate);
+
+ private:
+  // What a group of addresses is symbolized against, and how its image is named.
+  struct Target {
+    std::string name;           // image name for addresses it resolves
+    std::string module_prefix;  // passive kernels: kallsyms modules become "domainN-modules"
+    bool dom0_modules = false;  // dom0 kernels: kallsyms modules become "[module]"
+    std::string path;           // empty: nothing to symbolize against
+    sym::ImageFormat format = sym::ImageFormat::kElf;
+    uint64_t bias = 0;
+    std::string build_id;
+    std::vector<size_t> entries;  // indexes into p_.entries_
+  };
+
+  uint32_t ImageIndex(const std::string& name, const std::string& path, bool has_symbols);
+  uint32_t SymbolIndex(uint32_t image, const std::string& name, uint64_t start, bool resolved,
+                       const std::string& reason);
+  uint32_t LineIndex(std::string_view file, uint32_t line);
+  Target& TargetFor(const store::Aggregate& aggregate, size_t entry_index);
+  // The addresses around key.ip that TargetFor sends to the same target, for the same
+  // domain, mode and pid: all of them outside user space, else the mapping or the gap between
+  // mappings that holds key.ip.
+  std::pair<uint64_t, uint64_t> TargetRange(const store::AggregateKey& key) const;
+  std::string ResolvePath(const std::string& path) const;
+  const store::DomainRecord* FindDomain(uint16_t id) const;
+  const store::ImageRecord* FindImage(const std::string& role, std::optional<uint16_t> domain) const;
+  void Symbolize(Target& target);
+
+  Profile& p_;
+  const LoadOptions& options_;
+  std::map<std::string, Target> targets_;  // by a key naming image and bias
+  std::unordered_map<std::string, uint32_t> image_index_;
+  std::unordered_map<std::string, uint32_t> symbol_index_;
+  std::unordered_map<std::string, uint32_t> line_index_;
+  sym::Symbolizer symbolizer_;
+};
+
+const store::DomainRecord* ProfileBuilder::FindDomain(uint16_t id) const {
+  for (const auto& domain : p_.metadata_.domains) {
+    if (domain.id == id) return &domain;
+  }
+  return nullptr;
+}
+
+const store::ImageRecord* ProfileBuilder::FindImage(const std::string& role,
+                                                    std::optional<uint16_t> domain) const {
+  for (const auto& image : p_.metadata_.images) {
+    if (image.role == role && (!domain || image.domain == domain)) return &image;
+  }
+  return nullptr;
+}
+
+std::string ProfileBuilder::ResolvePath(const std::string& path) const {
+  std::error_code ec;
+  if (path.empty() || std::filesystem::exists(path, ec)) return path;
+  for (const std::string& directory : options_.image_path) {
+    const std::string candidate = directory + "/" + Basename(path);
+    if (std::filesystem::exists(candidate, ec)) return candidate;
+  }
+  return path;  // the symbolizer will say it is unreadable
+}
+
+uint32_t ProfileBuilder::ImageIndex(const std::string& name, const std::string& path,
+                                    bool has_symbols) {
+  auto [it, added] = image_index_.emplace(name, static_cast<uint32_t>(p_.images_.size()));
+  if (added) {
+    Image image;
+    image.name = name;
+    image.path = path;
+    image.long_name = path.empty() ? name : path;
+    image.has_symbols = has_symbols;
+    p_.images_.push_back(image);
+  }
+  return it->second;
+}
+
+uint32_t ProfileBuilder::SymbolIndex(uint32_t image, const std::string& name, uint64_t start,
+                                     bool resolved, const std::string& reason) {
+  std::string key = std::to_string(image);
+  key += '\0';
+  key += name;
+  auto [it, added] = symbol_index_.emplace(std::move(key), static_cast<uint32_t>(p_.symbols_.size()));
+  if (added) p_.symbols_.push_back({image, name, start, resolved, reason});
+  return it->second;
+}
+
+uint32_t ProfileBuilder::LineIndex(std::string_view file, uint32_t line) {
+  std::string key(file);
+  key += ':';
+  key += std::to_string(line);
+  auto [it, added] = line_index_.emplace(std::move(key), static_cast<uint32_t>(p_.lines_.size()));
+  if (added) p_.lines_.push_back({std::string(file), line});
+  return it->second;
+}
+
+std::pair<uint64_t, uint64_t> ProfileBuilder::TargetRange(const store::AggregateKey& key) const {
+  constexpr std::pair<uint64_t, uint64_t> kEverything{0, UINT64_MAX};
+  const store::DomainRecord* record = FindDomain(key.domain);
+  if (key.mode != kUser || key.domain == kIdle || record == nullptr ||
+      (record->role == "passive" && record->processes.empty())) {
+    return kEverything;
+  }
+  uint64_t low = 0, high = UINT64_MAX;
+  for (const store::ProcessRecord& process : record->processes) {
+    if (process.pid != key.pid) continue;
+    for (const store::MappingRecord& mapping : process.mappings) {
+      if (key.ip >= mapping.start && key.ip < mapping.end) return {mapping.start, mapping.end};
+      if (mapping.end <= key.ip) low = std::max(low, mapping.end);
+      if (mapping.start > key.ip) high = std::min(high, mapping.start);
+    }
+  }
+  return {low, high};
+}
+
+namespace {
+// Whether a mapping's path could be an image on disk: not "/memfd:...", "/SYSV...", a device,
+// or a file deleted since it was mapped.
+bool NamesAFile(std::string_view path) {
+  constexpr std::string_view kDeleted = " (deleted)";
+  if (path.empty() || path[0] != '/') return false;
+  if (path.starts_with("/memfd:") || path.starts_with("/SYSV") || path.starts_with("/dev/")) return false;
+  return !(path.size() > kDeleted.size() && path.ends_with(kDeleted));
+}
+}  // namespace
+
+ProfileBuilder::Target& ProfileBuilder::TargetFor(const store::Aggregate& aggregate, size_t e) {
+  const store::AggregateEntry& entry = aggregate.entries[e];
+  const uint16_t domain = entry.key.domain;
+  const uint8_t mode = entry.key.mode;
+  const store::DomainRecord* record = FindDomain(domain);
+  const bool passive = record != nullptr && record->role == "passive";
+  const bool published =
+      std::find(published_domains.begin(), published_domains.end(), domain) != published_domains.end();
+  const bool guest_session = p_.metadata_.role == "guest";
+
+  auto target = [&](const std::string& key) -> Target& { return targets_[key]; };
+  if (mode == kHypervisor || domain == kIdle) {
+    const store::ImageRecord* xen = FindImage("hypervisor", std::nullopt);
+    // On linux the "hypervisor" is the host kernel, the same image whichever domain ran.
+    const bool host_kernel = p_.metadata_.platform == "linux" && xen != nullptr;
+    const std::string name = host_kernel                  ? KernelImageName(*xen)
+                             : passive || published ? fmt::format("domain{}-xen", domain)
+                             : xen != nullptr ? Basename(xen->path)
+                             : guest_session  ? std::string("xen")
+                                              : std::string("no-xen");
+    Target& t = target("hv:" + name);
+    t.name = name;
+    if (xen != nullptr) {
+      t.path = xen->path;
+      t.build_id = xen->build_id;
+      t.format = FormatOf(xen->format);
+      t.bias = xen->bias;
+    }
+    return t;
+  }
+  if (mode == kKernel) {
+    const store::ImageRecord* kernel =
+        FindImage(passive ? "passive-kernel" : "kernel", domain);
+    std::string name;
+    if (passive) {
+      name = fmt::format("domain{}-kernel", domain);
+    } else if (kernel == nullptr) {
+      name = "no-vmlinux";
+    } else {
+      name = KernelImageName(*kernel);
+    }
+    Target& t = target(fmt::format("kernel:{}:{}", domain, name));
+    t.name = name;
+    if (passive) t.module_prefix = fmt::format("domain{}-modules", domain);
+    else t.dom0_modules = true;
+    if (kernel != nullptr) {
+      t.path = kernel->path;
+      t.format = FormatOf(kernel->format);
+      t.bias = kernel->bias;
+      t.build_id = kernel->build_id;
+    }
+    return t;
+  }
+  // User space: a passive domain's is one unresolvable bucket (as in Xenoprof), unless the
+  // platform showed dom0 its processes (host processes on linux).
+  if (passive && record->processes.empty()) {
+    Target& t = target(fmt::format("apps:{}", domain));
+    t.name = fmt::format("domain{}-apps", domain);
+    return t;
+  }
+  if (record != nullptr) {
+    for (const store::ProcessRecord& process : record->processes) {
+      if (process.pid != entry.key.pid) continue;
+      for (const store::MappingRecord& mapping : process.mappings) {
+        if (entry.key.ip < mapping.start || entry.key.ip >= mapping.end) continue;
+        if (!NamesAFile(mapping.path)) {
+          // memfd, SysV shared memory and device mappings (JIT code, often): nothing to open.
+          Target& t = target(fmt::format("user-nofile:{}", mapping.path));
+          t.name = mapping.path.empty() || mapping.path[0] != '/' ? mapping.path : mapping.path.substr(1);
+          return t;
+        }
+        Target& t = target(fmt::format("user:{}:{:x}", mapping.path, mapping.bias));
+        t.name = Basename(mapping.path);
+        t.path = mapping.path;
+        t.bias = mapping.bias;
+        t.build_id = mapping.build_id;
+        return t;
+      }
+    }
+  }
+  Target& t = target(fmt::format("anon:{}:{}", domain, entry.key.pid));
+  t.name = entry.key.pid == 0xFFFFFFFF ? fmt::format("anon (domain {})", domain)
+                                       : fmt::format("anon (pid {})", entry.key.pid);
+  return t;
+}
+
+void ProfileBuilder::Symbolize(Target& target) {
+  const bool lines = options_.lines;
+  if (target.path.empty()) {
+    const uint32_t image = ImageIndex(target.name, "", false);
+    const uint32_t symbol = SymbolIndex(image, "(no symbols)", 0, false, "no image to symbolize against");
+    for (size_t e : target.entries) {
+      p_.entries_[e].image = image;
+      p_.entries_[e].symbol = symbol;
+    }
+    return;
+  }
+  sym::ImageSpec spec;
+  spec.path = ResolvePath(target.path);
+  spec.format = target.format;
+  spec.bias = target.bias;
+  spec.expected_build_id = target.build_id;
+  std::vector<uint64_t> addresses;
+  addresses.reserve(target.entries.size());
+  for (size_t e : target.entries) addresses.push_back(p_.entries_[e].ip);
+  sym::LookupOptions lookup;
+  lookup.detail = lines ? sym::Detail::kLines : sym::Detail::kFunctions;
+  lookup.demangle = options_.demangle;
+  {
+    // Opening the image through the cache first splits table loading from lookups in the
+    // timings; an image that fails is reported by Symbolize below.
+    const Stopwatch loading;
+    (void)symbolizer_.Describe(spec);
+    p_.timings_.symbol_tables_seconds += loading.Seconds();
+  }
+  const Stopwatch resolving;
+  auto batch = symbolizer_.Symbolize(spec, addresses, lookup);
+  const uint32_t main_image = ImageIndex(target.name, spec.path, true);
+  if (!batch) {
+    p_.images_[main_image].has_symbols = false;
+    p_.images_[main_image].problem = batch.error().message();
+    const uint32_t symbol = SymbolIndex(main_image, "(no symbols)", 0, false, batch.error().message());
+    for (size_t e : target.entries) {
+      p_.entries_[e].image = main_image;
+      p_.entries_[e].symbol = symbol;
+    }
+    return;
+  }
+  const sym::BatchResult& result = batch.value();
+  for (const sym::ImageStatus& status : result.images()) {
+    if (status.reason == sym::Reason::kNone) continue;
+    Image& image = p_.images_[main_image];
+    image.problem = status.detail.empty() ? std::string(sym::ReasonDescription(status.reason)) : status.detail;
+    image.build_id_mismatch = status.reason == sym::Reason::kBuildIdMismatch;
+    image.has_symbols = false;
+  }
+  // Each distinct address is named once.
+  std::vector<std::pair<uint32_t, uint32_t>> by_unique(result.unique_count(), {kNoIndex, kNoIndex});
+  std::vector<uint32_t> line_of(result.unique_count(), kNoIndex);
+  for (size_t u = 0; u < result.unique_count(); ++u) {
+    const sym::Symbolization s = result.unique(u);
+    uint32_t image = main_image;
+    if (!s.module.empty() && (target.dom0_modules || !target.module_prefix.empty())) {
+      const std::string name = target.module_prefix.empty() ? "[" + std::string(s.module) + "]"
+                                                            : target.module_prefix;
+      image = ImageIndex(name, spec.path, true);
+    }
+    if (s.resolved()) {
+      const sym::Frame& outer = s.frames.back();
+      by_unique[u] = {image, SymbolIndex(image, std::string(outer.function), outer.function_start, true, "")};
+      if (lines) {
+        const sym::Frame& inner = s.frames.front();
+        if (!inner.file.empty()) line_of[u] = LineIndex(inner.file, inner.line);
+      }
+    } else if (!p_.images_[main_image].has_symbols) {
+      by_unique[u] = {image, SymbolIndex(image, "(no symbols)", 0, false,
+                                         std::string(sym::ReasonName(s.reason)))};
+    } else {
+      const uint64_t offset = s.address - target.bias;
+      by_unique[u] = {image, SymbolIndex(image, fmt::format("[unknown in {}+{:#x}]", target.name, offset),
+                                         0, false, std::string(sym::ReasonName(s.reason)))};
+    }
+  }
+  for (size_t i = 0; i < target.entries.size(); ++i) {
+    const size_t u = result.unique_index(i);
+    Entry& entry = p_.entries_[target.entries[i]];
+    entry.image = by_unique[u].first;
+    entry.symbol = by_unique[u].second;
+    entry.line = line_of[u];
+  }
+  p_.timings_.resolve_seconds += resolving.Seconds();
+}
+
+Result<void> ProfileBuilder::Build(const store::Aggregate& aggregate) {
+  const Stopwatch attributing;
+  Target* last_target = nullptr;
+  store::AggregateKey last_key{};
+  uint64_t last_low = 0, last_high = 0;
+  p_.timings_.distinct_addresses = aggregate.entries.size();
+  p_.entries_.resize(aggregate.entries.size());
+  for (size_t e = 0; e < aggregate.entries.size(); ++e) {
+    const store::AggregateEntry& source = aggregate.entries[e];
+    Entry& entry = p_.entries_[e];
+    entry.domain = source.key.domain;
+    entry.mode = source.key.mode;
+    entry.event = source.key.event;
+    entry.pid = source.key.pid;
+    entry.ip = source.key.ip;
+    entry.count = source.count;
+    entry.image = entry.symbol = entry.line = kNoIndex;
+    p_.total_ += source.count;
+    // Entries are sorted by domain, mode, event, pid and ip, so neighbours mostly share a
+    // target: reuse it while the key stays in the range it was decided for.
+    const bool same = last_target != nullptr && source.key.domain == last_key.domain &&
+                      source.key.mode == last_key.mode && source.key.pid == last_key.pid &&
+                      source.key.ip >= last_low && source.key.ip < last_high;
+    if (!same) {
+      last_target = &TargetFor(aggregate, e);
+      last_key = source.key;
+      std::tie(last_low, last_high) = TargetRange(source.key);
+    }
+    last_target->entries.push_back(e);
+  }
+  p_.timings_.attribute_seconds = attributing.Seconds();
+  for (auto& [key, target] : targets_) Symbolize(target);
+  return Ok();
+}
+
+void ProfileBuilder::AddPublishedSymbols(const std::vector<PublishedProfile>& published) {
+  for (const PublishedProfile& guest : published) {
+    const std::string prefix = fmt::format("domain{}:", guest.domain);
+    for (const PublishedSymbol& row : guest.symbols) {
+      const std::string name = prefix + row.image;
+      const uint32_t image = ImageIndex(name, "", row.resolved);
+      if (row.resolved) p_.images_[image].has_symbols = true;
+      const uint32_t symbol = SymbolIndex(image, row.symbol, row.address, row.resolved,
+                                          row.resolved ? "" : "not resolved by the guest");
+      for (size_t c = 0; c < row.samples.size(); ++c) {
+        if (row.samples[c] == 0) continue;
+        p_.entries_.push_back({guest.domain, row.mode, static_cast<uint8_t>(guest.events[c].counter), 0xFFFFFFFF,
+                               row.address, row.samples[c], image, symbol, kNoIndex});
+        p_.total_ += row.samples[c];
+      }
+    }
+  }
+}
+
+std::vector<PublishedProfile> ProfileBuilder::ReadPublished(Profile& profile, store::Aggregate* aggregate) {
+  std::vector<PublishedProfile> accepted;
+  std::vector<uint16_t> guests;  // the active domains other than the agent's own
+  for (const store::DomainRecord& domain : profile.metadata_.domains) {
+    if (domain.role == "active" && domain.id != profile.metadata_.agent_domain) guests.push_back(domain.id);
+  }
+  for (uint16_t domain : guests) {
+    const std::string path = fmt::format("{}/published/domain-{}.json", profile.directory_, domain);
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      profile.problems_.push_back(fmt::format(
+          "active domain {} has not published its profile ({}): its own samples are missing", profile.DomainName(domain),
+          profile.metadata_.platform == "xen"
+              ? fmt::format("run `hvprof --publish` in it and copy the file it names to {}", path)
+              : std::string("run `hvprof --publish` in it, then `hvprof --dump` here")));
+      continue;
+    }
+    if (static_cast<uint64_t>(st.st_size) > (64u << 20)) {
+      profile.problems_.push_back(fmt::format("{} is too large to be a published profile; not used", path));
+      continue;
+    }
+    auto text = ReadFileToString(path);
+    auto parsed = text ? ParsePublished(text.value(), domain) : Result<PublishedProfile>(text.error());
+    if (!parsed) {
+      profile.problems_.push_back(parsed.error().message() + "; not used");
+      continue;
+    }
+    PublishedProfile& guest = parsed.value();
+    // The guest's counters are dom0's: the same logical counter must count the same event.
+    std::string mismatch;
+    for (const PublishedEvent& event : guest.events) {
+      const auto same = std::find_if(profile.metadata_.events.begin(), profile.metadata_.events.end(), [&](const store::EventRecord& e) {
+        return e.counter == event.counter && e.name == event.name && e.count == event.count;
+      });
+      if (same == profile.metadata_.events.end()) mismatch = fmt::format("{}:{} on counter {}", event.name, event.count, event.counter);
+    }
+    if (!mismatch.empty()) {
+      profile.problems_.push_back(fmt::format("domain {} published a profile of another session ({} is not counted here); not used",
+                                      profile.DomainName(domain), mismatch));
+      continue;
+    }
+    for (const PublishedAddress& address : guest.hypervisor) {
+      for (size_t c = 0; c < address.samples.size(); ++c) {
+        if (address.samples[c] == 0) continue;
+        aggregate->entries.push_back({{address.ip, 0xFFFFFFFF, domain, kHypervisor,
+                                       static_cast<uint8_t>(guest.events[c].counter)},
+                                      address.samples[c]});
+      }
+    }
+    profile.published_.push_back({domain, guest.name, guest.samples, guest.published_ns, guest.losses});
+    accepted.push_back(std::move(guest));
+  }
+  return accepted;
+}
+
+Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOptions& options) {
+  HVPROF_TRY(session, store::OpenSession(directory));
+  Profile profile;
+  profile.metadata_ = std::move(session.metadata);
+  profile.directory_ = session.directory;
+  const std::string samples = profile.directory_ + "/" + store::kSamplesFile;
+  const std::string aggregate_path = profile.directory_ + "/" + store::kAggregateFile;
+  struct stat st {};
+  const bool have_samples = ::stat(samples.c_str(), &st) == 0;
+  const Stopwatch reading;
+  store::Aggregate aggregate;
+  bool from_aggregate = false;
+  if (options.use_aggregate && have_samples) {
+    auto read = store::ReadAggregate(aggregate_path);
+    if (read && read.value().source_bytes == static_cast<uint64_t>(st.st_size)) {
+      aggregate = std::move(read).value();
+      from_aggregate = true;
+    } else if (!read && read.error().kind() == ErrorKind::kCorrupt) {
+      profile.problems_.push_back(read.error().message() + "; the raw samples were read instead");
+    }
+  }
+  if (!from_aggregate && have_samples) {
+    store::ReadSummary summary;
+    HVPROF_TRY(raw, store::AggregateSamplesFile(samples, &summary));
+    aggregate = std::move(raw);
+    for (const store::FileProblem& problem : summary.problems) {
+      profile.problems_.push_back(fmt::format("{} at byte {}: {}", samples, problem.offset, problem.description));
+    }
+  }
+  if (!have_samples) profile.problems_.push_back(fmt::format("{} has no samples file", profile.directory_));
+  std::vector<PublishedProfile> published;
+  if (options.all_domains) published = ProfileBuilder::ReadPublished(profile, &aggregate);
+  profile.timings_.read_seconds = reading.Seconds();
+  profile.timings_.from_aggregate = from_aggregate;
+  ProfileBuilder builder(profile, options);
+  for (const PublishedProfile& guest : published) builder.published_domains.push_back(guest.domain);
+  HVPROF_TRYV(builder.Build(aggregate));
+  builder.AddPublishedSymbols(published);
+  return profile;
+}
+
+Result<Profile> LoadProfile(const std::string& directory, const LoadOptions& options) {
+  return ProfileBuilder::Load(directory, options);
+}
+
+}  // namespace hvprof::report

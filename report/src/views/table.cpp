@@ -1,0 +1,235 @@
+#include "hvprof/report/views/table.h"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+
+namespace hvprof::report {
+
+namespace {
+
+struct RowKey {
+  uint16_t domain;
+  uint32_t image;
+  uint32_t symbol;
+  uint32_t line;
+  bool operator==(const RowKey&) const = default;
+};
+
+struct RowKeyHash {
+  size_t operator()(const RowKey& key) const {
+    uint64_t h = (uint64_t{key.image} << 32 | key.symbol) * 0x9E3779B97F4A7C15ULL;
+    h ^= (uint64_t{key.line} << 16 | key.domain) + 0x7F4A7C15ULL + (h << 6) + (h >> 2);
+    return static_cast<size_t>(h);
+  }
+};
+
+bool Matches(const std::vector<std::string>& globs, const Image& image) {
+  for (const std::string& glob : globs) {
+    if (::fnmatch(glob.c_str(), image.name.c_str(), 0) == 0 ||
+        ::fnmatch(glob.c_str(), image.long_name.c_str(), 0) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+Result<Table> BuildTable(const Profile& profile, const ReportOptions& options) {
+  const store::SessionMetadata& m = profile.metadata();
+  Table table;
+  table.view = options.view;
+
+  // Columns: one per event, or merged.
+  std::vector<int> column_of(256, -1);
+  for (const store::EventRecord& event : m.events) {
+    if (!options.events.empty() &&
+        std::find(options.events.begin(), options.events.end(), event.counter) == options.events.end()) {
+      continue;
+    }
+    int found = -1;
+    for (size_t c = 0; c < table.columns.size(); ++c) {
+      if (options.merge_all || (options.merge_unit_masks && table.columns[c].event == event.name)) {
+        found = static_cast<int>(c);
+      }
+    }
+    if (found < 0) {
+      Column column;
+      column.event = options.merge_all ? "all events" : event.name;
+      column.unit_mask = event.unit_mask_name.empty() ? fmt::format("{:#04x}", event.unit_mask) : event.unit_mask_name;
+      column.count = event.count;
+      table.columns.push_back(column);
+      found = static_cast<int>(table.columns.size() - 1);
+    } else {
+      Column& column = table.columns[found];
+      if (column.count != event.count) column.count = 0;
+      if (options.merge_unit_masks || options.merge_all) column.unit_mask = "merged";
+    }
+    table.columns[found].counters.push_back(event.counter);
+    if (event.counter < column_of.size()) column_of[event.counter] = found;
+  }
+  if (table.columns.empty()) {
+    return MakeError(ErrorKind::kInvalidArgument, "--event selects none of the session's events");
+  }
+  const size_t ncolumns = table.columns.size();
+
+  // -x: only samples in the applications' own executables.
+  std::set<std::string> main_images;
+  if (options.exclude_dependent) {
+    for (const auto& domain : m.domains) {
+      for (const auto& process : domain.processes) {
+        if (!process.mappings.empty()) main_images.insert(process.mappings.front().path);
+      }
+    }
+  }
+
+  std::unordered_map<RowKey, size_t, RowKeyHash> index;
+  std::vector<Row> rows;
+  std::map<uint16_t, DomainSummary> domains;
+  std::vector<std::unordered_map<uint64_t, std::vector<uint64_t>>> details;
+  const bool per_domain = options.by_domain;
+  // --symbol, decided once per symbol.
+  std::vector<int8_t> symbol_shown(options.symbols.empty() ? 0 : profile.symbols().size(), -1);
+  auto SymbolShown = [&](uint32_t symbol) {
+    if (symbol >= symbol_shown.size()) return false;
+    if (symbol_shown[symbol] < 0) {
+      const std::string& name = profile.symbols()[symbol].name;
+      symbol_shown[symbol] = std::any_of(options.symbols.begin(), options.symbols.end(), [&](const std::string& glob) {
+        return ::fnmatch(glob.c_str(), name.c_str(), 0) == 0;
+      });
+    }
+    return symbol_shown[symbol] == 1;
+  };
+  for (const Entry& entry : profile.entries()) {
+    if (entry.event >= column_of.size() || column_of[entry.event] < 0) continue;
+    if (!options.domains.empty() &&
+        std::find(options.domains.begin(), options.domains.end(), entry.domain) == options.domains.end()) {
+      continue;
+    }
+    if (!options.modes.empty() &&
+        std::find(options.modes.begin(), options.modes.end(), entry.mode) == options.modes.end()) {
+      continue;
+    }
+    const Image& image = profile.images()[entry.image];
+    if (!options.images.empty() && !Matches(options.images, image)) continue;
+    if (options.exclude_dependent && (entry.mode != 0 || main_images.count(image.path) == 0)) continue;
+    const size_t column = static_cast<size_t>(column_of[entry.event]);
+    table.columns[column].total += entry.count;
+
+    DomainSummary& summary = domains[entry.domain];
+    summary.domain = entry.domain;
+    if (column == 0) summary.samples[entry.mode] += entry.count;
+    if (!options.symbols.empty() && !SymbolShown(entry.symbol)) continue;
+
+    RowKey key{per_domain ? entry.domain : uint16_t{0}, entry.image,
+               options.view == View::kImage ? kNoIndex : entry.symbol,
+               options.view == View::kDebugInfo ? entry.line : kNoIndex};
+    auto [it, added] = index.emplace(key, rows.size());
+    if (added) {
+      Row row;
+      if (per_domain) {
+        row.domain = profile.DomainName(entry.domain);
+        row.domain_id = entry.domain;
+      }
+      row.image = entry.image;
+      row.symbol = key.symbol;
+      row.line = key.line;
+      if (key.symbol != kNoIndex) row.address = profile.symbols()[key.symbol].start;
+      row.samples.assign(ncolumns, 0);
+      rows.push_back(std::move(row));
+      if (options.view == View::kDetails) details.emplace_back();
+    }
+    rows[it->second].samples[column] += entry.count;
+    if (options.view == View::kDetails) {
+      auto& per_address = details[it->second][entry.ip];
+      if (per_address.empty()) per_address.assign(ncolumns, 0);
+      per_address[column] += entry.count;
+    }
+  }
+  if (options.view == View::kDetails) {
+    for (size_t r = 0; r < rows.size(); ++r) {
+      for (const auto& [address, samples] : details[r]) {
+        Row detail;
+        detail.address = address;
+        detail.samples = samples;
+        rows[r].details.push_back(std::move(detail));
+      }
+      std::sort(rows[r].details.begin(), rows[r].details.end(),
+                [](const Row& a, const Row& b) { return a.address < b.address; });
+    }
+  }
+
+  // Threshold on the first column.
+  const uint64_t first_total = table.columns[0].total;
+  if (options.threshold > 0.0 && first_total > 0) {
+    const size_t before = rows.size();
+    std::erase_if(rows, [&](const Row& row) {
+      return 100.0 * static_cast<double>(row.samples[0]) / static_cast<double>(first_total) < options.threshold;
+    });
+    table.hidden_rows = before - rows.size();
+  }
+
+  // Sort by the keys in order; samples sort descending, names ascending; -r reverses it all.
+  auto name_of_image = [&](const Row& row) -> const std::string& {
+    const Image& image = profile.images()[row.image];
+    return options.long_filenames ? image.long_name : image.name;
+  };
+  auto symbol_name = [&](const Row& row) -> std::string {
+    return row.symbol == kNoIndex ? std::string() : profile.symbols()[row.symbol].name;
+  };
+  auto line_of = [&](const Row& row) -> std::pair<std::string, uint32_t> {
+    if (row.line == kNoIndex) return {"", 0};
+    return {profile.lines()[row.line].file, profile.lines()[row.line].line};
+  };
+  auto less = [&](const Row& a, const Row& b) {
+    for (SortKey key : options.sort) {
+      switch (key) {
+        case SortKey::kSamples:
+          if (a.samples[0] != b.samples[0]) return a.samples[0] > b.samples[0];
+          break;
+        case SortKey::kImage:
+          if (name_of_image(a) != name_of_image(b)) return name_of_image(a) < name_of_image(b);
+          break;
+        case SortKey::kSymbol:
+          if (symbol_name(a) != symbol_name(b)) return symbol_name(a) < symbol_name(b);
+          break;
+        case SortKey::kDebug:
+          if (line_of(a) != line_of(b)) return line_of(a) < line_of(b);
+          break;
+        case SortKey::kVma:
+          if (a.address != b.address) return a.address < b.address;
+          break;
+        case SortKey::kDomain:
+          if (a.domain_id != b.domain_id) return a.domain_id < b.domain_id;
+          break;
+      }
+    }
+    // A stable, total order: the rest of the key.
+    return std::tie(a.domain_id, a.image, a.symbol, a.line) < std::tie(b.domain_id, b.image, b.symbol, b.line);
+  };
+  std::sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) {
+    return options.reverse ? less(b, a) : less(a, b);
+  });
+  if (options.by_domain) {
+    std::stable_sort(rows.begin(), rows.end(),
+                     [](const Row& a, const Row& b) { return a.domain_id < b.domain_id; });
+  }
+  table.rows = std::move(rows);
+
+  for (auto& [id, summary] : domains) {
+    summary.name = profile.DomainName(id);
+    for (const auto& record : m.domains) {
+      if (record.id == id) summary.role = record.role;
+    }
+    if (id == 0x7FFF) summary.role = "idle";
+    table.domains.push_back(summary);
+  }
+  return table;
+}
+
+}  // namespace hvprof::report

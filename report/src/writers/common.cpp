@@ -1,0 +1,95 @@
+// Pieces every flat-table writer shares: percentages, image and source names, the loss lines
+// with their advice, and the platform's own sampling figures.
+#include "writers/common.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+namespace hvprof::report {
+
+using Json = nlohmann::json;
+
+double Percent(uint64_t part, uint64_t whole) {
+  return whole == 0 ? 0.0 : 100.0 * static_cast<double>(part) / static_cast<double>(whole);
+}
+
+const std::string& ImageName(const Profile& profile, uint32_t image, const ReportOptions& options) {
+  const Image& i = profile.images()[image];
+  return options.long_filenames ? i.long_name : i.name;
+}
+
+std::string SourceOf(const Profile& profile, const Row& row) {
+  if (row.line == kNoIndex) return "(no location information)";
+  const SourceLine& line = profile.lines()[row.line];
+  return fmt::format("{}:{}", line.file, line.line);
+}
+
+std::vector<LossLine> Losses(const store::SessionMetadata& m) {
+  std::vector<LossLine> lines = {
+      {"hypervisor", "ring full", m.losses.ring_full,
+       "the agent did not drain in time: give --buffer-size a larger value, a shorter "
+       "--poll-interval, or use a larger event count"},
+      {"hypervisor", "corrupt ring index", m.losses.corrupt_index,
+       "a consumer wrote an impossible index into its ring: a bug in (or tampering with) that "
+       "domain's agent; restart it"},
+      {"hypervisor", "vCPU without a ring", m.losses.no_ring,
+       "vCPUs were added after profiling was set up: --shutdown and --start-daemon again"},
+      {"agent", "malformed records", m.losses.malformed_records,
+       "records in a ring did not follow the format: the hypervisor and hvprof disagree on the "
+       "ABI, or the ring memory was overwritten"},
+      {"store", "not written", m.losses.store_failed,
+       "the session could not be written (a full disk?): free space; samples written before "
+       "are kept"},
+      {"platform", "perf ring overflow", m.losses.platform_lost,
+       "perf's own buffers filled before hvprof-hv read them: use a larger event count, or "
+       "fewer events"},
+  };
+  std::erase_if(lines, [](const LossLine& line) { return line.count == 0; });
+  return lines;
+}
+
+namespace {
+
+// Numbers from a session's platform stats; anything that is not a number reads as zero.
+double NumberOr(const Json& object, const char* key, double fallback = 0) {
+  if (!object.is_object()) return fallback;
+  auto it = object.find(key);
+  return it != object.end() && it->is_number() ? it->get<double>() : fallback;
+}
+
+}  // namespace
+
+// What the platform said of its own sampling (linux): the timer or PMU, and the rate asked for
+// against the rate each CPU achieved, with the kernel's throttling.
+std::string PlatformRates(const store::SessionMetadata& m) {
+  if (m.platform_stats.empty()) return {};
+  const Json stats = Json::parse(m.platform_stats, nullptr, false);
+  if (!stats.is_object()) return {};
+  const auto source = stats.find("source");
+  const bool timer = source != stats.end() && source->is_string() && *source == "cpu-clock";
+  std::string out = fmt::format("Sampling: {}", timer ? "perf's cpu-clock timer (no hardware PMU)"
+                                                      : "perf hardware events");
+  if (NumberOr(stats, "nominal_mhz") > 0) out += fmt::format(", nominal {:.0f} MHz", NumberOr(stats, "nominal_mhz"));
+  std::string achieved;
+  double requested = 0;
+  double throttles = 0;
+  const auto cpus = stats.find("cpus");
+  if (cpus != stats.end() && cpus->is_array()) {
+    for (const Json& cpu : *cpus) {
+      if (!cpu.is_object()) continue;
+      requested = std::max(requested, NumberOr(cpu, "requested_hz"));
+      throttles += NumberOr(cpu, "throttles");
+      achieved += fmt::format("{}cpu{:.0f} {:.0f}", achieved.empty() ? "" : ", ", NumberOr(cpu, "cpu"),
+                              NumberOr(cpu, "achieved_hz"));
+    }
+  }
+  if (requested > 0) out += fmt::format("; asked {:.0f} samples/s per CPU, achieved {}", requested, achieved);
+  if (throttles > 0) {
+    out += fmt::format("; the kernel throttled sampling {:.0f} times (kernel.perf_event_max_sample_rate={:.0f})",
+                       throttles, NumberOr(stats, "max_sample_rate", -1));
+  }
+  return out + "\n";
+}
+
+}  // namespace hvprof::report

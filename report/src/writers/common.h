@@ -1,0 +1,34 @@
+// Private to the writers: what the text, CSV and JSON forms of a table share.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hvprof/report/model.h"
+#include "hvprof/report/views/table.h"
+
+namespace hvprof::report {
+
+inline constexpr const char* kModeNames[] = {"user", "kernel", "hypervisor"};
+
+double Percent(uint64_t part, uint64_t whole);
+// The image's name as the options ask for it (-f: the full path).
+const std::string& ImageName(const Profile& profile, uint32_t image, const ReportOptions& options);
+// "file:line" of a -g row, or "(no location information)".
+std::string SourceOf(const Profile& profile, const Row& row);
+
+// A loss cause and what to do about it.
+struct LossLine {
+  const char* layer;
+  const char* cause;
+  uint64_t count;
+  const char* advice;
+};
+
+// The causes with losses in this session, each with its advice.
+std::vector<LossLine> Losses(const store::SessionMetadata& m);
+// What the platform said of its own sampling (linux), as a header line; empty if nothing.
+std::string PlatformRates(const store::SessionMetadata& m);
+
+}  // namespace hvprof::report

@@ -1,0 +1,156 @@
+#include "hvprof/report/writers/text.h"
+
+#include <algorithm>
+
+#include "writers/common.h"
+
+namespace hvprof::report {
+
+std::string FormatHeader(const Profile& profile, const Table& table, const ReportOptions&) {
+  const store::SessionMetadata& m = profile.metadata();
+  std::string out;
+  out += fmt::format("Session: {}\n", profile.directory());
+  out += fmt::format("Platform: {}{}; CPU: {}, {} CPUs\n", m.platform,
+                     m.machine.empty() ? "" : " (" + m.machine + ")", m.cpu_type, m.num_cpus);
+  const double seconds = m.last_sample_ns > m.first_sample_ns
+                             ? static_cast<double>(m.last_sample_ns - m.first_sample_ns) / 1e9
+                             : 0.0;
+  for (const store::EventRecord& event : m.events) {
+    uint64_t samples = 0;
+    for (const Entry& entry : profile.entries()) {
+      if (entry.event == event.counter) samples += entry.count;
+    }
+    std::string rate;
+    if (seconds > 0 && m.num_cpus > 0) {
+      rate = fmt::format("; achieved {:.0f} samples/s per CPU", static_cast<double>(samples) / seconds / m.num_cpus);
+    }
+    out += fmt::format("Counted {} events (unit mask {:#04x}{}{}) with a sample every {} events{}{}\n",
+                       event.name, event.unit_mask,
+                       event.unit_mask_name.empty() ? "" : ": " + event.unit_mask_name,
+                       event.kernel && event.user ? "" : event.kernel ? ", kernel only" : ", user only",
+                       event.count, rate, samples == 0 ? "; no samples of this event" : "");
+  }
+  if (seconds > 0) out += fmt::format("Sampled time: {:.3f} s of the platform's clock\n", seconds);
+  out += PlatformRates(m);
+  out += fmt::format("Buffers: {} rings of {} samples ({} format), notified at {}, polled every {} ms\n",
+                     m.rings.size(), m.ring_capacity, m.ring_format.empty() ? "?" : m.ring_format,
+                     m.ring_watermark, m.poll_interval_ms);
+
+  if (!table.domains.empty()) {
+    out += fmt::format("Samples of {} by domain and mode:\n", table.columns[0].event);
+    out += fmt::format("  {:<22} {:>10} {:>10} {:>10}\n", "domain", "user", "kernel", "hypervisor");
+    for (const DomainSummary& d : table.domains) {
+      out += fmt::format("  {:<22} {:>10} {:>10} {:>10}\n", d.name + (d.role.empty() ? "" : " [" + d.role + "]"),
+                         d.samples[0], d.samples[1], d.samples[2]);
+    }
+  }
+  for (const PublishedSource& guest : profile.published()) {
+    const uint64_t lost = guest.losses.ring_full + guest.losses.corrupt_index + guest.losses.no_ring +
+                          guest.losses.malformed_records + guest.losses.store_failed;
+    out += fmt::format("Merged: {} samples published by domain {}{} (user and kernel symbolized there, hypervisor "
+                       "addresses here){}\n",
+                       guest.samples, guest.domain, guest.name.empty() ? "" : " (" + guest.name + ")",
+                       lost == 0 ? "" : fmt::format("; it lost {} samples", lost));
+  }
+  const auto losses = Losses(m);
+  if (losses.empty()) {
+    out += "Lost samples: none\n";
+  } else {
+    uint64_t lost = 0;
+    for (const LossLine& line : losses) lost += line.count;
+    out += fmt::format("Lost samples: {} ({:.2f}% of what was sampled)\n", lost,
+                       Percent(lost, lost + m.samples_stored));
+    for (const LossLine& line : losses) {
+      out += fmt::format("  {} {} ({}): {}\n", line.count, line.cause, line.layer, line.advice);
+    }
+  }
+  if (m.losses.unprofiled_domain != 0) {
+    out += fmt::format("Not profiled: {} samples fell in domains on neither list (add them to "
+                       "--active-domains or --passive-domains to see them)\n",
+                       m.losses.unprofiled_domain);
+  }
+  for (const Image& image : profile.images()) {
+    if (image.build_id_mismatch) {
+      out += fmt::format("Warning: {} is not the image that was profiled: {}\n", image.long_name, image.problem);
+    } else if (!image.problem.empty()) {
+      out += fmt::format("Warning: {} could not be symbolized: {}\n", image.long_name, image.problem);
+    }
+  }
+  for (const std::string& problem : profile.problems()) out += fmt::format("Warning: {}\n", problem);
+  for (const std::string& note : m.notes) out += fmt::format("Note: {}\n", note);
+  return out;
+}
+
+std::string FormatText(const Profile& profile, const Table& table, const ReportOptions& options) {
+  std::string out;
+  if (!options.no_header) out += FormatHeader(profile, table, options) + "\n";
+  const size_t columns = table.columns.size();
+  bool all_empty = true;
+  for (const Column& column : table.columns) all_empty &= column.total == 0;
+  if (all_empty) {
+    std::vector<std::string> names;
+    for (const Column& column : table.columns) names.push_back(column.event);
+    out += fmt::format("No samples of {} match in this session ({} samples in all).\n",
+                       fmt::join(names, ", "), profile.total_samples());
+    return out;
+  }
+  // Heading: per column "samples %" (and "cum. %") under the event's name, then the keys.
+  std::string heading;
+  std::string units;
+  for (const Column& column : table.columns) {
+    const std::string block = options.accumulated ? fmt::format("{:>9} {:>8} {:>8}|", "samples", "%", "cum. %")
+                                                  : fmt::format("{:>9} {:>8}|", "samples", "%");
+    std::string label = column.event + ":" + (column.count ? std::to_string(column.count) : std::string("*"));
+    if (label.size() > block.size() - 1) label = label.substr(0, block.size() - 4) + "...";
+    heading += fmt::format("{:<{}}|", label, block.size() - 1);
+    units += block;
+  }
+  const bool symbols = table.view != View::kImage;
+  std::string keys;
+  if (options.by_domain) keys += fmt::format("{:<20} ", "domain");
+  if (options.show_address && symbols) keys += fmt::format("{:<18} ", "vma");
+  if (table.view == View::kDebugInfo) keys += fmt::format("{:<32} ", "linenr info");
+  keys += symbols ? fmt::format("{:<28} {}", "image name", "symbol name") : "image name";
+  out += heading + "\n" + units + " " + keys + "\n";
+  out += std::string(units.size() + 1 + keys.size(), '-') + "\n";
+
+  std::vector<uint64_t> cumulative(columns, 0);
+  auto counts = [&](const Row& row, const std::vector<uint64_t>* base, bool accumulate) {
+    std::string text;
+    for (size_t c = 0; c < columns; ++c) {
+      const uint64_t whole = base != nullptr ? (*base)[c] : table.columns[c].total;
+      text += fmt::format("{:>9} {:>8.4f}", row.samples[c], Percent(row.samples[c], whole));
+      if (options.accumulated) {
+        if (accumulate) cumulative[c] += row.samples[c];
+        text += fmt::format(" {:>8.4f}", Percent(cumulative[c], table.columns[c].total));
+      }
+      text += " ";
+    }
+    return text;
+  };
+  for (const Row& row : table.rows) {
+    std::string line = counts(row, nullptr, true) + " ";
+    if (options.by_domain) line += fmt::format("{:<20} ", row.domain);
+    if (options.show_address && symbols) line += fmt::format("{:<18} ", fmt::format("{:016x}", row.address));
+    if (table.view == View::kDebugInfo) line += fmt::format("{:<32} ", SourceOf(profile, row));
+    if (symbols) {
+      line += fmt::format("{:<28} {}", ImageName(profile, row.image, options), profile.symbols()[row.symbol].name);
+      if (options.verbose && !profile.symbols()[row.symbol].resolved) {
+        line += fmt::format("  ({})", profile.symbols()[row.symbol].reason);
+      }
+    } else {
+      line += ImageName(profile, row.image, options);
+    }
+    out += line + "\n";
+    for (const Row& detail : row.details) {
+      // Per-address percentages are of the symbol's samples, or of all with -%.
+      out += "  " + counts(detail, options.global_percent ? nullptr : &row.samples, false) +
+             fmt::format("  {:016x}\n", detail.address);
+    }
+  }
+  if (table.hidden_rows != 0) {
+    out += fmt::format("({} rows below the {}% threshold are not shown)\n", table.hidden_rows, options.threshold);
+  }
+  return out;
+}
+}  // namespace hvprof::report

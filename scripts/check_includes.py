@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""Checks the direction of every #include between hvprof's folders.
+
+Each library folder may include headers only from the folders listed for it in LAYERS below;
+the list is the architecture (data flows engine -> rings -> agent -> store -> report), and a
+change to it is a design decision, made here on purpose. Also fails on:
+  - a folder missing from LAYERS (each new library folder says where it stands),
+  - a cycle among the allowed dependencies themselves,
+  - an include circle between the components (name.h + name.cpp) of one folder.
+Run from the top of the tree; scripts/check-layering.sh calls it.
+"""
+import os
+import re
+import sys
+
+# folder -> folders whose headers it may include. Lower layers first.
+LAYERS = {
+    "hypervisor-pmu": [],  # the freestanding engine (check-layering.sh checks it further)
+    "base": [],
+    "symbolizer": ["base"],
+    "store": ["base"],
+    "hosted": ["hypervisor-pmu", "base"],
+    "sim": ["hosted", "hypervisor-pmu", "base", "symbolizer"],
+    "linux": ["hosted", "hypervisor-pmu", "base"],
+    "hvprof-hv/protocol": ["hypervisor-pmu", "base"],
+    "hvprof-hv/daemon": ["hvprof-hv/protocol", "sim", "linux", "hosted", "hypervisor-pmu", "base",
+                         "symbolizer"],
+    "agent-core": ["hvprof-hv/protocol", "store", "hypervisor-pmu", "base"],
+    "xen": ["agent-core", "store", "hypervisor-pmu", "base"],
+    "setup": ["store", "symbolizer", "hypervisor-pmu", "base"],
+    "dom0-agent": ["agent-core", "setup", "store", "hypervisor-pmu", "base", "symbolizer"],
+    # A guest publishes its own profile for dom0: its agent reports its own session.
+    "guest-agent": ["report", "agent-core", "setup", "store", "hypervisor-pmu", "base", "symbolizer"],
+    "report": ["store", "symbolizer", "base"],
+    "control": ["report", "agent-core", "setup", "hvprof-hv/protocol", "store", "symbolizer", "hypervisor-pmu",
+                "base"],
+    "tests/fake-platform": ["hosted", "hypervisor-pmu", "base"],
+}
+# Mains (cli/), tests/, bench/ and fuzz/ may include any library; tests/fake-platform/ is a
+# library of its own and is checked.
+
+INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+SOURCE = (".h", ".hpp", ".cpp", ".c")
+
+
+def library_folders():
+    """Folders that hold a library: those with an include/ or src/ beside a CMakeLists.txt."""
+    found = []
+    for root, dirs, files in os.walk("."):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and not d.startswith("build")]
+        if "CMakeLists.txt" in files and ("include" in dirs or "src" in dirs):
+            found.append(os.path.relpath(root, "."))
+    return sorted(found)
+
+
+def component_of(folder, path):
+    """"report/src/profile.cpp" and "report/include/hvprof/report/profile.h" -> "profile";
+    "hypervisor-pmu/include/hvpmu/abi/ops.h" -> "abi/ops" (not the same as src/ops.cpp)."""
+    relative = os.path.relpath(path, folder)
+    parts = relative.split(os.sep)
+    if parts[0] == "include":
+        parts = parts[1:]
+        # Drop the namespace folders: hvprof/<name>/ or hvpmu/.
+        if parts[0] == "hvprof" and len(parts) > 2:
+            parts = parts[2:]
+        elif parts[0] == "hvpmu" and len(parts) > 1:
+            parts = parts[1:]
+    elif parts[0] == "src":
+        parts = parts[1:]
+    return os.path.splitext("/".join(parts))[0]
+
+
+def sources(folder):
+    for root, dirs, files in os.walk(folder):
+        for name in files:
+            if name.endswith(SOURCE):
+                yield os.path.join(root, name)
+
+
+def main():
+    problems = []
+    folders = library_folders()
+    for folder in folders:
+        if folder not in LAYERS:
+            problems.append(f"{folder}: a library folder not in scripts/check_includes.py's LAYERS; "
+                            "add it with the folders it may include")
+    for folder in LAYERS:
+        if folder not in folders:
+            problems.append(f"{folder}: listed in LAYERS but not a library folder any more")
+
+    # The allowed graph itself must have no cycle.
+    state = {}
+
+    def visit(folder, trail):
+        if state.get(folder) == "done":
+            return
+        if state.get(folder) == "open":
+            problems.append("LAYERS has a cycle: " + " -> ".join(trail + [folder]))
+            return
+        state[folder] = "open"
+        for dep in LAYERS.get(folder, []):
+            visit(dep, trail + [folder])
+        state[folder] = "done"
+
+    for folder in LAYERS:
+        visit(folder, [])
+
+    # Which folder owns each public header ("hvprof/store/session.h" -> "store").
+    owner = {}
+    for folder in folders:
+        include_dir = os.path.join(folder, "include")
+        for path in sources(include_dir):
+            owner[os.path.relpath(path, include_dir)] = folder
+
+    checked = 0
+    for folder in folders:
+        allowed = set(LAYERS.get(folder, [])) | {folder}
+        # Components: a public header and the source of the same name ("report/profile" is
+        # include/hvprof/report/profile.h with src/profile.cpp). Circles between them are
+        # circles in the folder's design; private headers in src/ are the component's own.
+        public = {component_of(folder, p) for p in sources(os.path.join(folder, "include"))}
+        components = {}
+        for path in sources(folder):
+            # Nested library folders are checked on their own.
+            if any(other != folder and other.startswith(folder + "/") and path.startswith(other + "/")
+                   for other in folders):
+                continue
+            checked += 1
+            text = open(path, encoding="utf-8", errors="replace").read()
+            me = component_of(folder, path)
+            for match in INCLUDE.finditer(text):
+                header = match.group(1)
+                line = text.count("\n", 0, match.start()) + 1
+                target = owner.get(header)
+                if target is None:
+                    continue
+                if target not in allowed:
+                    problems.append(f"{path}:{line}: includes \"{header}\" of {target}/, which {folder}/ may not "
+                                    f"use (it may use: {', '.join(sorted(LAYERS.get(folder, []))) or 'nothing'})")
+                elif target == folder and me in public:
+                    other = component_of(folder, os.path.join(folder, "include", header))
+                    if other != me:
+                        components.setdefault(me, set()).add(other)
+        # Circles between components of this folder.
+        colour = {}
+
+        def walk(node, trail):
+            if colour.get(node) == "done":
+                return
+            if colour.get(node) == "open":
+                cycle = trail[trail.index(node):] + [node]
+                problems.append(f"{folder}/: include circle between components: {' -> '.join(cycle)}")
+                return
+            colour[node] = "open"
+            for nxt in sorted(components.get(node, ())):
+                if nxt != node:
+                    walk(nxt, trail + [node])
+            colour[node] = "done"
+
+        for node in sorted(components):
+            walk(node, [])
+
+    for problem in problems:
+        print(problem)
+    if problems:
+        return 1
+    print(f"includes: {checked} files in {len(folders)} library folders include only downward, no circles")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

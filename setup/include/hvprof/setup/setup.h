@@ -1,0 +1,99 @@
+// What `hvprof --start-daemon` sets up, and the checks it makes before anything starts: event
+// specs against the CPU's event table and counters, domain lists, and images.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hvprof/base/error.h"
+#include "hvprof/store/session.h"
+#include "hvpmu/abi/ops.h"
+#include "hvpmu/events.h"
+
+namespace hvprof::setup {
+
+// The setup options of --start-daemon, kept in SESSION_ROOT/daemonrc.json.
+struct SetupOptions {
+  std::string platform = "sim";
+  uint16_t domain = 0;        // the domain this runs in: 0 is dom0 (the primary), else a guest
+  std::string hv_run_dir;     // hvprof-hv's socket directory; empty: its default
+  std::string session_root = store::kDefaultSessionRoot;
+  std::string xen_image;      // --xen
+  std::string vmlinux;        // --vmlinux; empty: what the platform says dom0 runs
+  bool no_vmlinux = false;
+  std::vector<std::string> active_domains;   // ids or names, as typed
+  std::vector<std::string> passive_domains;
+  std::vector<std::string> passive_images;   // by position with passive_domains
+  std::vector<std::string> events;           // NAME:COUNT[:UNITMASK[:KERNEL[:USER]]] or "default"
+  uint32_t buffer_size = 0;    // slots per ring; 0: the default
+  uint32_t callgraph = 0;      // backtrace depth
+  uint32_t poll_interval_ms = 0;  // 0: sized from ring capacity and sample rate
+  bool verbose = false;
+
+  nlohmann::json ToJson() const;
+  static Result<SetupOptions> FromJson(const nlohmann::json& json);
+};
+
+struct EventSpec {
+  std::string text;  // as typed, for messages
+  std::string name;
+  uint64_t count = 0;
+  std::string unit_mask;  // a name or a number; empty: the event's default
+  bool kernel = true;
+  bool user = true;
+  bool is_default = false;  // "default": the CPU's default event and count
+};
+
+Result<EventSpec> ParseEventSpec(std::string_view text);
+
+// An event placed on a logical counter.
+struct ResolvedEvent {
+  uint32_t counter = 0;
+  const hvpmu::EventDef* event = nullptr;
+  uint8_t unit_mask = 0;
+  std::string unit_mask_name;
+  uint64_t count = 0;
+  bool kernel = true;
+  bool user = true;
+};
+
+// Checks every spec against the CPU's event table and places the events on counters: events
+// that an Intel fixed counter counts go there while it is free, the rest on general counters.
+Result<std::vector<ResolvedEvent>> ResolveEvents(const std::vector<EventSpec>& specs,
+                                                 const hvpmu::CpuEventTable& table,
+                                                 const hvpmu::InitV2& pmu);
+// The same for --event options as typed.
+Result<std::vector<ResolvedEvent>> ResolveEventOptions(const std::vector<std::string>& options,
+                                                       const hvpmu::CpuEventTable& table,
+                                                       const hvpmu::InitV2& pmu);
+// A placed event as the session records it.
+store::EventRecord ToEventRecord(const ResolvedEvent& event);
+
+// "1,3,web-vm" -> {"1", "3", "web-vm"}; empty items are errors.
+Result<std::vector<std::string>> SplitList(std::string_view text, std::string_view option);
+
+// A domain the platform reports.
+struct DomainInfo {
+  uint16_t id = 0;
+  std::string name;
+  std::string type;   // pv, pv32, hvm
+  uint16_t vcpus = 0;
+  std::string kernel; // the kernel image the platform runs there, if it knows (the sim)
+};
+Result<std::vector<DomainInfo>> ParseDomainList(std::string_view json);
+// Resolves ids or names against the platform's domains.
+Result<std::vector<uint16_t>> ResolveDomains(const std::vector<std::string>& items,
+                                             const std::vector<DomainInfo>& domains,
+                                             std::string_view option);
+
+// Checks an image before profiling starts: it exists, is an uncompressed ELF or a symbol map,
+// and has symbols. Returns what the session records about it (format, build-id).
+Result<store::ImageRecord> CheckImage(const std::string& path, const std::string& role,
+                                      std::optional<uint16_t> domain);
+
+}  // namespace hvprof::setup

@@ -1,0 +1,326 @@
+#include "hvprof/setup/setup.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+
+#include "hvprof/base/units.h"
+#include "hvprof/symbolizer/symbolizer.h"
+
+namespace hvprof::setup {
+
+using Json = nlohmann::json;
+
+Json SetupOptions::ToJson() const {
+  return Json{{"platform", platform},
+              {"domain", domain},
+              {"hv_run_dir", hv_run_dir},
+              {"session_root", session_root},
+              {"xen_image", xen_image},
+              {"vmlinux", vmlinux},
+              {"no_vmlinux", no_vmlinux},
+              {"active_domains", active_domains},
+              {"passive_domains", passive_domains},
+              {"passive_images", passive_images},
+              {"events", events},
+              {"buffer_size", buffer_size},
+              {"callgraph", callgraph},
+              {"poll_interval_ms", poll_interval_ms},
+              {"verbose", verbose}};
+}
+
+Result<SetupOptions> SetupOptions::FromJson(const Json& json) {
+  SetupOptions options;
+  try {
+    options.platform = json.value("platform", options.platform);
+    options.domain = json.value("domain", uint16_t{0});
+    options.hv_run_dir = json.value("hv_run_dir", "");
+    options.session_root = json.value("session_root", options.session_root);
+    options.xen_image = json.value("xen_image", "");
+    options.vmlinux = json.value("vmlinux", "");
+    options.no_vmlinux = json.value("no_vmlinux", false);
+    options.active_domains = json.value("active_domains", std::vector<std::string>{});
+    options.passive_domains = json.value("passive_domains", std::vector<std::string>{});
+    options.passive_images = json.value("passive_images", std::vector<std::string>{});
+    options.events = json.value("events", std::vector<std::string>{});
+    options.buffer_size = json.value("buffer_size", 0u);
+    options.callgraph = json.value("callgraph", 0u);
+    options.poll_interval_ms = json.value("poll_interval_ms", 0u);
+    options.verbose = json.value("verbose", false);
+  } catch (const Json::exception& error) {
+    return MakeError(ErrorKind::kCorrupt, "the setup file is damaged: {}", error.what());
+  }
+  return options;
+}
+
+Result<EventSpec> ParseEventSpec(std::string_view text) {
+  EventSpec spec;
+  spec.text = text;
+  if (text == "default") {
+    spec.is_default = true;
+    return spec;
+  }
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    const size_t colon = text.find(':', start);
+    parts.emplace_back(text.substr(start, colon == std::string_view::npos ? colon : colon - start));
+    if (colon == std::string_view::npos) break;
+    start = colon + 1;
+  }
+  auto fail = [&](std::string_view why) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "--event={}: {}; the form is NAME:COUNT[:UNITMASK[:KERNEL[:USER]]], e.g. "
+                     "CPU_CLK_UNHALTED:100000 or LLC_MISSES:6000:demand:0:1",
+                     text, why);
+  };
+  if (parts.size() < 2 || parts.size() > 5) return fail("wrong number of fields");
+  if (parts[0].empty()) return fail("no event name");
+  spec.name = parts[0];
+  auto count = ParseUnsigned(parts[1]);
+  if (!count) return fail(fmt::format("'{}' is not a count", parts[1]));
+  spec.count = count.value();
+  if (parts.size() > 2) spec.unit_mask = parts[2];
+  auto flag = [&](const std::string& value, bool* out, const char* what) -> Result<void> {
+    if (value == "0" || value == "1") {
+      *out = value == "1";
+      return Ok();
+    }
+    return fail(fmt::format("the {} field must be 0 or 1, not '{}'", what, value));
+  };
+  if (parts.size() > 3) {
+    HVPROF_TRYV(flag(parts[3], &spec.kernel, "kernel"));
+  }
+  if (parts.size() > 4) {
+    HVPROF_TRYV(flag(parts[4], &spec.user, "user"));
+  }
+  if (!spec.kernel && !spec.user) return fail("counting neither kernel nor user counts nothing");
+  return spec;
+}
+
+namespace {
+
+std::string EventNames(const hvpmu::CpuEventTable& table) {
+  std::string names;
+  for (uint32_t i = 0; i < table.num_events; ++i) {
+    if (!names.empty()) names += ", ";
+    names += table.events[i].name;
+  }
+  return names;
+}
+
+}  // namespace
+
+Result<std::vector<ResolvedEvent>> ResolveEvents(const std::vector<EventSpec>& specs,
+                                                 const hvpmu::CpuEventTable& table,
+                                                 const hvpmu::InitV2& pmu) {
+  std::vector<EventSpec> wanted = specs;
+  if (wanted.empty()) wanted.push_back(EventSpec{"default", "", 0, "", true, true, true});
+  std::vector<ResolvedEvent> resolved;
+  std::vector<bool> used(pmu.num_counters, false);
+  for (const EventSpec& spec : wanted) {
+    ResolvedEvent event;
+    const hvpmu::EventDef* def =
+        hvpmu::FindEventByName(table, spec.is_default ? table.default_event : spec.name.c_str());
+    if (def == nullptr) {
+      return MakeError(ErrorKind::kInvalidArgument,
+                       "--event={}: unknown event '{}' for {} (it has {}); `hvprof --list-events` "
+                       "describes them",
+                       spec.text, spec.name, table.cpu_type, EventNames(table));
+    }
+    event.event = def;
+    event.count = spec.is_default ? table.default_count : spec.count;
+    event.kernel = spec.kernel;
+    event.user = spec.user;
+    event.unit_mask = def->default_unit_mask;
+    if (!spec.unit_mask.empty()) {
+      bool found = false;
+      for (uint8_t i = 0; i < def->num_unit_masks; ++i) {
+        if (spec.unit_mask == def->unit_masks[i].name) {
+          event.unit_mask = def->unit_masks[i].value;
+          found = true;
+        }
+      }
+      if (!found) {
+        auto number = ParseUnsigned(spec.unit_mask);
+        if (!number || number.value() > 0xFF) {
+          std::string names;
+          for (uint8_t i = 0; i < def->num_unit_masks; ++i) {
+            names += fmt::format("{}{} ({:#04x})", i ? ", " : "", def->unit_masks[i].name,
+                                 def->unit_masks[i].value);
+          }
+          return MakeError(ErrorKind::kInvalidArgument,
+                           "--event={}: '{}' is not a unit mask of {}; it takes {}", spec.text,
+                           spec.unit_mask, def->name, names);
+        }
+        event.unit_mask = static_cast<uint8_t>(number.value());
+      }
+    }
+    if (!hvpmu::UnitMaskAllowed(*def, event.unit_mask)) {
+      return MakeError(ErrorKind::kInvalidArgument, "--event={}: unit mask {:#04x} is not valid for {}",
+                       spec.text, event.unit_mask, def->name);
+    }
+    for (uint8_t i = 0; i < def->num_unit_masks; ++i) {
+      if (def->unit_masks[i].value == event.unit_mask) event.unit_mask_name = def->unit_masks[i].name;
+    }
+    if (event.count < def->min_count || event.count == 0) {
+      return MakeError(ErrorKind::kInvalidArgument,
+                       "--event={}: a count of {} is below {}'s minimum of {} (smaller counts "
+                       "would flood the machine with interrupts)",
+                       spec.text, event.count, def->name, def->min_count);
+    }
+    // A free fixed counter that counts exactly this event, else a free general counter.
+    std::optional<uint32_t> counter;
+    if (def->fixed_counter != hvpmu::kNoFixedCounter &&
+        static_cast<uint32_t>(def->fixed_counter) < pmu.num_fixed_counters) {
+      const uint32_t fixed = pmu.num_gp_counters + static_cast<uint32_t>(def->fixed_counter);
+      if (!used[fixed]) counter = fixed;
+    }
+    for (uint32_t i = 0; !counter && i < pmu.num_gp_counters; ++i) {
+      if (!used[i]) counter = i;
+    }
+    if (!counter) {
+      return MakeError(ErrorKind::kInvalidArgument,
+                       "--event={}: no counter left; {} has {} general-purpose and {} fixed "
+                       "counters and {} events do not fit",
+                       spec.text, table.cpu_type, pmu.num_gp_counters, pmu.num_fixed_counters,
+                       wanted.size());
+    }
+    const bool fixed = *counter >= pmu.num_gp_counters;
+    const uint64_t max_count = fixed ? (uint64_t{1} << (pmu.fixed_counter_width - 1)) : pmu.max_count;
+    if (event.count > max_count) {
+      return MakeError(ErrorKind::kInvalidArgument,
+                       "--event={}: a count of {} does not fit the counter (at most {})", spec.text,
+                       event.count, max_count);
+    }
+    used[*counter] = true;
+    event.counter = *counter;
+    resolved.push_back(event);
+  }
+  return resolved;
+}
+
+Result<std::vector<ResolvedEvent>> ResolveEventOptions(const std::vector<std::string>& options,
+                                                       const hvpmu::CpuEventTable& table,
+                                                       const hvpmu::InitV2& pmu) {
+  std::vector<EventSpec> specs;
+  for (const std::string& text : options) {
+    HVPROF_TRY(spec, ParseEventSpec(text));
+    specs.push_back(spec);
+  }
+  return ResolveEvents(specs, table, pmu);
+}
+
+store::EventRecord ToEventRecord(const ResolvedEvent& event) {
+  return {event.counter, event.event->name, event.event->code, event.unit_mask,
+          event.unit_mask_name, event.count, event.kernel, event.user};
+}
+
+Result<std::vector<std::string>> SplitList(std::string_view text, std::string_view option) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const std::string_view item = text.substr(start, comma == std::string_view::npos ? comma : comma - start);
+    if (item.empty()) {
+      return MakeError(ErrorKind::kInvalidArgument, "--{}='{}': empty item in the list", option, text);
+    }
+    items.emplace_back(item);
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return items;
+}
+
+Result<std::vector<DomainInfo>> ParseDomainList(std::string_view text) {
+  Json json = Json::parse(text.begin(), text.end(), nullptr, false);
+  if (json.is_discarded() || !json.is_array()) {
+    return MakeError(ErrorKind::kProtocol, "the hypervisor sent a malformed domain list");
+  }
+  std::vector<DomainInfo> domains;
+  try {
+    for (const Json& entry : json) {
+      DomainInfo domain;
+      domain.id = entry.at("id").get<uint16_t>();
+      domain.name = entry.value("name", "");
+      domain.type = entry.value("type", "");
+      domain.vcpus = entry.value("vcpus", uint16_t{0});
+      domain.kernel = entry.value("kernel", "");
+      domains.push_back(domain);
+    }
+  } catch (const Json::exception&) {
+    return MakeError(ErrorKind::kProtocol, "the hypervisor sent a malformed domain list");
+  }
+  return domains;
+}
+
+Result<std::vector<uint16_t>> ResolveDomains(const std::vector<std::string>& items,
+                                             const std::vector<DomainInfo>& domains,
+                                             std::string_view option) {
+  std::vector<uint16_t> ids;
+  for (const std::string& item : items) {
+    std::optional<uint16_t> found;
+    for (const DomainInfo& domain : domains) {
+      if (domain.name == item || std::to_string(domain.id) == item) found = domain.id;
+    }
+    if (!found) {
+      std::string known;
+      for (const DomainInfo& domain : domains) {
+        known += fmt::format("{}{} ({})", known.empty() ? "" : ", ", domain.id, domain.name);
+      }
+      return MakeError(ErrorKind::kNotFound, "--{}: no domain '{}' on this host; it has {}",
+                       option, item, known);
+    }
+    if (std::find(ids.begin(), ids.end(), *found) != ids.end()) {
+      return MakeError(ErrorKind::kInvalidArgument, "--{}: domain '{}' is listed twice", option, item);
+    }
+    ids.push_back(*found);
+  }
+  return ids;
+}
+
+Result<store::ImageRecord> CheckImage(const std::string& path, const std::string& role,
+                                      std::optional<uint16_t> domain) {
+  store::ImageRecord record;
+  record.role = role;
+  record.domain = domain;
+  record.path = path;
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    return MakeError(ErrorKind::kNotFound, "{} image {}: {}", role, path, std::strerror(errno));
+  }
+  char head[8] = {};
+  file.read(head, sizeof head);
+  const std::streamsize got = file.gcount();
+  if (got == 0 && path != "/proc/kallsyms") {
+    return MakeError(ErrorKind::kInvalidArgument, "{} image {} is empty", role, path);
+  }
+  symbolizer::ImageSpec spec;
+  spec.path = path;
+  if (got >= 4 && std::memcmp(head, "\x7f" "ELF", 4) == 0) {
+    record.format = "elf";
+  } else if (path.find("kallsyms") != std::string::npos) {
+    record.format = "kallsyms";
+    spec.format = symbolizer::ImageFormat::kKallsyms;
+  } else {
+    record.format = "system_map";
+    spec.format = symbolizer::ImageFormat::kSystemMap;
+  }
+  symbolizer::Symbolizer symbolizer;
+  auto info = symbolizer.Describe(spec);
+  if (!info) {
+    return MakeError(info.error().kind(),
+                     "{} image {}: {}. Give an uncompressed ELF with symbols (xen-syms, vmlinux from "
+                     "a -dbg package) or a System.map",
+                     role, path, info.error().message());
+  }
+  if (info.value().symbol_count == 0) {
+    return MakeError(ErrorKind::kInvalidArgument, "{} image {} has no symbols{}", role, path,
+                     record.format == "kallsyms" ? " (kernel.kptr_restrict may hide them: run as root)" : "");
+  }
+  record.build_id = info.value().build_id;
+  return record;
+}
+
+}  // namespace hvprof::setup

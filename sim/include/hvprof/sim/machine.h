@@ -1,0 +1,165 @@
+// The simulated machine: physical CPUs with emulated PMUs, domains whose vCPUs a credit-style
+// scheduler places on them, and workloads that spend their time in real functions of real
+// images. Given a scenario and a seed, everything it does is deterministic, and it keeps the
+// exact event counts as ground truth.
+//
+// Time advances only through RunFor. The caller (hvprof-hv) holds its machine lock around
+// RunFor and around every engine operation, so the engine's ops never run while a simulated
+// CPU is inside the sample path.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hvprof/base/error.h"
+#include "hvpmu/engine.h"
+#include "hvprof/hosted/hosted_platform.h"
+#include "hvprof/sim/pmu_model.h"
+#include "hvprof/sim/rng.h"
+#include "hvprof/sim/scenario.h"
+
+namespace hvprof::symbolizer {
+class Symbolizer;
+}
+
+namespace hvprof::sim {
+
+using hvpmu::CpuidResult;
+using hvpmu::DomainId;
+using hvpmu::DomainInfo;
+using hvpmu::Engine;
+using hvpmu::InterruptedContext;
+
+class SimMachine;
+
+// The engine's view of the simulated machine.
+class SimPlatform final : public hosted::HostedPlatform {
+ public:
+  explicit SimPlatform(SimMachine& machine) : machine_(machine) {}
+
+  uint32_t NumCpus() override;
+  CpuidResult Cpuid(uint32_t cpu, uint32_t leaf, uint32_t subleaf) override;
+  bool ReadMsr(uint32_t cpu, uint32_t msr, uint64_t* value) override;
+  bool WriteMsr(uint32_t cpu, uint32_t msr, uint64_t value) override;
+  void SetPmiRouting(uint32_t cpu, bool deliver_as_nmi) override;
+  void RearmPmi(uint32_t cpu) override;
+  uint64_t NowNs() override;
+  bool GetDomainInfo(DomainId domain, DomainInfo* info) override;
+  bool GetInterruptedContext(uint32_t cpu, InterruptedContext* context) override;
+  bool ReadGuestMemory(DomainId domain, uint16_t vcpu, uint64_t address, void* buffer,
+                       uint32_t bytes) override;
+
+ private:
+  SimMachine& machine_;
+};
+
+// One row of the ground truth: what one function of one vCPU did, per counter.
+struct TruthRow {
+  uint64_t events[PmuModel::kMaxCounters] = {};
+  uint64_t overflows[PmuModel::kMaxCounters] = {};
+};
+
+// Where a ground-truth row belongs.
+struct TruthKey {
+  DomainId domain;
+  uint16_t vcpu;  // the CPU for the idle domain
+  Mode mode;
+  uint32_t image;     // index into SimMachine::image_names()
+  uint32_t function;  // index into SimMachine::function_names()
+  uint64_t start;     // the function's runtime address
+};
+
+class SimMachine {
+ public:
+  // Builds the machine: opens every image through `symbolizer`, resolves function names and
+  // automatic picks, and fails with a message naming the scenario field on any problem.
+  static hvprof::Result<std::unique_ptr<SimMachine>> Create(
+      const Scenario& scenario, hvprof::symbolizer::Symbolizer& symbolizer);
+  ~SimMachine();
+
+  // The engine whose HandlePmi receives this machine's PMIs. Must be set before RunFor.
+  void AttachEngine(Engine* engine) { engine_ = engine; }
+  SimPlatform& platform() { return *platform_; }
+  const Scenario& scenario() const { return scenario_; }
+
+  // Advances simulated time by `ns` (rounded to whole cycles).
+  void RunFor(uint64_t ns);
+  uint64_t now_ns() const;
+  uint64_t now_cycles() const { return now_; }
+  uint64_t pmis_delivered() const { return pmis_; }
+
+  // Ground truth: exact events and overflows per (domain, vCPU, mode, image, function) and
+  // counter, since boot or the last reset.
+  std::string GroundTruthJson() const;
+  void ResetGroundTruth();
+  const std::vector<TruthRow>& truth_rows() const { return truth_; }
+  const std::vector<TruthKey>& truth_keys() const { return truth_keys_; }
+  const std::vector<std::string>& image_names() const { return image_names_; }
+  const std::vector<std::string>& function_names() const { return function_names_; }
+
+  // The truth row of the function of `domain` (kDomainIdle for the idle loop) that contains
+  // `ip` in `mode`, for vCPU (or CPU) `vcpu`; -1 if none does.
+  int64_t TruthRowAt(DomainId domain, uint16_t vcpu, Mode mode, uint64_t ip) const;
+
+  // The processes and mappings of `domain`, as JSON (what the platform tells that domain's
+  // agent about its own user space).
+  std::string ContextJson(DomainId domain) const;
+  // What the machine decided while building itself (which kernel symbol source each domain
+  // uses and why), for the daemon's log.
+  const std::vector<std::string>& notes() const { return notes_; }
+  // Where the symbols of each domain's kernel come from, and the hypervisor image.
+  const std::string& kernel_source(DomainId domain) const;
+
+ private:
+  friend class SimPlatform;
+  struct Function;
+  struct ModeTable;
+  struct Process;
+  struct Domain;
+  struct Vcpu;
+  struct Cpu;
+  struct BuildContext;
+
+  SimMachine(const Scenario& scenario);
+  hvprof::Result<void> Build(hvprof::symbolizer::Symbolizer& symbolizer);
+  hvprof::Result<void> BuildDomain(BuildContext& context, const DomainSpec& spec,
+                                   Domain* domain);
+  hvprof::Result<void> AddFunctions(BuildContext& context, const DomainSpec& spec, Mode mode,
+                                    Domain* domain);
+  uint32_t AddTruthRows(DomainId domain, uint16_t vcpus, Mode mode, uint32_t image,
+                        uint32_t function, uint64_t start);
+  uint32_t InternImage(const std::string& name);
+  uint32_t InternFunction(const std::string& name);
+
+  void Schedule();
+  void RunCpu(uint32_t cpu_index, uint64_t until);
+  void StartBurst(Cpu& cpu);
+  void Execute(Cpu& cpu, uint64_t cycles);
+  void DeliverPmi(Cpu& cpu);
+  Domain* FindDomain(DomainId id);
+  const Domain* FindDomain(DomainId id) const;
+
+  Scenario scenario_;
+  std::unique_ptr<SimPlatform> platform_;
+  Engine* engine_ = nullptr;
+  Rng rng_;
+  uint64_t now_ = 0;  // cycles since boot
+  uint64_t slice_cycles_ = 0;
+  uint64_t slice_end_ = 0;
+  uint32_t slices_ = 0;
+  uint64_t pmis_ = 0;
+  std::vector<std::unique_ptr<Domain>> domains_;
+  std::unique_ptr<Domain> idle_;
+  std::vector<Vcpu> vcpus_;
+  std::vector<std::unique_ptr<Cpu>> cpus_;
+  std::vector<TruthRow> truth_;
+  std::vector<TruthKey> truth_keys_;
+  std::vector<std::string> image_names_;
+  std::vector<std::string> function_names_;
+  std::vector<std::string> notes_;
+  int nmi_cpu_ = -1;  // the CPU whose PMI the engine is handling
+};
+
+}  // namespace hvprof::sim

@@ -1,0 +1,139 @@
+// Scenario files for the simulated machine: what the machine is, which domains run on it, and
+// what each vCPU executes. The format is documented in docs/sim-scenarios.md. Loading
+// validates everything that can be checked without opening images; ResolveScenario (machine.h)
+// then checks images and function names.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hvprof/base/error.h"
+#include "hvpmu/platform.h"
+
+namespace hvprof::sim {
+
+using hvpmu::DomainType;
+
+enum class PmuModelKind { kIntelArchV4, kAmdZen, kAmdZen4 };
+std::string_view PmuModelName(PmuModelKind kind);
+
+// Event rates of a function, per thousand instructions except IPC.
+struct Rates {
+  double ipc = 1.0;
+  double branches_per_kilo = 150.0;
+  double branch_misses_per_kilo = 2.0;
+  double cache_refs_per_kilo = 20.0;
+  double cache_misses_per_kilo = 1.0;
+};
+
+struct FunctionSpec {
+  std::string name;
+  double weight = 1.0;
+  std::optional<Rates> rates;       // falls back to the mode's rates
+  std::vector<std::string> stack;   // callers, innermost first (frame-pointer backtraces)
+  uint32_t process = 0;             // user mode: pid of the process it runs in
+  std::string image;                // user mode: the mapped image (its path)
+};
+
+// Pick `count` functions of an image at random (deterministically from the seed), with
+// Zipf-distributed weights and random rates, when naming them all would tie the scenario to
+// one build of the image.
+struct AutoPick {
+  uint32_t count = 0;
+  double zipf = 1.0;
+  uint32_t process = 0;  // user mode
+  std::string image;     // user mode
+};
+
+enum class Mode { kUser = 0, kKernel = 1, kHypervisor = 2 };
+inline constexpr int kModeCount = 3;
+std::string_view ModeName(Mode mode);
+
+struct ModeWorkload {
+  double share = 0.0;  // percent of the vCPU's busy time
+  Rates rates;
+  std::vector<FunctionSpec> functions;
+  std::optional<AutoPick> auto_pick;
+};
+
+enum class SymbolSourceKind { kKallsyms, kSystemMap, kElf };
+
+struct SymbolSource {
+  SymbolSourceKind kind = SymbolSourceKind::kKallsyms;
+  std::string path;           // may hold a glob (fallbacks) or start with ~/
+  uint64_t kaslr_offset = 0;  // System.map / ELF: runtime = link + offset
+};
+
+struct KernelSpec {
+  SymbolSource primary;
+  std::vector<SymbolSource> fallbacks;  // tried in order when the primary is unusable
+};
+
+struct Mapping {
+  std::string path;
+  uint64_t start = 0;  // address of the mapping of the image's first loadable segment
+};
+
+struct ProcessSpec {
+  uint32_t pid = 0;
+  std::string comm;
+  std::vector<Mapping> mappings;
+};
+
+struct DomainSpec {
+  uint16_t id = 0;
+  std::string name;
+  DomainType type = DomainType::kPv64;
+  uint16_t vcpus = 1;
+  uint32_t weight = 256;  // credit scheduler weight
+  double load = 1.0;      // chance that a vCPU is runnable in a slice
+  std::optional<uint32_t> socket_uid;  // uid allowed on this domain's socket
+  KernelSpec kernel;
+  std::vector<ProcessSpec> processes;
+  ModeWorkload modes[kModeCount];
+};
+
+struct MachineSpec {
+  uint32_t cpus = 2;
+  PmuModelKind pmu = PmuModelKind::kIntelArchV4;
+  uint32_t mhz = 2600;
+  uint32_t slice_us = 1000;
+  uint32_t burst_cycles = 20000;  // mean length of a run of one function
+};
+
+struct HypervisorSpec {
+  std::string image;
+  double idle_halted = 0.9;  // share of idle time the CPU is halted (counts no cycles)
+  std::vector<FunctionSpec> idle_functions;
+};
+
+enum class Speed { kRealtime, kMax };
+
+struct RunSpec {
+  Speed speed = Speed::kRealtime;
+  double factor = 1.0;       // realtime: simulated seconds per wall second
+  uint64_t duration_ns = 0;  // 0: until stopped
+};
+
+struct Scenario {
+  std::string origin;  // file it came from, for messages
+  std::string name;
+  std::string description;
+  uint64_t seed = 1;
+  MachineSpec machine;
+  RunSpec run;
+  HypervisorSpec hypervisor;
+  std::vector<DomainSpec> domains;
+
+  const DomainSpec* FindDomain(uint16_t id) const;
+};
+
+// Parses and validates scenario JSON. Every error names the field ("domains[1].vcpus") and what
+// is wrong with it.
+hvprof::Result<Scenario> ParseScenario(std::string_view json, std::string_view origin);
+hvprof::Result<Scenario> LoadScenario(const std::string& path);
+
+}  // namespace hvprof::sim

@@ -1,0 +1,463 @@
+#include "hvprof/sim/scenario.h"
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "hvprof/base/files.h"
+#include "hvprof/base/json_fields.h"
+
+namespace hvprof::sim {
+
+using hvpmu::DomainType;
+using hvpmu::kMaxCpus;
+using hvpmu::kMaxDomainId;
+using hvpmu::kMaxVcpus;
+
+using hvprof::Error;
+using hvprof::ErrorKind;
+using hvprof::MakeError;
+using hvprof::Result;
+using Json = nlohmann::json;
+
+std::string_view PmuModelName(PmuModelKind kind) {
+  switch (kind) {
+    case PmuModelKind::kIntelArchV4: return "intel-arch-v4";
+    case PmuModelKind::kAmdZen: return "amd-zen";
+    case PmuModelKind::kAmdZen4: return "amd-zen4";
+  }
+  return "?";
+}
+
+std::string_view ModeName(Mode mode) {
+  switch (mode) {
+    case Mode::kUser: return "user";
+    case Mode::kKernel: return "kernel";
+    case Mode::kHypervisor: return "hypervisor";
+  }
+  return "?";
+}
+
+const DomainSpec* Scenario::FindDomain(uint16_t id) const {
+  for (const DomainSpec& domain : domains) {
+    if (domain.id == id) return &domain;
+  }
+  return nullptr;
+}
+
+namespace {
+
+using json::Node;
+
+// Short names for the checks the scenario format uses most.
+Result<Node> Required(const Node& node, std::string_view key) { return node.Member(key); }
+Result<std::string> ToString(const Node& node) { return node.String(); }
+Result<double> ToNumber(const Node& node, double low, double high) { return node.Number(low, high); }
+Result<uint64_t> ToInteger(const Node& node, uint64_t low, uint64_t high) { return node.Unsigned(low, high); }
+// An address: a JSON integer or a string of hex digits ("0x7f00...").
+Result<uint64_t> ToAddress(const Node& node) { return node.Address(); }
+
+Result<Rates> ParseRates(const Node& node, Rates rates) {
+  if (!node.value().is_object()) return node.Fail("must be an object");
+  struct Field {
+    const char* name;
+    double* target;
+    double high;
+  } fields[] = {{"ipc", &rates.ipc, 8.0},
+                {"branches_per_kilo", &rates.branches_per_kilo, 1000.0},
+                {"branch_misses_per_kilo", &rates.branch_misses_per_kilo, 1000.0},
+                {"cache_refs_per_kilo", &rates.cache_refs_per_kilo, 1000.0},
+                {"cache_misses_per_kilo", &rates.cache_misses_per_kilo, 1000.0}};
+  for (const Field& field : fields) {
+    if (!node.Has(field.name)) continue;
+    HVPROF_TRY(value, ToNumber(node.Checked(field.name), 0.0, field.high));
+    *field.target = value;
+  }
+  if (rates.ipc <= 0.0) return node.Fail("ipc must be above 0");
+  if (rates.branch_misses_per_kilo > rates.branches_per_kilo) {
+    return node.Fail("branch_misses_per_kilo ({}) exceeds branches_per_kilo ({})",
+                     rates.branch_misses_per_kilo, rates.branches_per_kilo);
+  }
+  if (rates.cache_misses_per_kilo > rates.cache_refs_per_kilo) {
+    return node.Fail("cache_misses_per_kilo ({}) exceeds cache_refs_per_kilo ({})",
+                     rates.cache_misses_per_kilo, rates.cache_refs_per_kilo);
+  }
+  return rates;
+}
+
+
+// A user-mode function's process and image ("process": PID, "image": PATH).
+Result<void> ParseUserPlace(const Node& node, uint32_t* process, std::string* image) {
+  HVPROF_TRY(process_node, Required(node, "process"));
+  HVPROF_TRY(pid, ToInteger(process_node, 1, 0x7FFFFFFF));
+  *process = static_cast<uint32_t>(pid);
+  HVPROF_TRY(image_node, Required(node, "image"));
+  HVPROF_TRY(path, ToString(image_node));
+  *image = path;
+  return hvprof::Ok();
+}
+
+Result<FunctionSpec> ParseFunction(const Node& node, Mode mode, const Rates& defaults) {
+  FunctionSpec function;
+  HVPROF_TRY(name, Required(node, "name"));
+  HVPROF_TRY(name_text, ToString(name));
+  if (name_text.empty()) return name.Fail("must not be empty");
+  function.name = name_text;
+  if (node.Has("weight")) {
+    HVPROF_TRY(weight, ToNumber(node.Checked("weight"), 0.0, 1e9));
+    if (weight <= 0.0) return node.Checked("weight").Fail("must be above 0");
+    function.weight = weight;
+  }
+  if (node.Has("rates")) {
+    HVPROF_TRY(rates, ParseRates(node.Checked("rates"), defaults));
+    function.rates = rates;
+  } else {
+    // Rates may also be written inline, beside the name.
+    bool inline_rates = false;
+    for (const char* key : {"ipc", "branches_per_kilo", "branch_misses_per_kilo",
+                            "cache_refs_per_kilo", "cache_misses_per_kilo"}) {
+      inline_rates |= node.Has(key);
+    }
+    if (inline_rates) {
+      HVPROF_TRY(rates, ParseRates(node, defaults));
+      function.rates = rates;
+    }
+  }
+  if (node.Has("stack")) {
+    Node stack = node.Checked("stack");
+    if (!stack.value().is_array()) return stack.Fail("must be a list of function names");
+    for (size_t i = 0; i < stack.value().size(); ++i) {
+      HVPROF_TRY(caller, ToString(stack.Checked(i)));
+      function.stack.push_back(caller);
+    }
+    if (function.stack.size() > 32) return stack.Fail("at most 32 callers");
+  }
+  if (mode == Mode::kUser) HVPROF_TRYV(ParseUserPlace(node, &function.process, &function.image));
+  return function;
+}
+
+Result<AutoPick> ParseAuto(const Node& node, Mode mode) {
+  AutoPick pick;
+  HVPROF_TRY(count, Required(node, "count"));
+  HVPROF_TRY(count_value, ToInteger(count, 1, 100000));
+  pick.count = static_cast<uint32_t>(count_value);
+  if (node.Has("zipf")) {
+    HVPROF_TRY(zipf, ToNumber(node.Checked("zipf"), 0.0, 4.0));
+    pick.zipf = zipf;
+  }
+  if (mode == Mode::kUser) HVPROF_TRYV(ParseUserPlace(node, &pick.process, &pick.image));
+  return pick;
+}
+
+Result<ModeWorkload> ParseModeWorkload(const Node& node, Mode mode) {
+  ModeWorkload workload;
+  if (!node.value().is_object()) return node.Fail("must be an object");
+  HVPROF_TRY(share, Required(node, "share"));
+  HVPROF_TRY(share_value, ToNumber(share, 0.0, 100.0));
+  workload.share = share_value;
+  if (node.Has("rates")) {
+    HVPROF_TRY(rates, ParseRates(node.Checked("rates"), Rates{}));
+    workload.rates = rates;
+  }
+  if (node.Has("functions")) {
+    Node functions = node.Checked("functions");
+    if (!functions.value().is_array()) return functions.Fail("must be a list");
+    for (size_t i = 0; i < functions.value().size(); ++i) {
+      HVPROF_TRY(function, ParseFunction(functions.Checked(i), mode, workload.rates));
+      workload.functions.push_back(std::move(function));
+    }
+  }
+  if (node.Has("auto")) {
+    HVPROF_TRY(pick, ParseAuto(node.Checked("auto"), mode));
+    workload.auto_pick = pick;
+  }
+  if (workload.share > 0.0 && workload.functions.empty() && !workload.auto_pick) {
+    return node.Fail("has a share of {}% but no functions and no 'auto' pick", workload.share);
+  }
+  return workload;
+}
+
+Result<SymbolSource> ParseSymbolSource(const Node& node) {
+  if (!node.value().is_object()) return node.Fail("must be an object");
+  SymbolSource source;
+  int kinds = 0;
+  for (auto [key, kind] : {std::pair{"kallsyms", SymbolSourceKind::kKallsyms},
+                           std::pair{"system_map", SymbolSourceKind::kSystemMap},
+                           std::pair{"elf", SymbolSourceKind::kElf}}) {
+    if (!node.Has(key)) continue;
+    ++kinds;
+    source.kind = kind;
+    HVPROF_TRY(path, ToString(node.Checked(key)));
+    source.path = path;
+  }
+  if (kinds != 1) return node.Fail("needs exactly one of 'kallsyms', 'system_map' or 'elf'");
+  if (node.Has("kaslr_offset")) {
+    if (source.kind == SymbolSourceKind::kKallsyms) {
+      return node.Checked("kaslr_offset").Fail("kallsyms already shows runtime addresses");
+    }
+    HVPROF_TRY(offset, ToAddress(node.Checked("kaslr_offset")));
+    source.kaslr_offset = offset;
+  }
+  return source;
+}
+
+Result<KernelSpec> ParseKernel(const Node& node) {
+  KernelSpec kernel;
+  HVPROF_TRY(primary, ParseSymbolSource(node));
+  kernel.primary = primary;
+  if (node.Has("fallbacks")) {
+    Node fallbacks = node.Checked("fallbacks");
+    if (!fallbacks.value().is_array()) return fallbacks.Fail("must be a list");
+    for (size_t i = 0; i < fallbacks.value().size(); ++i) {
+      HVPROF_TRY(source, ParseSymbolSource(fallbacks.Checked(i)));
+      kernel.fallbacks.push_back(source);
+    }
+  }
+  return kernel;
+}
+
+Result<ProcessSpec> ParseProcess(const Node& node) {
+  ProcessSpec process;
+  HVPROF_TRY(pid, Required(node, "pid"));
+  HVPROF_TRY(pid_value, ToInteger(pid, 1, 0x7FFFFFFF));
+  process.pid = static_cast<uint32_t>(pid_value);
+  HVPROF_TRY(comm, Required(node, "comm"));
+  HVPROF_TRY(comm_text, ToString(comm));
+  process.comm = comm_text;
+  HVPROF_TRY(mappings, Required(node, "mappings"));
+  if (!mappings.value().is_array() || mappings.value().empty()) return mappings.Fail("must be a non-empty list");
+  for (size_t i = 0; i < mappings.value().size(); ++i) {
+    Node entry = mappings.Checked(i);
+    Mapping mapping;
+    HVPROF_TRY(path, Required(entry, "path"));
+    HVPROF_TRY(path_text, ToString(path));
+    mapping.path = path_text;
+    HVPROF_TRY(start, Required(entry, "start"));
+    HVPROF_TRY(start_value, ToAddress(start));
+    if (start_value % 4096 != 0) return start.Fail("must be page aligned");
+    mapping.start = start_value;
+    process.mappings.push_back(mapping);
+  }
+  return process;
+}
+
+Result<DomainSpec> ParseDomain(const Node& node) {
+  DomainSpec domain;
+  HVPROF_TRY(id, Required(node, "id"));
+  HVPROF_TRY(id_value, ToInteger(id, 0, kMaxDomainId));
+  domain.id = static_cast<uint16_t>(id_value);
+  HVPROF_TRY(name, Required(node, "name"));
+  HVPROF_TRY(name_text, ToString(name));
+  if (name_text.empty() || name_text.find_first_of(" \t/,") != std::string::npos) {
+    return name.Fail("'{}' must be non-empty with no spaces, slashes or commas", name_text);
+  }
+  domain.name = name_text;
+  HVPROF_TRY(type, Required(node, "type"));
+  HVPROF_TRY(type_text, ToString(type));
+  if (type_text == "pv") domain.type = DomainType::kPv64;
+  else if (type_text == "pv32") domain.type = DomainType::kPv32;
+  else if (type_text == "hvm") domain.type = DomainType::kHvm;
+  else return type.Fail("unknown domain type '{}'; use pv, pv32 or hvm", type_text);
+  HVPROF_TRY(vcpus, Required(node, "vcpus"));
+  HVPROF_TRY(vcpus_value, ToInteger(vcpus, 1, kMaxVcpus));
+  domain.vcpus = static_cast<uint16_t>(vcpus_value);
+  if (node.Has("weight")) {
+    HVPROF_TRY(weight, ToInteger(node.Checked("weight"), 1, 65535));
+    domain.weight = static_cast<uint32_t>(weight);
+  }
+  if (node.Has("load")) {
+    HVPROF_TRY(load, ToNumber(node.Checked("load"), 0.0, 1.0));
+    if (load <= 0.0) return node.Checked("load").Fail("must be above 0");
+    domain.load = load;
+  }
+  if (node.Has("socket_uid")) {
+    HVPROF_TRY(uid, ToInteger(node.Checked("socket_uid"), 0, 0xFFFFFFFE));
+    domain.socket_uid = static_cast<uint32_t>(uid);
+  }
+  HVPROF_TRY(kernel, Required(node, "kernel"));
+  HVPROF_TRY(kernel_spec, ParseKernel(kernel));
+  domain.kernel = kernel_spec;
+
+  if (node.Has("processes")) {
+    Node processes = node.Checked("processes");
+    if (!processes.value().is_array()) return processes.Fail("must be a list");
+    std::set<uint32_t> pids;
+    for (size_t i = 0; i < processes.value().size(); ++i) {
+      HVPROF_TRY(process, ParseProcess(processes.Checked(i)));
+      if (!pids.insert(process.pid).second) {
+        return processes.Checked(i).Fail("duplicate pid {}", process.pid);
+      }
+      domain.processes.push_back(std::move(process));
+    }
+  }
+
+  HVPROF_TRY(workload, Required(node, "workload"));
+  double total = 0.0;
+  for (Mode mode : {Mode::kUser, Mode::kKernel, Mode::kHypervisor}) {
+    const std::string key(ModeName(mode));
+    if (!workload.Has(key)) continue;
+    HVPROF_TRY(mode_workload, ParseModeWorkload(workload.Checked(key), mode));
+    total += mode_workload.share;
+    domain.modes[static_cast<int>(mode)] = std::move(mode_workload);
+  }
+  if (std::fabs(total - 100.0) > 1e-6) {
+    return workload.Fail("mode shares add up to {}, not 100", total);
+  }
+  // User functions must name a process of this domain, and an image mapped in it.
+  ModeWorkload& user = domain.modes[static_cast<int>(Mode::kUser)];
+  auto check_user = [&](uint32_t pid, const std::string& image, const std::string& where) -> Result<void> {
+    for (const ProcessSpec& process : domain.processes) {
+      if (process.pid != pid) continue;
+      for (const Mapping& mapping : process.mappings) {
+        if (mapping.path == image) return hvprof::Ok();
+      }
+      return Error(ErrorKind::kInvalidArgument,
+                   fmt::format("{}: image {} is not mapped in process {} ({})", where, image, pid,
+                               process.comm));
+    }
+    return Error(ErrorKind::kInvalidArgument,
+                 fmt::format("{}: process {} is not in this domain's process list", where, pid));
+  };
+  for (size_t i = 0; i < user.functions.size(); ++i) {
+    HVPROF_TRYV(check_user(user.functions[i].process, user.functions[i].image,
+                           fmt::format("{}.workload.user.functions[{}]", node.path(), i)));
+  }
+  if (user.auto_pick) {
+    HVPROF_TRYV(check_user(user.auto_pick->process, user.auto_pick->image,
+                           fmt::format("{}.workload.user.auto", node.path())));
+  }
+  return domain;
+}
+
+Result<Scenario> Parse(const Json& root, std::string_view origin) {
+  const Node top = Node::Root(root, "", ErrorKind::kInvalidArgument);
+  Scenario scenario;
+  scenario.origin = origin;
+  if (!root.is_object()) return top.Fail("the file must hold a JSON object");
+  HVPROF_TRY(version, Required(top, "hvprof_scenario"));
+  HVPROF_TRY(version_value, ToInteger(version, 1, 1000));
+  if (version_value != 1) return version.Fail("version {} is not supported; this hvprof reads version 1", version_value);
+  HVPROF_TRY(name, Required(top, "name"));
+  HVPROF_TRY(name_text, ToString(name));
+  scenario.name = name_text;
+  if (top.Has("description")) {
+    HVPROF_TRY(description, ToString(top.Checked("description")));
+    scenario.description = description;
+  }
+  if (top.Has("seed")) {
+    HVPROF_TRY(seed, ToInteger(top.Checked("seed"), 0, UINT64_MAX));
+    scenario.seed = seed;
+  }
+
+  HVPROF_TRY(machine, Required(top, "machine"));
+  HVPROF_TRY(cpus, Required(machine, "cpus"));
+  HVPROF_TRY(cpus_value, ToInteger(cpus, 1, kMaxCpus));
+  scenario.machine.cpus = static_cast<uint32_t>(cpus_value);
+  HVPROF_TRY(pmu, Required(machine, "pmu"));
+  HVPROF_TRY(pmu_text, ToString(pmu));
+  if (pmu_text == "intel-arch-v4") scenario.machine.pmu = PmuModelKind::kIntelArchV4;
+  else if (pmu_text == "amd-zen") scenario.machine.pmu = PmuModelKind::kAmdZen;
+  else if (pmu_text == "amd-zen4") scenario.machine.pmu = PmuModelKind::kAmdZen4;
+  else return pmu.Fail("unknown PMU model '{}'; use intel-arch-v4, amd-zen or amd-zen4", pmu_text);
+  if (machine.Has("mhz")) {
+    HVPROF_TRY(mhz, ToInteger(machine.Checked("mhz"), 100, 10000));
+    scenario.machine.mhz = static_cast<uint32_t>(mhz);
+  }
+  if (machine.Has("slice_us")) {
+    HVPROF_TRY(slice, ToInteger(machine.Checked("slice_us"), 100, 100000));
+    scenario.machine.slice_us = static_cast<uint32_t>(slice);
+  }
+  if (machine.Has("burst_cycles")) {
+    HVPROF_TRY(burst, ToInteger(machine.Checked("burst_cycles"), 1000, 1000000000));
+    scenario.machine.burst_cycles = static_cast<uint32_t>(burst);
+  }
+
+  if (top.Has("run")) {
+    Node run = top.Checked("run");
+    if (run.Has("speed")) {
+      Node speed = run.Checked("speed");
+      if (speed.value().is_string() && speed.value().get<std::string>() == "max") {
+        scenario.run.speed = Speed::kMax;
+      } else if (speed.value().is_string() && speed.value().get<std::string>() == "realtime") {
+        scenario.run.speed = Speed::kRealtime;
+      } else {
+        HVPROF_TRY(factor, ToNumber(speed, 0.001, 1000.0));
+        scenario.run.speed = Speed::kRealtime;
+        scenario.run.factor = factor;
+      }
+    }
+    if (run.Has("duration_ms")) {
+      HVPROF_TRY(duration, ToInteger(run.Checked("duration_ms"), 0, 86400000));
+      scenario.run.duration_ns = duration * 1000000;
+    }
+  }
+
+  HVPROF_TRY(hypervisor, Required(top, "hypervisor"));
+  HVPROF_TRY(image, Required(hypervisor, "image"));
+  HVPROF_TRY(image_path, ToString(image));
+  scenario.hypervisor.image = image_path;
+  HVPROF_TRY(idle, Required(hypervisor, "idle"));
+  if (idle.Has("halted")) {
+    HVPROF_TRY(halted, ToNumber(idle.Checked("halted"), 0.0, 1.0));
+    scenario.hypervisor.idle_halted = halted;
+  }
+  HVPROF_TRY(idle_functions, Required(idle, "functions"));
+  if (!idle_functions.value().is_array() || idle_functions.value().empty()) {
+    return idle_functions.Fail("must list at least one hypervisor function for the idle loop");
+  }
+  for (size_t i = 0; i < idle_functions.value().size(); ++i) {
+    HVPROF_TRY(function, ParseFunction(idle_functions.Checked(i), Mode::kHypervisor, Rates{}));
+    scenario.hypervisor.idle_functions.push_back(function);
+  }
+
+  HVPROF_TRY(domains, Required(top, "domains"));
+  if (!domains.value().is_array() || domains.value().empty()) return domains.Fail("must be a non-empty list");
+  std::map<uint16_t, size_t> ids;
+  std::map<std::string, size_t> names;
+  for (size_t i = 0; i < domains.value().size(); ++i) {
+    HVPROF_TRY(domain, ParseDomain(domains.Checked(i)));
+    if (auto [it, added] = ids.emplace(domain.id, i); !added) {
+      return domains.Checked(i).Fail("duplicate domain id {} (also domains[{}])", domain.id, it->second);
+    }
+    if (auto [it, added] = names.emplace(domain.name, i); !added) {
+      return domains.Checked(i).Fail("duplicate domain name '{}' (also domains[{}])", domain.name, it->second);
+    }
+    scenario.domains.push_back(std::move(domain));
+  }
+  if (ids.count(0) == 0) return domains.Fail("needs domain 0 (dom0, the hardware domain)");
+  return scenario;
+}
+
+}  // namespace
+
+Result<Scenario> ParseScenario(std::string_view json, std::string_view origin) {
+  Json root = Json::parse(json.begin(), json.end(), nullptr, /*allow_exceptions=*/false,
+                          /*ignore_comments=*/true);
+  if (root.is_discarded()) {
+    // Parse again with exceptions to get the position of the syntax error.
+    try {
+      Json again = Json::parse(json.begin(), json.end(), nullptr, true, true);
+      (void)again;
+    } catch (const Json::exception& error) {  // parse_error, or out_of_range for a huge number
+      return MakeError(ErrorKind::kInvalidArgument, "{}: not valid JSON: {}", origin, error.what());
+    }
+    return MakeError(ErrorKind::kInvalidArgument, "{}: not valid JSON", origin);
+  }
+  try {
+    auto scenario = Parse(root, origin);
+    if (!scenario) return scenario.error().WithContext(origin);
+    return scenario;
+  } catch (const Json::exception& error) {
+    return MakeError(ErrorKind::kInvalidArgument, "{}: {}", origin, error.what());
+  }
+}
+
+Result<Scenario> LoadScenario(const std::string& path) {
+  auto text = hvprof::ReadFileToString(path);
+  if (!text) return text.error().WithContext("cannot load scenario");
+  return ParseScenario(text.value(), path);
+}
+
+}  // namespace hvprof::sim
