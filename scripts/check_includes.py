@@ -54,7 +54,7 @@ def library_folders():
 
 
 def component_of(folder, path):
-    """"report/src/profile.cpp" and "report/include/hvprof/report/profile.h" -> "profile";
+    """"report/src/load.cpp" and "report/include/hvprof/report/load.h" -> "load";
     "hypervisor-pmu/include/hvpmu/abi/ops.h" -> "abi/ops" (not the same as src/ops.cpp)."""
     relative = os.path.relpath(path, folder)
     parts = relative.split(os.sep)
@@ -116,7 +116,7 @@ def main():
     for folder in folders:
         allowed = set(LAYERS.get(folder, [])) | {folder}
         # Components: a public header and the source of the same name ("report/profile" is
-        # include/hvprof/report/profile.h with src/profile.cpp). Circles between them are
+        # include/hvprof/report/load.h with src/load.cpp). Circles between them are
         # circles in the folder's design; private headers in src/ are the component's own.
         public = {component_of(folder, p) for p in sources(os.path.join(folder, "include"))}
         components = {}
