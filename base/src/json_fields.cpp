@@ -23,6 +23,9 @@ Result<Node> Node::Parse(std::string_view text, std::string origin, ErrorKind ki
       (void)ignored;
     } catch (const Value::parse_error& error) {
       detail = fmt::format("syntax error at byte {}", error.byte);
+    } catch (const Value::exception&) {
+      // Well-formed but unrepresentable, like a number too large for a double (1e999).
+      detail = "a number out of range";
     }
     return Error(kind, fmt::format("{}: not valid JSON ({})", origin, detail));
   }
