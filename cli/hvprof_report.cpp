@@ -237,7 +237,7 @@ int main(int argc, char** argv) {
                              : format == "csv" ? report::FormatCsv(profile.value(), table.value(), options)
                                                : report::FormatText(profile.value(), table.value(), options);
     if (!output.empty()) {
-      if (auto written = WriteFileAtomically(output, text); !written) return fail(written.error(), 1);
+      if (auto written = WriteOutput(output, text); !written) return fail(written.error(), 1);
     } else {
       std::cout << text << std::flush;
     }

@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
       return Fail(ready_fd, hvprof::MakeError(hvprof::ErrorKind::kInvalidArgument,
                                               "--role must be dom0 or guest (got '{}')", role));
     }
-    auto text = hvprof::ReadFileToString(setup_path);
+    auto text = hvprof::ReadFileToString(setup_path, size_t{1} << 20, hvprof::Links::kRefuse);
     if (!text) return Fail(ready_fd, text.error());
     auto setup = hvprof::setup::SetupOptions::FromJson(
         hvprof::agent::Json::parse(text.value(), nullptr, false));

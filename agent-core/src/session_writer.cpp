@@ -58,7 +58,7 @@ Result<SessionWriter> SessionWriter::Open(const std::string& directory,
   std::error_code ec;
   std::array<uint8_t, 16> id = NewSessionId();
   if (std::filesystem::exists(metadata_path, ec)) {
-    HVPROF_TRY(text, ReadFileToString(metadata_path));
+    HVPROF_TRY(text, ReadFileToString(metadata_path, size_t{64} << 20, Links::kRefuse));
     auto previous = store::ParseMetadata(text, metadata_path);
     if (!previous) {
       return MakeError(ErrorKind::kBadState,

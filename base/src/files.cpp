@@ -6,14 +6,95 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "hvprof/base/scoped_fd.h"
 
 namespace hvprof {
 
-Result<std::string> ReadFileToString(const std::string& path) {
-  HVPROF_TRY(fd, OpenFile(path.c_str(), O_RDONLY));
+namespace {
+
+// What a file is, for messages: "a FIFO", "a symbolic link".
+std::string_view KindOf(mode_t mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+std::string Dirname(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+std::string Basename(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+Result<void> WriteRegular(const std::string& path, std::string_view data, const struct stat* existing) {
+  // A fresh name in the same directory (so rename is atomic), created exclusively: a link
+  // planted under any name there is never followed.
+  std::string tmp = fmt::format("{}/.{}.tmp-XXXXXX", Dirname(path), Basename(path));
+  int raw = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (raw < 0) return ErrnoError(errno, fmt::format("cannot create a temporary file beside {}", path));
+  ScopedFd fd(raw);
+  auto fail = [&](Error error) {
+    ::unlink(tmp.c_str());
+    return error;
+  };
+  const mode_t mode = existing != nullptr ? (existing->st_mode & 07777) : 0644;
+  if (::fchmod(fd.get(), mode) != 0) return fail(ErrnoError(errno, fmt::format("cannot set the mode of {}", tmp)));
+  auto bytes = std::as_bytes(std::span(data.data(), data.size()));
+  if (auto written = WriteAll(fd.get(), bytes, path); !written) return fail(written.error());
+  if (::fsync(fd.get()) != 0) return fail(ErrnoError(errno, fmt::format("cannot sync {}", path)));
+  fd.Reset();
+  // Where nothing was, nothing may appear meanwhile: a link created there now is not replaced.
+  const unsigned flags = existing == nullptr ? RENAME_NOREPLACE : 0;
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), flags) != 0) {
+    const int err = errno;
+    if (err == EEXIST) {
+      return fail(MakeError(ErrorKind::kBusy, "{} appeared while it was being written; not replaced", path));
+    }
+    return fail(ErrnoError(err, fmt::format("cannot rename {} to {}", tmp, path)));
+  }
+  return Ok();
+}
+
+}  // namespace
+
+Result<std::string> ReadFileToString(const std::string& path, size_t max_bytes, Links links) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below anyway.
+  const int flags = O_RDONLY | O_NONBLOCK | (links == Links::kRefuse ? O_NOFOLLOW : 0);
+  int raw;
+  do {
+    raw = ::open(path.c_str(), flags | O_CLOEXEC);
+  } while (raw < 0 && errno == EINTR);
+  if (raw < 0) {
+    if (links == Links::kRefuse && errno == ELOOP) {
+      return MakeError(ErrorKind::kPermissionDenied, "{} is a symbolic link; hvprof does not follow links there",
+                       path);
+    }
+    return ErrnoError(errno, fmt::format("cannot open {}", path));
+  }
+  ScopedFd fd(raw);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoError(errno, fmt::format("cannot stat {}", path));
+  if (!S_ISREG(st.st_mode)) {
+    return MakeError(ErrorKind::kInvalidArgument, "{} is {}, not a regular file; not read", path, KindOf(st.st_mode));
+  }
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    return MakeError(ErrorKind::kInvalidArgument, "{} is {} bytes; at most {} are read from it", path, st.st_size,
+                     max_bytes);
+  }
   std::string out;
   char buf[65536];
   for (;;) {
@@ -24,8 +105,41 @@ Result<std::string> ReadFileToString(const std::string& path) {
     }
     if (n == 0) break;
     out.append(buf, static_cast<size_t>(n));
+    // Files whose size stat does not know (/proc) or that grow while read stop at the bound.
+    if (out.size() > max_bytes) {
+      return MakeError(ErrorKind::kInvalidArgument, "{} holds more than {} bytes; not read", path, max_bytes);
+    }
   }
   return out;
+}
+
+Result<ScopedFd> OpenRegularFile(const std::string& path, int flags, int mode) {
+  int raw;
+  do {
+    raw = ::open(path.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, mode);
+  } while (raw < 0 && errno == EINTR);
+  if (raw < 0) {
+    if (errno == ELOOP) {
+      return MakeError(ErrorKind::kPermissionDenied, "{} is a symbolic link; hvprof does not follow links there",
+                       path);
+    }
+    if (errno == ENXIO) {
+      return MakeError(ErrorKind::kPermissionDenied, "{} is a FIFO with no reader; hvprof opens only regular files "
+                       "there", path);
+    }
+    return ErrnoError(errno, fmt::format("cannot open {}", path));
+  }
+  ScopedFd fd(raw);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoError(errno, fmt::format("cannot stat {}", path));
+  if (!S_ISREG(st.st_mode)) {
+    return MakeError(ErrorKind::kPermissionDenied, "{} is {}; hvprof opens only regular files there", path,
+                     KindOf(st.st_mode));
+  }
+  // Back to blocking I/O, as for any regular file.
+  const int status = ::fcntl(fd.get(), F_GETFL);
+  if (status >= 0) ::fcntl(fd.get(), F_SETFL, status & ~O_NONBLOCK);
+  return fd;
 }
 
 Result<void> WriteAll(int fd, std::span<const std::byte> data, std::string_view what) {
@@ -41,25 +155,40 @@ Result<void> WriteAll(int fd, std::span<const std::byte> data, std::string_view 
 }
 
 Result<void> WriteFileAtomically(const std::string& path, std::string_view data) {
-  std::string tmp = path + ".tmp";
-  HVPROF_TRY(fd, OpenFile(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno != ENOENT) return ErrnoError(errno, fmt::format("cannot stat {}", path));
+    return WriteRegular(path, data, nullptr);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return MakeError(ErrorKind::kPermissionDenied, "{} is {}; hvprof writes only regular files there, and leaves it "
+                     "as it is", path, KindOf(st.st_mode));
+  }
+  return WriteRegular(path, data, &st);
+}
+
+Result<void> WriteOutput(const std::string& path, std::string_view data) {
   auto bytes = std::as_bytes(std::span(data.data(), data.size()));
-  if (auto written = WriteAll(fd.get(), bytes, tmp); !written) {
-    ::unlink(tmp.c_str());
-    return written.error();
+  if (path == "-") return WriteAll(STDOUT_FILENO, bytes, "standard output");
+  if (path.empty()) return MakeError(ErrorKind::kInvalidArgument, "no output file named");
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno != ENOENT) return ErrnoError(errno, fmt::format("cannot stat {}", path));
+    return WriteRegular(path, data, nullptr);
   }
-  if (::fsync(fd.get()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoError(err, fmt::format("cannot sync {}", tmp));
+  if (S_ISREG(st.st_mode)) return WriteRegular(path, data, &st);
+  if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) {
+    // In place, as a shell redirection would: the device or pipe stays what it is.
+    HVPROF_TRY(fd, OpenFile(path.c_str(), O_WRONLY | O_NOFOLLOW | O_NOCTTY));
+    struct stat opened {};
+    if (::fstat(fd.get(), &opened) != 0 || opened.st_ino != st.st_ino || opened.st_dev != st.st_dev) {
+      return MakeError(ErrorKind::kBusy, "{} changed while it was being opened; not written", path);
+    }
+    return WriteAll(fd.get(), bytes, path);
   }
-  fd.Reset();
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoError(err, fmt::format("cannot rename {} to {}", tmp, path));
-  }
-  return Ok();
+  const std::string_view advice = S_ISLNK(st.st_mode) ? "; name the file it points to instead" : "";
+  return MakeError(ErrorKind::kInvalidArgument, "{} is {}; output is not written there{}", path, KindOf(st.st_mode),
+                   advice);
 }
 
 Result<void> MakeDirectories(const std::string& path) {
@@ -73,7 +202,7 @@ Result<void> MakeDirectories(const std::string& path) {
 }
 
 Result<std::optional<ScopedFd>> LockPidFile(const std::string& path) {
-  HVPROF_TRY(file, OpenFile(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  HVPROF_TRY(file, OpenRegularFile(path, O_RDWR | O_CREAT, 0644));
   if (::flock(file.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno == EWOULDBLOCK) return std::optional<ScopedFd>();
     return ErrnoError(errno, fmt::format("cannot lock {}", path));

@@ -45,7 +45,7 @@ Result<Json> Send(const store::SessionPaths& paths, Json request,
 }
 
 std::string LockPid(const store::SessionPaths& paths) {
-  auto text = ReadFileToString(paths.lock());
+  auto text = ReadFileToString(paths.lock(), 4096, Links::kRefuse);
   if (!text) return "";
   std::string pid = text.value();
   pid.erase(pid.find_last_not_of(" \n") + 1);
@@ -70,7 +70,7 @@ AgentProcess FindAgent(const store::SessionPaths& paths) {
   }
   if (agent.pid != 0) {
     // The lock is held while an hvprofd lives; if we can take it, nobody holds it.
-    ScopedFd lock(::open(paths.lock().c_str(), O_RDWR | O_CLOEXEC));
+    ScopedFd lock(::open(paths.lock().c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
     if (lock.valid() && ::flock(lock.get(), LOCK_EX | LOCK_NB) == 0) {
       agent.stale = true;
       ::flock(lock.get(), LOCK_UN);
@@ -146,7 +146,8 @@ Result<Outcome> StartDaemon(const setup::SetupOptions& setup, const std::string&
   if (child == 0) {
     ::setsid();
     const int null = ::open("/dev/null", O_RDWR);
-    const int log = ::open(paths.log().c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    // Never through a link or into a FIFO planted in the session directory.
+    const int log = ::open(paths.log().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK, 0644);
     ::dup2(null, STDIN_FILENO);
     ::dup2(null, STDOUT_FILENO);
     ::dup2(log >= 0 ? log : null, STDERR_FILENO);

@@ -69,7 +69,7 @@ class OwnHypervisor {
     const pid_t child = ::fork();
     if (child < 0) return ErrnoError(errno, "fork");
     if (child == 0) {
-      const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
       if (log >= 0) ::dup2(log, STDERR_FILENO);
       const std::string run_arg = "--run-dir=" + pattern;
       const std::string map_arg = "--domain-map=" + domain_map;
@@ -296,7 +296,7 @@ Result<Outcome> RunProfile(const RunOptions& options) {
     }
     out["runs"] = list;
     if (!across.empty()) out["across_runs"] = across;
-    HVPROF_TRYV(WriteFileAtomically(options.json_path, out.dump(1) + "\n"));
+    HVPROF_TRYV(WriteOutput(options.json_path, out.dump(1) + "\n"));
   }
   return Outcome{report_text + spread_text + fmt::format("session saved in {}", runs.back().session),
                  runs.back().exit_status};

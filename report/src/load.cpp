@@ -431,7 +431,7 @@ std::vector<PublishedProfile> ProfileBuilder::ReadPublished(Profile& profile, st
   for (uint16_t domain : guests) {
     const std::string path = fmt::format("{}/published/domain-{}.json", profile.directory_, domain);
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) {
+    if (::lstat(path.c_str(), &st) != 0) {
       profile.problems_.push_back(fmt::format(
           "active domain {} has not published its profile ({}): its own samples are missing", profile.DomainName(domain),
           profile.metadata_.platform == "xen"
@@ -439,11 +439,7 @@ std::vector<PublishedProfile> ProfileBuilder::ReadPublished(Profile& profile, st
               : std::string("run `hvprof --publish` in it, then `hvprof --dump` here")));
       continue;
     }
-    if (static_cast<uint64_t>(st.st_size) > (64u << 20)) {
-      profile.problems_.push_back(fmt::format("{} is too large to be a published profile; not used", path));
-      continue;
-    }
-    auto text = ReadFileToString(path);
+    auto text = ReadFileToString(path, size_t{64} << 20, Links::kRefuse);
     auto parsed = text ? ParsePublished(text.value(), domain) : Result<PublishedProfile>(text.error());
     if (!parsed) {
       profile.problems_.push_back(parsed.error().message() + "; not used");

@@ -139,7 +139,7 @@ SamplesWriter::SamplesWriter(ScopedFd fd, uint32_t next_sequence, uint64_t bytes
 
 Result<SamplesWriter> SamplesWriter::Open(const std::string& path,
                                           std::span<const uint8_t, 16> session_id) {
-  HVPROF_TRY(fd, OpenFile(path.c_str(), O_RDWR | O_CREAT | O_APPEND, 0644));
+  HVPROF_TRY(fd, OpenRegularFile(path, O_RDWR | O_CREAT | O_APPEND, 0644));
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return ErrnoError(errno, "fstat " + path);
   uint32_t next_sequence = 0;
@@ -359,7 +359,7 @@ ReadSummary ReadSamples(std::span<const uint8_t> bytes,
 
 Result<ReadSummary> ReadSamplesFile(const std::string& path,
                                     const std::function<void(const StoredSample&)>& on_sample) {
-  HVPROF_TRY(fd, OpenFile(path.c_str(), O_RDONLY));
+  HVPROF_TRY(fd, OpenRegularFile(path, O_RDONLY));
   HVPROF_TRY(mapping, ScopedMmap::MapFileReadOnly(fd.get()));
   const auto* data = static_cast<const uint8_t*>(mapping.data());
   return ReadSamples(std::span<const uint8_t>(data, mapping.size()), on_sample);

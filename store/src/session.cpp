@@ -379,7 +379,7 @@ Result<void> WriteAggregate(const std::string& path, const Aggregate& aggregate)
 }
 
 Result<Aggregate> ReadAggregate(const std::string& path) {
-  HVPROF_TRY(text, ReadFileToString(path));
+  HVPROF_TRY(text, ReadFileToString(path, kDefaultReadLimit, Links::kRefuse));
   AggregateHeader header;
   if (text.size() < sizeof header) {
     return MakeError(ErrorKind::kCorrupt, "{} is truncated", path);
@@ -463,7 +463,8 @@ Result<SessionOnDisk> OpenSession(const std::string& directory) {
     }
     return MakeError(ErrorKind::kNotFound, "no session at {}: it holds no {}", dir, kMetadataFile);
   }
-  HVPROF_TRY(text, ReadFileToString(metadata_path));
+  // session.json: far below this bound even with thousands of processes and mappings.
+  HVPROF_TRY(text, ReadFileToString(metadata_path, size_t{64} << 20, Links::kRefuse));
   auto metadata = ParseMetadata(text, metadata_path);
   if (!metadata) return metadata.error();
   SessionOnDisk session;

@@ -11,12 +11,40 @@
 
 namespace hvprof {
 
-Result<std::string> ReadFileToString(const std::string& path);
+// Files larger than this are refused by ReadFileToString unless the caller gives its own bound.
+inline constexpr size_t kDefaultReadLimit = size_t{256} << 20;
 
-// Writes `data` to a temporary file beside `path`, fsyncs it, and renames it over `path`, so a
-// crash leaves either the old or the new contents. A full disk is reported as kNoSpace and the
-// old file is kept.
+enum class Links {
+  kFollow,  // a path the user named: a symbolic link to a file is the file
+  kRefuse,  // a file in a directory others may write (a session): a link is refused
+};
+
+// Reads a whole regular file of at most `max_bytes`. Anything else (a FIFO, a device, a
+// directory, with kRefuse a symbolic link) is refused with a message that says what it is,
+// without blocking and without reading it; a larger file is refused without reading past the
+// bound.
+Result<std::string> ReadFileToString(const std::string& path, size_t max_bytes = kDefaultReadLimit,
+                                     Links links = Links::kFollow);
+
+// Writes a file hvprof owns (session files, state): `data` goes to a new temporary file
+// beside `path` (a fresh name, created exclusively, so nothing planted there is followed), is
+// fsynced, and is renamed over `path`, so a crash leaves either the old or the new contents.
+// Refuses when `path` is anything but a regular file or absent (a link, a FIFO, a device).
+// A full disk is reported as kNoSpace and the old file is kept.
 Result<void> WriteFileAtomically(const std::string& path, std::string_view data);
+
+// Writes output a user asked for (-o FILE, --json=FILE), the one way every command does:
+//   "-"                      standard output;
+//   absent or a regular file as WriteFileAtomically (the old contents survive a failure);
+//   a character device or a FIFO (/dev/stdout, /dev/null, a pipe): written in place, never
+//                            replaced;
+//   a symbolic link, a directory, a block device or a socket: refused, untouched.
+Result<void> WriteOutput(const std::string& path, std::string_view data);
+
+// Opens a file in a directory others may write (a session): never through a symbolic link,
+// never waiting on a FIFO, and only if what is there is a regular file (a FIFO, a device or a
+// link is refused with a message naming it). `flags` as open(2)'s; O_CREAT creates it.
+Result<ScopedFd> OpenRegularFile(const std::string& path, int flags, int mode = 0644);
 
 // Writes all of `data` to fd, retrying on EINTR and short writes.
 Result<void> WriteAll(int fd, std::span<const std::byte> data, std::string_view what);

@@ -1,0 +1,159 @@
+// The one way hvprof writes output and session files, tried as an attacker or a careless user
+// would: device nodes, FIFOs, planted links, a full device, files that never end.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <sstream>
+
+#include "hvprof/base/files.h"
+#include "skip.h"
+#include "temp_dir.h"
+
+using hvprof::ErrorKind;
+using hvprof::Links;
+using hvprof::ReadFileToString;
+using hvprof::WriteFileAtomically;
+using hvprof::WriteOutput;
+using hvprof::testing::TempDir;
+
+namespace {
+
+std::string Contents(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+mode_t TypeOf(const std::string& path) {
+  struct stat st {};
+  REQUIRE(::lstat(path.c_str(), &st) == 0);
+  return st.st_mode & S_IFMT;
+}
+
+}  // namespace
+
+TEST_CASE("output: regular files are replaced whole, keeping their mode", "[base][files][safety]") {
+  TempDir dir;
+  const std::string path = dir.File("report.txt");
+  REQUIRE(WriteOutput(path, "first\n").has_value());
+  CHECK(Contents(path) == "first\n");
+  REQUIRE(::chmod(path.c_str(), 0600) == 0);
+  REQUIRE(WriteOutput(path, "second\n").has_value());
+  CHECK(Contents(path) == "second\n");
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0600);
+  // No temporary file is left behind.
+  CHECK(std::distance(std::filesystem::directory_iterator(dir.path()), {}) == 1);
+}
+
+TEST_CASE("output: device nodes are written in place, never replaced", "[base][files][safety]") {
+  if (::access("/dev/full", W_OK) != 0 || ::access("/dev/null", W_OK) != 0) {
+    if (hvprof::testing::SkipTest("/dev/full or /dev/null is not writable here")) return;
+  }
+  REQUIRE(WriteOutput("/dev/null", "anything").has_value());
+  CHECK(TypeOf("/dev/null") == S_IFCHR);
+  auto full = WriteOutput("/dev/full", "anything");
+  REQUIRE_FALSE(full.has_value());
+  CHECK(full.error().kind() == ErrorKind::kNoSpace);
+  CHECK(full.error().message().find("/dev/full") != std::string::npos);
+  CHECK(TypeOf("/dev/full") == S_IFCHR);
+}
+
+TEST_CASE("output: a FIFO gets the data in place", "[base][files][safety]") {
+  TempDir dir;
+  const std::string fifo = dir.File("pipe");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  auto reader = std::async(std::launch::async, [&] { return Contents(fifo); });
+  REQUIRE(WriteOutput(fifo, "through the pipe\n").has_value());
+  REQUIRE(reader.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  CHECK(reader.get() == "through the pipe\n");
+  CHECK(TypeOf(fifo) == S_IFIFO);
+}
+
+TEST_CASE("output: links, directories and sockets are refused and left as they are", "[base][files][safety]") {
+  TempDir dir;
+  dir.Write("victim", "precious\n");
+  const std::string link = dir.File("link");
+  REQUIRE(::symlink(dir.File("victim").c_str(), link.c_str()) == 0);
+  auto through_link = WriteOutput(link, "overwritten");
+  REQUIRE_FALSE(through_link.has_value());
+  CHECK(through_link.error().message().find("is a symbolic link") != std::string::npos);
+  CHECK(TypeOf(link) == S_IFLNK);
+  CHECK(Contents(dir.File("victim")) == "precious\n");
+
+  auto directory = WriteOutput(dir.path(), "x");
+  REQUIRE_FALSE(directory.has_value());
+  CHECK(directory.error().message().find("is a directory") != std::string::npos);
+  CHECK(TypeOf(dir.path()) == S_IFDIR);
+}
+
+TEST_CASE("session files: a planted link or FIFO is never written through", "[base][files][safety]") {
+  TempDir dir;
+  dir.Write("victim", "precious\n");
+  // The name the old writer used for its temporary file, planted as a link to the victim.
+  REQUIRE(::symlink(dir.File("victim").c_str(), dir.File("session.json.tmp").c_str()) == 0);
+  REQUIRE(WriteFileAtomically(dir.File("session.json"), "{}\n").has_value());
+  CHECK(Contents(dir.File("victim")) == "precious\n");
+  CHECK(Contents(dir.File("session.json")) == "{}\n");
+
+  // The file itself is a link or a FIFO: refused, left as it is.
+  REQUIRE(::symlink(dir.File("victim").c_str(), dir.File("lock").c_str()) == 0);
+  auto link = WriteFileAtomically(dir.File("lock"), "123\n");
+  REQUIRE_FALSE(link.has_value());
+  CHECK(link.error().kind() == ErrorKind::kPermissionDenied);
+  CHECK(Contents(dir.File("victim")) == "precious\n");
+  REQUIRE(::mkfifo(dir.File("fifo").c_str(), 0600) == 0);
+  CHECK_FALSE(WriteFileAtomically(dir.File("fifo"), "x").has_value());
+  CHECK(TypeOf(dir.File("fifo")) == S_IFIFO);
+
+  // Opening for append or lock: links and FIFOs refused, without blocking.
+  auto append = hvprof::OpenRegularFile(dir.File("lock"), O_WRONLY | O_CREAT | O_APPEND);
+  REQUIRE_FALSE(append.has_value());
+  CHECK(append.error().message().find("symbolic link") != std::string::npos);
+  auto fifo = hvprof::OpenRegularFile(dir.File("fifo"), O_RDONLY);
+  REQUIRE_FALSE(fifo.has_value());
+  CHECK(fifo.error().message().find("is a FIFO") != std::string::npos);
+  auto locked = hvprof::LockPidFile(dir.File("lock"));
+  CHECK_FALSE(locked.has_value());
+  CHECK(Contents(dir.File("victim")) == "precious\n");
+  CHECK(hvprof::OpenRegularFile(dir.File("samples"), O_WRONLY | O_CREAT | O_APPEND).has_value());
+}
+
+TEST_CASE("reading: only regular files, within a bound", "[base][files][safety]") {
+  TempDir dir;
+  dir.Write("small", "12345");
+  CHECK(ReadFileToString(dir.File("small")).value() == "12345");
+  auto big = ReadFileToString(dir.File("small"), 4);
+  REQUIRE_FALSE(big.has_value());
+  CHECK(big.error().message() == dir.File("small") + " is 5 bytes; at most 4 are read from it");
+
+  // A FIFO would block a reader forever: refused at once.
+  REQUIRE(::mkfifo(dir.File("fifo").c_str(), 0600) == 0);
+  auto fifo = std::async(std::launch::async, [&] { return ReadFileToString(dir.File("fifo")); });
+  REQUIRE(fifo.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  auto fifo_result = fifo.get();
+  REQUIRE_FALSE(fifo_result.has_value());
+  CHECK(fifo_result.error().message().find("is a FIFO, not a regular file") != std::string::npos);
+
+  // A file that never ends (/dev/zero) is not regular; a /proc file with no size stops at the bound.
+  CHECK_FALSE(ReadFileToString("/dev/zero").has_value());
+  auto status = ReadFileToString("/proc/self/status", 64);
+  REQUIRE_FALSE(status.has_value());
+  CHECK(status.error().message().find("holds more than 64 bytes") != std::string::npos);
+
+  // Links: followed for paths the user named, refused in a session directory.
+  REQUIRE(::symlink(dir.File("small").c_str(), dir.File("link").c_str()) == 0);
+  CHECK(ReadFileToString(dir.File("link")).value() == "12345");
+  auto refused = ReadFileToString(dir.File("link"), hvprof::kDefaultReadLimit, Links::kRefuse);
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().message().find("is a symbolic link") != std::string::npos);
+}
