@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
         ("start,s", "start profiling (in dom0: once every active guest has started)")
         ("stop,t", "stop profiling and write the samples; the daemon stays up")
         ("dump,d", "write the samples collected so far")
-        ("shutdown,h", "stop, write the samples, release the profiler and end the daemon")
+        ("shutdown", "stop, write the samples, release the profiler and end the daemon (opcontrol's -h is help here)")
         ("reset", "empty the current session (samples/current)")
         ("save", po::value(&save_name), "keep the current session as samples/NAME and carry on in a fresh one")
         ("status", "the daemon, the hypervisor's profiler, every domain's role and rings, losses")
@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
         ("publish", "in an active guest: hand this domain's symbolized profile to dom0 for its whole-host report "
                     "(hvprof-report --all-domains)")
         ("run-sim", po::value(&run_sim), "simulated machines: advance the clock by DURATION (e.g. 2s) while draining")
-        ("help", "show this help");
+        ("help,h", "show this help");
     po::options_description options("Setup options (with --start-daemon)");
     options.add_options()
         ("platform", po::value(&setup.platform)->default_value("sim"),

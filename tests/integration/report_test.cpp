@@ -187,6 +187,63 @@ TEST_CASE("hvprof-report on bad input: clear errors, honest exit codes, whole JS
     CHECK(result.out.find("memfd:jit (deleted)") != std::string::npos);
     CHECK(result.out.find("could not be symbolized") == std::string::npos);
   }
+  SECTION("names chosen by the profiled code cannot act on the terminal or forge rows") {
+    const std::string metadata = host.current() + "/session.json";
+    auto text = ReadFileToString(metadata);
+    REQUIRE(text.has_value());
+    Json edited = Json::parse(text.value());
+    const std::string hostile = "/tmp/\x1b[2J\x1b]0;owned\x07\nFORGED 99999 row\r\xc2\x9b";
+    bool renamed = false;
+    for (Json& domain : edited["domains"]) {
+      if (domain["id"] == 0) domain["name"] = "dom0\x1b[31m\nFORGED domain";
+      for (Json& process : domain["processes"]) {
+        for (Json& mapping : process["mappings"]) {
+          if (mapping["path"] == session.copy) mapping["path"] = hostile, renamed = true;
+        }
+      }
+    }
+    REQUIRE(renamed);
+    std::ofstream(metadata, std::ios::trunc) << edited.dump(1);
+    for (const std::vector<std::string>& args : {std::vector<std::string>{"-l"}, {"-l", "--by-domain"}}) {
+      auto result = host.Report(args);
+      INFO(result.out);
+      CHECK(result.out.find('\x1b') == std::string::npos);
+      CHECK(result.out.find('\x07') == std::string::npos);
+      CHECK(result.out.find('\r') == std::string::npos);
+      CHECK(result.out.find("\xc2\x9b") == std::string::npos);
+      CHECK(result.out.find("\nFORGED") == std::string::npos);
+      CHECK(result.out.find("\\x1b[2J\\x1b]0;owned\\x07\\x0aFORGED 99999 row\\x0d\\xc2\\x9b") != std::string::npos);
+    }
+    auto csv = host.Report({"-l", "--format=csv"});
+    CHECK(csv.out.find('\x1b') == std::string::npos);
+    CHECK(csv.out.find("\nFORGED") == std::string::npos);
+    auto json = host.Report({"-l", "--format=json"});
+    REQUIRE(ValidJson(json.out));
+    // JSON keeps the name exactly, escaped as JSON escapes it.
+    CHECK(json.out.find("\\u001b[2J") != std::string::npos);
+  }
+  SECTION("-o never replaces a device node or a link") {
+    if (::access("/dev/full", W_OK) == 0) {
+      auto full = host.Report({"-l", "-o", "/dev/full"});
+      CHECK(full.status == 1);
+      CHECK(full.err.find("/dev/full") != std::string::npos);
+      struct stat st {};
+      REQUIRE(::lstat("/dev/full", &st) == 0);
+      CHECK(S_ISCHR(st.st_mode));
+    }
+    dir.Write("victim", "precious\n");
+    REQUIRE(::symlink(dir.File("victim").c_str(), dir.File("link").c_str()) == 0);
+    auto link = host.Report({"-l", "-o", dir.File("link")});
+    CHECK(link.status == 1);
+    CHECK(link.err.find("is a symbolic link") != std::string::npos);
+    std::ifstream victim(dir.File("victim"));
+    std::string line;
+    std::getline(victim, line);
+    CHECK(line == "precious");
+    auto to_file = host.Report({"-l", "-o", dir.File("report.txt")});
+    CHECK(to_file.status == 0);
+    CHECK(std::filesystem::file_size(dir.File("report.txt")) > 0);
+  }
   SECTION("an image that changed since the session") {
     std::filesystem::remove(session.copy);
     std::filesystem::copy_file(testing::kLibc, session.copy);
@@ -270,4 +327,22 @@ TEST_CASE("hvprof run returns the command's status and leaves no daemon behind",
     CHECK(WEXITSTATUS(status) == 128 + SIGINT);
     CHECK_FALSE(control::FindAgent(paths).running);
   }
+}
+
+TEST_CASE("-h is help in every program, never an action", "[cli][safety]") {
+  for (const char* program : {"hvprof", "hvprof-report", "hvprof-hv", "hvprofd", "hvprof-symbolize"}) {
+    for (const char* flag : {"-h", "--help"}) {
+      auto result = testing::RunProgram({testing::Binary(program), flag});
+      INFO(program << " " << flag << ": " << result.err);
+      CHECK(result.status == 0);
+      CHECK(result.out.find("Usage") != std::string::npos);
+    }
+  }
+  // opcontrol's -h (shutdown) is gone: with a session directory and no daemon, `hvprof -h`
+  // only prints help; an action would have complained that no daemon runs.
+  TempDir dir;
+  auto help = testing::RunProgram({testing::Binary("hvprof"), "-h", "--session-dir=" + dir.path()});
+  CHECK(help.status == 0);
+  CHECK(help.out.find("Usage") != std::string::npos);
+  CHECK(help.err.empty());
 }

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "hvprof/base/escape.h"
 #include "hvprof/report/model.h"
 #include "hvprof/report/views/table.h"
 
@@ -13,6 +14,9 @@ namespace hvprof::report {
 inline constexpr const char* kModeNames[] = {"user", "kernel", "hypervisor"};
 
 double Percent(uint64_t part, uint64_t whole);
+// Every name from a profile (symbols, images, comms, domains, paths, problems that quote them)
+// goes through this before text or CSV prints it: a guest chooses those names.
+inline std::string Safe(std::string_view name) { return EscapeForTerminal(name); }
 // The image's name as the options ask for it (-f: the full path).
 const std::string& ImageName(const Profile& profile, uint32_t image, const ReportOptions& options);
 // "file:line" of a -g row, or "(no location information)".

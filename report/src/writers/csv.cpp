@@ -8,8 +8,11 @@ namespace hvprof::report {
 
 namespace {
 
-std::string CsvField(const std::string& text) {
-  if (text.find_first_of(",\"\n") == std::string::npos) return text;
+// RFC 4180: a field with a comma, a quote or a line break is quoted, quotes doubled. Control
+// characters are escaped first (Safe), so a name cannot end a row or act on a terminal.
+std::string CsvField(const std::string& raw) {
+  const std::string text = Safe(raw);
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
   std::string quoted = "\"";
   for (char c : text) {
     if (c == '"') quoted += '"';

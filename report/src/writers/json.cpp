@@ -100,6 +100,7 @@ std::string FormatJson(const Profile& profile, const Table& table, const ReportO
   out["published"] = published;
   out["problems"] = profile.problems();
   out["notes"] = m.notes;
-  return out.dump(1) + "\n";
+  // Names come from profiled code: bytes that are not UTF-8 become U+FFFD rather than fail.
+  return out.dump(1, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 }  // namespace hvprof::report

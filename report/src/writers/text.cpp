@@ -9,9 +9,9 @@ namespace hvprof::report {
 std::string FormatHeader(const Profile& profile, const Table& table, const ReportOptions&) {
   const store::SessionMetadata& m = profile.metadata();
   std::string out;
-  out += fmt::format("Session: {}\n", profile.directory());
-  out += fmt::format("Platform: {}{}; CPU: {}, {} CPUs\n", m.platform,
-                     m.machine.empty() ? "" : " (" + m.machine + ")", m.cpu_type, m.num_cpus);
+  out += fmt::format("Session: {}\n", Safe(profile.directory()));
+  out += fmt::format("Platform: {}{}; CPU: {}, {} CPUs\n", Safe(m.platform),
+                     m.machine.empty() ? "" : " (" + Safe(m.machine) + ")", Safe(m.cpu_type), m.num_cpus);
   const double seconds = m.last_sample_ns > m.first_sample_ns
                              ? static_cast<double>(m.last_sample_ns - m.first_sample_ns) / 1e9
                              : 0.0;
@@ -25,8 +25,8 @@ std::string FormatHeader(const Profile& profile, const Table& table, const Repor
       rate = fmt::format("; achieved {:.0f} samples/s per CPU", static_cast<double>(samples) / seconds / m.num_cpus);
     }
     out += fmt::format("Counted {} events (unit mask {:#04x}{}{}) with a sample every {} events{}{}\n",
-                       event.name, event.unit_mask,
-                       event.unit_mask_name.empty() ? "" : ": " + event.unit_mask_name,
+                       Safe(event.name), event.unit_mask,
+                       event.unit_mask_name.empty() ? "" : ": " + Safe(event.unit_mask_name),
                        event.kernel && event.user ? "" : event.kernel ? ", kernel only" : ", user only",
                        event.count, rate, samples == 0 ? "; no samples of this event" : "");
   }
@@ -40,7 +40,7 @@ std::string FormatHeader(const Profile& profile, const Table& table, const Repor
     out += fmt::format("Samples of {} by domain and mode:\n", table.columns[0].event);
     out += fmt::format("  {:<22} {:>10} {:>10} {:>10}\n", "domain", "user", "kernel", "hypervisor");
     for (const DomainSummary& d : table.domains) {
-      out += fmt::format("  {:<22} {:>10} {:>10} {:>10}\n", d.name + (d.role.empty() ? "" : " [" + d.role + "]"),
+      out += fmt::format("  {:<22} {:>10} {:>10} {:>10}\n", Safe(d.name + (d.role.empty() ? "" : " [" + d.role + "]")),
                          d.samples[0], d.samples[1], d.samples[2]);
     }
   }
@@ -49,7 +49,7 @@ std::string FormatHeader(const Profile& profile, const Table& table, const Repor
                           guest.losses.malformed_records + guest.losses.store_failed;
     out += fmt::format("Merged: {} samples published by domain {}{} (user and kernel symbolized there, hypervisor "
                        "addresses here){}\n",
-                       guest.samples, guest.domain, guest.name.empty() ? "" : " (" + guest.name + ")",
+                       guest.samples, guest.domain, guest.name.empty() ? "" : " (" + Safe(guest.name) + ")",
                        lost == 0 ? "" : fmt::format("; it lost {} samples", lost));
   }
   const auto losses = Losses(m);
@@ -71,13 +71,14 @@ std::string FormatHeader(const Profile& profile, const Table& table, const Repor
   }
   for (const Image& image : profile.images()) {
     if (image.build_id_mismatch) {
-      out += fmt::format("Warning: {} is not the image that was profiled: {}\n", image.long_name, image.problem);
+      out += fmt::format("Warning: {} is not the image that was profiled: {}\n", Safe(image.long_name),
+                         Safe(image.problem));
     } else if (!image.problem.empty()) {
-      out += fmt::format("Warning: {} could not be symbolized: {}\n", image.long_name, image.problem);
+      out += fmt::format("Warning: {} could not be symbolized: {}\n", Safe(image.long_name), Safe(image.problem));
     }
   }
-  for (const std::string& problem : profile.problems()) out += fmt::format("Warning: {}\n", problem);
-  for (const std::string& note : m.notes) out += fmt::format("Note: {}\n", note);
+  for (const std::string& problem : profile.problems()) out += fmt::format("Warning: {}\n", Safe(problem));
+  for (const std::string& note : m.notes) out += fmt::format("Note: {}\n", Safe(note));
   return out;
 }
 
@@ -130,16 +131,17 @@ std::string FormatText(const Profile& profile, const Table& table, const ReportO
   };
   for (const Row& row : table.rows) {
     std::string line = counts(row, nullptr, true) + " ";
-    if (options.by_domain) line += fmt::format("{:<20} ", row.domain);
+    if (options.by_domain) line += fmt::format("{:<20} ", Safe(row.domain));
     if (options.show_address && symbols) line += fmt::format("{:<18} ", fmt::format("{:016x}", row.address));
-    if (table.view == View::kDebugInfo) line += fmt::format("{:<32} ", SourceOf(profile, row));
+    if (table.view == View::kDebugInfo) line += fmt::format("{:<32} ", Safe(SourceOf(profile, row)));
     if (symbols) {
-      line += fmt::format("{:<28} {}", ImageName(profile, row.image, options), profile.symbols()[row.symbol].name);
+      line += fmt::format("{:<28} {}", Safe(ImageName(profile, row.image, options)),
+                          Safe(profile.symbols()[row.symbol].name));
       if (options.verbose && !profile.symbols()[row.symbol].resolved) {
-        line += fmt::format("  ({})", profile.symbols()[row.symbol].reason);
+        line += fmt::format("  ({})", Safe(profile.symbols()[row.symbol].reason));
       }
     } else {
-      line += ImageName(profile, row.image, options);
+      line += Safe(ImageName(profile, row.image, options));
     }
     out += line + "\n";
     for (const Row& detail : row.details) {

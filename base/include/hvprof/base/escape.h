@@ -1,0 +1,15 @@
+// Names that come from profiled code (symbols, images, comms, domain names: all chosen by a
+// guest or a process) printed so that they cannot act on a terminal or forge a report row.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace hvprof {
+
+// Control characters (C0, DEL and the C1 range as UTF-8), bytes that are not UTF-8, and the
+// backslash itself become \xNN (the backslash \\), so every printed name is one line of
+// printable text and the escaping is unambiguous. Valid printable UTF-8 is kept as it is.
+std::string EscapeForTerminal(std::string_view text);
+
+}  // namespace hvprof
