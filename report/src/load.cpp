@@ -424,6 +424,10 @@ void ProfileBuilder::AddPublishedSymbols(const std::vector<PublishedProfile>& pu
 
 std::vector<PublishedProfile> ProfileBuilder::ReadPublished(Profile& profile, store::Aggregate* aggregate) {
   std::vector<PublishedProfile> accepted;
+  // What the host's total will be: each guest's rows add up to its `samples` (ParsePublished
+  // checks), so a guest is taken only while the total stays a number.
+  uint64_t total = 0;
+  for (const store::AggregateEntry& entry : aggregate->entries) total += entry.count;
   std::vector<uint16_t> guests;  // the active domains other than the agent's own
   for (const store::DomainRecord& domain : profile.metadata_.domains) {
     if (domain.role == "active" && domain.id != profile.metadata_.agent_domain) guests.push_back(domain.id);
@@ -459,6 +463,11 @@ std::vector<PublishedProfile> ProfileBuilder::ReadPublished(Profile& profile, st
                                       profile.DomainName(domain), mismatch));
       continue;
     }
+    if (__builtin_add_overflow(total, guest.samples, &total)) {
+      profile.problems_.push_back(fmt::format("domain {} published {} samples, more than any host could have taken "
+                                              "with the others; not used", profile.DomainName(domain), guest.samples));
+      continue;
+    }
     for (const PublishedAddress& address : guest.hypervisor) {
       for (size_t c = 0; c < address.samples.size(); ++c) {
         if (address.samples[c] == 0) continue;
@@ -492,6 +501,22 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
       from_aggregate = true;
     } else if (!read && read.error().kind() == ErrorKind::kCorrupt) {
       profile.problems_.push_back(read.error().message() + "; the raw samples were read instead");
+    }
+  }
+  if (from_aggregate) {
+    // Counts are checked once, here: every sum a view makes is of a subset of these entries, so
+    // none can wrap. The aggregate is a cache of samples.hvs; one that counts more than the
+    // session stored (or more than a number holds) is forged or damaged, and is not used.
+    uint64_t sum = 0;
+    bool overflow = false;
+    for (const store::AggregateEntry& entry : aggregate.entries) overflow |= __builtin_add_overflow(sum, entry.count, &sum);
+    const uint64_t stored = profile.metadata_.samples_stored;
+    if (overflow || (stored != 0 && sum > stored)) {
+      profile.problems_.push_back(fmt::format(
+          "{} counts {} samples where the session stored {}; it was ignored and the raw samples read instead",
+          aggregate_path, overflow ? std::string("more than 2^64") : std::to_string(sum), stored));
+      aggregate = store::Aggregate();
+      from_aggregate = false;
     }
   }
   if (!from_aggregate && have_samples) {

@@ -188,7 +188,9 @@ Result<PublishedProfile> ParsePublished(std::string_view text, uint16_t expected
     symbol.address = address;
     symbol.resolved = resolved;
     symbol.samples = std::move(counts);
-    for (uint64_t count : symbol.samples) total += count;
+    for (uint64_t count : symbol.samples) {
+      if (__builtin_add_overflow(total, count, &total)) return s.Fail("samples: the counts add up to more than 2^64");
+    }
     p.symbols.push_back(std::move(symbol));
   }
   HVPROF_TRY(addresses, root.Array("hypervisor", kMaxPublishedRows));
@@ -199,7 +201,9 @@ Result<PublishedProfile> ParsePublished(std::string_view text, uint16_t expected
     HVPROF_TRY(counts, Counts(a, nevents));
     address.ip = ip;
     address.samples = std::move(counts);
-    for (uint64_t count : address.samples) total += count;
+    for (uint64_t count : address.samples) {
+      if (__builtin_add_overflow(total, count, &total)) return a.Fail("samples: the counts add up to more than 2^64");
+    }
     p.hypervisor.push_back(std::move(address));
   }
   if (p.domain != expected_domain) {

@@ -187,6 +187,25 @@ TEST_CASE("hvprof-report on bad input: clear errors, honest exit codes, whole JS
     CHECK(result.out.find("memfd:jit (deleted)") != std::string::npos);
     CHECK(result.out.find("could not be symbolized") == std::string::npos);
   }
+  SECTION("a forged aggregate cannot make counts wrap or exceed what was stored") {
+    const std::string path = host.current() + "/aggregate.hva";
+    auto honest = host.Report({"-l", "--format=json"});
+    REQUIRE(honest.status == 0);
+    const uint64_t honest_total = Json::parse(honest.out)["events"][0]["samples"].get<uint64_t>();
+    auto aggregate = store::ReadAggregate(path);
+    REQUIRE(aggregate.has_value());
+    REQUIRE(aggregate.value().entries.size() >= 2);
+    // Two counts whose sum wraps to a small number, and the CRC and size kept right.
+    aggregate.value().entries[0].count = UINT64_MAX - 1;
+    aggregate.value().entries[1].count = 5;
+    REQUIRE(store::WriteAggregate(path, aggregate.value()).has_value());
+    auto forged = host.Report({"-l", "--format=json"});
+    INFO(forged.out);
+    CHECK(forged.status == 3);  // printed, but says it is incomplete
+    const Json parsed = Json::parse(forged.out);
+    CHECK(parsed["events"][0]["samples"].get<uint64_t>() == honest_total);  // the raw samples were used
+    CHECK(forged.out.find("more than 2^64") != std::string::npos);
+  }
   SECTION("names chosen by the profiled code cannot act on the terminal or forge rows") {
     const std::string metadata = host.current() + "/session.json";
     auto text = ReadFileToString(metadata);

@@ -90,6 +90,14 @@ TEST_CASE("published profiles: whole-profile checks", "[report][published][bad-i
   other["domain"] = 4;
   CHECK(Refusal(other, ErrorKind::kPermissionDenied).find("claims to be domain 4's") != std::string::npos);
 
+  // Counts chosen so their sum wraps to the total the profile claims: refused, never wrapped.
+  Json wrapping = Valid();
+  wrapping["symbols"][0]["samples"][0] = UINT64_MAX;
+  wrapping["hypervisor"][0]["samples"][0] = 31;
+  wrapping["samples"] = 30;
+  CHECK(Refusal(wrapping) == "the profile domain 3 published: hypervisor[0]: samples: the counts add up to more "
+                             "than 2^64");
+
   Json inflated = Valid();
   inflated["samples"] = 31;
   CHECK(Refusal(inflated).find("its rows hold 30 samples, its total says 31") != std::string::npos);
