@@ -159,18 +159,29 @@ Result<hvpmu::Status> AgentDaemon::EngineStatus() {
   return *status;
 }
 
-Result<void> AgentDaemon::LockProfiler() {
+Result<void> AgentDaemon::LockProfiler(const std::string& session_root) {
   const std::string path = link_->ExclusiveLockPath();
   if (path.empty() || profiler_lock_.valid()) return Ok();
   HVPROF_TRYV(MakeDirectories(std::filesystem::path(path).parent_path().string()));
-  HVPROF_TRY(lock, LockPidFile(path));
+  HVPROF_TRY(lock, LockPidFile(path, session_root));
   if (!lock) {
-    // Xen cannot tell two agents of one domain apart: the second would take the first one's
-    // state for a crashed agent's and tear it down.
+    // The second would take the first one's state for a crashed agent's and tear it down.
+    std::string pid = "?";
+    std::string directory = "DIR";
+    if (auto holder = ReadFileToString(path, 8192, Links::kRefuse)) {
+      const std::string& text = holder.value();
+      const size_t newline = text.find('\n');
+      pid = text.substr(0, newline);
+      if (newline != std::string::npos && newline + 1 < text.size()) {
+        directory = text.substr(newline + 1);
+        directory.erase(directory.find_last_not_of('\n') + 1);
+      }
+    }
     return MakeError(ErrorKind::kBusy,
-                     "another hvprofd in this domain drives the hypervisor's profiler ({} is locked); "
-                     "`hvprof --status --session-dir=DIR` finds it, `hvprof --shutdown --session-dir=DIR` ends it",
-                     path);
+                     "another hvprofd (pid {}, session directory {}) already drives domain {}'s profiler on this "
+                     "host ({} is locked); `hvprof --status --session-dir={}` shows it, `hvprof --shutdown "
+                     "--session-dir={}` ends it",
+                     pid, directory, link_->domain(), path, directory, directory);
   }
   profiler_lock_ = std::move(*lock);
   return Ok();

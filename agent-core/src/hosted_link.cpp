@@ -93,7 +93,8 @@ namespace {
 
 class HostedLink final : public HypervisorLink {
  public:
-  explicit HostedLink(ScopedFd socket) : socket_(std::move(socket)) {}
+  HostedLink(ScopedFd socket, std::string socket_path)
+      : socket_(std::move(socket)), socket_path_(std::move(socket_path)) {}
 
   Result<void> Hello() {
     hv::HelloRequest request{hv::kProtocolVersion, 0};
@@ -114,6 +115,9 @@ class HostedLink final : public HypervisorLink {
   }
 
   hvpmu::DomainId domain() const override { return domain_; }
+  // hvprof-hv serves any client of a domain's socket; two agents of one domain would each take
+  // the other's state for a crashed agent's. The lock beside the socket is per host and domain.
+  std::string ExclusiveLockPath() const override { return socket_path_ + ".agent.lock"; }
   std::string platform_name() const override { return platform_; }
   std::string machine_name() const override { return machine_; }
   uint32_t num_cpus() const override { return num_cpus_; }
@@ -285,6 +289,7 @@ class HostedLink final : public HypervisorLink {
 
   ScopedFd socket_;
   uint32_t sequence_ = 0;
+  std::string socket_path_;
   hvpmu::DomainId domain_ = 0;
   uint32_t num_cpus_ = 0;
   std::string platform_;
@@ -312,7 +317,7 @@ Result<std::unique_ptr<HypervisorLink>> ConnectHosted(const std::string& socket_
     }
     return ErrnoError(err, fmt::format("cannot connect to {}", socket_path));
   }
-  auto link = std::make_unique<HostedLink>(std::move(socket));
+  auto link = std::make_unique<HostedLink>(std::move(socket), socket_path);
   auto hello = link->Hello();
   if (!hello) {
     // A connection the daemon refused (wrong uid) shows up as a closed socket here.

@@ -201,13 +201,13 @@ Result<void> MakeDirectories(const std::string& path) {
   return Ok();
 }
 
-Result<std::optional<ScopedFd>> LockPidFile(const std::string& path) {
+Result<std::optional<ScopedFd>> LockPidFile(const std::string& path, std::string_view note) {
   HVPROF_TRY(file, OpenRegularFile(path, O_RDWR | O_CREAT, 0644));
   if (::flock(file.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno == EWOULDBLOCK) return std::optional<ScopedFd>();
     return ErrnoError(errno, fmt::format("cannot lock {}", path));
   }
-  const std::string pid = std::to_string(::getpid()) + "\n";
+  const std::string pid = std::to_string(::getpid()) + "\n" + (note.empty() ? "" : std::string(note) + "\n");
   if (::ftruncate(file.get(), 0) != 0) return ErrnoError(errno, fmt::format("cannot write {}", path));
   HVPROF_TRYV(WriteAll(file.get(), std::as_bytes(std::span(pid.data(), pid.size())), path));
   return std::optional<ScopedFd>(std::move(file));

@@ -48,7 +48,7 @@ Result<std::unique_ptr<Dom0Agent>> Dom0Agent::Create(const setup::SetupOptions& 
                      link->domain());
   }
   std::unique_ptr<Dom0Agent> agent(new Dom0Agent(setup, std::move(link)));
-  HVPROF_TRYV(agent->LockProfiler());
+  HVPROF_TRYV(agent->LockProfiler(setup.session_root));
   HVPROF_TRYV(agent->Recover());
   if (auto configured = agent->Configure(hvprof_version); !configured) {
     // Leave the hypervisor as we found it.

@@ -305,3 +305,29 @@ TEST_CASE("every bad option has its own message, and leaves nothing running", "[
   INFO(good.err);
   CHECK(good.status == 0);
 }
+
+TEST_CASE("one dom0 agent per host, whatever the session directory", "[agent][safety]") {
+  Host host(TestScenario("intel-arch-v4", 25));
+  REQUIRE(host.Hvprof({"--start-daemon"}).status == 0);
+  const pid_t first = host.AgentPid();
+  testing::TempDir other;
+  // The same hvprof-hv, another session directory: refused, naming the one that runs.
+  const auto second = testing::RunProgram({testing::Binary("hvprof"), "--run-dir=" + host.run_dir(),
+                                           "--session-dir=" + other.path(), "--start-daemon"});
+  INFO(second.err);
+  CHECK(second.status != 0);
+  CHECK(second.err.find("another hvprofd (pid " + std::to_string(first) + ", session directory " +
+                        host.session_root() + ")") != std::string::npos);
+  CHECK(second.err.find("hvprof --shutdown --session-dir=" + host.session_root()) != std::string::npos);
+  // The first one still runs and profiles.
+  CHECK(::kill(first, 0) == 0);
+  REQUIRE(host.Hvprof({"--start"}).status == 0);
+  REQUIRE(host.Hvprof({"--run-sim=50ms"}).status == 0);
+  REQUIRE(host.Hvprof({"--shutdown"}).status == 0);
+  // Once it ended, another may take the host.
+  const auto after = testing::RunProgram({testing::Binary("hvprof"), "--run-dir=" + host.run_dir(),
+                                          "--session-dir=" + other.path(), "--start-daemon"});
+  CHECK(after.status == 0);
+  testing::RunProgram({testing::Binary("hvprof"), "--run-dir=" + host.run_dir(), "--session-dir=" + other.path(),
+                       "--shutdown"});
+}

@@ -223,7 +223,8 @@ TEST_CASE("xen: a second dom0 agent is refused while one drives xenoprof", "[xen
                                            "--start-daemon", "--no-vmlinux", kEvent},
                                           dom0);
   CHECK(second.status != 0);
-  CHECK(second.err.find("another hvprofd in this domain drives the hypervisor's profiler") != std::string::npos);
+  CHECK(second.err.find("already drives domain 0's profiler on this host") != std::string::npos);
+  CHECK(second.err.find("session directory " + host.session_root()) != std::string::npos);
   CHECK(second.err.find("/run/hvprof/xenoprof.lock") != std::string::npos);
   Require(host.Hvprof({"--start"}, dom0));
   Require(host.Hvprof({"--shutdown"}, dom0));

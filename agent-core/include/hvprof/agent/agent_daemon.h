@@ -45,7 +45,9 @@ class AgentDaemon {
   }
   Result<hvpmu::Status> EngineStatus();
   // Takes the link's exclusive lock, if it has one, for as long as this agent lives.
-  Result<void> LockProfiler();
+  // One agent per domain and host: refuses, naming the one that runs (its pid and session
+  // directory), when another holds the profiler. `session_root` is written for that message.
+  Result<void> LockProfiler(const std::string& session_root);
 
   // The metadata every session starts with: who wrote it, and the machine from `init`.
   store::SessionMetadata NewMetadata(const hvpmu::InitV2& init, const std::string& hvprof_version) const;

@@ -51,8 +51,8 @@ class HypervisorLink {
   // True where the hypervisor speaks only Xen 4.17's xenoprof ABI (ops 0-17, legacy rings, no
   // status op); false for hvprof's engine, which speaks the v2 ops as well.
   virtual bool legacy_only() const { return false; }
-  // A file this domain's agent must hold locked while it drives the profiler, where the
-  // hypervisor cannot tell two agents of one domain apart (Xen); empty where it can.
+  // A file this domain's agent must hold locked while it drives the profiler: neither Xen nor
+  // hvprof-hv tells two agents of one domain apart. Empty where the hypervisor can.
   virtual std::string ExclusiveLockPath() const { return {}; }
 
   // Runs one profiling operation with `argument` read and written in place. The engine's answer

@@ -52,8 +52,10 @@ Result<void> WriteAll(int fd, std::span<const std::byte> data, std::string_view 
 // Creates `path` and its parents (mode 0755). Succeeds if it already exists as a directory.
 Result<void> MakeDirectories(const std::string& path);
 
-// Creates `path` if need be, locks it for as long as the descriptor lives and writes this
-// process's pid into it. nullopt when another process holds the lock (the file names its pid).
-Result<std::optional<ScopedFd>> LockPidFile(const std::string& path);
+// Creates `path` if need be (a regular file, never through a link), locks it for as long as the
+// descriptor lives and writes this process's pid into it, then `note` on a line of its own (what
+// the holder works on, for the message a second one gets). nullopt when another process holds
+// the lock (the file names its pid).
+Result<std::optional<ScopedFd>> LockPidFile(const std::string& path, std::string_view note = {});
 
 }  // namespace hvprof
