@@ -78,6 +78,8 @@ int main(int argc, char** argv) {
     std::string run_sim;
     std::string cpu_type;
     std::string active, passive, passive_images;
+    // Read wide, so that a negative or huge value is refused with its range, not wrapped.
+    std::map<std::string, int64_t> numbers{{"buffer-size", 0}, {"callgraph", 0}, {"poll-interval", 0}};
     po::options_description actions(kUsage);
     actions.add_options()
         ("start-daemon", "check the setup options below, start hvprofd and set up the "
@@ -107,9 +109,9 @@ int main(int argc, char** argv) {
         ("passive-domains", po::value(&passive), "domains profiled from dom0 without an agent inside (e.g. HVM guests)")
         ("passive-images", po::value(&passive_images), "kernel images of the passive domains, in the same order")
         ("event,e", po::value(&setup.events), "NAME:COUNT[:UNITMASK[:KERNEL[:USER]]] or 'default'; repeat for more counters")
-        ("buffer-size", po::value(&setup.buffer_size), "samples per ring (a power of two; default 16384)")
-        ("callgraph,c", po::value(&setup.callgraph), "record call chains this deep (frame pointers; 0-64)")
-        ("poll-interval", po::value(&setup.poll_interval_ms), "drain every N ms (default: sized from the buffer and the sample rate)")
+        ("buffer-size", po::value(&numbers["buffer-size"]), "samples per ring (a power of two from 64 to 1048576, default 16384; on xen any size Xen allows)")
+        ("callgraph,c", po::value(&numbers["callgraph"]), "record call chains this deep (frame pointers; 0-64)")
+        ("poll-interval", po::value(&numbers["poll-interval"]), "drain every N ms, 1-60000 (default: sized from the buffer and the sample rate)")
         ("verbose,V", "log more in hvprofd.log");
     po::options_description general("General options");
     general.add_options()
@@ -137,6 +139,16 @@ int main(int argc, char** argv) {
     po::variables_map values;
     po::store(po::parse_command_line(argc, argv, all), values);
     po::notify(values);
+    for (uint32_t* field : {&setup.buffer_size, &setup.callgraph, &setup.poll_interval_ms}) {
+      const char* option = field == &setup.buffer_size ? "buffer-size" : field == &setup.callgraph ? "callgraph"
+                                                                                                     : "poll-interval";
+      auto checked = hvprof::setup::CheckNumber(option, numbers[option], setup.platform);
+      if (!checked) {
+        std::cerr << "hvprof: " << checked.error().message() << "\n";
+        return 2;
+      }
+      *field = checked.value();
+    }
     // On the sim every domain's commands run on one host: keep each guest's sessions apart.
     if (setup.domain != 0 && values["session-dir"].defaulted()) {
       setup.session_root = std::string(hvprof::store::kDefaultSessionRoot) + "/domain-" + std::to_string(setup.domain);

@@ -82,6 +82,8 @@ AgentProcess FindAgent(const store::SessionPaths& paths) {
 }
 
 Result<Outcome> StartDaemon(const setup::SetupOptions& setup, const std::string& hvprofd_path) {
+  // Refused before anything starts, so a refusal leaves nothing behind.
+  HVPROF_TRYV(setup.CheckNumbers());
   store::SessionPaths paths{setup.session_root};
   const AgentProcess existing = FindAgent(paths);
   if (existing.running) {

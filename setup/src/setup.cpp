@@ -6,11 +6,60 @@
 #include <fstream>
 
 #include "hvprof/base/units.h"
+#include "hvpmu/abi/ring.h"
 #include "hvprof/symbolizer/symbolizer.h"
 
 namespace hvprof::setup {
 
 using Json = nlohmann::json;
+
+Result<uint32_t> CheckNumber(std::string_view option, int64_t value, std::string_view platform) {
+  using hvpmu::ring::kMaxBacktraceDepth;
+  using hvpmu::ring::kMaxCapacity;
+  using hvpmu::ring::kMinCapacity;
+  if (option == "buffer-size" && platform == "xen") {
+    // Xen's own rings (the legacy ABI) take any size; Xen caps it further by its 32 pages.
+    if (value < 0 || value > kMaxCapacity) {
+      return MakeError(ErrorKind::kInvalidArgument,
+                       "--buffer-size={}: Xen's rings hold 1 to {} samples (0 for the default; Xen caps it by "
+                       "the domain's vCPUs, docs/xen.md)",
+                       value, kMaxCapacity);
+    }
+  } else if (option == "buffer-size") {
+    const bool power_of_two = value > 0 && (value & (value - 1)) == 0;
+    if (value != 0 && (!power_of_two || value < kMinCapacity || value > kMaxCapacity)) {
+      int64_t nearest = kMinCapacity;
+      while (nearest < kMaxCapacity && nearest < value) nearest <<= 1;
+      if (nearest > kMinCapacity && nearest - value > value - nearest / 2) nearest >>= 1;
+      return MakeError(ErrorKind::kInvalidArgument,
+                       "--buffer-size={}: samples per ring must be a power of two from {} to {} (0 for the "
+                       "default); the nearest is {}",
+                       value, kMinCapacity, kMaxCapacity, nearest);
+    }
+  } else if (option == "callgraph") {
+    if (value < 0 || value > kMaxBacktraceDepth) {
+      return MakeError(ErrorKind::kInvalidArgument, "--callgraph={}: call chains can be 0 to {} frames deep", value,
+                       kMaxBacktraceDepth);
+    }
+  } else if (option == "poll-interval") {
+    if (value < 0 || value > kMaxPollIntervalMs) {
+      return MakeError(ErrorKind::kInvalidArgument,
+                       "--poll-interval={}: drains are 1 to {} ms apart (0, the default, sizes it from the buffer "
+                       "and the sample rate)",
+                       value, kMaxPollIntervalMs);
+    }
+  } else {
+    return MakeError(ErrorKind::kInternal, "no range is known for --{}", option);
+  }
+  return static_cast<uint32_t>(value);
+}
+
+Result<void> SetupOptions::CheckNumbers() const {
+  HVPROF_TRYV(CheckNumber("buffer-size", buffer_size, platform));
+  HVPROF_TRYV(CheckNumber("callgraph", callgraph, platform));
+  HVPROF_TRYV(CheckNumber("poll-interval", poll_interval_ms, platform));
+  return Ok();
+}
 
 Json SetupOptions::ToJson() const {
   return Json{{"platform", platform},

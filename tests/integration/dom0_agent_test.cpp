@@ -331,3 +331,22 @@ TEST_CASE("one dom0 agent per host, whatever the session directory", "[agent][sa
   testing::RunProgram({testing::Binary("hvprof"), "--run-dir=" + host.run_dir(), "--session-dir=" + other.path(),
                        "--shutdown"});
 }
+
+TEST_CASE("numeric options are refused with their range, never rounded, and leave nothing behind", "[agent][safety]") {
+  testing::TempDir dir;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--buffer-size=1000", "power of two from 64 to 1048576 (0 for the default); the nearest is 1024"},
+      {"--buffer-size=-5", "--buffer-size=-5: samples per ring must be a power of two from 64 to 1048576"},
+      {"--buffer-size=99999999999", "the nearest is 1048576"},
+      {"--callgraph=65", "--callgraph=65: call chains can be 0 to 64 frames deep"},
+      {"--poll-interval=-1", "--poll-interval=-1: drains are 1 to 60000 ms apart"},
+  };
+  for (const auto& [option, message] : cases) {
+    const auto result = testing::RunProgram({testing::Binary("hvprof"), "--run-dir=" + dir.File("run"),
+                                             "--session-dir=" + dir.File("sessions"), "--start-daemon", option});
+    INFO(option << " -> " << result.err);
+    CHECK(result.status == 2);
+    CHECK(result.err.find(message) != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(dir.File("sessions")));
+  }
+}

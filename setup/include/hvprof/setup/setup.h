@@ -17,6 +17,14 @@
 
 namespace hvprof::setup {
 
+// Bounds of the numeric options (the engine's, and a poll interval a human would choose).
+inline constexpr uint32_t kMaxPollIntervalMs = 60000;
+
+// A numeric option ("buffer-size", "callgraph", "poll-interval") as typed, checked against
+// what the platform's profiler accepts (hvprof's rings are powers of two, Xen's any size): refused with the option, the accepted range and, where one is near,
+// the value to use instead; nothing is rounded or clamped silently.
+Result<uint32_t> CheckNumber(std::string_view option, int64_t value, std::string_view platform);
+
 // The setup options of --start-daemon, kept in SESSION_ROOT/daemonrc.json.
 struct SetupOptions {
   std::string platform = "sim";
@@ -34,6 +42,9 @@ struct SetupOptions {
   uint32_t callgraph = 0;      // backtrace depth
   uint32_t poll_interval_ms = 0;  // 0: sized from ring capacity and sample rate
   bool verbose = false;
+
+  // CheckNumber for each numeric field (a daemonrc.json may have been edited).
+  Result<void> CheckNumbers() const;
 
   nlohmann::json ToJson() const;
   static Result<SetupOptions> FromJson(const nlohmann::json& json);
