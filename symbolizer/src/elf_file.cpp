@@ -182,7 +182,8 @@ ImageFailure ElfFile::ClassifyNonElf(std::span<const uint8_t> head, const std::s
 }
 
 ImageResult<std::unique_ptr<ElfFile>> ElfFile::Open(const std::string& path) {
-  auto fd = OpenFile(path.c_str(), O_RDONLY);
+  // O_NONBLOCK: a FIFO named as an image must not block the open; it is refused below.
+  auto fd = OpenFile(path.c_str(), O_RDONLY | O_NONBLOCK);
   if (!fd) {
     ImageFailure f = MakeFailure(Reason::kUnreadableFile, fd.error().message());
     f.kind = fd.error().kind();
@@ -409,7 +410,8 @@ bool ElfFile::HasSymbolTable(uint32_t type) const {
 }
 
 std::optional<uint32_t> FileCrc32(const std::string& path) {
-  auto fd = OpenFile(path.c_str(), O_RDONLY);
+  // O_NONBLOCK: a FIFO named as an image must not block the open; it is refused below.
+  auto fd = OpenFile(path.c_str(), O_RDONLY | O_NONBLOCK);
   if (!fd) return std::nullopt;
   auto map = ScopedMmap::MapFileReadOnly(fd.value().get());
   if (!map) return std::nullopt;

@@ -3,7 +3,11 @@
 #include <elf.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
+#include <chrono>
 #include <filesystem>
+#include <future>
 
 #include <catch2/catch.hpp>
 
@@ -174,4 +178,20 @@ TEST_CASE("symbolizer: a requested batch with no path is an error, not a reason"
 }
 
 }  // namespace
+TEST_CASE("an image path that is a FIFO is refused at once, not waited on", "[symbolizer][bad-input][safety]") {
+  TempDir dir;
+  const std::string fifo = dir.File("vmlinux");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // Run where a hang cannot take the test down with it: the open must come back by itself.
+  auto done = std::async(std::launch::async, [&] {
+    Symbolizer symbolizer;
+    return testing::Resolve(&symbolizer, testing::ElfSpec(fifo), {0x1000});
+  });
+  REQUIRE(done.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  const Answers answers = done.get();
+  REQUIRE(answers.images.size() == 1);
+  CHECK(answers.images[0].detail.find("not a regular file") != std::string::npos);
+  CHECK_FALSE(answers.answers[0].resolved());
+}
+
 }  // namespace hvprof::symbolizer
