@@ -76,8 +76,7 @@ int main(int argc, char** argv) {
     }
     auto text = hvprof::ReadFileToString(setup_path, size_t{1} << 20, hvprof::Links::kRefuse);
     if (!text) return Fail(ready_fd, text.error());
-    auto setup = hvprof::setup::SetupOptions::FromJson(
-        hvprof::agent::Json::parse(text.value(), nullptr, false));
+    auto setup = hvprof::setup::SetupOptions::FromJson(text.value(), setup_path);
     if (!setup) return Fail(ready_fd, setup.error());
     if (setup.value().verbose) hvprof::SetLogLevel(hvprof::LogLevel::kDebug);
 

@@ -115,7 +115,7 @@ def main():
     checked = 0
     for folder in folders:
         allowed = set(LAYERS.get(folder, [])) | {folder}
-        # Components: a public header and the source of the same name ("report/profile" is
+        # Components: a public header and the source of the same name ("load" is
         # include/hvprof/report/load.h with src/load.cpp). Circles between them are
         # circles in the folder's design; private headers in src/ are the component's own.
         public = {component_of(folder, p) for p in sources(os.path.join(folder, "include"))}

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "hvprof/base/escape.h"
 #include "hvprof/base/files.h"
 #include "hvprof/base/log.h"
 #include "hvprof/base/signals.h"
@@ -181,7 +182,8 @@ Result<void> AgentDaemon::LockProfiler(const std::string& session_root) {
                      "another hvprofd (pid {}, session directory {}) already drives domain {}'s profiler on this "
                      "host ({} is locked); `hvprof --status --session-dir={}` shows it, `hvprof --shutdown "
                      "--session-dir={}` ends it",
-                     pid, directory, link_->domain(), path, directory, directory);
+                     EscapeForTerminal(pid), EscapeForTerminal(directory), link_->domain(), path,
+                     EscapeForTerminal(directory), EscapeForTerminal(directory));
   }
   profiler_lock_ = std::move(*lock);
   return Ok();

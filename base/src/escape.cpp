@@ -34,8 +34,14 @@ size_t Utf8Length(std::string_view text, size_t i) {
       (code >= 0xD800 && code <= 0xDFFF)) {
     return 0;
   }
-  // C1 control characters (U+0080 to U+009F) act on terminals as ESC sequences do.
+  // C1 control characters (U+0080 to U+009F) act on terminals as ESC sequences do; the
+  // bidirectional controls reorder what is shown around them, and the line and paragraph
+  // separators break lines.
   if (code >= 0x80 && code <= 0x9F) return 0;
+  if (code == 0x061C || code == 0x200E || code == 0x200F || (code >= 0x202A && code <= 0x202E) ||
+      (code >= 0x2066 && code <= 0x2069) || code == 0x2028 || code == 0x2029) {
+    return 0;
+  }
   return length;
 }
 

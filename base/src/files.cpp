@@ -51,7 +51,19 @@ Result<void> WriteRegular(const std::string& path, std::string_view data, const 
     ::unlink(tmp.c_str());
     return error;
   };
-  const mode_t mode = existing != nullptr ? (existing->st_mode & 07777) : 0644;
+  // A replaced file keeps its permissions (never set-id bits: its owner may change) and, where
+  // root writes it, its owner; a new one gets what the umask allows, as open(2) would give.
+  mode_t mode = 0;
+  if (existing != nullptr) {
+    mode = existing->st_mode & 0777;
+    if (::geteuid() == 0 && ::fchown(fd.get(), existing->st_uid, existing->st_gid) != 0) {
+      return fail(ErrnoError(errno, fmt::format("cannot keep the owner of {}", path)));
+    }
+  } else {
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    mode = 0666 & ~mask;
+  }
   if (::fchmod(fd.get(), mode) != 0) return fail(ErrnoError(errno, fmt::format("cannot set the mode of {}", tmp)));
   auto bytes = std::as_bytes(std::span(data.data(), data.size()));
   if (auto written = WriteAll(fd.get(), bytes, path); !written) return fail(written.error());
@@ -59,7 +71,14 @@ Result<void> WriteRegular(const std::string& path, std::string_view data, const 
   fd.Reset();
   // Where nothing was, nothing may appear meanwhile: a link created there now is not replaced.
   const unsigned flags = existing == nullptr ? RENAME_NOREPLACE : 0;
-  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), flags) != 0) {
+  int renamed = ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), flags);
+  if (renamed != 0 && errno == EINVAL && flags != 0) {
+    // Filesystems without RENAME_NOREPLACE (NFS, 9p, some FUSE): link() refuses an existing
+    // name as well, then the temporary name goes.
+    renamed = ::link(tmp.c_str(), path.c_str());
+    if (renamed == 0) ::unlink(tmp.c_str());
+  }
+  if (renamed != 0) {
     const int err = errno;
     if (err == EEXIST) {
       return fail(MakeError(ErrorKind::kBusy, "{} appeared while it was being written; not replaced", path));
@@ -73,7 +92,7 @@ Result<void> WriteRegular(const std::string& path, std::string_view data, const 
 
 Result<std::string> ReadFileToString(const std::string& path, size_t max_bytes, Links links) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below anyway.
-  const int flags = O_RDONLY | O_NONBLOCK | (links == Links::kRefuse ? O_NOFOLLOW : 0);
+  const int flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | (links == Links::kRefuse ? O_NOFOLLOW : 0);
   int raw;
   do {
     raw = ::open(path.c_str(), flags | O_CLOEXEC);
@@ -124,8 +143,8 @@ Result<ScopedFd> OpenRegularFile(const std::string& path, int flags, int mode) {
                        path);
     }
     if (errno == ENXIO) {
-      return MakeError(ErrorKind::kPermissionDenied, "{} is a FIFO with no reader; hvprof opens only regular files "
-                       "there", path);
+      return MakeError(ErrorKind::kPermissionDenied, "{} is a FIFO with no reader or a socket; hvprof opens only "
+                       "regular files there", path);
     }
     return ErrnoError(errno, fmt::format("cannot open {}", path));
   }
@@ -135,6 +154,11 @@ Result<ScopedFd> OpenRegularFile(const std::string& path, int flags, int mode) {
   if (!S_ISREG(st.st_mode)) {
     return MakeError(ErrorKind::kPermissionDenied, "{} is {}; hvprof opens only regular files there", path,
                      KindOf(st.st_mode));
+  }
+  // A hard link planted there would make a write land in another file.
+  if ((flags & O_ACCMODE) != O_RDONLY && st.st_nlink > 1) {
+    return MakeError(ErrorKind::kPermissionDenied, "{} has {} hard links; hvprof writes only files of its own there",
+                     path, st.st_nlink);
   }
   // Back to blocking I/O, as for any regular file.
   const int status = ::fcntl(fd.get(), F_GETFL);
@@ -177,6 +201,19 @@ Result<void> WriteOutput(const std::string& path, std::string_view data) {
     return WriteRegular(path, data, nullptr);
   }
   if (S_ISREG(st.st_mode)) return WriteRegular(path, data, &st);
+  if (S_ISLNK(st.st_mode)) {
+    // A link to a device or a pipe (/dev/stdout, /dev/fd/N) is written through, as a shell
+    // would: nothing is replaced. A link to anything else is refused below.
+    struct stat target {};
+    if (::stat(path.c_str(), &target) == 0 && (S_ISCHR(target.st_mode) || S_ISFIFO(target.st_mode))) {
+      HVPROF_TRY(fd, OpenFile(path.c_str(), O_WRONLY | O_NOCTTY));
+      struct stat opened {};
+      if (::fstat(fd.get(), &opened) != 0 || !(S_ISCHR(opened.st_mode) || S_ISFIFO(opened.st_mode))) {
+        return MakeError(ErrorKind::kBusy, "{} changed while it was being opened; not written", path);
+      }
+      return WriteAll(fd.get(), bytes, path);
+    }
+  }
   if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) {
     // In place, as a shell redirection would: the device or pipe stays what it is.
     HVPROF_TRY(fd, OpenFile(path.c_str(), O_WRONLY | O_NOFOLLOW | O_NOCTTY));

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "hvprof/agent/hypervisor_link.h"
+#include "hvprof/base/escape.h"
 #include "hvprof/base/files.h"
 #include "hvprof/hv/protocol.h"
 #include "hvprof/report/writers/csv.h"
@@ -85,7 +86,7 @@ class OwnHypervisor {
       int status = 0;
       if (::waitpid(child, &status, WNOHANG) == child) {
         own->pid_ = 0;
-        auto log = ReadFileToString(log_path);
+        auto log = ReadFileToString(log_path, size_t{16} << 20, Links::kRefuse);
         std::string last = log ? log.value() : "";
         if (const size_t cut = last.rfind('\n', last.size() >= 2 ? last.size() - 2 : 0); cut != std::string::npos) {
           last = last.substr(cut + 1);
@@ -265,7 +266,7 @@ Result<Outcome> RunProfile(const RunOptions& options) {
     for (const auto& [key, share] : runs.back().shares) order.emplace_back(share, key);
     std::sort(order.rbegin(), order.rend());
     spread_text = fmt::format("\nAcross {} runs, share of {} (mean, standard deviation, min, max):\n",
-                              runs.size(), runs.back().summary.value("event", "samples"));
+                              runs.size(), EscapeForTerminal(runs.back().summary.value("event", "samples")));
     for (size_t i = 0; i < order.size() && i < options.top; ++i) {
       const std::string& key = order[i].second;
       double sum = 0, sum_sq = 0, low = 1, high = 0;
@@ -282,7 +283,7 @@ Result<Outcome> RunProfile(const RunOptions& options) {
       const double deviation = std::sqrt(std::max(0.0, sum_sq / n - mean * mean) * n / (n - 1));
       across.push_back({{"symbol", key}, {"mean", mean}, {"stddev", deviation}, {"min", low}, {"max", high}});
       spread_text += fmt::format("  {:7.3f}% {:7.3f} {:7.3f}% {:7.3f}%  {}\n", 100 * mean, 100 * deviation,
-                                 100 * low, 100 * high, key);
+                                 100 * low, 100 * high, EscapeForTerminal(key));
     }
   }
   if (!options.json_path.empty()) {
@@ -296,7 +297,8 @@ Result<Outcome> RunProfile(const RunOptions& options) {
     }
     out["runs"] = list;
     if (!across.empty()) out["across_runs"] = across;
-    HVPROF_TRYV(WriteOutput(options.json_path, out.dump(1) + "\n"));
+    // Symbol names come from profiled code: bytes that are not UTF-8 become U+FFFD.
+    HVPROF_TRYV(WriteOutput(options.json_path, out.dump(1, ' ', false, Json::error_handler_t::replace) + "\n"));
   }
   return Outcome{report_text + spread_text + fmt::format("session saved in {}", runs.back().session),
                  runs.back().exit_status};

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "hvprof/base/json_fields.h"
 #include "hvprof/base/units.h"
 #include "hvpmu/abi/ring.h"
 #include "hvprof/symbolizer/symbolizer.h"
@@ -38,15 +39,15 @@ Result<uint32_t> CheckNumber(std::string_view option, int64_t value, std::string
     }
   } else if (option == "callgraph") {
     if (value < 0 || value > kMaxBacktraceDepth) {
-      return MakeError(ErrorKind::kInvalidArgument, "--callgraph={}: call chains can be 0 to {} frames deep", value,
-                       kMaxBacktraceDepth);
+      return MakeError(ErrorKind::kInvalidArgument, "--callgraph={}: call chains can be 0 to {} frames deep; the "
+                       "nearest is {}", value, kMaxBacktraceDepth, value < 0 ? 0 : kMaxBacktraceDepth);
     }
   } else if (option == "poll-interval") {
     if (value < 0 || value > kMaxPollIntervalMs) {
       return MakeError(ErrorKind::kInvalidArgument,
                        "--poll-interval={}: drains are 1 to {} ms apart (0, the default, sizes it from the buffer "
-                       "and the sample rate)",
-                       value, kMaxPollIntervalMs);
+                       "and the sample rate); the nearest is {}",
+                       value, kMaxPollIntervalMs, value < 0 ? 0 : kMaxPollIntervalMs);
     }
   } else {
     return MakeError(ErrorKind::kInternal, "no range is known for --{}", option);
@@ -79,28 +80,57 @@ Json SetupOptions::ToJson() const {
               {"verbose", verbose}};
 }
 
-Result<SetupOptions> SetupOptions::FromJson(const Json& json) {
-  SetupOptions options;
-  try {
-    options.platform = json.value("platform", options.platform);
-    options.domain = json.value("domain", uint16_t{0});
-    options.hv_run_dir = json.value("hv_run_dir", "");
-    options.session_root = json.value("session_root", options.session_root);
-    options.xen_image = json.value("xen_image", "");
-    options.vmlinux = json.value("vmlinux", "");
-    options.no_vmlinux = json.value("no_vmlinux", false);
-    options.active_domains = json.value("active_domains", std::vector<std::string>{});
-    options.passive_domains = json.value("passive_domains", std::vector<std::string>{});
-    options.passive_images = json.value("passive_images", std::vector<std::string>{});
-    options.events = json.value("events", std::vector<std::string>{});
-    options.buffer_size = json.value("buffer_size", 0u);
-    options.callgraph = json.value("callgraph", 0u);
-    options.poll_interval_ms = json.value("poll_interval_ms", 0u);
-    options.verbose = json.value("verbose", false);
-  } catch (const Json::exception& error) {
-    return MakeError(ErrorKind::kCorrupt, "the setup file is damaged: {}", error.what());
+namespace {
+
+Result<std::vector<std::string>> Strings(const json::Node& root, std::string_view key) {
+  HVPROF_TRY(list, root.OptionalArray(key, 4096));
+  std::vector<std::string> out;
+  for (const json::Node& item : list) {
+    HVPROF_TRY(text, item.String());
+    out.push_back(std::move(text));
   }
-  return options;
+  return out;
+}
+
+}  // namespace
+
+Result<SetupOptions> SetupOptions::FromJson(std::string_view text, const std::string& origin) {
+  HVPROF_TRY(root, json::Node::Parse(text, origin, ErrorKind::kCorrupt));
+  if (!root.IsObject()) return root.Fail("expected the setup as a JSON object, got {}", root.Describe());
+  SetupOptions o;
+  HVPROF_TRY(platform, root.Get("platform", o.platform.c_str()));
+  HVPROF_TRY(domain, root.Get<uint16_t>("domain", 0));
+  HVPROF_TRY(hv_run_dir, root.Get("hv_run_dir", ""));
+  HVPROF_TRY(session_root, root.Get("session_root", o.session_root.c_str()));
+  HVPROF_TRY(xen_image, root.Get("xen_image", ""));
+  HVPROF_TRY(vmlinux, root.Get("vmlinux", ""));
+  HVPROF_TRY(no_vmlinux, root.Get<bool>("no_vmlinux", false));
+  HVPROF_TRY(active, Strings(root, "active_domains"));
+  HVPROF_TRY(passive, Strings(root, "passive_domains"));
+  HVPROF_TRY(passive_images, Strings(root, "passive_images"));
+  HVPROF_TRY(events, Strings(root, "events"));
+  HVPROF_TRY(buffer_size, root.Get<uint32_t>("buffer_size", 0));
+  HVPROF_TRY(callgraph, root.Get<uint32_t>("callgraph", 0));
+  HVPROF_TRY(poll, root.Get<uint32_t>("poll_interval_ms", 0));
+  HVPROF_TRY(verbose, root.Get<bool>("verbose", false));
+  o.platform = platform;
+  o.domain = domain;
+  o.hv_run_dir = hv_run_dir;
+  o.session_root = session_root;
+  o.xen_image = xen_image;
+  o.vmlinux = vmlinux;
+  o.no_vmlinux = no_vmlinux;
+  o.active_domains = std::move(active);
+  o.passive_domains = std::move(passive);
+  o.passive_images = std::move(passive_images);
+  o.events = std::move(events);
+  o.buffer_size = buffer_size;
+  o.callgraph = callgraph;
+  o.poll_interval_ms = poll;
+  o.verbose = verbose;
+  // Someone may have edited it since --start-daemon checked the same numbers.
+  HVPROF_TRYV(o.CheckNumbers());
+  return o;
 }
 
 Result<EventSpec> ParseEventSpec(std::string_view text) {

@@ -22,4 +22,8 @@ TEST_CASE("escaping: control characters, C1 controls and bad UTF-8 become \\xNN"
   CHECK(EscapeForTerminal("\xed\xa0\x80") == "\\xed\\xa0\\x80");
   CHECK(EscapeForTerminal("\xf4\x90\x80\x80") == "\\xf4\\x90\\x80\\x80");
   CHECK(EscapeForTerminal("\xff") == "\\xff");
+  // Bidirectional overrides and line separators would reorder or break a row: escaped.
+  CHECK(EscapeForTerminal("evil\xe2\x80\xae" "cod.exe") == "evil\\xe2\\x80\\xaecod.exe");
+  CHECK(EscapeForTerminal("a\xe2\x80\xa8" "b") == "a\\xe2\\x80\\xa8b");
+  CHECK(EscapeForTerminal("\xe2\x81\xa6x") == "\\xe2\\x81\\xa6x");
 }

@@ -79,6 +79,32 @@ TEST_CASE("output: a FIFO gets the data in place", "[base][files][safety]") {
   CHECK(TypeOf(fifo) == S_IFIFO);
 }
 
+TEST_CASE("output: a link to a pipe or device (like /dev/stdout) is written through", "[base][files][safety]") {
+  TempDir dir;
+  const std::string fifo = dir.File("pipe");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  REQUIRE(::symlink(fifo.c_str(), dir.File("stdout").c_str()) == 0);
+  auto reader = std::async(std::launch::async, [&] { return Contents(fifo); });
+  REQUIRE(WriteOutput(dir.File("stdout"), "through the link\n").has_value());
+  REQUIRE(reader.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  CHECK(reader.get() == "through the link\n");
+  CHECK(TypeOf(dir.File("stdout")) == S_IFLNK);
+}
+
+TEST_CASE("output: new files follow the umask, replaced ones lose set-id bits", "[base][files][safety]") {
+  TempDir dir;
+  const mode_t old_mask = ::umask(027);
+  REQUIRE(WriteOutput(dir.File("new"), "x").has_value());
+  ::umask(old_mask);
+  struct stat st {};
+  REQUIRE(::stat(dir.File("new").c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0640);
+  REQUIRE(::chmod(dir.File("new").c_str(), 04755) == 0);
+  REQUIRE(WriteOutput(dir.File("new"), "y").has_value());
+  REQUIRE(::stat(dir.File("new").c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0755);
+}
+
 TEST_CASE("output: links, directories and sockets are refused and left as they are", "[base][files][safety]") {
   TempDir dir;
   dir.Write("victim", "precious\n");
@@ -126,6 +152,12 @@ TEST_CASE("session files: a planted link or FIFO is never written through", "[ba
   CHECK_FALSE(locked.has_value());
   CHECK(Contents(dir.File("victim")) == "precious\n");
   CHECK(hvprof::OpenRegularFile(dir.File("samples"), O_WRONLY | O_CREAT | O_APPEND).has_value());
+  // A hard link to the victim, planted under a session file's name: not written through.
+  REQUIRE(::link(dir.File("victim").c_str(), dir.File("samples.hvs").c_str()) == 0);
+  auto hard = hvprof::OpenRegularFile(dir.File("samples.hvs"), O_WRONLY | O_APPEND);
+  REQUIRE_FALSE(hard.has_value());
+  CHECK(hard.error().message().find("has 2 hard links") != std::string::npos);
+  CHECK(hvprof::OpenRegularFile(dir.File("samples.hvs"), O_RDONLY).has_value());
 }
 
 TEST_CASE("reading: only regular files, within a bound", "[base][files][safety]") {

@@ -38,6 +38,7 @@ std::string FormatCsv(const Profile& profile, const Table& table, const ReportOp
     heading.push_back(column.event + " samples");
     heading.push_back(column.event + " %");
   }
+  for (std::string& field : heading) field = CsvField(field);
   out += fmt::format("{}\n", fmt::join(heading, ","));
   auto emit = [&](const Row& row, const Row* detail) {
     std::vector<std::string> fields;

@@ -33,11 +33,11 @@ std::string FormatHeader(const Profile& profile, const Table& table, const Repor
   if (seconds > 0) out += fmt::format("Sampled time: {:.3f} s of the platform's clock\n", seconds);
   out += PlatformRates(m);
   out += fmt::format("Buffers: {} rings of {} samples ({} format), notified at {}, polled every {} ms\n",
-                     m.rings.size(), m.ring_capacity, m.ring_format.empty() ? "?" : m.ring_format,
+                     m.rings.size(), m.ring_capacity, m.ring_format.empty() ? "?" : Safe(m.ring_format),
                      m.ring_watermark, m.poll_interval_ms);
 
   if (!table.domains.empty()) {
-    out += fmt::format("Samples of {} by domain and mode:\n", table.columns[0].event);
+    out += fmt::format("Samples of {} by domain and mode:\n", Safe(table.columns[0].event));
     out += fmt::format("  {:<22} {:>10} {:>10} {:>10}\n", "domain", "user", "kernel", "hypervisor");
     for (const DomainSummary& d : table.domains) {
       out += fmt::format("  {:<22} {:>10} {:>10} {:>10}\n", Safe(d.name + (d.role.empty() ? "" : " [" + d.role + "]")),
@@ -90,7 +90,7 @@ std::string FormatText(const Profile& profile, const Table& table, const ReportO
   for (const Column& column : table.columns) all_empty &= column.total == 0;
   if (all_empty) {
     std::vector<std::string> names;
-    for (const Column& column : table.columns) names.push_back(column.event);
+    for (const Column& column : table.columns) names.push_back(Safe(column.event));
     out += fmt::format("No samples of {} match in this session ({} samples in all).\n",
                        fmt::join(names, ", "), profile.total_samples());
     return out;
@@ -101,7 +101,7 @@ std::string FormatText(const Profile& profile, const Table& table, const ReportO
   for (const Column& column : table.columns) {
     const std::string block = options.accumulated ? fmt::format("{:>9} {:>8} {:>8}|", "samples", "%", "cum. %")
                                                   : fmt::format("{:>9} {:>8}|", "samples", "%");
-    std::string label = column.event + ":" + (column.count ? std::to_string(column.count) : std::string("*"));
+    std::string label = Safe(column.event) + ":" + (column.count ? std::to_string(column.count) : std::string("*"));
     if (label.size() > block.size() - 1) label = label.substr(0, block.size() - 4) + "...";
     heading += fmt::format("{:<{}}|", label, block.size() - 1);
     units += block;

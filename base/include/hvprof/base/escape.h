@@ -7,8 +7,9 @@
 
 namespace hvprof {
 
-// Control characters (C0, DEL and the C1 range as UTF-8), bytes that are not UTF-8, and the
-// backslash itself become \xNN (the backslash \\), so every printed name is one line of
+// Control characters (C0, DEL and the C1 range as UTF-8), the bidirectional controls and
+// line separators of Unicode, bytes that are not UTF-8, and the backslash itself become \xNN
+// byte by byte (the backslash \\), so every printed name is one line of
 // printable text and the escaping is unambiguous. Valid printable UTF-8 is kept as it is.
 std::string EscapeForTerminal(std::string_view text);
 

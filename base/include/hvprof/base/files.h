@@ -36,9 +36,9 @@ Result<void> WriteFileAtomically(const std::string& path, std::string_view data)
 // Writes output a user asked for (-o FILE, --json=FILE), the one way every command does:
 //   "-"                      standard output;
 //   absent or a regular file as WriteFileAtomically (the old contents survive a failure);
-//   a character device or a FIFO (/dev/stdout, /dev/null, a pipe): written in place, never
-//                            replaced;
-//   a symbolic link, a directory, a block device or a socket: refused, untouched.
+//   a character device or a FIFO (/dev/null, a pipe), or a link to one (/dev/stdout): written
+//                            in place, never replaced;
+//   any other symbolic link, a directory, a block device or a socket: refused, untouched.
 Result<void> WriteOutput(const std::string& path, std::string_view data);
 
 // Opens a file in a directory others may write (a session): never through a symbolic link,

@@ -1,7 +1,7 @@
 // Reading typed fields from a parsed JSON document, without exceptions, with errors that say
 // where and what: "session.json: domains[2].pid: expected a whole number from 0 to 65535, got
-// \"7\"". The store's session.json, the guests' published profiles and the sim's scenarios are
-// all read through it, so every file hvprof reads reports a bad field the same way.
+// the string \"7\"". The store's session.json, the guests' published profiles and the sim's
+// scenarios are all read through it, so every file hvprof reads reports a bad field the same way.
 //
 //   HVPROF_TRY(root, json::Node::Parse(text, "session.json", ErrorKind::kCorrupt));
 //   HVPROF_TRY(pid, root.Get<uint16_t>("pid"));                // required

@@ -47,7 +47,8 @@ struct SetupOptions {
   Result<void> CheckNumbers() const;
 
   nlohmann::json ToJson() const;
-  static Result<SetupOptions> FromJson(const nlohmann::json& json);
+  // Reads what ToJson wrote (daemonrc.json), every field checked; `origin` names the file.
+  static Result<SetupOptions> FromJson(std::string_view text, const std::string& origin);
 };
 
 struct EventSpec {

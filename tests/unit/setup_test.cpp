@@ -1,0 +1,42 @@
+// The setup file (daemonrc.json) the daemon reads as root: the same field reader as every other
+// file, and the same number checks as the command line.
+#include <catch2/catch.hpp>
+
+#include "hvprof/setup/setup.h"
+
+using hvprof::setup::CheckNumber;
+using hvprof::setup::SetupOptions;
+
+TEST_CASE("setup file: round trip, and bad fields named with what was expected", "[setup][bad-input]") {
+  SetupOptions options;
+  options.platform = "linux";
+  options.active_domains = {"1", "web"};
+  options.buffer_size = 4096;
+  options.callgraph = 8;
+  auto back = SetupOptions::FromJson(options.ToJson().dump(), "daemonrc.json");
+  REQUIRE(back.has_value());
+  CHECK(back.value().ToJson() == options.ToJson());
+
+  auto error = [](const std::string& text) {
+    auto parsed = SetupOptions::FromJson(text, "daemonrc.json");
+    REQUIRE_FALSE(parsed.has_value());
+    return parsed.error().message();
+  };
+  CHECK(error(R"({"domain": 70000})") == "daemonrc.json: domain: expected a whole number from 0 to 65535, got 70000");
+  CHECK(error(R"({"active_domains": ["1", 2]})") == "daemonrc.json: active_domains[1]: expected a string, got 2");
+  CHECK(error(R"({"verbose": "yes"})") == "daemonrc.json: verbose: expected true or false, got the string \"yes\"");
+  CHECK(error(R"({"buffer_size": 1000})").find("--buffer-size=1000: samples per ring must be a power of two") == 0);
+  CHECK(error("{").find("daemonrc.json: not valid JSON") == 0);
+}
+
+TEST_CASE("numeric options: ranges by platform, nearest good values", "[setup][bad-input]") {
+  CHECK(CheckNumber("buffer-size", 0, "sim").value() == 0);
+  CHECK(CheckNumber("buffer-size", 4096, "linux").value() == 4096);
+  CHECK(CheckNumber("buffer-size", 15, "xen").value() == 15);  // Xen's rings take any size
+  CHECK(CheckNumber("buffer-size", 3000, "sim").error().message().find("the nearest is 2048") != std::string::npos);
+  CHECK(CheckNumber("buffer-size", 3100, "sim").error().message().find("the nearest is 4096") != std::string::npos);
+  CHECK(CheckNumber("callgraph", 64, "sim").value() == 64);
+  CHECK(CheckNumber("callgraph", 65, "sim").error().message() ==
+        "--callgraph=65: call chains can be 0 to 64 frames deep; the nearest is 64");
+  CHECK(CheckNumber("poll-interval", -3, "sim").error().message().find("the nearest is 0") != std::string::npos);
+}
