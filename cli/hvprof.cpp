@@ -139,9 +139,8 @@ int main(int argc, char** argv) {
     po::variables_map values;
     po::store(po::parse_command_line(argc, argv, all), values);
     po::notify(values);
-    for (uint32_t* field : {&setup.buffer_size, &setup.callgraph, &setup.poll_interval_ms}) {
-      const char* option = field == &setup.buffer_size ? "buffer-size" : field == &setup.callgraph ? "callgraph"
-                                                                                                     : "poll-interval";
+    for (auto [option, field] : {std::pair{"buffer-size", &setup.buffer_size}, std::pair{"callgraph", &setup.callgraph},
+                                 std::pair{"poll-interval", &setup.poll_interval_ms}}) {
       auto checked = hvprof::setup::CheckNumber(option, numbers[option], setup.platform);
       if (!checked) {
         std::cerr << "hvprof: " << checked.error().message() << "\n";

@@ -38,5 +38,9 @@ done
 if [ $status -eq 0 ]; then
   echo "layering: $(echo "$files" | wc -l) engine files include only what a hypervisor has"
 fi
+if ! command -v python3 >/dev/null; then
+  echo "layering: python3 is needed for the include check: run scripts/install-deps.sh"
+  exit 1
+fi
 python3 scripts/check_includes.py || status=1
 exit $status

@@ -40,6 +40,53 @@ std::string Basename(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+// The process's umask, read without changing it: umask(2) would, for a moment, change what
+// every other thread's new files get.
+mode_t CurrentUmask() {
+  if (auto status = ReadFileToString("/proc/self/status", 1 << 16)) {
+    const size_t at = status.value().find("\nUmask:");
+    if (at != std::string::npos) return static_cast<mode_t>(std::strtoul(status.value().c_str() + at + 7, nullptr, 8));
+  }
+  return 022;
+}
+
+// Opens `path` without waiting on a FIFO or taking a terminal, through a link only when
+// `follow`, and only if it is a regular file; for writing, only if no other hard link
+// shares it. Back to blocking I/O once open.
+Result<ScopedFd> OpenRegular(const std::string& path, int flags, int mode, bool follow) {
+  int raw;
+  do {
+    raw = ::open(path.c_str(), flags | (follow ? 0 : O_NOFOLLOW) | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, mode);
+  } while (raw < 0 && errno == EINTR);
+  if (raw < 0) {
+    if (!follow && errno == ELOOP) {
+      return MakeError(ErrorKind::kPermissionDenied, "{} is a symbolic link; hvprof does not follow links there",
+                       path);
+    }
+    if (errno == ENXIO) {
+      return MakeError(ErrorKind::kPermissionDenied, "{} is a FIFO with no reader or a socket, not a regular file",
+                       path);
+    }
+    return ErrnoError(errno, fmt::format("cannot open {}", path));
+  }
+  ScopedFd fd(raw);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoError(errno, fmt::format("cannot stat {}", path));
+  if (!S_ISREG(st.st_mode)) {
+    return MakeError(follow ? ErrorKind::kInvalidArgument : ErrorKind::kPermissionDenied,
+                     "{} is {}, not a regular file; hvprof reads and writes only regular files", path,
+                     KindOf(st.st_mode));
+  }
+  // A hard link planted there would make a write land in another file.
+  if (!follow && (flags & O_ACCMODE) != O_RDONLY && st.st_nlink > 1) {
+    return MakeError(ErrorKind::kPermissionDenied, "{} has {} hard links; hvprof writes only files of its own there",
+                     path, st.st_nlink);
+  }
+  const int status = ::fcntl(fd.get(), F_GETFL);
+  if (status >= 0) ::fcntl(fd.get(), F_SETFL, status & ~O_NONBLOCK);
+  return fd;
+}
+
 Result<void> WriteRegular(const std::string& path, std::string_view data, const struct stat* existing) {
   // A fresh name in the same directory (so rename is atomic), created exclusively: a link
   // planted under any name there is never followed.
@@ -60,9 +107,7 @@ Result<void> WriteRegular(const std::string& path, std::string_view data, const 
       return fail(ErrnoError(errno, fmt::format("cannot keep the owner of {}", path)));
     }
   } else {
-    const mode_t mask = ::umask(0);
-    ::umask(mask);
-    mode = 0666 & ~mask;
+    mode = 0666 & ~CurrentUmask();
   }
   if (::fchmod(fd.get(), mode) != 0) return fail(ErrnoError(errno, fmt::format("cannot set the mode of {}", tmp)));
   auto bytes = std::as_bytes(std::span(data.data(), data.size()));
@@ -91,25 +136,9 @@ Result<void> WriteRegular(const std::string& path, std::string_view data, const 
 }  // namespace
 
 Result<std::string> ReadFileToString(const std::string& path, size_t max_bytes, Links links) {
-  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below anyway.
-  const int flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | (links == Links::kRefuse ? O_NOFOLLOW : 0);
-  int raw;
-  do {
-    raw = ::open(path.c_str(), flags | O_CLOEXEC);
-  } while (raw < 0 && errno == EINTR);
-  if (raw < 0) {
-    if (links == Links::kRefuse && errno == ELOOP) {
-      return MakeError(ErrorKind::kPermissionDenied, "{} is a symbolic link; hvprof does not follow links there",
-                       path);
-    }
-    return ErrnoError(errno, fmt::format("cannot open {}", path));
-  }
-  ScopedFd fd(raw);
+  HVPROF_TRY(fd, OpenRegular(path, O_RDONLY, 0, links == Links::kFollow));
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return ErrnoError(errno, fmt::format("cannot stat {}", path));
-  if (!S_ISREG(st.st_mode)) {
-    return MakeError(ErrorKind::kInvalidArgument, "{} is {}, not a regular file; not read", path, KindOf(st.st_mode));
-  }
   if (static_cast<uint64_t>(st.st_size) > max_bytes) {
     return MakeError(ErrorKind::kInvalidArgument, "{} is {} bytes; at most {} are read from it", path, st.st_size,
                      max_bytes);
@@ -133,37 +162,7 @@ Result<std::string> ReadFileToString(const std::string& path, size_t max_bytes, 
 }
 
 Result<ScopedFd> OpenRegularFile(const std::string& path, int flags, int mode) {
-  int raw;
-  do {
-    raw = ::open(path.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, mode);
-  } while (raw < 0 && errno == EINTR);
-  if (raw < 0) {
-    if (errno == ELOOP) {
-      return MakeError(ErrorKind::kPermissionDenied, "{} is a symbolic link; hvprof does not follow links there",
-                       path);
-    }
-    if (errno == ENXIO) {
-      return MakeError(ErrorKind::kPermissionDenied, "{} is a FIFO with no reader or a socket; hvprof opens only "
-                       "regular files there", path);
-    }
-    return ErrnoError(errno, fmt::format("cannot open {}", path));
-  }
-  ScopedFd fd(raw);
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return ErrnoError(errno, fmt::format("cannot stat {}", path));
-  if (!S_ISREG(st.st_mode)) {
-    return MakeError(ErrorKind::kPermissionDenied, "{} is {}; hvprof opens only regular files there", path,
-                     KindOf(st.st_mode));
-  }
-  // A hard link planted there would make a write land in another file.
-  if ((flags & O_ACCMODE) != O_RDONLY && st.st_nlink > 1) {
-    return MakeError(ErrorKind::kPermissionDenied, "{} has {} hard links; hvprof writes only files of its own there",
-                     path, st.st_nlink);
-  }
-  // Back to blocking I/O, as for any regular file.
-  const int status = ::fcntl(fd.get(), F_GETFL);
-  if (status >= 0) ::fcntl(fd.get(), F_SETFL, status & ~O_NONBLOCK);
-  return fd;
+  return OpenRegular(path, flags, mode, /*follow=*/false);
 }
 
 Result<void> WriteAll(int fd, std::span<const std::byte> data, std::string_view what) {
@@ -201,24 +200,15 @@ Result<void> WriteOutput(const std::string& path, std::string_view data) {
     return WriteRegular(path, data, nullptr);
   }
   if (S_ISREG(st.st_mode)) return WriteRegular(path, data, &st);
-  if (S_ISLNK(st.st_mode)) {
-    // A link to a device or a pipe (/dev/stdout, /dev/fd/N) is written through, as a shell
-    // would: nothing is replaced. A link to anything else is refused below.
-    struct stat target {};
-    if (::stat(path.c_str(), &target) == 0 && (S_ISCHR(target.st_mode) || S_ISFIFO(target.st_mode))) {
-      HVPROF_TRY(fd, OpenFile(path.c_str(), O_WRONLY | O_NOCTTY));
-      struct stat opened {};
-      if (::fstat(fd.get(), &opened) != 0 || !(S_ISCHR(opened.st_mode) || S_ISFIFO(opened.st_mode))) {
-        return MakeError(ErrorKind::kBusy, "{} changed while it was being opened; not written", path);
-      }
-      return WriteAll(fd.get(), bytes, path);
-    }
-  }
-  if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) {
-    // In place, as a shell redirection would: the device or pipe stays what it is.
-    HVPROF_TRY(fd, OpenFile(path.c_str(), O_WRONLY | O_NOFOLLOW | O_NOCTTY));
+  // A device or a pipe, or a link to one (/dev/stdout, /dev/fd/N), is written in place, as a
+  // shell redirection would: nothing is replaced. Anything else is refused below.
+  const bool link = S_ISLNK(st.st_mode);
+  struct stat target = st;
+  if (link && ::stat(path.c_str(), &target) != 0) target.st_mode = S_IFLNK;
+  if (S_ISCHR(target.st_mode) || S_ISFIFO(target.st_mode)) {
+    HVPROF_TRY(fd, OpenFile(path.c_str(), O_WRONLY | O_NOCTTY | (link ? 0 : O_NOFOLLOW)));
     struct stat opened {};
-    if (::fstat(fd.get(), &opened) != 0 || opened.st_ino != st.st_ino || opened.st_dev != st.st_dev) {
+    if (::fstat(fd.get(), &opened) != 0 || opened.st_ino != target.st_ino || opened.st_dev != target.st_dev) {
       return MakeError(ErrorKind::kBusy, "{} changed while it was being opened; not written", path);
     }
     return WriteAll(fd.get(), bytes, path);

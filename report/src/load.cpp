@@ -18,7 +18,6 @@ namespace sym = hvprof::symbolizer;
 
 namespace {
 
-constexpr uint16_t kIdle = kIdleDomain;
 constexpr uint8_t kUser = 0;
 constexpr uint8_t kKernel = 1;
 constexpr uint8_t kHypervisor = 2;
@@ -69,7 +68,8 @@ class ProfileBuilder {
   static Result<Profile> Load(const std::string& directory, const LoadOptions& options);
   // With --all-domains: the guests' published profiles, checked; their hypervisor samples are
   // added to `aggregate`, for dom0 to resolve.
-  static std::vector<PublishedProfile> ReadPublished(Profile& profile, store::Aggregate* aggregate);
+  // `total` is the session's own samples, checked not to wrap.
+  static std::vector<PublishedProfile> ReadPublished(Profile& profile, store::Aggregate* aggregate, uint64_t total);
 
  private:
   // What a group of addresses is symbolized against, and how its image is named.
@@ -168,7 +168,7 @@ uint32_t ProfileBuilder::LineIndex(std::string_view file, uint32_t line) {
 std::pair<uint64_t, uint64_t> ProfileBuilder::TargetRange(const store::AggregateKey& key) const {
   constexpr std::pair<uint64_t, uint64_t> kEverything{0, UINT64_MAX};
   const store::DomainRecord* record = FindDomain(key.domain);
-  if (key.mode != kUser || key.domain == kIdle || record == nullptr ||
+  if (key.mode != kUser || key.domain == kIdleDomain || record == nullptr ||
       (record->role == "passive" && record->processes.empty())) {
     return kEverything;
   }
@@ -206,7 +206,7 @@ ProfileBuilder::Target& ProfileBuilder::TargetFor(const store::Aggregate& aggreg
   const bool guest_session = p_.metadata_.role == "guest";
 
   auto target = [&](const std::string& key) -> Target& { return targets_[key]; };
-  if (mode == kHypervisor || domain == kIdle) {
+  if (mode == kHypervisor || domain == kIdleDomain) {
     const store::ImageRecord* xen = FindImage("hypervisor", std::nullopt);
     // On linux the "hypervisor" is the host kernel, the same image whichever domain ran.
     const bool host_kernel = p_.metadata_.platform == "linux" && xen != nullptr;
@@ -422,12 +422,11 @@ void ProfileBuilder::AddPublishedSymbols(const std::vector<PublishedProfile>& pu
   }
 }
 
-std::vector<PublishedProfile> ProfileBuilder::ReadPublished(Profile& profile, store::Aggregate* aggregate) {
+std::vector<PublishedProfile> ProfileBuilder::ReadPublished(Profile& profile, store::Aggregate* aggregate,
+                                                           uint64_t total) {
   std::vector<PublishedProfile> accepted;
-  // What the host's total will be: each guest's rows add up to its `samples` (ParsePublished
+  // `total` becomes the host's: each guest's rows add up to its `samples` (ParsePublished
   // checks), so a guest is taken only while the total stays a number.
-  uint64_t total = 0;
-  for (const store::AggregateEntry& entry : aggregate->entries) total += entry.count;
   std::vector<uint16_t> guests;  // the active domains other than the agent's own
   for (const store::DomainRecord& domain : profile.metadata_.domains) {
     if (domain.role == "active" && domain.id != profile.metadata_.agent_domain) guests.push_back(domain.id);
@@ -503,13 +502,19 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
       profile.problems_.push_back(read.error().message() + "; the raw samples were read instead");
     }
   }
-  if (from_aggregate) {
-    // Counts are checked once, here: every sum a view makes is of a subset of these entries, so
-    // none can wrap. The aggregate is a cache of samples.hvs; one that counts more than the
-    // session stored (or more than a number holds) is forged or damaged, and is not used.
-    uint64_t sum = 0;
+  // Counts are checked once, here: every sum a view makes is of a subset of these entries, so
+  // none can wrap.
+  auto sum_counts = [](const store::Aggregate& counted, uint64_t* sum) {
+    *sum = 0;
     bool overflow = false;
-    for (const store::AggregateEntry& entry : aggregate.entries) overflow |= __builtin_add_overflow(sum, entry.count, &sum);
+    for (const store::AggregateEntry& entry : counted.entries) overflow |= __builtin_add_overflow(*sum, entry.count, sum);
+    return overflow;
+  };
+  uint64_t sum = 0;
+  if (from_aggregate) {
+    // The aggregate is a cache of samples.hvs; one that counts more than the session stored (or
+    // more than a number holds) is forged or damaged, and is not used.
+    const bool overflow = sum_counts(aggregate, &sum);
     const uint64_t stored = profile.metadata_.samples_stored;
     if (overflow || (stored != 0 && sum > stored)) {
       profile.problems_.push_back(fmt::format(
@@ -526,10 +531,12 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
     for (const store::FileProblem& problem : summary.problems) {
       profile.problems_.push_back(fmt::format("{} at byte {}: {}", samples, problem.offset, problem.description));
     }
+    // One count per sample read: this cannot wrap.
+    (void)sum_counts(aggregate, &sum);
   }
   if (!have_samples) profile.problems_.push_back(fmt::format("{} has no samples file", profile.directory_));
   std::vector<PublishedProfile> published;
-  if (options.all_domains) published = ProfileBuilder::ReadPublished(profile, &aggregate);
+  if (options.all_domains) published = ProfileBuilder::ReadPublished(profile, &aggregate, sum);
   profile.timings_.read_seconds = reading.Seconds();
   profile.timings_.from_aggregate = from_aggregate;
   ProfileBuilder builder(profile, options);

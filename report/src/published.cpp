@@ -122,10 +122,10 @@ Result<PublishedProfile> ParsePublished(std::string_view text, uint16_t expected
   if (format != "hvprof-published") {
     return MakeError(ErrorKind::kCorrupt, "{} is not an hvprof published profile (format '{}')", origin, format);
   }
-  HVPROF_TRY(version_node, root.Member("version"));
-  if (!version_node.value().is_number_unsigned() || version_node.value().get<uint64_t>() != kPublishedVersion) {
-    return MakeError(ErrorKind::kUnsupported, "{} has format version {}; this hvprof reads version {}", origin,
-                     version_node.value().dump(), kPublishedVersion);
+  HVPROF_TRY(version, root.Get<uint64_t>("version"));
+  if (version != kPublishedVersion) {
+    return MakeError(ErrorKind::kUnsupported, "{} has format version {}; this hvprof reads version {}", origin, version,
+                     kPublishedVersion);
   }
   PublishedProfile p;
   HVPROF_TRY(domain_node, root.Member("domain"));

@@ -51,14 +51,6 @@ namespace {
 
 using json::Node;
 
-// Short names for the checks the scenario format uses most.
-Result<Node> Required(const Node& node, std::string_view key) { return node.Member(key); }
-Result<std::string> ToString(const Node& node) { return node.String(); }
-Result<double> ToNumber(const Node& node, double low, double high) { return node.Number(low, high); }
-Result<uint64_t> ToInteger(const Node& node, uint64_t low, uint64_t high) { return node.Unsigned(low, high); }
-// An address: a JSON integer or a string of hex digits ("0x7f00...").
-Result<uint64_t> ToAddress(const Node& node) { return node.Address(); }
-
 Result<Rates> ParseRates(const Node& node, Rates rates) {
   if (!node.value().is_object()) return node.Fail("must be an object");
   struct Field {
@@ -72,7 +64,7 @@ Result<Rates> ParseRates(const Node& node, Rates rates) {
                 {"cache_misses_per_kilo", &rates.cache_misses_per_kilo, 1000.0}};
   for (const Field& field : fields) {
     if (!node.Has(field.name)) continue;
-    HVPROF_TRY(value, ToNumber(node.Checked(field.name), 0.0, field.high));
+    HVPROF_TRY(value, node.Checked(field.name).Number(0.0, field.high));
     *field.target = value;
   }
   if (rates.ipc <= 0.0) return node.Fail("ipc must be above 0");
@@ -90,23 +82,23 @@ Result<Rates> ParseRates(const Node& node, Rates rates) {
 
 // A user-mode function's process and image ("process": PID, "image": PATH).
 Result<void> ParseUserPlace(const Node& node, uint32_t* process, std::string* image) {
-  HVPROF_TRY(process_node, Required(node, "process"));
-  HVPROF_TRY(pid, ToInteger(process_node, 1, 0x7FFFFFFF));
+  HVPROF_TRY(process_node, node.Member("process"));
+  HVPROF_TRY(pid, process_node.Unsigned(1, 0x7FFFFFFF));
   *process = static_cast<uint32_t>(pid);
-  HVPROF_TRY(image_node, Required(node, "image"));
-  HVPROF_TRY(path, ToString(image_node));
+  HVPROF_TRY(image_node, node.Member("image"));
+  HVPROF_TRY(path, image_node.String());
   *image = path;
   return hvprof::Ok();
 }
 
 Result<FunctionSpec> ParseFunction(const Node& node, Mode mode, const Rates& defaults) {
   FunctionSpec function;
-  HVPROF_TRY(name, Required(node, "name"));
-  HVPROF_TRY(name_text, ToString(name));
+  HVPROF_TRY(name, node.Member("name"));
+  HVPROF_TRY(name_text, name.String());
   if (name_text.empty()) return name.Fail("must not be empty");
   function.name = name_text;
   if (node.Has("weight")) {
-    HVPROF_TRY(weight, ToNumber(node.Checked("weight"), 0.0, 1e9));
+    HVPROF_TRY(weight, node.Checked("weight").Number(0.0, 1e9));
     if (weight <= 0.0) return node.Checked("weight").Fail("must be above 0");
     function.weight = weight;
   }
@@ -129,7 +121,7 @@ Result<FunctionSpec> ParseFunction(const Node& node, Mode mode, const Rates& def
     Node stack = node.Checked("stack");
     if (!stack.value().is_array()) return stack.Fail("must be a list of function names");
     for (size_t i = 0; i < stack.value().size(); ++i) {
-      HVPROF_TRY(caller, ToString(stack.Checked(i)));
+      HVPROF_TRY(caller, stack.Checked(i).String());
       function.stack.push_back(caller);
     }
     if (function.stack.size() > 32) return stack.Fail("at most 32 callers");
@@ -140,11 +132,11 @@ Result<FunctionSpec> ParseFunction(const Node& node, Mode mode, const Rates& def
 
 Result<AutoPick> ParseAuto(const Node& node, Mode mode) {
   AutoPick pick;
-  HVPROF_TRY(count, Required(node, "count"));
-  HVPROF_TRY(count_value, ToInteger(count, 1, 100000));
+  HVPROF_TRY(count, node.Member("count"));
+  HVPROF_TRY(count_value, count.Unsigned(1, 100000));
   pick.count = static_cast<uint32_t>(count_value);
   if (node.Has("zipf")) {
-    HVPROF_TRY(zipf, ToNumber(node.Checked("zipf"), 0.0, 4.0));
+    HVPROF_TRY(zipf, node.Checked("zipf").Number(0.0, 4.0));
     pick.zipf = zipf;
   }
   if (mode == Mode::kUser) HVPROF_TRYV(ParseUserPlace(node, &pick.process, &pick.image));
@@ -154,8 +146,8 @@ Result<AutoPick> ParseAuto(const Node& node, Mode mode) {
 Result<ModeWorkload> ParseModeWorkload(const Node& node, Mode mode) {
   ModeWorkload workload;
   if (!node.value().is_object()) return node.Fail("must be an object");
-  HVPROF_TRY(share, Required(node, "share"));
-  HVPROF_TRY(share_value, ToNumber(share, 0.0, 100.0));
+  HVPROF_TRY(share, node.Member("share"));
+  HVPROF_TRY(share_value, share.Number(0.0, 100.0));
   workload.share = share_value;
   if (node.Has("rates")) {
     HVPROF_TRY(rates, ParseRates(node.Checked("rates"), Rates{}));
@@ -189,7 +181,7 @@ Result<SymbolSource> ParseSymbolSource(const Node& node) {
     if (!node.Has(key)) continue;
     ++kinds;
     source.kind = kind;
-    HVPROF_TRY(path, ToString(node.Checked(key)));
+    HVPROF_TRY(path, node.Checked(key).String());
     source.path = path;
   }
   if (kinds != 1) return node.Fail("needs exactly one of 'kallsyms', 'system_map' or 'elf'");
@@ -197,7 +189,7 @@ Result<SymbolSource> ParseSymbolSource(const Node& node) {
     if (source.kind == SymbolSourceKind::kKallsyms) {
       return node.Checked("kaslr_offset").Fail("kallsyms already shows runtime addresses");
     }
-    HVPROF_TRY(offset, ToAddress(node.Checked("kaslr_offset")));
+    HVPROF_TRY(offset, node.Checked("kaslr_offset").Address());
     source.kaslr_offset = offset;
   }
   return source;
@@ -220,22 +212,22 @@ Result<KernelSpec> ParseKernel(const Node& node) {
 
 Result<ProcessSpec> ParseProcess(const Node& node) {
   ProcessSpec process;
-  HVPROF_TRY(pid, Required(node, "pid"));
-  HVPROF_TRY(pid_value, ToInteger(pid, 1, 0x7FFFFFFF));
+  HVPROF_TRY(pid, node.Member("pid"));
+  HVPROF_TRY(pid_value, pid.Unsigned(1, 0x7FFFFFFF));
   process.pid = static_cast<uint32_t>(pid_value);
-  HVPROF_TRY(comm, Required(node, "comm"));
-  HVPROF_TRY(comm_text, ToString(comm));
+  HVPROF_TRY(comm, node.Member("comm"));
+  HVPROF_TRY(comm_text, comm.String());
   process.comm = comm_text;
-  HVPROF_TRY(mappings, Required(node, "mappings"));
+  HVPROF_TRY(mappings, node.Member("mappings"));
   if (!mappings.value().is_array() || mappings.value().empty()) return mappings.Fail("must be a non-empty list");
   for (size_t i = 0; i < mappings.value().size(); ++i) {
     Node entry = mappings.Checked(i);
     Mapping mapping;
-    HVPROF_TRY(path, Required(entry, "path"));
-    HVPROF_TRY(path_text, ToString(path));
+    HVPROF_TRY(path, entry.Member("path"));
+    HVPROF_TRY(path_text, path.String());
     mapping.path = path_text;
-    HVPROF_TRY(start, Required(entry, "start"));
-    HVPROF_TRY(start_value, ToAddress(start));
+    HVPROF_TRY(start, entry.Member("start"));
+    HVPROF_TRY(start_value, start.Address());
     if (start_value % 4096 != 0) return start.Fail("must be page aligned");
     mapping.start = start_value;
     process.mappings.push_back(mapping);
@@ -245,38 +237,38 @@ Result<ProcessSpec> ParseProcess(const Node& node) {
 
 Result<DomainSpec> ParseDomain(const Node& node) {
   DomainSpec domain;
-  HVPROF_TRY(id, Required(node, "id"));
-  HVPROF_TRY(id_value, ToInteger(id, 0, kMaxDomainId));
+  HVPROF_TRY(id, node.Member("id"));
+  HVPROF_TRY(id_value, id.Unsigned(0, kMaxDomainId));
   domain.id = static_cast<uint16_t>(id_value);
-  HVPROF_TRY(name, Required(node, "name"));
-  HVPROF_TRY(name_text, ToString(name));
+  HVPROF_TRY(name, node.Member("name"));
+  HVPROF_TRY(name_text, name.String());
   if (name_text.empty() || name_text.find_first_of(" \t/,") != std::string::npos) {
     return name.Fail("'{}' must be non-empty with no spaces, slashes or commas", name_text);
   }
   domain.name = name_text;
-  HVPROF_TRY(type, Required(node, "type"));
-  HVPROF_TRY(type_text, ToString(type));
+  HVPROF_TRY(type, node.Member("type"));
+  HVPROF_TRY(type_text, type.String());
   if (type_text == "pv") domain.type = DomainType::kPv64;
   else if (type_text == "pv32") domain.type = DomainType::kPv32;
   else if (type_text == "hvm") domain.type = DomainType::kHvm;
   else return type.Fail("unknown domain type '{}'; use pv, pv32 or hvm", type_text);
-  HVPROF_TRY(vcpus, Required(node, "vcpus"));
-  HVPROF_TRY(vcpus_value, ToInteger(vcpus, 1, kMaxVcpus));
+  HVPROF_TRY(vcpus, node.Member("vcpus"));
+  HVPROF_TRY(vcpus_value, vcpus.Unsigned(1, kMaxVcpus));
   domain.vcpus = static_cast<uint16_t>(vcpus_value);
   if (node.Has("weight")) {
-    HVPROF_TRY(weight, ToInteger(node.Checked("weight"), 1, 65535));
+    HVPROF_TRY(weight, node.Checked("weight").Unsigned(1, 65535));
     domain.weight = static_cast<uint32_t>(weight);
   }
   if (node.Has("load")) {
-    HVPROF_TRY(load, ToNumber(node.Checked("load"), 0.0, 1.0));
+    HVPROF_TRY(load, node.Checked("load").Number(0.0, 1.0));
     if (load <= 0.0) return node.Checked("load").Fail("must be above 0");
     domain.load = load;
   }
   if (node.Has("socket_uid")) {
-    HVPROF_TRY(uid, ToInteger(node.Checked("socket_uid"), 0, 0xFFFFFFFE));
+    HVPROF_TRY(uid, node.Checked("socket_uid").Unsigned(0, 0xFFFFFFFE));
     domain.socket_uid = static_cast<uint32_t>(uid);
   }
-  HVPROF_TRY(kernel, Required(node, "kernel"));
+  HVPROF_TRY(kernel, node.Member("kernel"));
   HVPROF_TRY(kernel_spec, ParseKernel(kernel));
   domain.kernel = kernel_spec;
 
@@ -293,7 +285,7 @@ Result<DomainSpec> ParseDomain(const Node& node) {
     }
   }
 
-  HVPROF_TRY(workload, Required(node, "workload"));
+  HVPROF_TRY(workload, node.Member("workload"));
   double total = 0.0;
   for (Mode mode : {Mode::kUser, Mode::kKernel, Mode::kHypervisor}) {
     const std::string key(ModeName(mode));
@@ -336,41 +328,41 @@ Result<Scenario> Parse(const Json& root, std::string_view origin) {
   Scenario scenario;
   scenario.origin = origin;
   if (!root.is_object()) return top.Fail("the file must hold a JSON object");
-  HVPROF_TRY(version, Required(top, "hvprof_scenario"));
-  HVPROF_TRY(version_value, ToInteger(version, 1, 1000));
+  HVPROF_TRY(version, top.Member("hvprof_scenario"));
+  HVPROF_TRY(version_value, version.Unsigned(1, 1000));
   if (version_value != 1) return version.Fail("version {} is not supported; this hvprof reads version 1", version_value);
-  HVPROF_TRY(name, Required(top, "name"));
-  HVPROF_TRY(name_text, ToString(name));
+  HVPROF_TRY(name, top.Member("name"));
+  HVPROF_TRY(name_text, name.String());
   scenario.name = name_text;
   if (top.Has("description")) {
-    HVPROF_TRY(description, ToString(top.Checked("description")));
+    HVPROF_TRY(description, top.Checked("description").String());
     scenario.description = description;
   }
   if (top.Has("seed")) {
-    HVPROF_TRY(seed, ToInteger(top.Checked("seed"), 0, UINT64_MAX));
+    HVPROF_TRY(seed, top.Checked("seed").Unsigned(0, UINT64_MAX));
     scenario.seed = seed;
   }
 
-  HVPROF_TRY(machine, Required(top, "machine"));
-  HVPROF_TRY(cpus, Required(machine, "cpus"));
-  HVPROF_TRY(cpus_value, ToInteger(cpus, 1, kMaxCpus));
+  HVPROF_TRY(machine, top.Member("machine"));
+  HVPROF_TRY(cpus, machine.Member("cpus"));
+  HVPROF_TRY(cpus_value, cpus.Unsigned(1, kMaxCpus));
   scenario.machine.cpus = static_cast<uint32_t>(cpus_value);
-  HVPROF_TRY(pmu, Required(machine, "pmu"));
-  HVPROF_TRY(pmu_text, ToString(pmu));
+  HVPROF_TRY(pmu, machine.Member("pmu"));
+  HVPROF_TRY(pmu_text, pmu.String());
   if (pmu_text == "intel-arch-v4") scenario.machine.pmu = PmuModelKind::kIntelArchV4;
   else if (pmu_text == "amd-zen") scenario.machine.pmu = PmuModelKind::kAmdZen;
   else if (pmu_text == "amd-zen4") scenario.machine.pmu = PmuModelKind::kAmdZen4;
   else return pmu.Fail("unknown PMU model '{}'; use intel-arch-v4, amd-zen or amd-zen4", pmu_text);
   if (machine.Has("mhz")) {
-    HVPROF_TRY(mhz, ToInteger(machine.Checked("mhz"), 100, 10000));
+    HVPROF_TRY(mhz, machine.Checked("mhz").Unsigned(100, 10000));
     scenario.machine.mhz = static_cast<uint32_t>(mhz);
   }
   if (machine.Has("slice_us")) {
-    HVPROF_TRY(slice, ToInteger(machine.Checked("slice_us"), 100, 100000));
+    HVPROF_TRY(slice, machine.Checked("slice_us").Unsigned(100, 100000));
     scenario.machine.slice_us = static_cast<uint32_t>(slice);
   }
   if (machine.Has("burst_cycles")) {
-    HVPROF_TRY(burst, ToInteger(machine.Checked("burst_cycles"), 1000, 1000000000));
+    HVPROF_TRY(burst, machine.Checked("burst_cycles").Unsigned(1000, 1000000000));
     scenario.machine.burst_cycles = static_cast<uint32_t>(burst);
   }
 
@@ -383,27 +375,27 @@ Result<Scenario> Parse(const Json& root, std::string_view origin) {
       } else if (speed.value().is_string() && speed.value().get<std::string>() == "realtime") {
         scenario.run.speed = Speed::kRealtime;
       } else {
-        HVPROF_TRY(factor, ToNumber(speed, 0.001, 1000.0));
+        HVPROF_TRY(factor, speed.Number(0.001, 1000.0));
         scenario.run.speed = Speed::kRealtime;
         scenario.run.factor = factor;
       }
     }
     if (run.Has("duration_ms")) {
-      HVPROF_TRY(duration, ToInteger(run.Checked("duration_ms"), 0, 86400000));
+      HVPROF_TRY(duration, run.Checked("duration_ms").Unsigned(0, 86400000));
       scenario.run.duration_ns = duration * 1000000;
     }
   }
 
-  HVPROF_TRY(hypervisor, Required(top, "hypervisor"));
-  HVPROF_TRY(image, Required(hypervisor, "image"));
-  HVPROF_TRY(image_path, ToString(image));
+  HVPROF_TRY(hypervisor, top.Member("hypervisor"));
+  HVPROF_TRY(image, hypervisor.Member("image"));
+  HVPROF_TRY(image_path, image.String());
   scenario.hypervisor.image = image_path;
-  HVPROF_TRY(idle, Required(hypervisor, "idle"));
+  HVPROF_TRY(idle, hypervisor.Member("idle"));
   if (idle.Has("halted")) {
-    HVPROF_TRY(halted, ToNumber(idle.Checked("halted"), 0.0, 1.0));
+    HVPROF_TRY(halted, idle.Checked("halted").Number(0.0, 1.0));
     scenario.hypervisor.idle_halted = halted;
   }
-  HVPROF_TRY(idle_functions, Required(idle, "functions"));
+  HVPROF_TRY(idle_functions, idle.Member("functions"));
   if (!idle_functions.value().is_array() || idle_functions.value().empty()) {
     return idle_functions.Fail("must list at least one hypervisor function for the idle loop");
   }
@@ -412,7 +404,7 @@ Result<Scenario> Parse(const Json& root, std::string_view origin) {
     scenario.hypervisor.idle_functions.push_back(function);
   }
 
-  HVPROF_TRY(domains, Required(top, "domains"));
+  HVPROF_TRY(domains, top.Member("domains"));
   if (!domains.value().is_array() || domains.value().empty()) return domains.Fail("must be a non-empty list");
   std::map<uint16_t, size_t> ids;
   std::map<std::string, size_t> names;

@@ -287,10 +287,9 @@ Result<SessionMetadata> ParseMetadata(std::string_view text, std::string_view or
   m.last_sample_ns = last_sample;
   if (const auto by = root.OptionalMember("samples_by_domain_mode")) {
     if (!by->IsObject()) return by->Fail("expected an object of sample counts, got {}", by->Describe());
-    for (const auto& [key, value] : by->value().items()) {
-      HVPROF_TRY(count, by->Get<uint64_t>(key));
-      (void)value;
-      m.samples_by_domain_mode[key] = count;
+    for (const auto& item : by->value().items()) {
+      HVPROF_TRY(count, by->Checked(item.key()).As<uint64_t>());
+      m.samples_by_domain_mode[item.key()] = count;
     }
   }
   HVPROF_TRY(notes, root.OptionalArray("notes", kMaxList));

@@ -4,6 +4,11 @@
 # table, user-space code in the engine's folder), must each be refused with a message naming it.
 set -u
 source_dir=${1:?usage: check_includes_test.sh SOURCE_DIR}
+# It copies the files git tracks; a source tree without git cannot be copied that way.
+if ! git -C "$source_dir" rev-parse --git-dir >/dev/null 2>&1; then
+  echo "skipped: $source_dir is not a git checkout"
+  exit 77
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 failures=0
