@@ -211,6 +211,11 @@ int Child::Wait() {
   return WIFEXITED(status_) ? WEXITSTATUS(status_) : 128 + WTERMSIG(status_);
 }
 
+void Child::Stop() {
+  if (status_ == -1) ::kill(pid_, SIGTERM);
+  Wait();
+}
+
 std::string Child::Output() {
   char buffer[256];
   ssize_t n;

@@ -87,6 +87,8 @@ class Child {
   // True once the child has exited (reaped).
   bool Exited();
   int Wait();
+  // Ends the child with SIGTERM (if it still runs) and reaps it.
+  void Stop();
   // Whatever the child wrote to stdout so far.
   std::string Output();
 

@@ -137,15 +137,21 @@ TEST_CASE("hvprof run --platform=linux: processes that exit during the run are s
 TEST_CASE("hvprof run --platform=linux: a domain map with two process trees gives each its own domain",
           "[linux][live][run]") {
   if (!PerfUsable()) return;
-  // Tree 1 is one process; tree 2 a process and its forked child, so twice the CPU.
-  Child one({kFixture, "--seconds", "4"}, false);
-  Child two({kFixture, "--seconds", "4", "--fork"}, false);
+  // Tree 1 is one process; tree 2 a process and its forked child, so twice the CPU. Both run
+  // until stopped, so a slow start of the run on a loaded machine cannot outlast them.
+  Child one({kFixture, "--seconds", "120"}, false);
+  Child two({kFixture, "--seconds", "120", "--fork"}, false);
   LinuxRun run;
   run.Run({fmt::format("--domain-map=pid:{}=1,pid:{}=2", one.pid(), two.pid()), "--passive-domains=1,2",
            "--duration=1500ms"});
+  CHECK(!one.Exited());
+  CHECK(!two.Exited());
+  one.Stop();
+  two.Stop();
   const Json report = run.Report({"--by-domain", "--symbol=hot_*"});
   std::map<int, std::string> labels;
   for (const Json& domain : report["domains"]) labels[domain["id"].get<int>()] = domain["name"];
+  INFO(report["domains"].dump());
   REQUIRE(labels.contains(1));
   REQUIRE(labels.contains(2));
   CHECK(labels[1].find(std::to_string(one.pid())) != std::string::npos);
@@ -161,6 +167,4 @@ TEST_CASE("hvprof run --platform=linux: a domain map with two process trees give
   INFO(fmt::format("tree 1: {:.0f} samples, tree 2: {:.0f}", sum_one, sum_two));
   CHECK(sum_two > 1.3 * sum_one);
   CHECK(sum_two < 2.7 * sum_one);
-  one.Wait();
-  two.Wait();
 }
