@@ -34,7 +34,7 @@ namespace {
 constexpr uint32_t kNone = 0xFFFFFFFF;
 constexpr uint64_t kPerMillion = 1000000;
 constexpr uint64_t kMaxSampledSize = 64 * 1024;  // for kallsyms' inferred sizes
-constexpr uint64_t kStackRegion = 0x00007FFF00000000ULL;
+constexpr uint64_t kStackRegion = kMappingsEnd;  // user stacks, above every mapping
 constexpr uint64_t kHypervisorStackRegion = 0xFFFF830000000000ULL;
 constexpr uint32_t kCreditPeriodSlices = 30;
 
@@ -290,6 +290,7 @@ Result<void> SimMachine::Build(symbolizer::Symbolizer& symbolizer) {
   {
     ModeTable& table = idle_->modes[static_cast<int>(Mode::kHypervisor)];
     std::vector<double> weights;
+    std::map<uint64_t, size_t> named;  // start -> functions[i]
     for (size_t i = 0; i < scenario_.hypervisor.idle_functions.size(); ++i) {
       const FunctionSpec& spec = scenario_.hypervisor.idle_functions[i];
       const auto* symbol = hypervisor.Find(spec.name);
@@ -297,6 +298,13 @@ Result<void> SimMachine::Build(symbolizer::Symbolizer& symbolizer) {
         return MakeError(ErrorKind::kInvalidArgument,
                          "hypervisor.idle.functions[{}]: no function '{}' in {}", i, spec.name,
                          scenario_.hypervisor.image);
+      }
+      if (auto [it, added] = named.emplace(symbol->start, i); !added) {
+        return MakeError(ErrorKind::kInvalidArgument,
+                         "hypervisor.idle.functions[{}]: '{}' at {:#x} is already listed as functions[{}] "
+                         "('{}'): list each function once",
+                         i, spec.name, symbol->start, it->second,
+                         scenario_.hypervisor.idle_functions[it->second].name);
       }
       Function function;
       function.start = symbol->start;
@@ -396,6 +404,25 @@ Result<void> SimMachine::BuildDomain(BuildContext& context, const DomainSpec& sp
       entry.bias = mapping.start - (info.value().low_address & ~uint64_t{0xFFF});
       entry.end = entry.bias + info.value().high_address;
       entry.build_id = info.value().build_id;
+      // One address space: an image must not run into another one, nor into the stacks, the
+      // kernel or the hypervisor above the mappings, or a sampled address would not tell what ran.
+      const std::string field = fmt::format("{} processes[{}].mappings[{}]", where, p, m);
+      if (entry.end < entry.start || entry.end > kMappingsEnd) {
+        return MakeError(ErrorKind::kInvalidArgument,
+                         "{}: {} mapped at {:#x} would end beyond {:#x}, the end of the mappings' range: "
+                         "map it lower",
+                         field, entry.path, entry.start, kMappingsEnd);
+      }
+      for (size_t other = 0; other < process.images.size(); ++other) {
+        const Process::Image& earlier = process.images[other];
+        if (entry.start < earlier.end && earlier.start < entry.end) {
+          return MakeError(ErrorKind::kInvalidArgument,
+                           "{}: {} at {:#x}-{:#x} overlaps mappings[{}], {} at {:#x}-{:#x}: give each mapping "
+                           "its own address range",
+                           field, entry.path, entry.start, entry.end, other, earlier.path, earlier.start,
+                           earlier.end);
+        }
+      }
       process.images.push_back(entry);
     }
     domain->processes.push_back(std::move(process));
@@ -482,6 +509,9 @@ Result<void> SimMachine::AddFunctions(BuildContext& context, const DomainSpec& s
     weights.push_back(weight);
   };
 
+  // A function named twice (or by two of its names) would share its addresses with itself, and
+  // a sampled address could not tell which entry ran.
+  std::map<std::pair<uint32_t, uint64_t>, size_t> named;  // (process, start) -> functions[i]
   for (size_t i = 0; i < workload.functions.size(); ++i) {
     const FunctionSpec& function_spec = workload.functions[i];
     uint32_t process = kNone;
@@ -492,6 +522,13 @@ Result<void> SimMachine::AddFunctions(BuildContext& context, const DomainSpec& s
     if (symbol == nullptr) {
       return MakeError(ErrorKind::kNotFound, "{}.functions[{}]: no function '{}' in {}", field, i,
                        function_spec.name, image_names_[image_id]);
+    }
+    if (auto [it, added] = named.emplace(std::pair{process, symbol->start}, i); !added) {
+      return MakeError(ErrorKind::kInvalidArgument,
+                       "{}.functions[{}]: '{}' at {:#x} is already listed as functions[{}] ('{}'): list "
+                       "each function once",
+                       field, i, function_spec.name, symbol->start, it->second,
+                       workload.functions[it->second].name);
     }
     std::vector<uint64_t> stack;
     for (const std::string& caller_name : function_spec.stack) {

@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <map>
-#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -120,11 +119,11 @@ Result<FunctionSpec> ParseFunction(const Node& node, Mode mode, const Rates& def
   if (node.Has("stack")) {
     Node stack = node.Checked("stack");
     if (!stack.value().is_array()) return stack.Fail("must be a list of function names");
-    for (size_t i = 0; i < stack.value().size(); ++i) {
-      HVPROF_TRY(caller, stack.Checked(i).String());
-      function.stack.push_back(caller);
+    HVPROF_TRY(callers, stack.Elements(kMaxCallers));
+    for (const Node& caller : callers) {
+      HVPROF_TRY(caller_name, caller.String());
+      function.stack.push_back(caller_name);
     }
-    if (function.stack.size() > 32) return stack.Fail("at most 32 callers");
   }
   if (mode == Mode::kUser) HVPROF_TRYV(ParseUserPlace(node, &function.process, &function.image));
   return function;
@@ -133,7 +132,7 @@ Result<FunctionSpec> ParseFunction(const Node& node, Mode mode, const Rates& def
 Result<AutoPick> ParseAuto(const Node& node, Mode mode) {
   AutoPick pick;
   HVPROF_TRY(count, node.Member("count"));
-  HVPROF_TRY(count_value, count.Unsigned(1, 100000));
+  HVPROF_TRY(count_value, count.Unsigned(1, kMaxFunctions));
   pick.count = static_cast<uint32_t>(count_value);
   if (node.Has("zipf")) {
     HVPROF_TRY(zipf, node.Checked("zipf").Number(0.0, 4.0));
@@ -156,14 +155,19 @@ Result<ModeWorkload> ParseModeWorkload(const Node& node, Mode mode) {
   if (node.Has("functions")) {
     Node functions = node.Checked("functions");
     if (!functions.value().is_array()) return functions.Fail("must be a list");
-    for (size_t i = 0; i < functions.value().size(); ++i) {
-      HVPROF_TRY(function, ParseFunction(functions.Checked(i), mode, workload.rates));
+    HVPROF_TRY(entries, functions.Elements(kMaxFunctions));
+    for (const Node& entry : entries) {
+      HVPROF_TRY(function, ParseFunction(entry, mode, workload.rates));
       workload.functions.push_back(std::move(function));
     }
   }
   if (node.Has("auto")) {
     HVPROF_TRY(pick, ParseAuto(node.Checked("auto"), mode));
     workload.auto_pick = pick;
+    if (workload.functions.size() + pick.count > kMaxFunctions) {
+      return node.Fail("names {} functions and picks {} more; at most {} functions run in one mode",
+                       workload.functions.size(), pick.count, kMaxFunctions);
+    }
   }
   if (workload.share > 0.0 && workload.functions.empty() && !workload.auto_pick) {
     return node.Fail("has a share of {}% but no functions and no 'auto' pick", workload.share);
@@ -202,8 +206,9 @@ Result<KernelSpec> ParseKernel(const Node& node) {
   if (node.Has("fallbacks")) {
     Node fallbacks = node.Checked("fallbacks");
     if (!fallbacks.value().is_array()) return fallbacks.Fail("must be a list");
-    for (size_t i = 0; i < fallbacks.value().size(); ++i) {
-      HVPROF_TRY(source, ParseSymbolSource(fallbacks.Checked(i)));
+    HVPROF_TRY(entries, fallbacks.Elements(kMaxKernelFallbacks));
+    for (const Node& entry : entries) {
+      HVPROF_TRY(source, ParseSymbolSource(entry));
       kernel.fallbacks.push_back(source);
     }
   }
@@ -220,8 +225,10 @@ Result<ProcessSpec> ParseProcess(const Node& node) {
   process.comm = comm_text;
   HVPROF_TRY(mappings, node.Member("mappings"));
   if (!mappings.value().is_array() || mappings.value().empty()) return mappings.Fail("must be a non-empty list");
-  for (size_t i = 0; i < mappings.value().size(); ++i) {
-    Node entry = mappings.Checked(i);
+  HVPROF_TRY(entries, mappings.Elements(kMaxMappings));
+  std::map<uint64_t, size_t> starts;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Node& entry = entries[i];
     Mapping mapping;
     HVPROF_TRY(path, entry.Member("path"));
     HVPROF_TRY(path_text, path.String());
@@ -229,6 +236,18 @@ Result<ProcessSpec> ParseProcess(const Node& node) {
     HVPROF_TRY(start, entry.Member("start"));
     HVPROF_TRY(start_value, start.Address());
     if (start_value % 4096 != 0) return start.Fail("must be page aligned");
+    if (start_value >= kMappingsEnd) {
+      return start.Fail("{:#x} is outside the mappings' range: they lie below {:#x}, under the simulated "
+                        "stacks and the kernels' and hypervisor's addresses",
+                        start_value, kMappingsEnd);
+    }
+    // Two mappings at one address overlap whatever their images; the machine checks their
+    // whole ranges once it has read the images (SimMachine::Create).
+    if (auto [it, added] = starts.emplace(start_value, i); !added) {
+      return entry.Fail("{} at {:#x} overlaps mappings[{}] ({}), which starts there too: give each mapping "
+                        "its own address range",
+                        mapping.path, start_value, it->second, process.mappings[it->second].path);
+    }
     mapping.start = start_value;
     process.mappings.push_back(mapping);
   }
@@ -275,11 +294,12 @@ Result<DomainSpec> ParseDomain(const Node& node) {
   if (node.Has("processes")) {
     Node processes = node.Checked("processes");
     if (!processes.value().is_array()) return processes.Fail("must be a list");
-    std::set<uint32_t> pids;
-    for (size_t i = 0; i < processes.value().size(); ++i) {
-      HVPROF_TRY(process, ParseProcess(processes.Checked(i)));
-      if (!pids.insert(process.pid).second) {
-        return processes.Checked(i).Fail("duplicate pid {}", process.pid);
+    HVPROF_TRY(entries, processes.Elements(kMaxProcesses));
+    std::map<uint32_t, size_t> pids;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      HVPROF_TRY(process, ParseProcess(entries[i]));
+      if (auto [it, added] = pids.emplace(process.pid, i); !added) {
+        return entries[i].Fail("duplicate pid {} (also processes[{}])", process.pid, it->second);
       }
       domain.processes.push_back(std::move(process));
     }
@@ -399,22 +419,24 @@ Result<Scenario> Parse(const Json& root, std::string_view origin) {
   if (!idle_functions.value().is_array() || idle_functions.value().empty()) {
     return idle_functions.Fail("must list at least one hypervisor function for the idle loop");
   }
-  for (size_t i = 0; i < idle_functions.value().size(); ++i) {
-    HVPROF_TRY(function, ParseFunction(idle_functions.Checked(i), Mode::kHypervisor, Rates{}));
+  HVPROF_TRY(idle_entries, idle_functions.Elements(kMaxFunctions));
+  for (const Node& entry : idle_entries) {
+    HVPROF_TRY(function, ParseFunction(entry, Mode::kHypervisor, Rates{}));
     scenario.hypervisor.idle_functions.push_back(function);
   }
 
   HVPROF_TRY(domains, top.Member("domains"));
   if (!domains.value().is_array() || domains.value().empty()) return domains.Fail("must be a non-empty list");
+  HVPROF_TRY(domain_entries, domains.Elements(kMaxScenarioDomains));
   std::map<uint16_t, size_t> ids;
   std::map<std::string, size_t> names;
-  for (size_t i = 0; i < domains.value().size(); ++i) {
-    HVPROF_TRY(domain, ParseDomain(domains.Checked(i)));
+  for (size_t i = 0; i < domain_entries.size(); ++i) {
+    HVPROF_TRY(domain, ParseDomain(domain_entries[i]));
     if (auto [it, added] = ids.emplace(domain.id, i); !added) {
-      return domains.Checked(i).Fail("duplicate domain id {} (also domains[{}])", domain.id, it->second);
+      return domain_entries[i].Fail("duplicate domain id {} (also domains[{}])", domain.id, it->second);
     }
     if (auto [it, added] = names.emplace(domain.name, i); !added) {
-      return domains.Checked(i).Fail("duplicate domain name '{}' (also domains[{}])", domain.name, it->second);
+      return domain_entries[i].Fail("duplicate domain name '{}' (also domains[{}])", domain.name, it->second);
     }
     scenario.domains.push_back(std::move(domain));
   }

@@ -409,3 +409,143 @@ TEST_CASE("only the domain's own user may speak on its socket", "[hv][security]"
   REQUIRE(::waitpid(intruder, &status, 0) == intruder);
   CHECK(WEXITSTATUS(status) == 0);
 }
+
+namespace {
+
+// One SimControl request on a raw connection, for requests the client library would not send.
+void SendSimControl(int fd, uint32_t sequence, hv::SimCommand command, uint64_t argument) {
+  const hv::SimControlRequest request{static_cast<uint32_t>(command), 0, argument};
+  REQUIRE(hv::SendMessage(fd, static_cast<uint16_t>(hv::MessageType::kSimControl), sequence, hv::Pack(request))
+              .has_value());
+}
+
+hv::Message ReceiveReply(int fd) {
+  auto reply = hv::ReceiveMessage(fd, hv::kMaxReplyPayload);
+  REQUIRE(reply.has_value());
+  return std::move(reply).value();
+}
+
+// The text of an Error reply.
+std::string ErrorText(const hv::Message& reply) {
+  REQUIRE((reply.header.type & ~hv::kReplyBit) == static_cast<uint16_t>(hv::MessageType::kError));
+  hv::StatusReply status;
+  std::span<const std::byte> text;
+  REQUIRE(hv::Unpack(std::span<const std::byte>(reply.payload), &status, &text));
+  return std::string(reinterpret_cast<const char*>(text.data()), text.size());
+}
+
+// The clock, as a query on `fd` (with `sequence`) reports it; the query is answered at once, after
+// every earlier request of the connection has been taken in.
+hv::SimControlReply QueryClock(int fd, uint32_t sequence) {
+  SendSimControl(fd, sequence, hv::SimCommand::kQuery, 0);
+  const hv::Message reply = ReceiveReply(fd);
+  REQUIRE(reply.header.sequence == sequence);
+  REQUIRE((reply.header.type & ~hv::kReplyBit) == static_cast<uint16_t>(hv::MessageType::kSimControl));
+  hv::SimControlReply clock;
+  REQUIRE(hv::Unpack(std::span<const std::byte>(reply.payload), &clock));
+  REQUIRE(clock.error == 0);
+  return clock;
+}
+
+}  // namespace
+
+TEST_CASE("a run-for that would wrap the clock or run for ages is refused and the clock stays", "[hv][security]") {
+  RunningDaemon daemon;
+  auto dom0 = daemon.Connect(0);
+  auto before = dom0->SimQuery();
+  REQUIRE(before.has_value());
+  // now + UINT64_MAX wraps below now (a run that never ends); the others would keep the machine
+  // busy, and every other request waiting, for years or just over an hour of simulated time.
+  for (uint64_t ns : {UINT64_MAX, uint64_t{1} << 63, hv::kMaxSimRunNs + 1}) {
+    INFO("run-for " << ns);
+    auto refused = dom0->SimRunFor(ns);
+    REQUIRE_FALSE(refused.has_value());
+    const std::string message = refused.error().message();
+    INFO(message);
+    CHECK(message.find(fmt::format("run-for of {} ns", ns)) != std::string::npos);
+    CHECK(message.find("one hour of simulated time") != std::string::npos);
+    CHECK(message.find("ask in steps") != std::string::npos);
+  }
+  // A run of nothing is answered at once, not left waiting for a clock that does not move.
+  auto nothing = dom0->SimRunFor(0);
+  REQUIRE(nothing.has_value());
+  auto after = dom0->SimQuery();
+  REQUIRE(after.has_value());
+  CHECK(nothing.value().sim_time_ns == before.value().sim_time_ns);
+  CHECK(after.value().sim_time_ns == before.value().sim_time_ns);
+  // The connection still serves, and a run within the limit runs.
+  auto run = dom0->SimRunFor(1'000'000);
+  REQUIRE(run.has_value());
+  CHECK(run.value().sim_time_ns >= before.value().sim_time_ns + 1'000'000);
+}
+
+TEST_CASE("an unknown sim control command is refused by name and the connection stays", "[hv][bad-input]") {
+  RunningDaemon daemon;
+  auto fd = RawConnect(daemon.Socket(0));
+  const uint64_t before = QueryClock(fd.get(), 1).sim_time_ns;
+  for (uint32_t command : {2u, 7u, 0xFFFFFFFFu}) {
+    INFO("command " << command);
+    SendSimControl(fd.get(), 2, static_cast<hv::SimCommand>(command), 1'000'000);
+    const hv::Message reply = ReceiveReply(fd.get());
+    CHECK(reply.header.sequence == 2);
+    const std::string text = ErrorText(reply);
+    CHECK(text.find(fmt::format("unknown sim control command {}", command)) != std::string::npos);
+    CHECK(text.find("use 0 (query the clock) or 1 (run for") != std::string::npos);
+  }
+  CHECK(QueryClock(fd.get(), 3).sim_time_ns == before);
+  // A guest is still denied before its command is even looked at.
+  auto guest = RawConnect(daemon.Socket(1));
+  SendSimControl(guest.get(), 4, static_cast<hv::SimCommand>(7), 0);
+  const hv::Message denied = ReceiveReply(guest.get());
+  hv::SimControlReply answer;
+  REQUIRE(hv::Unpack(std::span<const std::byte>(denied.payload), &answer));
+  CHECK(answer.error == static_cast<int32_t>(hv::ProtocolError::kDenied));
+}
+
+TEST_CASE("a flood of run-for requests is bounded and the server answers during a long run", "[hv][security]") {
+  RunningDaemon daemon;
+  // An hour of simulated time takes the machine wall-clock minutes: these runs stay waiting
+  // for as long as the test lasts.
+  constexpr uint64_t kHour = hv::kMaxSimRunNs;
+  std::vector<hvprof::ScopedFd> waiting;
+  for (uint32_t i = 0; i < hv::kMaxPendingSimRuns; ++i) {
+    waiting.push_back(RawConnect(daemon.Socket(0)));
+    SendSimControl(waiting.back().get(), 1, hv::SimCommand::kRunFor, kHour);
+    // Answered while the run goes on: the machine lets the server in between its steps.
+    const hv::SimControlReply clock = QueryClock(waiting.back().get(), 2);
+    CHECK(clock.sim_time_ns < kHour);
+  }
+
+  SECTION("a second run on one connection waits for the first") {
+    SendSimControl(waiting[0].get(), 3, hv::SimCommand::kRunFor, 1'000'000);
+    const hv::Message reply = ReceiveReply(waiting[0].get());
+    CHECK(reply.header.sequence == 3);
+    const std::string text = ErrorText(reply);
+    CHECK(text.find("a run-for is already waiting on this connection") != std::string::npos);
+    CHECK(text.find("wait for its reply") != std::string::npos);
+  }
+  SECTION("one connection more than the limit is refused") {
+    auto extra = RawConnect(daemon.Socket(0));
+    SendSimControl(extra.get(), 3, hv::SimCommand::kRunFor, 1'000'000);
+    const hv::Message reply = ReceiveReply(extra.get());
+    CHECK(reply.header.sequence == 3);
+    const std::string text = ErrorText(reply);
+    CHECK(text.find(fmt::format("{} run-for requests are already waiting", hv::kMaxPendingSimRuns)) !=
+          std::string::npos);
+    CHECK(text.find("retry once one is answered") != std::string::npos);
+    // A client that goes away gives its place back.
+    waiting.pop_back();
+    bool accepted = false;
+    for (int attempt = 0; attempt < 100 && !accepted; ++attempt) {
+      SendSimControl(extra.get(), 4, hv::SimCommand::kRunFor, kHour);
+      SendSimControl(extra.get(), 5, hv::SimCommand::kQuery, 0);
+      // Refused: the Error reply comes first. Taken in: only the query's reply comes.
+      accepted = ReceiveReply(extra.get()).header.sequence == 5;
+      if (!accepted) {
+        REQUIRE(ReceiveReply(extra.get()).header.sequence == 5);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    CHECK(accepted);
+  }
+}

@@ -121,3 +121,165 @@ TEST_CASE("the example scenario parses", "[sim][scenario]") {
   CHECK(scenario.value().domains.size() == 4);
   CHECK(scenario.value().machine.cpus == 4);
 }
+
+TEST_CASE("a scenario that asks for more than the limits is refused by name", "[sim][scenario][security]") {
+  namespace sim = hvprof::sim;
+  using sim::kMaxFunctions;
+  auto copies = [](const Json& one, size_t count) {
+    Json list = Json::array();
+    for (size_t i = 0; i < count; ++i) list.push_back(one);
+    return list;
+  };
+  struct Case {
+    const char* what;
+    std::function<void(Json&)> change;
+    std::vector<std::string> expected;  // substrings of the message
+  };
+  const std::vector<Case> cases = {
+      {"too many domains (a socket each)",
+       [&](Json& j) { j["domains"] = copies(j["domains"][1], sim::kMaxScenarioDomains + 1); },
+       {"domains: has 65 entries; at most 64 are accepted"}},
+      {"too many vCPUs", [](Json& j) { j["domains"][1]["vcpus"] = 129; },
+       {"domains[1].vcpus: expected a whole number from 1 to 128, got 129"}},
+      {"too many processes",
+       [&](Json& j) { j["domains"][0]["processes"] = copies(j["domains"][0]["processes"][0], sim::kMaxProcesses + 1); },
+       {"domains[0].processes: has 1025 entries; at most 1024 are accepted"}},
+      {"too many mappings",
+       [&](Json& j) {
+         Json& process = j["domains"][0]["processes"][0];
+         process["mappings"] = copies(process["mappings"][0], sim::kMaxMappings + 1);
+       },
+       {"domains[0].processes[0].mappings: has 257 entries; at most 256 are accepted"}},
+      {"too many named functions",
+       [&](Json& j) {
+         Json& hypervisor = j["domains"][1]["workload"]["hypervisor"];
+         hypervisor["functions"] = copies(hypervisor["functions"][0], kMaxFunctions + 1);
+       },
+       {"domains[1].workload.hypervisor.functions: has 10001 entries; at most 10000 are accepted"}},
+      {"too many picked functions",
+       [](Json& j) { j["domains"][1]["workload"]["kernel"]["auto"]["count"] = kMaxFunctions + 1; },
+       {"domains[1].workload.kernel.auto.count: expected a whole number from 1 to 10000, got 10001"}},
+      {"named and picked functions together",
+       [&](Json& j) {
+         Json& kernel = j["domains"][1]["workload"]["kernel"];
+         kernel["functions"] = copies(Json{{"name", "do_mmu_update"}}, 6000);
+         kernel["auto"]["count"] = 5000;
+       },
+       {"domains[1].workload.kernel: names 6000 functions and picks 5000 more;",
+        "at most 10000 functions run in one mode"}},
+      {"too many idle functions",
+       [&](Json& j) {
+         Json& idle = j["hypervisor"]["idle"];
+         idle["functions"] = copies(idle["functions"][0], kMaxFunctions + 1);
+       },
+       {"hypervisor.idle.functions: has 10001 entries; at most 10000 are accepted"}},
+      {"too many callers",
+       [&](Json& j) {
+         Json& function = j["domains"][1]["workload"]["hypervisor"]["functions"][0];
+         function["stack"] = copies("pv_hypercall", sim::kMaxCallers + 1);
+       },
+       {"domains[1].workload.hypervisor.functions[0].stack: has 33 entries; at most 32 are accepted"}},
+      {"too many kernel fallbacks",
+       [&](Json& j) {
+         Json& kernel = j["domains"][2]["kernel"];
+         kernel["fallbacks"] = copies(kernel, sim::kMaxKernelFallbacks + 1);
+       },
+       {"domains[2].kernel.fallbacks: has 17 entries; at most 16 are accepted"}},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    Json json = TestScenario();
+    c.change(json);
+    const std::string message = ParseError(json);
+    INFO(message);
+    REQUIRE(!message.empty());
+    CHECK(message.rfind("s.json: ", 0) == 0);
+    for (const std::string& part : c.expected) CHECK(message.find(part) != std::string::npos);
+  }
+}
+
+TEST_CASE("a scenario cannot give two things one identity or one address", "[sim][scenario][security]") {
+  struct Case {
+    const char* what;
+    std::function<void(Json&)> change;
+    std::vector<std::string> expected;  // substrings of the message
+  };
+  const Json second_process = {
+      {"pid", 100},
+      {"comm", "other"},
+      {"mappings", Json::array({Json{{"path", hvprof::testing::kLibz}, {"start", "0x7f2000000000"}}})}};
+  const std::vector<Case> parse_cases = {
+      {"duplicate domain id", [](Json& j) { j["domains"][3]["id"] = 0; },
+       {"domains[3]: duplicate domain id 0 (also domains[0])"}},
+      {"duplicate domain name", [](Json& j) { j["domains"][3]["name"] = "guest1"; },
+       {"domains[3]: duplicate domain name 'guest1' (also domains[1])"}},
+      {"duplicate pid", [&](Json& j) { j["domains"][0]["processes"].push_back(second_process); },
+       {"domains[0].processes[1]: duplicate pid 100 (also processes[0])"}},
+      {"two mappings at one address",
+       [](Json& j) {
+         j["domains"][0]["processes"][0]["mappings"].push_back(
+             Json{{"path", hvprof::testing::kLibz}, {"start", "0x7f0000000000"}});
+       },
+       {"domains[0].processes[0].mappings[1]:", hvprof::testing::kLibz, "at 0x7f0000000000 overlaps mappings[0]",
+        hvprof::testing::kLibc, "give each mapping its own address range"}},
+      {"a mapping over the hypervisor's addresses",
+       [](Json& j) { j["domains"][1]["processes"][0]["mappings"][0]["start"] = "0xffff82d040200000"; },
+       {"domains[1].processes[0].mappings[0].start: 0xffff82d040200000 is outside the mappings' range",
+        "below 0x7fff00000000"}},
+      {"a mapping over the simulated stacks",
+       [](Json& j) { j["domains"][1]["processes"][0]["mappings"][0]["start"] = "0x7fff00000000"; },
+       {"domains[1].processes[0].mappings[0].start: 0x7fff00000000 is outside the mappings' range"}},
+  };
+  for (const Case& c : parse_cases) {
+    INFO(c.what);
+    Json json = TestScenario();
+    c.change(json);
+    const std::string message = ParseError(json);
+    INFO(message);
+    REQUIRE(!message.empty());
+    CHECK(message.rfind("s.json: ", 0) == 0);
+    for (const std::string& part : c.expected) CHECK(message.find(part) != std::string::npos);
+  }
+  // Whole ranges are known once the images are read, when the machine is built.
+  const std::vector<Case> build_cases = {
+      {"a mapping inside another one",
+       [](Json& j) {
+         j["domains"][0]["processes"][0]["mappings"].push_back(
+             Json{{"path", hvprof::testing::kLibz}, {"start", "0x7f0000010000"}});
+       },
+       {"domain 0 (dom0) processes[0].mappings[1]:", std::string(hvprof::testing::kLibz) + " at 0x7f0000010000-",
+        "overlaps mappings[0], " + std::string(hvprof::testing::kLibc) + " at 0x7f0000000000-",
+        "give each mapping its own address range"}},
+      {"a mapping that runs into the stacks",
+       [](Json& j) { j["domains"][1]["processes"][0]["mappings"][0]["start"] = "0x7ffefffff000"; },
+       {"domain 1 (guest1) processes[0].mappings[0]:", "mapped at 0x7ffefffff000 would end beyond 0x7fff00000000",
+        "map it lower"}},
+      {"a function listed twice",
+       [](Json& j) {
+         j["domains"][1]["workload"]["hypervisor"]["functions"].push_back(Json{{"name", "do_mmu_update"}});
+       },
+       {"domain 1 (guest1) workload.hypervisor.functions[3]: 'do_mmu_update' at 0x",
+        "is already listed as functions[0] ('do_mmu_update'): list each function once"}},
+      {"an idle function listed twice",
+       [](Json& j) { j["hypervisor"]["idle"]["functions"].push_back(Json{{"name", "idle_loop"}}); },
+       {"hypervisor.idle.functions[2]: 'idle_loop' at 0x", "already listed as functions[1] ('idle_loop')"}},
+  };
+  for (const Case& c : build_cases) {
+    INFO(c.what);
+    Json json = TestScenario();
+    c.change(json);
+    REQUIRE(ParseError(json).empty());
+    const std::string message = BuildError(json);
+    INFO(message);
+    REQUIRE(!message.empty());
+    for (const std::string& part : c.expected) CHECK(message.find(part) != std::string::npos);
+  }
+  // The same image mapped in two processes, or at two places in one, is no overlap.
+  Json twice = TestScenario();
+  twice["domains"][0]["processes"][0]["mappings"].push_back(
+      Json{{"path", hvprof::testing::kLibc}, {"start", "0x7f1000000000"}});
+  twice["domains"][0]["processes"].push_back(second_process);
+  twice["domains"][0]["processes"][1]["pid"] = 101;
+  twice["domains"][0]["processes"][1]["mappings"][0]["start"] = "0x7f0000000000";
+  CHECK(BuildError(twice).empty());
+}

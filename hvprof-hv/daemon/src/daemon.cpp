@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -177,7 +178,7 @@ Result<void> Daemon::StartSim() {
 }
 
 std::string Daemon::ContextFor(DomainId domain) {
-  std::lock_guard lock(machine_mutex_);
+  auto lock = LockMachine();
   if (linux_) {
     linux_->DrainSamples();  // the latest forks, execs and mappings
     return linux_->ContextJson(domain);
@@ -189,7 +190,7 @@ std::string Daemon::DomainsFor(DomainId caller) {
   // dom0 may know every domain; a guest only itself.
   nlohmann::json list = nlohmann::json::array();
   if (linux_) {
-    std::lock_guard lock(machine_mutex_);
+    auto lock = LockMachine();
     const nlohmann::json all = nlohmann::json::parse(linux_->DomainsJson(), nullptr, false);
     for (const nlohmann::json& domain : all.is_array() ? all : nlohmann::json::array()) {
       if (caller == 0 || domain.value("id", -1) == caller) list.push_back(domain);
@@ -265,6 +266,14 @@ void Daemon::HandleSignals(Daemon* daemon) {
   hvprof::InstallStopHandler(OnSignal);
 }
 
+std::unique_lock<std::mutex> Daemon::LockMachine() {
+  ++lock_waiters_;
+  std::unique_lock lock(machine_mutex_);
+  --lock_waiters_;
+  machine_wake_.notify_all();  // a machine thread that paused for us goes on once we unlock
+  return lock;
+}
+
 void Daemon::MachineLoop() {
   using Clock = std::chrono::steady_clock;
   const sim::RunSpec& run = scenario_.run;
@@ -298,6 +307,9 @@ void Daemon::MachineLoop() {
     }
     if (run.duration_ns != 0) step = std::min(step, run.duration_ns - machine_->now_ns());
     machine_->RunFor(step);
+    // Let a waiting request in before the next step: a run of up to kMaxSimRunNs at full speed
+    // takes wall-clock minutes, and every domain's requests would wait for it.
+    machine_wake_.wait(lock, [this] { return lock_waiters_.load() == 0 || stopping_.load(); });
     if (run.speed == sim::Speed::kMax) {
       // At full speed the clock outruns agents that drain on their own schedule (active
       // guests): let them catch up rather than lose samples no real machine would lose. An
@@ -477,7 +489,7 @@ void Daemon::Handle(Connection& connection, const hv::MessageHeader& header,
       std::memcpy(buffer, argument.data(), argument.size());
       ErrorCode error;
       {
-        std::lock_guard lock(machine_mutex_);
+        auto lock = LockMachine();
         if (linux_ && request.op == legacy::kOpSetBacktrace && request.arg_size == sizeof(legacy::BacktraceDepthArg)) {
           legacy::BacktraceDepthArg depth;
           std::memcpy(&depth, buffer, sizeof depth);
@@ -508,7 +520,7 @@ void Daemon::Handle(Connection& connection, const hv::MessageHeader& header,
       hv::MapRequest request;
       if (!hv::Unpack(payload, &request)) return malformed("map request of the wrong size");
       uint64_t bytes = 0;
-      std::unique_lock lock(machine_mutex_);
+      auto lock = LockMachine();
       auto fd = platform().RegionFd(request.handle, connection.domain, &bytes);
       lock.unlock();
       hv::MapReply reply{};
@@ -528,7 +540,7 @@ void Daemon::Handle(Connection& connection, const hv::MessageHeader& header,
           request.count > hv::kMaxFdsPerMessage) {
         return malformed("notification request must ask for 1 to 250 rings");
       }
-      std::unique_lock lock(machine_mutex_);
+      auto lock = LockMachine();
       auto fds = platform().NotificationFds(request.handle, connection.domain, request.first_ring, request.count);
       lock.unlock();
       hv::NotifyReply reply{};
@@ -565,18 +577,50 @@ void Daemon::Handle(Connection& connection, const hv::MessageHeader& header,
         reply.error = static_cast<int32_t>(machine_ ? ProtocolError::kDenied : ProtocolError::kUnsupported);
         return Reply(connection, sequence, type, hv::Pack(reply));
       }
-      std::unique_lock lock(machine_mutex_);
+      if (request.command != static_cast<uint32_t>(hv::SimCommand::kQuery) &&
+          request.command != static_cast<uint32_t>(hv::SimCommand::kRunFor)) {
+        return malformed(fmt::format("unknown sim control command {}: use 0 (query the clock) or 1 (run for "
+                                     "ARGUMENT ns)",
+                                     request.command));
+      }
+      const bool run = request.command == static_cast<uint32_t>(hv::SimCommand::kRunFor);
+      if (run && request.argument > hv::kMaxSimRunNs) {
+        return malformed(fmt::format("run-for of {} ns is longer than the {} ns (one hour of simulated time) "
+                                     "one request may ask for: ask in steps",
+                                     request.argument, hv::kMaxSimRunNs));
+      }
+      auto lock = LockMachine();
       const uint64_t now = machine_->now_ns();
-      if (request.command == static_cast<uint32_t>(hv::SimCommand::kRunFor) && !halted_) {
+      // A run of 0 ns, or on a halted machine, is answered at once, as a query.
+      if (run && request.argument != 0 && !halted_) {
+        if (request.argument > UINT64_MAX - now) {
+          lock.unlock();
+          return malformed(fmt::format("run-for of {} ns would take the simulated clock past its end at {} ns",
+                                       request.argument, now));
+        }
+        const int fd = connection.fd.get();
+        const auto mine = std::find_if(pending_runs_.begin(), pending_runs_.end(),
+                                       [fd](const PendingRun& pending) { return pending.fd == fd; });
+        std::string busy;
+        if (mine != pending_runs_.end()) {
+          busy = fmt::format("a run-for is already waiting on this connection (until {} ns); wait for its "
+                             "reply before asking for another",
+                             mine->target_ns);
+        } else if (pending_runs_.size() >= hv::kMaxPendingSimRuns) {
+          busy = fmt::format("{} run-for requests are already waiting, the most hvprof-hv keeps; retry once "
+                             "one is answered",
+                             pending_runs_.size());
+        }
+        if (!busy.empty()) {
+          lock.unlock();  // a reply that fails closes the connection, which takes the lock
+          return ReplyStatus(connection, sequence, MessageType::kError, ProtocolError::kBusy, busy);
+        }
         const uint64_t target = now + request.argument;
         run_target_ns_ = std::max(run_target_ns_, target);
-        pending_runs_.push_back({connection.fd.get(), sequence, target});
+        pending_runs_.push_back({fd, sequence, target});
         lock.unlock();
         machine_wake_.notify_all();
         return;  // answered by FinishRuns when the clock gets there
-      }
-      if (request.command > static_cast<uint32_t>(hv::SimCommand::kRunFor)) {
-        reply.error = static_cast<int32_t>(ProtocolError::kMalformed);
       }
       reply.sim_time_ns = now;
       reply.halted = halted_;
@@ -597,7 +641,7 @@ void Daemon::Handle(Connection& connection, const hv::MessageHeader& header,
       }
       std::string json;
       {
-        std::lock_guard lock(machine_mutex_);
+        auto lock = LockMachine();
         json = machine_->GroundTruthJson();
         if (request.reset != 0) machine_->ResetGroundTruth();
       }
@@ -611,7 +655,7 @@ void Daemon::Handle(Connection& connection, const hv::MessageHeader& header,
       }
       nlohmann::json info = nlohmann::json::object();
       {
-        std::lock_guard lock(machine_mutex_);
+        auto lock = LockMachine();
         if (linux_) {
           info["stats"] = nlohmann::json::parse(linux_->StatsJson(), nullptr, false);
           info["notes"] = linux_->notes();
@@ -659,7 +703,7 @@ void Daemon::Handle(Connection& connection, const hv::MessageHeader& header,
 
 void Daemon::FinishRuns() {
   if (!machine_) return;  // only the simulated clock has runs to finish
-  std::unique_lock lock(machine_mutex_);
+  auto lock = LockMachine();
   const uint64_t now = machine_->now_ns();
   const bool halted = halted_;
   const uint64_t pmis = machine_->pmis_delivered();
@@ -684,7 +728,10 @@ void Daemon::FinishRuns() {
 void Daemon::Close(Connection& connection, std::string_view why) {
   const DomainId domain = connection.domain;
   const int fd = connection.fd.get();
-  std::erase_if(pending_runs_, [fd](const PendingRun& run) { return run.fd == fd; });
+  {
+    auto lock = LockMachine();  // the machine thread reads pending_runs_
+    std::erase_if(pending_runs_, [fd](const PendingRun& run) { return run.fd == fd; });
+  }
   connections_.erase(fd);  // destroys `connection`
   bool others = false;
   for (const auto& [other_fd, other] : connections_) others |= other->domain == domain;
@@ -696,7 +743,7 @@ void Daemon::Close(Connection& connection, std::string_view why) {
   }
   // As a hypervisor cleans up after a domain that went away: its rings are unshared and freed,
   // and it stops being active.
-  std::lock_guard lock(machine_mutex_);
+  auto lock = LockMachine();
   engine_->OnConsumerGone(domain);
 }
 
@@ -705,7 +752,7 @@ void Daemon::Shutdown() {
   machine_wake_.notify_all();
   if (machine_thread_.joinable()) machine_thread_.join();
   {
-    std::lock_guard lock(machine_mutex_);
+    auto lock = LockMachine();
     if (engine_->state() == EngineState::kProfiling) {
       engine_->DoOp(engine_->primary(), legacy::kOpStop, nullptr, 0);
       Log(LogLevel::kInfo, "profiling was still on; stopped it");

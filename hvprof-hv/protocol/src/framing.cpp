@@ -22,6 +22,7 @@ const char* ProtocolErrorName(ProtocolError error) {
     case ProtocolError::kUnsupported: return "not supported on this platform";
     case ProtocolError::kBadVersion: return "protocol version mismatch";
     case ProtocolError::kInternal: return "internal error in hvprof-hv";
+    case ProtocolError::kBusy: return "too many requests waiting; retry once one is answered";
   }
   return "unknown protocol error";
 }

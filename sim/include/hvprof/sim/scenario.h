@@ -4,6 +4,7 @@
 // then checks images and function names.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -16,6 +17,19 @@
 namespace hvprof::sim {
 
 using hvpmu::DomainType;
+
+// How big a scenario may be (docs/sim-scenarios.md, Limits). Loading refuses a file beyond
+// them with a message naming the field and the range, rather than building a machine that
+// exhausts memory or file descriptors (hvprof-hv opens a socket per domain).
+inline constexpr size_t kMaxScenarioDomains = hvpmu::kMaxListedDomains;  // all can be profiled
+inline constexpr size_t kMaxProcesses = 1024;          // per domain
+inline constexpr size_t kMaxMappings = 256;            // per process
+inline constexpr size_t kMaxFunctions = 10000;         // per mode of a domain: named plus `auto`
+inline constexpr size_t kMaxCallers = 32;              // in a function's `stack`
+inline constexpr size_t kMaxKernelFallbacks = 16;
+// User mappings lie below this address. Above it are the simulated stacks (the frame-pointer
+// chains of `stack`), then, above user space, the kernels' and the hypervisor's addresses.
+inline constexpr uint64_t kMappingsEnd = 0x00007FFF00000000;
 
 enum class PmuModelKind { kIntelArchV4, kAmdZen, kAmdZen4 };
 std::string_view PmuModelName(PmuModelKind kind);

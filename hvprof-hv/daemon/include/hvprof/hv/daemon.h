@@ -4,7 +4,9 @@
 //
 // Threads: the server thread (Run) owns the sockets and answers requests; the machine thread
 // advances the machine. Both take `machine_mutex_` around anything that touches the machine,
-// the engine or the platform, so engine operations always run with the machine stopped.
+// the engine or the platform, so engine operations always run with the machine stopped. The
+// server takes it through LockMachine, and the machine thread lets it in between two steps of
+// simulated time, so a long run never leaves the other domains unanswered.
 #pragma once
 
 #include <atomic>
@@ -84,6 +86,8 @@ class Daemon {
   void Close(Connection& connection, std::string_view why);
   void FinishRuns();
   void Shutdown();
+  // The server thread's hold on machine_mutex_; see lock_waiters_.
+  std::unique_lock<std::mutex> LockMachine();
 
   DaemonOptions options_;
   sim::Scenario scenario_;
@@ -100,6 +104,9 @@ class Daemon {
   std::unique_ptr<Engine> engine_;
 
   std::mutex machine_mutex_;  // guards the machine, the engine and the platform
+  // Server threads waiting for machine_mutex_: the machine thread pauses between steps while
+  // there are any, as a std::mutex promises no turn to a waiter.
+  std::atomic<int> lock_waiters_{0};
   std::condition_variable machine_wake_;
   uint64_t run_target_ns_ = 0;  // max speed: run until this simulated time
   bool halted_ = false;
@@ -122,6 +129,7 @@ class Daemon {
     uint32_t sequence;
     uint64_t target_ns;
   };
+  // At most hv::kMaxPendingSimRuns, one per connection.
   std::vector<PendingRun> pending_runs_;
 };
 

@@ -54,6 +54,7 @@ enum class ProtocolError : int32_t {
   kUnsupported = 5,    // not available on this platform (ground truth on linux...)
   kBadVersion = 6,
   kInternal = 7,
+  kBusy = 8,           // too many requests of this kind are waiting; retry after one is answered
 };
 
 const char* ProtocolErrorName(ProtocolError error);
@@ -117,8 +118,15 @@ struct NotifyReply {
 
 enum class SimCommand : uint32_t {
   kQuery = 0,   // report the clock
-  kRunFor = 1,  // advance the clock by `argument` ns, reply when done
+  kRunFor = 1,  // advance the clock by `argument` ns (at most kMaxSimRunNs), reply when done
 };
+
+// The longest run one kRunFor may ask for: an hour of simulated time. Longer runs are asked for
+// in steps (the dom0 agent asks for at most 20 ms at a time), so one request can neither wrap
+// the clock nor set the machine running for good.
+inline constexpr uint64_t kMaxSimRunNs = 3600ull * 1'000'000'000;
+// kRunFor requests waiting for the clock: at most one per connection, and this many in all.
+inline constexpr uint32_t kMaxPendingSimRuns = 8;
 
 struct SimControlRequest {
   uint32_t command;  // SimCommand
