@@ -43,6 +43,13 @@ host (as root): `hvprof run --platform=linux --session-dir=DIR -- CMD ARGS...`.
 
 On a host without our hypervisor, run hvprof-hv first (hvprof-hv --help).
 
+Exit status: 0 done; 1 failed (the message says why and what to do); 2 bad usage; 3 done, but
+samples were lost on the way (a full disk, a peer that died; --stop, --dump and --shutdown
+print a warning saying which). --shutdown always finishes: an hvprofd that does not answer
+within 5 s is ended (SIGTERM, then SIGKILL) and the next --start-daemon recovers.
+If hvprof-hv goes away, hvprofd writes the session, marks it incomplete and exits by itself.
+The session directory must be changeable only by root and you (it is refused otherwise).
+
 Actions)";
 
 std::string ExecutableDir() {

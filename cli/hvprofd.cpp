@@ -82,6 +82,8 @@ int main(int argc, char** argv) {
 
     // One agent per session directory: the lock lives as long as this process.
     hvprof::store::SessionPaths paths{setup.value().session_root};
+    // The session directory is written as root: nobody else may be able to change it.
+    if (auto trusted = hvprof::store::CheckSessionDirectories(paths); !trusted) return Fail(ready_fd, trusted.error());
     auto lock = hvprof::LockPidFile(paths.lock());
     if (!lock) return Fail(ready_fd, lock.error());
     if (!lock.value()) {

@@ -1,6 +1,10 @@
-// Fuzzes the session store's readers: samples.hvs (chunks, checksums, records, resync after
-// damage), the aggregate file and session.json. One input feeds all three; the samples reader
-// also gets the input behind a valid file header, so the fuzzer reaches the chunk parser.
+// Fuzzes the session store's readers: samples.hvs (chunks, checksums, session ids, sequence
+// numbers, records, resync after damage), the aggregate file and session.json. One input
+// feeds all three; the samples reader also gets the input behind a valid file header, so the
+// fuzzer reaches the chunk parser. Beyond "no crash", it checks the accounting a report relies
+// on: every sample delivered is counted once and is well-formed, no chunk is counted twice,
+// what was skipped fits in the file, and reading with the file's own session id given changes
+// nothing. What the aggregate and metadata readers accept must round-trip.
 #include <cstring>
 #include <string_view>
 #include <vector>
@@ -11,13 +15,47 @@
 
 namespace store = hvprof::store;
 
+namespace {
+
+void Check(bool condition) {
+  if (!condition) __builtin_trap();
+}
+
+// Reads `bytes` and checks the summary against what was delivered.
+store::ReadSummary ReadChecked(std::span<const uint8_t> bytes, std::optional<std::span<const uint8_t, 16>> id,
+                               uint64_t* checksum) {
+  uint64_t delivered = 0;
+  auto on_sample = [&](const store::StoredSample& s) {
+    ++delivered;
+    Check(s.mode <= 2 && s.frames.size() <= store::kMaxFrames);
+    *checksum += s.ip + s.frames.size();
+    for (uint64_t frame : s.frames) *checksum ^= frame;
+  };
+  store::ReadSummary summary = store::ReadSamples(bytes, on_sample, id);
+  Check(summary.samples == delivered);
+  // Every chunk counted (read, damaged, foreign or repeated) took at least a chunk header's bytes.
+  const uint64_t counted =
+      summary.chunks + summary.damaged_chunks + summary.foreign_chunks + summary.repeated_chunks;
+  Check(counted <= bytes.size() / sizeof(store::ChunkHeaderV1) + 1);
+  Check(summary.samples <= uint64_t{summary.chunks + summary.damaged_chunks} * store::kMaxChunkRecords);
+  Check(summary.skipped_bytes <= bytes.size() && summary.intact_end <= bytes.size());
+  Check(summary.problems.size() <= 100);
+  return summary;
+}
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   uint64_t checksum = 0;
-  auto count = [&](const store::StoredSample& s) {
-    checksum += s.ip + s.frames.size();
-    for (uint64_t frame : s.frames) checksum ^= frame;
-  };
-  (void)store::ReadSamples(std::span<const uint8_t>(data, size), count);
+  const std::span<const uint8_t> input(data, size);
+  const store::ReadSummary plain = ReadChecked(input, std::nullopt, &checksum);
+  if (plain.header_ok) {
+    // The header's own id, given: the same reading.
+    uint64_t again_checksum = 0;
+    const store::ReadSummary again =
+        ReadChecked(input, std::span<const uint8_t, 16>(plain.session_id, 16), &again_checksum);
+    Check(again.samples == plain.samples && again.chunks == plain.chunks && again_checksum == checksum);
+  }
 
   std::vector<uint8_t> with_header(sizeof(store::FileHeader) + size);
   store::FileHeader header{};
@@ -26,17 +64,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   header.header_bytes = sizeof header;
   std::memcpy(with_header.data(), &header, sizeof header);
   if (size != 0) std::memcpy(with_header.data() + sizeof header, data, size);
-  (void)store::ReadSamples(with_header, count);
+  const store::ReadSummary behind = ReadChecked(with_header, std::nullopt, &checksum);
+  Check(behind.header_ok && behind.version == store::kSamplesFileVersion);
 
   hvprof::fuzz::MemfdFile file(data, size);
   if (file.ok()) {
     auto aggregate = store::ReadAggregate(file.path());
     if (aggregate) {
-      for (const auto& entry : aggregate.value().entries) checksum += entry.count;
+      const auto& entries = aggregate.value().entries;
+      for (size_t i = 0; i < entries.size(); ++i) {
+        Check(entries[i].key.mode <= 2);
+        checksum += entries[i].count;
+      }
     }
   }
 
   auto metadata = store::ParseMetadata(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz");
-  if (metadata) (void)store::SerializeMetadata(metadata.value());
+  if (metadata) {
+    const std::string text = store::SerializeMetadata(metadata.value());
+    auto reparsed = store::ParseMetadata(text, "fuzz");
+    Check(reparsed.has_value() && store::SerializeMetadata(reparsed.value()) == text);
+  }
   return checksum == 1 ? 1 : 0;  // keeps the reads from being optimised away; never 1 in practice
 }

@@ -233,9 +233,14 @@ Result<void> AgentDaemon::Run() {
     std::vector<pollfd> fds;
     fds.push_back({control_.get(), POLLIN, 0});
     fds.push_back({wake_.get(), POLLIN, 0});
+    fds.push_back({hypervisor_lost_ ? -1 : link_->HangupFd(), POLLRDHUP, 0});
     for (const ScopedFd& fd : rings_.notification_fds()) fds.push_back({fd.get(), POLLIN, 0});
     const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(PollIntervalMs()));
     if (ready < 0 && errno != EINTR) return ErrnoError(errno, "poll");
+    if (ready > 0 && (fds[2].revents & (POLLHUP | POLLRDHUP | POLLERR)) != 0) {
+      OnHypervisorLost();
+      break;
+    }
     rings_.ClearNotifications();
     DrainAll();
     OnTick();
@@ -254,10 +259,36 @@ Result<void> AgentDaemon::Run() {
       }
     }
   }
-  if (configured_) {
+  if (configured_ && !hypervisor_lost_) {
     if (auto done = Shutdown(); !done) Log(LogLevel::kError, "{}", done.error().message());
   }
   return Ok();
+}
+
+void AgentDaemon::OnHypervisorLost() {
+  hypervisor_lost_ = true;
+  const bool was_profiling = profiling_;
+  Log(LogLevel::kError, "hvprof-hv went away{}; this hvprofd writes the session and exits",
+      was_profiling ? " while profiling" : "");
+  if (session_) {
+    // The rings are this process's mappings: what the engine put in them before it went is
+    // still there.
+    DrainAll(true);
+    if (was_profiling) {
+      MarkProfiling(false);
+      session_->AddIncomplete(fmt::format(
+          "hvprof-hv (the hypervisor side) went away while profiling, at about {}: the session ends there, and "
+          "samples the engine took but had not yet put in a ring were lost uncounted",
+          FormatWallClock(WallClockNs())));
+    }
+    UpdateMetadata(nullptr);
+    if (auto dumped = session_->Dump(); !dumped) Log(LogLevel::kError, "{}", dumped.error().message());
+    Log(LogLevel::kInfo, "session kept in {} ({} samples)", session_->directory(), session_->stats().samples);
+  }
+  rings_.Clear();
+  configured_ = false;
+  StopListening();
+  shutdown_requested_ = true;
 }
 
 Result<Json> AgentDaemon::HandleOther(const std::string& action, const Json&) {
@@ -356,17 +387,30 @@ void AgentDaemon::UpdateMetadata(const hvpmu::Status* status) {
 Result<Json> AgentDaemon::Dump() {
   if (!session_) return MakeError(ErrorKind::kBadState, "there is no session yet: run `hvprof --start` first");
   DrainAll();
-  OnDump();
-  if (link_->legacy_only()) {
-    UpdateMetadata(nullptr);  // Xen has no status op: what the rings say
+  if (!hypervisor_lost_) OnDump();
+  if (link_->legacy_only() || hypervisor_lost_) {
+    UpdateMetadata(nullptr);  // Xen has no status op (nor a lost hvprof-hv): what the rings say
   } else {
     HVPROF_TRY(status, EngineStatus());
     UpdateMetadata(&status);
   }
   HVPROF_TRYV(session_->Dump());
-  return Json{{"message", "samples written"},
-              {"session", session_->directory()},
-              {"samples", session_->stats().samples}};
+  Json result{{"message", "samples written"}, {"session", session_->directory()}, {"samples", session_->stats().samples}};
+  if (const uint64_t failed = session_->stats().failed; failed != 0) {
+    result["warning"] = fmt::format("{} samples could not be written to {} ({}); they are counted as lost",
+                                    failed, session_->directory(),
+                                    session_->last_store_failure() ? session_->last_store_failure()->message()
+                                                                   : std::string("a write error"));
+  }
+  return result;
+}
+
+Json AgentDaemon::StoreStatus() const {
+  if (!session_) return Json::object();
+  const store::WriterStats& stats = session_->stats();
+  Json store{{"failed", stats.failed}, {"failed_chunks", stats.failed_chunks}};
+  if (session_->store_failure()) store["error"] = session_->store_failure()->message();
+  return store;
 }
 
 Result<Json> AgentDaemon::Reset() {

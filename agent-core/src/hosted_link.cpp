@@ -118,6 +118,9 @@ class HostedLink final : public HypervisorLink {
   // hvprof-hv serves any client of a domain's socket; two agents of one domain would each take
   // the other's state for a crashed agent's. The lock beside the socket is per host and domain.
   std::string ExclusiveLockPath() const override { return socket_path_ + ".agent.lock"; }
+  // Requests and replies alternate on the socket, so between requests it is readable only when
+  // hvprof-hv has closed it.
+  int HangupFd() const override { return socket_.get(); }
   std::string platform_name() const override { return platform_; }
   std::string machine_name() const override { return machine_; }
   uint32_t num_cpus() const override { return num_cpus_; }

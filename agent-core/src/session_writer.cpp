@@ -1,12 +1,18 @@
 #include "hvprof/agent/session_writer.h"
 
+#include <fcntl.h>
 #include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstring>
 #include <filesystem>
 
 #include "hvprof/base/files.h"
+#include "hvprof/base/log.h"
 
 namespace hvprof::agent {
 
@@ -20,10 +26,13 @@ std::array<uint8_t, 16> NewSessionId() {
   return id;
 }
 
-std::string HexId(std::span<const uint8_t> bytes) {
-  std::string out;
-  for (uint8_t byte : bytes) out += fmt::format("{:02x}", byte);
-  return out;
+std::string FormatWallClock(uint64_t ns) {
+  const std::time_t seconds = static_cast<std::time_t>(ns / 1'000'000'000);
+  std::tm tm{};
+  ::localtime_r(&seconds, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", &tm);
+  return text;
 }
 
 namespace {
@@ -43,6 +52,33 @@ bool SameEvents(const store::SessionMetadata& a, const store::SessionMetadata& b
 
 }  // namespace
 
+SpaceReserve SpaceReserve::Create(const std::string& path, uint64_t bytes) {
+  SpaceReserve reserve;
+  auto fd = OpenRegularFile(path, O_WRONLY | O_CREAT, 0600);
+  if (!fd) return reserve;
+  if (::posix_fallocate(fd.value().get(), 0, static_cast<off_t>(bytes)) != 0) {
+    ::unlink(path.c_str());
+    return reserve;
+  }
+  reserve.path_ = path;
+  return reserve;
+}
+
+SpaceReserve& SpaceReserve::operator=(SpaceReserve&& other) noexcept {
+  if (this != &other) {
+    Release();
+    path_ = std::exchange(other.path_, {});
+  }
+  return *this;
+}
+
+bool SpaceReserve::Release() {
+  if (path_.empty()) return false;
+  ::unlink(path_.c_str());
+  path_.clear();
+  return true;
+}
+
 SessionWriter::SessionWriter(std::string directory, store::SessionMetadata metadata,
                              store::SamplesWriter writer)
     : directory_(std::move(directory)),
@@ -50,20 +86,34 @@ SessionWriter::SessionWriter(std::string directory, store::SessionMetadata metad
       writer_(std::move(writer)),
       by_domain_mode_(size_t{hvpmu::kDomainIdle} + 1) {}
 
-Result<SessionWriter> SessionWriter::Open(const std::string& directory,
-                                          store::SessionMetadata metadata) {
+namespace {
+
+uint64_t ModifiedNs(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_mtim.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(st.st_mtim.tv_nsec);
+}
+
+}  // namespace
+
+Result<SessionWriter> SessionWriter::Open(const std::string& directory, store::SessionMetadata metadata) {
   HVPROF_TRYV(MakeDirectories(directory));
   const std::string samples_path = directory + "/" + store::kSamplesFile;
   const std::string metadata_path = directory + "/" + store::kMetadataFile;
   std::error_code ec;
   std::array<uint8_t, 16> id = NewSessionId();
-  if (std::filesystem::exists(metadata_path, ec)) {
+  std::vector<std::string> incomplete;
+  store::LossRecord carried;
+  uint64_t carried_idle = 0;
+  const bool continuing = std::filesystem::exists(metadata_path, ec);
+  if (continuing) {
     HVPROF_TRY(text, ReadFileToString(metadata_path, size_t{64} << 20, Links::kRefuse));
     auto previous = store::ParseMetadata(text, metadata_path);
-    if (!previous) {
+    const auto previous_id = previous ? store::ParseSessionId(previous.value().session_id) : std::nullopt;
+    if (!previous || !previous_id) {
       return MakeError(ErrorKind::kBadState,
-                       "{} holds a damaged session ({}); run `hvprof --reset` or move it away",
-                       directory, previous.error().message());
+                       "{} holds a damaged session ({}); run `hvprof --reset` or move it away", directory,
+                       previous ? "its session_id is not 32 hex digits" : previous.error().message());
     }
     if (!SameEvents(previous.value(), metadata)) {
       return MakeError(ErrorKind::kBadState,
@@ -72,26 +122,59 @@ Result<SessionWriter> SessionWriter::Open(const std::string& directory,
                        directory);
     }
     // Continue it: same id, keep what it recorded so far.
-    metadata.session_id = previous.value().session_id;
-    metadata.created_ns = previous.value().created_ns;
-    metadata.profiling = previous.value().profiling;
-    std::vector<std::string> notes = previous.value().notes;
+    const store::SessionMetadata& old = previous.value();
+    id = *previous_id;
+    metadata.session_id = old.session_id;
+    metadata.created_ns = old.created_ns;
+    metadata.profiling = old.profiling;
+    incomplete = old.incomplete;
+    carried = old.losses;
+    carried_idle = old.idle_samples;
+    if (!metadata.profiling.empty() && metadata.profiling.back().stop_ns == 0) {
+      // The agent that wrote it died while profiling: its last flush is where the session
+      // stops being whole.
+      const uint64_t last = std::max(ModifiedNs(samples_path), metadata.profiling.back().start_ns);
+      metadata.profiling.back().stop_ns = last;
+      incomplete.push_back(fmt::format(
+          "an earlier hvprofd stopped while profiling without closing the session (it died or was killed) "
+          "about {}: what it had read but not yet written, and what its rings still held, was lost uncounted",
+          FormatWallClock(last)));
+    }
+    std::vector<std::string> notes = old.notes;
     notes.push_back("the session was continued by a new hvprofd");
     notes.insert(notes.end(), metadata.notes.begin(), metadata.notes.end());
     metadata.notes = std::move(notes);
-    for (size_t i = 0; i < 16 && 2 * i + 1 < metadata.session_id.size(); ++i) {
-      id[i] = static_cast<uint8_t>(std::stoul(metadata.session_id.substr(2 * i, 2), nullptr, 16));
-    }
   } else {
-    metadata.session_id = HexId(id);
+    metadata.session_id = store::SessionIdHex(id);
     metadata.created_ns = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(
             std::chrono::system_clock::now().time_since_epoch())
             .count());
   }
-  HVPROF_TRY(writer, store::SamplesWriter::Open(samples_path, id));
+  // The counts of the samples already in the file, as this writer would have made them.
+  std::vector<std::array<uint64_t, 3>> existing(size_t{hvpmu::kDomainIdle} + 1);
+  uint64_t first_ns = 0, last_ns = 0;
+  auto count_existing = [&](const store::StoredSample& sample) {
+    if (sample.domain < existing.size() && sample.mode < 3) ++existing[sample.domain][sample.mode];
+    if (first_ns == 0 || sample.time_ns < first_ns) first_ns = sample.time_ns;
+    last_ns = std::max(last_ns, sample.time_ns);
+  };
+  HVPROF_TRY(writer, store::SamplesWriter::Open(samples_path, id, count_existing));
+  if (writer.stats().torn_bytes != 0) {
+    incomplete.push_back(fmt::format("an earlier hvprofd died while writing a chunk of samples: its {} bytes were cut "
+                                     "off the end of {}",
+                                     writer.stats().torn_bytes, store::kSamplesFile));
+  }
   SessionWriter session(directory, std::move(metadata), std::move(writer));
-  session.metadata_.samples_stored = session.writer_.stats().samples;
+  session.by_domain_mode_ = std::move(existing);
+  session.metadata_.first_sample_ns = first_ns;
+  session.metadata_.last_sample_ns = last_ns;
+  session.incomplete_ = std::move(incomplete);
+  session.carried_losses_ = carried;
+  session.carried_idle_ = carried_idle;
+  session.reserve_ = SpaceReserve::Create(directory + "/" + kSpaceReserveFile, kSpaceReserveBytes);
+  // Samples never take the last of the disk: what is left is for the metadata.
+  session.writer_.set_keep_free(kSpaceReserveBytes);
   HVPROF_TRYV(session.WriteMetadata());
   return session;
 }
@@ -122,32 +205,79 @@ uint64_t SessionWriter::samples(uint16_t domain, uint8_t mode) const {
   return domain < by_domain_mode_.size() && mode < 3 ? by_domain_mode_[domain][mode] : 0;
 }
 
+void SessionWriter::AddIncomplete(std::string reason) {
+  if (std::find(incomplete_.begin(), incomplete_.end(), reason) == incomplete_.end()) {
+    incomplete_.push_back(std::move(reason));
+  }
+}
+
 Result<void> SessionWriter::WriteMetadata() {
   static constexpr const char* kModes[] = {"user", "kernel", "hypervisor"};
+  store::SessionMetadata out = metadata_;
+  out.samples_by_domain_mode.clear();
   for (size_t domain = 0; domain < by_domain_mode_.size(); ++domain) {
     for (int mode = 0; mode < 3; ++mode) {
       if (by_domain_mode_[domain][mode] == 0) continue;
-      metadata_.samples_by_domain_mode[fmt::format("{}/{}", domain, kModes[mode])] =
-          by_domain_mode_[domain][mode];
+      out.samples_by_domain_mode[fmt::format("{}/{}", domain, kModes[mode])] = by_domain_mode_[domain][mode];
     }
   }
-  metadata_.samples_stored = writer_.stats().samples;
-  metadata_.losses.store_failed = writer_.stats().failed;
-  return WriteFileAtomically(directory_ + "/" + store::kMetadataFile,
-                             store::SerializeMetadata(metadata_));
+  const store::WriterStats& stats = writer_.stats();
+  out.samples_stored = stats.samples - writer_.pending();  // what the file holds
+  out.samples_file_chunks = stats.chunks;
+  out.samples_file_bytes = stats.bytes;
+  // An earlier agent's losses, then this one's (the engine's counts restart with each agent).
+  for (const store::LossField& field : store::kLossFields) {
+    const uint64_t carried = carried_losses_.*field.member;
+    uint64_t& total = out.losses.*field.member;
+    if (__builtin_add_overflow(total, carried, &total)) total = UINT64_MAX;
+  }
+  out.losses.store_failed = carried_losses_.store_failed;
+  if (__builtin_add_overflow(out.losses.store_failed, stats.failed, &out.losses.store_failed)) {
+    out.losses.store_failed = UINT64_MAX;
+  }
+  if (__builtin_add_overflow(out.idle_samples, carried_idle_, &out.idle_samples)) out.idle_samples = UINT64_MAX;
+  out.incomplete = incomplete_;
+  if (stats.failed != 0) {
+    out.incomplete.push_back(fmt::format(
+        "{} samples ({} chunks) could not be written to {}{}: they are counted as lost (store_failed); free space "
+        "in {} before profiling again",
+        stats.failed, stats.failed_chunks, store::kSamplesFile,
+        writer_.last_failure() ? " (" + writer_.last_failure()->message() + ")" : std::string(), directory_));
+  }
+  const std::string path = directory_ + "/" + store::kMetadataFile;
+  const std::string text = store::SerializeMetadata(out);
+  auto written = WriteFileAtomically(path, text);
+  if (!written && written.error().kind() == ErrorKind::kNoSpace && reserve_.Release()) {
+    Log(LogLevel::kWarning, "the disk is full: released the space kept in {} to write {}", directory_,
+        store::kMetadataFile);
+    written = WriteFileAtomically(path, text);
+  }
+  return written;
 }
 
 Result<void> SessionWriter::Flush() { return writer_.Flush(false); }
 
 Result<void> SessionWriter::Dump() {
   auto flushed = writer_.Flush(true);
-  // The metadata is written even when the samples could not be: what was counted survives.
-  auto metadata = WriteMetadata();
-  if (!flushed) return flushed.error().WithContext("samples were lost");
-  HVPROF_TRYV(metadata);
-  const std::string samples_path = directory_ + "/" + store::kSamplesFile;
-  HVPROF_TRY(aggregate, store::AggregateSamplesFile(samples_path));
-  return store::WriteAggregate(directory_ + "/" + store::kAggregateFile, aggregate);
+  // The metadata is written even when the samples could not be: it records their loss.
+  HVPROF_TRYV(WriteMetadata());
+  if (!flushed) {
+    Log(LogLevel::kError, "{} samples could not be written: {}", writer_.stats().failed, flushed.error().message());
+  }
+  // The aggregate is a cache of samples.hvs: without it (no space), a report reads the samples.
+  const std::string aggregate_path = directory_ + "/" + store::kAggregateFile;
+  auto id = store::ParseSessionId(metadata_.session_id);
+  store::ReadSummary summary;
+  auto aggregate = store::AggregateSamplesFile(directory_ + "/" + store::kSamplesFile, &summary,
+                                               id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt);
+  Result<void> cached = aggregate ? store::WriteAggregate(aggregate_path, aggregate.value())
+                                  : Result<void>(aggregate.error());
+  if (!cached) {
+    // An older aggregate stays: a report uses it only if it still covers the whole file.
+    Log(LogLevel::kWarning, "the aggregate of {} could not be updated ({}); reports read the samples instead",
+        directory_, cached.error().message());
+  }
+  return Ok();
 }
 
 }  // namespace hvprof::agent

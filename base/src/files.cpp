@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <vector>
 
 #include "hvprof/base/scoped_fd.h"
 
@@ -224,6 +225,58 @@ Result<void> MakeDirectories(const std::string& path) {
   if (ec) return ErrnoError(ec.value(), fmt::format("cannot create directory {}", path));
   if (!std::filesystem::is_directory(path, ec)) {
     return MakeError(ErrorKind::kInvalidArgument, "{} exists and is not a directory", path);
+  }
+  return Ok();
+}
+
+Result<void> CheckTrustedDirectory(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path absolute = fs::absolute(path, ec).lexically_normal();
+  if (ec) return ErrnoError(ec.value(), fmt::format("cannot resolve {}", path));
+  const fs::path leaf = absolute.filename().empty() ? absolute.parent_path() : absolute;
+  struct stat st {};
+  if (::lstat(leaf.c_str(), &st) != 0) return ErrnoError(errno, fmt::format("cannot inspect {}", leaf.string()));
+  if (S_ISLNK(st.st_mode)) {
+    return MakeError(ErrorKind::kPermissionDenied,
+                     "the session directory {} is a symbolic link; give the directory it points to "
+                     "(--session-dir), so that nobody can point it elsewhere while hvprofd writes there",
+                     leaf.string());
+  }
+  if (!S_ISDIR(st.st_mode)) return MakeError(ErrorKind::kInvalidArgument, "{} is not a directory", leaf.string());
+  // The directories above, as they really are (links resolved).
+  char* real_parent = ::realpath(leaf.parent_path().c_str(), nullptr);
+  if (real_parent == nullptr) {
+    return ErrnoError(errno, fmt::format("cannot resolve {}", leaf.parent_path().string()));
+  }
+  std::vector<fs::path> chain = {leaf};
+  for (fs::path p(real_parent);; p = p.parent_path()) {
+    chain.push_back(p);
+    if (p == p.parent_path()) break;
+  }
+  std::free(real_parent);
+  const uid_t user = ::geteuid();
+  const gid_t group = ::getegid();
+  for (size_t i = 0; i < chain.size(); ++i) {
+    const std::string dir = chain[i].string();
+    if (::stat(dir.c_str(), &st) != 0) return ErrnoError(errno, fmt::format("cannot inspect {}", dir));
+    const bool sticky_above = i != 0 && (st.st_mode & S_ISVTX) != 0;
+    std::string fault;
+    if (st.st_uid != 0 && st.st_uid != user) {
+      fault = fmt::format("is owned by uid {}, who could replace what is in it", st.st_uid);
+    } else if ((st.st_mode & S_IWOTH) != 0 && !sticky_above) {
+      fault = "is writable by every user";
+    } else if ((st.st_mode & S_IWGRP) != 0 && st.st_gid != 0 && st.st_gid != group && !sticky_above) {
+      fault = fmt::format("is writable by group {}", st.st_gid);
+    }
+    if (!fault.empty()) {
+      return MakeError(ErrorKind::kPermissionDenied,
+                       "{} is not safe for hvprof's sessions: {} {} (mode {:04o}), so others could plant links or files "
+                       "that hvprofd would write through. Use a directory only root{} can change (e.g. `chmod go-w "
+                       "{}`), or give another --session-dir",
+                       leaf.string(), i == 0 ? std::string("it") : dir, fault, st.st_mode & 07777,
+                       user == 0 ? std::string() : " and you", dir);
+    }
   }
   return Ok();
 }

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include <fmt/ranges.h>
 
 #include "hvprof/agent/hypervisor_link.h"
+#include "hvprof/base/escape.h"
 #include "hvprof/base/files.h"
 #include "hvprof/base/scoped_fd.h"
 
@@ -56,6 +58,24 @@ std::string Plural(uint64_t n, const char* word) {
   return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s");
 }
 
+// The outcome of an action that finished but lost something on the way: its warnings follow
+// the message, and the exit code is 3 (done, incomplete), as hvprof-report's.
+Outcome WithWarnings(std::string message, const Json& response) {
+  Outcome outcome{std::move(message)};
+  std::vector<std::string> warnings;
+  if (response.contains("warning") && response["warning"].is_string()) warnings.push_back(response["warning"]);
+  if (response.contains("warnings") && response["warnings"].is_array()) {
+    for (const Json& warning : response["warnings"]) {
+      if (warning.is_string() && std::find(warnings.begin(), warnings.end(), warning.get<std::string>()) == warnings.end()) {
+        warnings.push_back(warning);
+      }
+    }
+  }
+  for (const std::string& warning : warnings) outcome.message += "\nwarning: " + EscapeForTerminal(warning);
+  if (!warnings.empty()) outcome.exit_code = 3;
+  return outcome;
+}
+
 }  // namespace
 
 AgentProcess FindAgent(const store::SessionPaths& paths) {
@@ -65,6 +85,7 @@ AgentProcess FindAgent(const store::SessionPaths& paths) {
   auto ping = agent::Request(paths.control_socket(), Json{{"action", "ping"}}, std::chrono::seconds(5));
   if (ping && ping.value().value("ok", false)) {
     agent.running = true;
+    agent.answering = true;
     agent.pid = ping.value().value("pid", agent.pid);
     return agent;
   }
@@ -136,6 +157,7 @@ Result<Outcome> StartDaemon(const setup::SetupOptions& setup, const std::string&
     HVPROF_TRYV(setup::CheckImage(image, "passive-kernel", std::nullopt));
   }
   HVPROF_TRYV(MakeDirectories(paths.samples_dir()));
+  HVPROF_TRYV(CheckSessionDirectories(paths));
   HVPROF_TRYV(WriteFileAtomically(paths.setup(), setup.ToJson().dump(1) + "\n"));
 
   // Start hvprofd detached, with a pipe on which it reports whether the setup worked.
@@ -219,10 +241,10 @@ Result<Outcome> Stop(const store::SessionPaths& paths) {
   const Json& r = response.value();
   std::string message = r.value("message", "profiling stopped");
   if (r.contains("samples")) {
-    message += fmt::format("; {} stored in {}", Plural(r["samples"].get<uint64_t>(), "sample"),
+    message += fmt::format("; {} stored in {}", Plural(r.value("samples", uint64_t{0}), "sample"),
                            r.value("session", ""));
   }
-  return Outcome{message};
+  return WithWarnings(message, r);
 }
 
 Result<Outcome> Dump(const store::SessionPaths& paths) {
@@ -233,26 +255,79 @@ Result<Outcome> Dump(const store::SessionPaths& paths) {
     }
     return response.error();
   }
-  return Outcome{fmt::format("{} stored in {}", Plural(response.value().value("samples", uint64_t{0}), "sample"),
-                             response.value().value("session", ""))};
+  return WithWarnings(fmt::format("{} stored in {}", Plural(response.value().value("samples", uint64_t{0}), "sample"),
+                                  response.value().value("session", "")),
+                      response.value());
 }
 
+namespace {
+
+bool IsHvprofd(int pid) {
+  auto comm = ReadFileToString(fmt::format("/proc/{}/comm", pid), 64, Links::kFollow);
+  return comm && comm.value().rfind("hvprofd", 0) == 0;
+}
+
+// Waits up to `limit` for `pid` to exit; true if it did.
+bool WaitGone(int pid, std::chrono::milliseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (::kill(pid, 0) == 0 && IsHvprofd(pid)) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    ::usleep(10000);
+  }
+  return true;
+}
+
+// An hvprofd that does not answer (hung, stopped): SIGTERM, then SIGKILL.
+Result<Outcome> Terminate(const store::SessionPaths& paths, int pid) {
+  if (pid <= 0 || !IsHvprofd(pid)) {
+    return MakeError(ErrorKind::kBadState,
+                     "hvprofd for {} holds its lock but does not answer, and its pid is unknown; end it by hand",
+                     paths.root);
+  }
+  ::kill(pid, SIGTERM);
+  ::kill(pid, SIGCONT);  // a stopped process handles SIGTERM only once continued
+  const char* how = "SIGTERM";
+  if (!WaitGone(pid, std::chrono::seconds(5))) {
+    ::kill(pid, SIGKILL);
+    how = "SIGKILL";
+    if (!WaitGone(pid, std::chrono::seconds(5))) {
+      return MakeError(ErrorKind::kBusy, "hvprofd (pid {}) survived SIGKILL; it is stuck in the kernel", pid);
+    }
+  }
+  Outcome outcome{fmt::format(
+      "hvprofd (pid {}) did not answer within 5 s and was ended with {}; the session in {} keeps what it had "
+      "written, and the next `hvprof --start-daemon` recovers the hypervisor's state",
+      pid, how, paths.current())};
+  outcome.exit_code = 3;
+  return outcome;
+}
+
+}  // namespace
+
 Result<Outcome> Shutdown(const store::SessionPaths& paths) {
-  auto response = Send(paths, Json{{"action", "shutdown"}}, kLongRequestTimeout);
+  const AgentProcess agent = FindAgent(paths);
+  if (!agent.running) {
+    return Outcome{fmt::format("hvprofd is not running for {}; nothing to shut down{}", paths.root,
+                               agent.stale ? " (an earlier one died without shutting down: its session is kept)" : "")};
+  }
+  if (!agent.answering) return Terminate(paths, agent.pid);
+  // It answers: shutting down writes the session, which takes as long as the session is large.
+  auto response = Send(paths, Json{{"action", "shutdown"}}, std::chrono::minutes(10));
   if (!response) {
     if (response.error().message().rfind("hvprofd is not running", 0) == 0) {
       return Outcome{fmt::format("hvprofd is not running for {}; nothing to shut down", paths.root)};
     }
+    if (response.error().kind() == ErrorKind::kIo) {  // it stopped answering (timed out, hung up)
+      return Terminate(paths, agent.pid);
+    }
     return response.error();
   }
   // Wait for the process to go, so that a following --start-daemon finds the lock free.
-  const AgentProcess agent = FindAgent(paths);
-  for (int i = 0; i < 200 && agent.pid != 0 && ::kill(agent.pid, 0) == 0; ++i) {
-    ::usleep(10000);
-  }
-  return Outcome{fmt::format("{}; {} kept in {}", response.value().value("message", "shut down"),
-                             Plural(response.value().value("samples", uint64_t{0}), "sample"),
-                             response.value().value("session", paths.current()))};
+  if (agent.pid != 0) (void)WaitGone(agent.pid, std::chrono::seconds(2));
+  return WithWarnings(fmt::format("{}; {} kept in {}", response.value().value("message", "shut down"),
+                                  Plural(response.value().value("samples", uint64_t{0}), "sample"),
+                                  response.value().value("session", paths.current())),
+                      response.value());
 }
 
 Result<Outcome> Reset(const store::SessionPaths& paths) {
@@ -315,13 +390,33 @@ Result<Outcome> Status(const store::SessionPaths& paths) {
       message += fmt::format("note: a previous hvprofd (pid {}) died without shutting down\n", agent.pid);
     }
     auto session = store::OpenSession(paths.current());
-    if (session) {
-      const auto& m = session.value().metadata;
-      message += fmt::format("session: {} ({}, {} on {}), {} stored\n", session.value().directory,
-                             m.platform, m.cpu_type, m.machine, Plural(m.samples_stored, "sample"));
-    } else {
+    if (!session) {
       message += "session: none\n";
+      return Outcome{message};
     }
+    const auto& m = session.value().metadata;
+    message += fmt::format("session: {} ({}, {} on {})\n", session.value().directory, EscapeForTerminal(m.platform),
+                           EscapeForTerminal(m.cpu_type), EscapeForTerminal(m.machine));
+    // What the file holds, which may be more than the metadata last said.
+    const std::string samples = session.value().directory + "/" + store::kSamplesFile;
+    const auto id = store::ParseSessionId(m.session_id);
+    auto read = store::ReadSamplesFile(samples, [](const store::StoredSample&) {},
+                                       id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt);
+    if (read) {
+      message += fmt::format("samples: {} in {} (session.json says {})\n", read.value().samples, store::kSamplesFile,
+                             m.samples_stored);
+    } else {
+      message += fmt::format("samples: {} per session.json; {}\n", m.samples_stored, read.error().message());
+    }
+    if (m.losses.store_failed != 0) {
+      message += fmt::format("NOT WRITTEN: {} could not be written to the session\n",
+                             Plural(m.losses.store_failed, "sample"));
+    }
+    if (!m.profiling.empty() && m.profiling.back().stop_ns == 0) {
+      message += "incomplete: hvprofd stopped while profiling without closing the session (it died or was killed); "
+                 "`hvprof --start-daemon` with the same options recovers and continues it\n";
+    }
+    for (const std::string& reason : m.incomplete) message += "incomplete: " + EscapeForTerminal(reason) + "\n";
     return Outcome{message};
   }
   HVPROF_TRY(status, Send(paths, Json{{"action", "status"}}));
@@ -400,6 +495,14 @@ std::string FormatStatus(const Json& s) {
   }
   out += fmt::format("session: {} ({} stored)\n", s.value("session", ""),
                      Plural(s.value("samples_stored", uint64_t{0}), "sample"));
+  const Json store = s.value("store", Json::object());
+  if (store.value("failed", uint64_t{0}) != 0) {
+    out += fmt::format("NOT WRITTEN: {} ({}) could not be written to the session{}; free space there\n",
+                       Plural(store.value("failed", uint64_t{0}), "sample"),
+                       Plural(store.value("failed_chunks", uint64_t{0}), "chunk"),
+                       store.contains("error") ? fmt::format(" (now failing: {})", EscapeForTerminal(store.value("error", "")))
+                                               : std::string(" (writing works again)"));
+  }
   for (const Json& event : s.value("events", Json::array())) {
     out += fmt::format("event:   {}:{} on counter {} (unit mask {:#04x}, {}{})\n", event.value("name", ""),
                        event.value("count", uint64_t{0}), event.value("counter", 0), event.value("unit_mask", 0),

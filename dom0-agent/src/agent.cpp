@@ -513,28 +513,42 @@ Result<Json> Dom0Agent::Stop() {
 
 Result<Json> Dom0Agent::Shutdown() {
   if (!configured_) return Json{{"message", "already shut down"}};
+  // Shutting down always finishes: what fails on the way is said, and what was written stays.
+  std::vector<std::string> warnings;
   Json result = Json::object();
-  if (profiling_) {
-    HVPROF_TRY(stopped, Stop());
-    result = stopped;
+  auto finished = profiling_ ? Stop() : Dump();
+  if (finished) {
+    result = std::move(finished).value();
+    if (result.contains("warning")) warnings.push_back(result["warning"].get<std::string>());
   } else {
-    HVPROF_TRY(dumped, Dump());
-    result = dumped;
+    warnings.push_back(finished.error().message());
+    MarkProfiling(false);
   }
   // Release everything, in Xen's order: our rings, the counters, the lists, the primary role.
   rings_.Clear();
+  Result<void> released = Ok();
   if (link_->legacy_only()) {
-    HVPROF_TRYV(UnwindXenoprof());  // as recovery does: robust to a dom0 that fell off the list
+    if (auto unwound = UnwindXenoprof(); !unwound) released = unwound.error();  // as recovery does
   } else {
-    HVPROF_TRYV(Op(legacy::kOpDisableVirq, {}, true));
-    HVPROF_TRYV(Op(legacy::kOpReleaseCounters, {}, true));
-    HVPROF_TRYV(Op(legacy::kOpResetActiveList, {}, true));
-    HVPROF_TRYV(Op(legacy::kOpShutdown, {}, true));
+    for (uint32_t op : {legacy::kOpDisableVirq, legacy::kOpReleaseCounters, legacy::kOpResetActiveList,
+                        legacy::kOpShutdown}) {
+      if (released) released = Op(op, {}, true);
+    }
+  }
+  if (!released) {
+    warnings.push_back(fmt::format("the hypervisor's profiler could not be released ({}); the next "
+                                   "`hvprof --start-daemon` recovers it",
+                                   released.error().message()));
   }
   configured_ = false;
   StopListening();
   result["message"] = "profiling shut down";
-  Log(LogLevel::kInfo, "shut down; session kept in {}", session_->directory());
+  if (!warnings.empty()) result["warnings"] = warnings;
+  if (session_) {
+    result["session"] = session_->directory();
+    result["samples"] = session_->stats().samples;
+  }
+  Log(LogLevel::kInfo, "shut down; session kept in {}", session_ ? session_->directory() : paths_.current());
   return result;
 }
 
@@ -568,7 +582,8 @@ Result<Json> Dom0Agent::Status() {
               {"platform", link_->platform_name()},
               {"machine", link_->machine_name()},
               {"session", session_ ? session_->directory() : ""},
-              {"samples_stored", session_ ? session_->stats().samples : 0},
+              {"samples_stored", session_ ? session_->samples_in_file() : 0},
+              {"store", StoreStatus()},
               {"events", events},
               {"buffers", {{"capacity", capacity_}, {"watermark", watermark_}, {"poll_interval_ms", PollIntervalMs()}}}};
   if (link_->legacy_only()) {

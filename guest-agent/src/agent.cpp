@@ -249,8 +249,13 @@ Result<Json> GuestAgent::Shutdown() {
     HVPROF_TRY(status, EngineStatus());
     const bool running = status.state == static_cast<uint32_t>(hvpmu::EngineState::kProfiling);
     MarkProfiling(false);
-    HVPROF_TRY(dumped, Dump());
-    result = dumped;
+    // Leaving always finishes; a session that could not be written is said, not a reason to stay.
+    if (auto dumped = Dump(); dumped) {
+      result = std::move(dumped).value();
+      if (result.contains("warning")) result["warnings"] = Json::array({result["warning"]});
+    } else {
+      result["warnings"] = Json::array({dumped.error().message()});
+    }
     rings_.Clear();
     if (running) {
       // The engine refuses disable_virq while profiling; the hypervisor deactivates this domain
@@ -286,7 +291,8 @@ Result<Json> GuestAgent::Status() {
               {"platform", link_->platform_name()},
               {"machine", link_->machine_name()},
               {"session", session_ ? session_->directory() : ""},
-              {"samples_stored", session_ ? session_->stats().samples : 0},
+              {"samples_stored", session_ ? session_->samples_in_file() : 0},
+              {"store", StoreStatus()},
               {"events", events},
               {"buffers", {{"capacity", capacity_}, {"watermark", watermark_}, {"poll_interval_ms", PollIntervalMs()}}}};
   if (link_->legacy_only()) {

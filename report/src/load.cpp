@@ -493,7 +493,9 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
   const Stopwatch reading;
   store::Aggregate aggregate;
   bool from_aggregate = false;
-  if (options.use_aggregate && have_samples) {
+  // A samples file shorter than the metadata says was cut: its aggregate cannot be trusted.
+  if (options.use_aggregate && have_samples &&
+      static_cast<uint64_t>(st.st_size) >= profile.metadata_.samples_file_bytes) {
     auto read = store::ReadAggregate(aggregate_path);
     if (read && read.value().source_bytes == static_cast<uint64_t>(st.st_size)) {
       aggregate = std::move(read).value();
@@ -524,17 +526,43 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
       from_aggregate = false;
     }
   }
+  const store::SessionMetadata& m = profile.metadata_;
   if (!from_aggregate && have_samples) {
     store::ReadSummary summary;
-    HVPROF_TRY(raw, store::AggregateSamplesFile(samples, &summary));
+    const auto id = store::ParseSessionId(m.session_id);
+    HVPROF_TRY(raw, store::AggregateSamplesFile(samples, &summary,
+                                                id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt));
     aggregate = std::move(raw);
     for (const store::FileProblem& problem : summary.problems) {
       profile.problems_.push_back(fmt::format("{} at byte {}: {}", samples, problem.offset, problem.description));
     }
+    if (summary.next_sequence < m.samples_file_chunks) {
+      profile.problems_.push_back(fmt::format(
+          "{} ends after chunk {} where the session had written {} chunks: the file was cut short and the samples "
+          "of the last {} chunks are lost",
+          samples, summary.next_sequence == 0 ? std::string("none") : std::to_string(summary.next_sequence - 1),
+          m.samples_file_chunks, m.samples_file_chunks - summary.next_sequence));
+    }
     // One count per sample read: this cannot wrap.
     (void)sum_counts(aggregate, &sum);
   }
+  if (have_samples && static_cast<uint64_t>(st.st_size) < m.samples_file_bytes) {
+    profile.problems_.push_back(fmt::format("{} holds {} bytes where the session had written {}: it was truncated",
+                                            samples, st.st_size, m.samples_file_bytes));
+  }
   if (!have_samples) profile.problems_.push_back(fmt::format("{} has no samples file", profile.directory_));
+  for (const std::string& reason : m.incomplete) profile.problems_.push_back("the session is incomplete: " + reason);
+  if (!m.profiling.empty() && m.profiling.back().stop_ns == 0) {
+    if (store::SessionWriterAlive(profile.directory_)) {
+      profile.metadata_.notes.push_back(
+          "profiling is still on: this is the session as hvprofd last wrote it (`hvprof --dump` writes it now)");
+    } else {
+      profile.problems_.push_back(
+          "the session is incomplete: profiling was never stopped, and no hvprofd is writing it (it died or was "
+          "killed); the samples it had not yet written were lost uncounted. `hvprof --start-daemon` with the same "
+          "--session-dir recovers and continues the session");
+    }
+  }
   std::vector<PublishedProfile> published;
   if (options.all_domains) published = ProfileBuilder::ReadPublished(profile, &aggregate, sum);
   profile.timings_.read_seconds = reading.Seconds();

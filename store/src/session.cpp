@@ -101,6 +101,8 @@ std::string SerializeMetadata(const SessionMetadata& m) {
   out["last_sample_ns"] = m.last_sample_ns;
   out["samples_by_domain_mode"] = m.samples_by_domain_mode;
   out["notes"] = m.notes;
+  if (!m.incomplete.empty()) out["incomplete"] = m.incomplete;
+  out["samples_file"] = {{"chunks", m.samples_file_chunks}, {"bytes", m.samples_file_bytes}};
   if (!m.platform_stats.empty()) {
     Json stats = Json::parse(m.platform_stats, nullptr, false);
     if (stats.is_object()) out["platform_stats"] = std::move(stats);
@@ -297,6 +299,17 @@ Result<SessionMetadata> ParseMetadata(std::string_view text, std::string_view or
     HVPROF_TRY(text_value, note.String());
     m.notes.push_back(text_value);
   }
+  HVPROF_TRY(incomplete, root.OptionalArray("incomplete", kMaxList));
+  for (const json::Node& reason : incomplete) {
+    HVPROF_TRY(text_value, reason.String());
+    m.incomplete.push_back(text_value);
+  }
+  if (const auto file = root.OptionalMember("samples_file")) {
+    HVPROF_TRY(chunks, file->Get<uint64_t>("chunks"));
+    HVPROF_TRY(bytes, file->Get<uint64_t>("bytes"));
+    m.samples_file_chunks = chunks;
+    m.samples_file_bytes = bytes;
+  }
   if (const auto stats = root.OptionalMember("platform_stats")) {
     if (!stats->IsObject()) return stats->Fail("expected an object, got {}", stats->Describe());
     m.platform_stats = stats->value().dump();
@@ -340,13 +353,17 @@ static_assert(sizeof(PackedEntry) == 24);
 
 }  // namespace
 
-Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* summary_out) {
+Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* summary_out,
+                                       std::optional<std::span<const uint8_t, 16>> session_id) {
   detail::AddressCounter counter;
   uint64_t samples = 0;
-  HVPROF_TRY(summary, ReadSamplesFile(path, [&](const StoredSample& s) {
-    counter.Add(AggregateKey{s.ip, s.pid, s.domain, s.mode, s.event});
-    ++samples;
-  }));
+  HVPROF_TRY(summary, ReadSamplesFile(
+                          path,
+                          [&](const StoredSample& s) {
+                            counter.Add(AggregateKey{s.ip, s.pid, s.domain, s.mode, s.event});
+                            ++samples;
+                          },
+                          session_id));
   Aggregate aggregate;
   aggregate.entries = counter.TakeSorted();
   aggregate.samples = samples;
@@ -437,6 +454,29 @@ Result<void> ValidateSessionName(const std::string& name) {
                      name);
   }
   return Ok();
+}
+
+Result<void> CheckSessionDirectories(const SessionPaths& paths) {
+  HVPROF_TRYV(CheckTrustedDirectory(paths.root));
+  std::error_code ec;
+  for (const std::string& dir : {paths.samples_dir(), paths.current()}) {
+    if (std::filesystem::exists(std::filesystem::symlink_status(dir, ec))) HVPROF_TRYV(CheckTrustedDirectory(dir));
+  }
+  return Ok();
+}
+
+bool SessionWriterAlive(const std::string& directory) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(directory).lexically_normal();
+  const fs::path current = dir.filename().empty() ? dir.parent_path() : dir;
+  if (current.filename() != "current" || current.parent_path().filename() != "samples") return false;
+  const fs::path root = current.parent_path().parent_path();
+  auto lock = ReadFileToString(SessionPaths{root.string()}.lock(), 4096, Links::kRefuse);
+  if (!lock) return false;
+  const long pid = std::strtol(lock.value().c_str(), nullptr, 10);
+  if (pid <= 0) return false;
+  auto comm = ReadFileToString(fmt::format("/proc/{}/comm", pid), 64, Links::kFollow);
+  return comm && comm.value().rfind("hvprofd", 0) == 0;
 }
 
 Result<SessionOnDisk> OpenSession(const std::string& directory) {

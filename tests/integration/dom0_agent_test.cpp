@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "hvprof/agent/ring_set.h"
 #include "hvprof/report/load.h"
@@ -212,6 +213,14 @@ TEST_CASE("a killed agent loses at most its unflushed tail; a new one recovers",
   auto status = host.Hvprof({"--status"});
   CHECK(status.out.find("not running") != std::string::npos);
   CHECK(status.out.find("died without shutting down") != std::string::npos);
+  CHECK(status.out.find(fmt::format("samples: {} in samples.hvs (session.json says {})", readable, durable)) !=
+        std::string::npos);
+  CHECK(status.out.find("incomplete: hvprofd stopped while profiling") != std::string::npos);
+  // The report says the session ends early, with its exit code for "incomplete".
+  auto report = host.Report({});
+  INFO(report.out << report.err);
+  CHECK(report.status == 3);
+  CHECK(report.out.find("no hvprofd is writing it") != std::string::npos);
 
   // A new agent takes the hypervisor back from the state the dead one left (profiling).
   auto again = host.Hvprof({"--start-daemon", "--passive-domains=2"});
@@ -230,6 +239,17 @@ TEST_CASE("a killed agent loses at most its unflushed tail; a new one recovers",
   auto reread = store::ReadSamplesFile(host.current() + "/samples.hvs", [&](const store::StoredSample&) { ++after; });
   REQUIRE(reread.has_value());
   CHECK(after > readable);
+  // The continued session counts both agents' samples, and says where the first one ended.
+  const store::SessionMetadata& m = session.value().metadata;
+  CHECK(m.samples_stored == after);
+  uint64_t by_mode = 0;
+  for (const auto& [key, count] : m.samples_by_domain_mode) by_mode += count;
+  CHECK(by_mode == after);
+  REQUIRE(m.incomplete.size() == 1);
+  CHECK(m.incomplete[0].find("an earlier hvprofd stopped while profiling") != std::string::npos);
+  REQUIRE(m.profiling.size() == 2);
+  CHECK(m.profiling[0].stop_ns >= m.profiling[0].start_ns);
+  CHECK(m.profiling[0].stop_ns <= m.profiling[1].start_ns);
 }
 
 TEST_CASE("every wrong order of use has its own message", "[agent][usage]") {

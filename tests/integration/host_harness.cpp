@@ -58,6 +58,13 @@ Host::~Host() {
   }
 }
 
+void Host::KillHypervisor() {
+  if (hv_pid_ <= 0) return;
+  ::kill(hv_pid_, SIGKILL);
+  ::waitpid(hv_pid_, nullptr, 0);
+  hv_pid_ = -1;
+}
+
 CommandResult Host::Hvprof(std::vector<std::string> args, const std::vector<std::string>& environment) {
   std::vector<std::string> argv = {Binary("hvprof")};
   const bool run = !args.empty() && args[0] == "run";

@@ -34,6 +34,8 @@ class Host {
   std::unique_ptr<agent::HypervisorLink> Connect(uint16_t domain) const;
   nlohmann::json GroundTruth(bool reset) const;
   pid_t AgentPid() const;  // from the session root's lock file
+  // Ends hvprof-hv as a crash would (SIGKILL) and reaps it.
+  void KillHypervisor();
 
   const std::string& run_dir() const { return run_dir_; }
   const std::string& session_root() const { return session_root_; }

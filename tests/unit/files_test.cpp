@@ -189,3 +189,46 @@ TEST_CASE("reading: only regular files, within a bound", "[base][files][safety]"
   REQUIRE_FALSE(refused.has_value());
   CHECK(refused.error().message().find("is a symbolic link") != std::string::npos);
 }
+
+TEST_CASE("session roots: a directory others could change is refused, naming it", "[base][files][safety]") {
+  TempDir dir;  // under /tmp: sticky and world-writable above, which is fine
+  const std::string root = dir.File("sessions");
+  REQUIRE(::mkdir(root.c_str(), 0755) == 0);
+  CHECK(hvprof::CheckTrustedDirectory(root).has_value());
+
+  SECTION("writable by every user") {
+    REQUIRE(::chmod(root.c_str(), 0777) == 0);
+    auto checked = hvprof::CheckTrustedDirectory(root);
+    REQUIRE_FALSE(checked.has_value());
+    CHECK(checked.error().kind() == ErrorKind::kPermissionDenied);
+    CHECK(checked.error().message().find("is writable by every user (mode 0777)") != std::string::npos);
+    // Sticky helps above the directory (nobody can rename it), not for it: files in it are planted.
+    REQUIRE(::chmod(root.c_str(), 01777) == 0);
+    CHECK_FALSE(hvprof::CheckTrustedDirectory(root).has_value());
+  }
+  SECTION("a directory above it writable by every user") {
+    const std::string inner = root + "/inner";
+    REQUIRE(::mkdir(inner.c_str(), 0755) == 0);
+    REQUIRE(::chmod(root.c_str(), 0777) == 0);
+    auto checked = hvprof::CheckTrustedDirectory(inner);
+    REQUIRE_FALSE(checked.has_value());
+    CHECK(checked.error().message().find(root + " is writable by every user") != std::string::npos);
+  }
+  SECTION("a symbolic link as the session root") {
+    const std::string link = dir.File("link");
+    REQUIRE(::symlink(root.c_str(), link.c_str()) == 0);
+    auto checked = hvprof::CheckTrustedDirectory(link);
+    REQUIRE_FALSE(checked.has_value());
+    CHECK(checked.error().message().find("is a symbolic link") != std::string::npos);
+  }
+  SECTION("owned by another user") {
+    if (::geteuid() != 0) {
+      (void)hvprof::testing::SkipTest("giving a directory to another user needs root");
+      return;
+    }
+    REQUIRE(::chown(root.c_str(), 65534, 65534) == 0);
+    auto checked = hvprof::CheckTrustedDirectory(root);
+    REQUIRE_FALSE(checked.has_value());
+    CHECK(checked.error().message().find("is owned by uid 65534") != std::string::npos);
+  }
+}

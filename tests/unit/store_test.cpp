@@ -1,5 +1,10 @@
 // The session store's formats: samples round-trip exactly; damage of every kind is found,
 // named and skipped; metadata errors name the field.
+#include <sys/resource.h>
+#include <zlib.h>
+
+#include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -283,4 +288,220 @@ TEST_CASE("session names for --save", "[store]") {
     INFO(bad);
     CHECK_FALSE(ValidateSessionName(bad).has_value());
   }
+}
+
+namespace {
+
+// The chunks of a samples file: where each starts and how long it is, header included.
+struct ChunkSpan {
+  size_t offset;
+  size_t bytes;
+  uint32_t records;
+};
+
+std::vector<ChunkSpan> Chunks(const std::vector<uint8_t>& file) {
+  std::vector<ChunkSpan> chunks;
+  size_t position = sizeof(FileHeader);
+  while (position + sizeof(ChunkHeader) <= file.size()) {
+    ChunkHeader header;
+    std::memcpy(&header, file.data() + position, sizeof header);
+    chunks.push_back({position, sizeof header + header.payload_bytes, header.records});
+    position += sizeof header + header.payload_bytes;
+  }
+  return chunks;
+}
+
+std::vector<uint8_t> Slice(const std::vector<uint8_t>& bytes, const ChunkSpan& chunk) {
+  return {bytes.begin() + static_cast<ptrdiff_t>(chunk.offset),
+          bytes.begin() + static_cast<ptrdiff_t>(chunk.offset + chunk.bytes)};
+}
+
+uint64_t CountSamples(const std::vector<uint8_t>& bytes, ReadSummary* summary = nullptr) {
+  uint64_t count = 0;
+  ReadSummary read = ReadSamples(bytes, [&](const StoredSample&) { ++count; });
+  CHECK(read.samples == count);
+  if (summary != nullptr) *summary = std::move(read);
+  return count;
+}
+
+}  // namespace
+
+TEST_CASE("chunks carry their session and number: foreign, repeated and missing chunks are named, never counted",
+          "[store][bad-input]") {
+  TempDir dir;
+  const auto samples = MakeSamples(30000, 11);
+  const std::string path = dir.File("samples.hvs");
+  WriteFile(path, samples, 10000);  // three chunks of 10000, session {1, 2, 3}
+  const std::vector<uint8_t> good = Bytes(path);
+  const auto chunks = Chunks(good);
+  REQUIRE(chunks.size() == 3);
+
+  SECTION("a chunk copied in from another session is skipped") {
+    const uint8_t other_id[16] = {9, 9, 9};
+    const std::string other_path = dir.File("other.hvs");
+    {
+      auto writer = SamplesWriter::Open(other_path, std::span<const uint8_t, 16>(other_id, 16));
+      REQUIRE(writer.has_value());
+      for (size_t i = 0; i < 5000; ++i) writer.value().Append(samples[i].sample);
+      REQUIRE(writer.value().Flush(true).has_value());
+    }
+    const auto other = Bytes(other_path);
+    // Even with the number this file expects next, it is not this session's.
+    auto forged = good;
+    const auto stranger = Slice(other, Chunks(other)[0]);
+    forged.insert(forged.end(), stranger.begin(), stranger.end());
+    ReadSummary summary;
+    CHECK(CountSamples(forged, &summary) == 30000);
+    CHECK(summary.foreign_chunks == 1);
+    CHECK(AllProblems(summary).find("belongs to session 09090900") != std::string::npos);
+    // A whole file of another session, read as this one's (the report passes session.json's id).
+    uint64_t count = 0;
+    const uint8_t expected[16] = {1, 2, 3};
+    ReadSummary foreign_file =
+        ReadSamples(other, [&](const StoredSample&) { ++count; }, std::span<const uint8_t, 16>(expected, 16));
+    CHECK(count == 0);
+    CHECK(AllProblems(foreign_file).find("copied in from another one") != std::string::npos);
+  }
+  SECTION("a repeated chunk is counted once") {
+    auto forged = good;
+    const auto again = Slice(good, chunks[1]);
+    forged.insert(forged.end(), again.begin(), again.end());
+    ReadSummary summary;
+    CHECK(CountSamples(forged, &summary) == 30000);
+    CHECK(summary.repeated_chunks == 1);
+    CHECK(AllProblems(summary).find("chunk 1 (10000 samples) repeats") != std::string::npos);
+  }
+  SECTION("a removed chunk is a gap, named") {
+    auto forged = good;
+    forged.erase(forged.begin() + static_cast<ptrdiff_t>(chunks[1].offset),
+                 forged.begin() + static_cast<ptrdiff_t>(chunks[1].offset + chunks[1].bytes));
+    ReadSummary summary;
+    CHECK(CountSamples(forged, &summary) == 20000);
+    CHECK(summary.missing_chunks == 1);
+    CHECK(summary.damaged_chunks == 0);
+    CHECK(AllProblems(summary).find("chunk 1 is missing") != std::string::npos);
+  }
+  SECTION("a file cut at a chunk boundary ends early: its next sequence number shows it") {
+    auto cut = good;
+    cut.resize(chunks[2].offset);
+    ReadSummary summary;
+    CHECK(CountSamples(cut, &summary) == 20000);
+    CHECK(summary.next_sequence == 2);  // the metadata says 3 were written: the report names the loss
+    CHECK(summary.problems.empty());
+  }
+  SECTION("a damaged chunk header does not read as a gap") {
+    auto damaged = good;
+    damaged[chunks[1].offset + 12] ^= 0xFF;
+    ReadSummary summary;
+    CHECK(CountSamples(damaged, &summary) == 20000);
+    CHECK(summary.missing_chunks == 0);
+    CHECK(summary.damaged_chunks == 1);
+  }
+}
+
+TEST_CASE("an existing samples file is appended to only by its own session, after its torn tail is cut",
+          "[store][bad-input]") {
+  TempDir dir;
+  const auto samples = MakeSamples(20000, 12);
+  const std::string path = dir.File("samples.hvs");
+  WriteFile(path, {samples.begin(), samples.begin() + 10000}, 5000);
+  const uint8_t other_id[16] = {7};
+  auto refused = SamplesWriter::Open(path, std::span<const uint8_t, 16>(other_id, 16));
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().message().find("holds the samples of session 01020300") != std::string::npos);
+
+  // A writer killed mid-chunk leaves a torn tail.
+  auto bytes = Bytes(path);
+  const size_t whole = bytes.size();
+  {
+    std::ofstream append(path, std::ios::binary | std::ios::app);
+    const auto torn = Slice(bytes, Chunks(bytes)[0]);
+    append.write(reinterpret_cast<const char*>(torn.data()), static_cast<std::streamsize>(torn.size() / 2));
+  }
+  const uint8_t id[16] = {1, 2, 3};
+  auto writer = SamplesWriter::Open(path, std::span<const uint8_t, 16>(id, 16));
+  REQUIRE(writer.has_value());
+  CHECK(writer.value().stats().torn_bytes > 0);
+  CHECK(writer.value().stats().samples == 10000);
+  CHECK(writer.value().stats().bytes == whole);
+  for (size_t i = 10000; i < 20000; ++i) writer.value().Append(samples[i].sample);
+  REQUIRE(writer.value().Flush(true).has_value());
+  size_t i = 0, mismatches = 0;
+  auto summary = ReadSamplesFile(path, [&](const StoredSample& s) { mismatches += !Same(s, samples[i++]); });
+  REQUIRE(summary.has_value());
+  CHECK(summary.value().problems.empty());
+  CHECK(summary.value().samples == 20000);
+  CHECK(mismatches == 0);
+}
+
+TEST_CASE("a chunk that cannot be written is cut off and counted; writing resumes when there is room",
+          "[store][bad-input]") {
+  // An injected write failure: the file size limit (EFBIG), as a full disk (ENOSPC) fails.
+  TempDir dir;
+  const auto samples = MakeSamples(30000, 13);
+  const std::string path = dir.File("samples.hvs");
+  const uint8_t id[16] = {1, 2, 3};
+  auto writer = SamplesWriter::Open(path, std::span<const uint8_t, 16>(id, 16));
+  REQUIRE(writer.has_value());
+  for (size_t i = 0; i < 10000; ++i) writer.value().Append(samples[i].sample);
+  REQUIRE(writer.value().Flush(false).has_value());
+  const uint64_t size_before = Bytes(path).size();
+
+  struct rlimit saved {};
+  REQUIRE(::getrlimit(RLIMIT_FSIZE, &saved) == 0);
+  auto previous_handler = ::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit tight = saved;
+  tight.rlim_cur = size_before + 1000;  // room for part of the next chunk only
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &tight) == 0);
+  for (size_t i = 10000; i < 20000; ++i) writer.value().Append(samples[i].sample);
+  auto failed = writer.value().Flush(false);
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &saved) == 0);
+  ::signal(SIGXFSZ, previous_handler);
+
+  REQUIRE_FALSE(failed.has_value());
+  CHECK(writer.value().stats().failed == 10000);
+  CHECK(writer.value().stats().failed_chunks == 1);
+  CHECK(writer.value().failure().has_value());
+  CHECK(Bytes(path).size() == size_before);  // the partial chunk was cut off
+  for (size_t i = 20000; i < 30000; ++i) writer.value().Append(samples[i].sample);
+  REQUIRE(writer.value().Flush(true).has_value());
+  CHECK_FALSE(writer.value().failure().has_value());
+  CHECK(writer.value().stats().samples == 20000);
+
+  ReadSummary summary;
+  CHECK(CountSamples(Bytes(path), &summary) == 20000);
+  CHECK(summary.problems.empty());  // no gap: the failed chunk never took a number
+  CHECK(summary.next_sequence == 2);
+}
+
+TEST_CASE("version 1 samples files (hvprof 0.1) are still read", "[store]") {
+  TempDir dir;
+  const auto samples = MakeSamples(12000, 14);
+  const std::string path = dir.File("samples.hvs");
+  WriteFile(path, samples, 6000);
+  const auto v2 = Bytes(path);
+  // The same chunks in version 1's layout.
+  std::vector<uint8_t> v1(v2.begin(), v2.begin() + sizeof(FileHeader));
+  FileHeader file_header;
+  std::memcpy(&file_header, v1.data(), sizeof file_header);
+  file_header.version = 1;
+  std::memcpy(v1.data(), &file_header, sizeof file_header);
+  for (const ChunkSpan& chunk : Chunks(v2)) {
+    ChunkHeader h;
+    std::memcpy(&h, v2.data() + chunk.offset, sizeof h);
+    ChunkHeaderV1 old{h.magic, 1, sizeof(ChunkHeaderV1), h.sequence, h.records, h.payload_bytes, h.payload_crc,
+                      h.first_time_ns, h.last_time_ns, 0, 0};
+    old.header_crc = static_cast<uint32_t>(::crc32(0, reinterpret_cast<const Bytef*>(&old),
+                                                   offsetof(ChunkHeaderV1, header_crc)));
+    const auto* raw = reinterpret_cast<const uint8_t*>(&old);
+    v1.insert(v1.end(), raw, raw + sizeof old);
+    v1.insert(v1.end(), v2.begin() + static_cast<ptrdiff_t>(chunk.offset + sizeof h),
+              v2.begin() + static_cast<ptrdiff_t>(chunk.offset + chunk.bytes));
+  }
+  size_t i = 0, mismatches = 0;
+  ReadSummary summary = ReadSamples(v1, [&](const StoredSample& s) { mismatches += !Same(s, samples[i++]); });
+  CHECK(summary.version == 1);
+  CHECK(summary.samples == 12000);
+  CHECK(mismatches == 0);
+  CHECK(summary.problems.empty());
 }

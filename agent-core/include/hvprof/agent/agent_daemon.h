@@ -65,6 +65,8 @@ class AgentDaemon {
   Result<Json> Dump();
   Result<Json> Reset();
   Result<Json> Save(const std::string& name);
+  // What status says of the session store: samples not written, and why.
+  Json StoreStatus() const;
   // Marks the current profiling interval as started or stopped in the metadata.
   void MarkProfiling(bool on);
 
@@ -81,6 +83,10 @@ class AgentDaemon {
   virtual void OnTick() {}
   // Called by Dump before it writes the session.
   virtual void OnDump() {}
+  // hvprof-hv went away: everything left in the rings is drained, the session is written and
+  // marked incomplete if profiling was on, and the agent exits (Run returns), so that the next
+  // `hvprof --start-daemon` finds no stale daemon.
+  void OnHypervisorLost();
 
   std::string role_;
   store::SessionPaths paths_;
@@ -90,6 +96,7 @@ class AgentDaemon {
   store::SessionMetadata base_metadata_;
   bool configured_ = false;
   bool profiling_ = false;  // as far as this agent's session is concerned
+  bool hypervisor_lost_ = false;  // the link hung up: no more operations
   std::vector<std::string> notes_;
 
  private:

@@ -54,6 +54,9 @@ class HypervisorLink {
   // A file this domain's agent must hold locked while it drives the profiler: neither Xen nor
   // hvprof-hv tells two agents of one domain apart. Empty where the hypervisor can.
   virtual std::string ExclusiveLockPath() const { return {}; }
+  // A descriptor that reports a hangup (poll's POLLHUP or POLLRDHUP) when the hypervisor side
+  // goes away, or -1 where it cannot go away without the machine (Xen).
+  virtual int HangupFd() const { return -1; }
 
   // Runs one profiling operation with `argument` read and written in place. The engine's answer
   // (kOk or a refusal) is the value; an Error means the link itself failed.

@@ -52,6 +52,14 @@ Result<void> WriteAll(int fd, std::span<const std::byte> data, std::string_view 
 // Creates `path` and its parents (mode 0755). Succeeds if it already exists as a directory.
 Result<void> MakeDirectories(const std::string& path);
 
+// Checks a directory a root daemon will write in (a session root): the directory itself is no
+// symbolic link, and neither it nor any directory above it can be changed by anyone but root
+// and this process's user. Each must be owned by one of them and not writable by others or by
+// a group other than root's or the user's; above the directory itself, a sticky directory such
+// as /tmp is fine, since others cannot rename what is ours in it. kPermissionDenied names the
+// directory at fault, its owner and mode, and what to do.
+Result<void> CheckTrustedDirectory(const std::string& path);
+
 // Creates `path` if need be (a regular file, never through a link), locks it for as long as the
 // descriptor lives and writes this process's pid into it, then `note` on a line of its own (what
 // the holder works on, for the message a second one gets). nullopt when another process holds

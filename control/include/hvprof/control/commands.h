@@ -22,7 +22,8 @@ struct Outcome {
 
 struct AgentProcess {
   int pid = 0;
-  bool running = false;    // answering on its control socket
+  bool running = false;    // alive: answering, or holding its lock
+  bool answering = false;  // answered a ping on its control socket
   bool stale = false;      // a lock file names a dead agent
 };
 
@@ -32,7 +33,9 @@ AgentProcess FindAgent(const store::SessionPaths& paths);
 // --start-daemon: checks the setup, writes daemonrc.json, starts `hvprofd_path` and waits for
 // it to report that profiling is set up (or why not).
 Result<Outcome> StartDaemon(const setup::SetupOptions& setup, const std::string& hvprofd_path);
-// --start, --stop, --dump, --shutdown, --reset, --save=NAME, --status.
+// --start, --stop, --dump, --shutdown, --reset, --save=NAME, --status. --shutdown finishes in
+// bounded time: an hvprofd that does not answer within 5 s is terminated (SIGTERM, then
+// SIGKILL), keeping what it had written.
 Result<Outcome> Start(const store::SessionPaths& paths);
 Result<Outcome> Stop(const store::SessionPaths& paths);
 Result<Outcome> Dump(const store::SessionPaths& paths);

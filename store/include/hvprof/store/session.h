@@ -139,6 +139,12 @@ struct SessionMetadata {
   uint64_t last_sample_ns = 0;
   std::map<std::string, uint64_t> samples_by_domain_mode;  // "1/user" -> count
   std::vector<std::string> notes;  // what the agent wants a report reader to know
+  // Why the session is known to be incomplete (the disk filled up, hvprof-hv went away, an
+  // earlier hvprofd died); empty for a whole session. A report warns and exits 3.
+  std::vector<std::string> incomplete;
+  // What samples.hvs held when this was written: a shorter file was cut.
+  uint64_t samples_file_chunks = 0;
+  uint64_t samples_file_bytes = 0;
   // What the platform says of its own sampling (linux: requested and achieved rates per CPU,
   // throttling, perf's losses), as a JSON object; empty when it says nothing.
   std::string platform_stats;
@@ -171,8 +177,10 @@ struct Aggregate {
   uint64_t source_bytes = 0;  // how much of samples.hvs it covers
 };
 
-// Builds the aggregate from the whole samples file (ignoring damaged chunks).
-Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* summary = nullptr);
+// Builds the aggregate from the whole samples file (ignoring damaged chunks, and chunks of
+// another session than `session_id`'s when given).
+Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* summary = nullptr,
+                                       std::optional<std::span<const uint8_t, 16>> session_id = std::nullopt);
 Result<void> WriteAggregate(const std::string& path, const Aggregate& aggregate);
 Result<Aggregate> ReadAggregate(const std::string& path);
 
@@ -191,12 +199,20 @@ struct SessionPaths {
 
 inline constexpr const char* kDefaultSessionRoot = "/var/lib/hvprof";
 
+// CheckTrustedDirectory (base/files.h) for a session root and, where they exist, its samples
+// directory and current session: what a root hvprofd writes in.
+Result<void> CheckSessionDirectories(const SessionPaths& paths);
+
 // Checks a --save name: letters, digits, '-', '_' and '.', not "current", not starting with '.'.
 Result<void> ValidateSessionName(const std::string& name);
 
 // The name of the most recently written saved session under `paths` (by its metadata's
 // modification time), or nothing when there is none.
 std::optional<std::string> NewestSavedSession(const SessionPaths& paths);
+
+// Whether an hvprofd is alive to write the session in `directory` (a session root's
+// samples/current): the root's lock names a live hvprofd process. False for saved sessions.
+bool SessionWriterAlive(const std::string& directory);
 
 // A session as the report tool sees it.
 struct SessionOnDisk {
