@@ -5,9 +5,12 @@
 
 #include <boost/program_options.hpp>
 
+#include "hvprof/base/escape.h"
 #include "hvprof/base/files.h"
 #include "hvprof/setup/setup.h"
+#include "hvprof/report/views/stacks.h"
 #include "hvprof/report/writers/csv.h"
+#include "hvprof/report/writers/folded.h"
 #include "hvprof/report/writers/json.h"
 #include "hvprof/report/writers/text.h"
 #include "hvprof/report/load.h"
@@ -31,6 +34,8 @@ Examples:
   hvprof-report -l --by-domain        symbols, domain by domain
   hvprof-report -l --domain=dom0 --mode=kernel
   hvprof-report --format=json -o report.json
+  hvprof-report --format=folded -o stacks.folded   call stacks for flame-graph tools
+                                      (profile with `hvprof --start-daemon --callgraph=16`)
 
 Exit status: 0 complete report; 1 no report (e.g. no session); 2 bad usage;
 3 report printed but incomplete (damaged samples, images missing or changed: see its warnings).
@@ -74,6 +79,7 @@ int main(int argc, char** argv) {
     std::string session_arg;
     std::string session_root = store::kDefaultSessionRoot;
     std::string domains, modes, images, symbols, events, sort, merge, demangle = "smart", format = "text", output;
+    std::string stack_root = "domain";
     std::string image_path;
     double threshold = 0.0;
     report::ReportOptions options;
@@ -103,7 +109,11 @@ int main(int argc, char** argv) {
         ("global-percent,%", "with -d, percentages of all samples rather than of the symbol")
         ("exclude-dependent,x", "only samples in the applications' own executables (no libraries, kernel or hypervisor)")
         ("no-header,n", "leave out the header")
-        ("format", po::value(&format)->default_value("text"), "text, csv or json (docs/report-json.md)")
+        ("format", po::value(&format)->default_value("text"),
+         "text, csv, json (docs/report-json.md), or folded: one line per call stack, root first, "
+         "'frame;frame;frame COUNT', as flame-graph tools read it (docs/report-formats.md)")
+        ("stack-root", po::value(&stack_root)->default_value("domain"),
+         "folded: what each stack starts with: domain (the domain's name, then the mode), mode, or none")
         ("output,o", po::value(&output), "write the report to this file")
         ("image-path", po::value(&image_path), "directories to look for images that moved (comma-separated)")
         ("verbose,V", "say why addresses could not be resolved")
@@ -146,9 +156,12 @@ int main(int argc, char** argv) {
     options.no_header = values.count("no-header") != 0;
     options.verbose = values.count("verbose") != 0;
     if (threshold < 0 || threshold > 100) return fail(Error(ErrorKind::kInvalidArgument, "--threshold must be 0-100"), 2);
-    if (format != "text" && format != "csv" && format != "json") {
-      return fail(MakeError(ErrorKind::kInvalidArgument, "--format: '{}' is not text, csv or json", format), 2);
+    if (format != "text" && format != "csv" && format != "json" && format != "folded") {
+      return fail(MakeError(ErrorKind::kInvalidArgument, "--format: '{}' is not text, csv, json or folded", format), 2);
     }
+    const bool folded = format == "folded";
+    auto root = report::ParseStackRoot(stack_root);
+    if (!root) return fail(root.error(), 2);
     if (demangle != "none" && demangle != "normal" && demangle != "smart") {
       return fail(MakeError(ErrorKind::kInvalidArgument, "--demangle: '{}' is not none, normal or smart", demangle), 2);
     }
@@ -189,6 +202,7 @@ int main(int argc, char** argv) {
     load.lines = options.view == report::View::kDebugInfo;
     load.use_aggregate = values.count("raw-samples") == 0;
     load.all_domains = values.count("all-domains") != 0;
+    load.stacks = folded;
     const auto started = std::chrono::steady_clock::now();
     if (!image_path.empty()) {
       auto parsed = setup::SplitList(image_path, "image-path");
@@ -231,11 +245,32 @@ int main(int argc, char** argv) {
       }
     }
 
-    auto table = report::BuildTable(profile.value(), options);
-    if (!table) return fail(table.error(), 1);
-    const std::string text = format == "json" ? report::FormatJson(profile.value(), table.value(), options)
-                             : format == "csv" ? report::FormatCsv(profile.value(), table.value(), options)
-                                               : report::FormatText(profile.value(), table.value(), options);
+    std::string text;
+    if (folded) {
+      if (options.events.size() > 1) {
+        return fail(Error(ErrorKind::kInvalidArgument, "--format=folded shows one event: give one --event"), 2);
+      }
+      report::StackOptions stack_options;
+      stack_options.root = root.value();
+      stack_options.event = options.events.empty() ? report::DefaultStackEvent(profile.value()) : options.events[0];
+      stack_options.domains = options.domains;
+      stack_options.modes = options.modes;
+      text = report::FormatFolded(report::NameStacks(profile.value(), stack_options));
+      const uint64_t flat = profile.value().samples_without_chain();
+      if (flat != 0 && flat == profile.value().total_samples()) {
+        std::cerr << "hvprof-report: no sample has a call chain: every stack is one frame deep (profile with "
+                     "`hvprof --start-daemon --callgraph=16` to record chains)\n";
+      }
+      for (const std::string& problem : profile.value().problems()) {
+        std::cerr << "hvprof-report: warning: " << EscapeForTerminal(problem) << "\n";
+      }
+    } else {
+      auto table = report::BuildTable(profile.value(), options);
+      if (!table) return fail(table.error(), 1);
+      text = format == "json" ? report::FormatJson(profile.value(), table.value(), options)
+             : format == "csv" ? report::FormatCsv(profile.value(), table.value(), options)
+                               : report::FormatText(profile.value(), table.value(), options);
+    }
     if (!output.empty()) {
       if (auto written = WriteOutput(output, text); !written) return fail(written.error(), 1);
     } else {

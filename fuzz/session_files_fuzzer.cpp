@@ -33,10 +33,11 @@ store::ReadSummary ReadChecked(std::span<const uint8_t> bytes, std::optional<std
   };
   store::ReadSummary summary = store::ReadSamples(bytes, on_sample, id);
   Check(summary.samples == delivered);
-  // Every chunk counted (read, damaged, foreign or repeated) took at least a chunk header's bytes.
-  const uint64_t counted =
-      summary.chunks + summary.damaged_chunks + summary.foreign_chunks + summary.repeated_chunks;
-  Check(counted <= bytes.size() / sizeof(store::ChunkHeaderV1) + 1);
+  // Every chunk whose header held (read, foreign, repeated, or with a bad payload) took a whole
+  // header's bytes; each damaged header was followed by at least one byte skipped.
+  const uint64_t whole = summary.chunks + summary.foreign_chunks + summary.repeated_chunks;
+  Check(whole <= bytes.size() / sizeof(store::ChunkHeaderV1));
+  Check(summary.damaged_chunks <= bytes.size() / sizeof(store::ChunkHeaderV1) + summary.skipped_bytes + 1);
   Check(summary.samples <= uint64_t{summary.chunks + summary.damaged_chunks} * store::kMaxChunkRecords);
   Check(summary.skipped_bytes <= bytes.size() && summary.intact_end <= bytes.size());
   Check(summary.problems.size() <= 100);

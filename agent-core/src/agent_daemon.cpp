@@ -376,6 +376,11 @@ void AgentDaemon::UpdateMetadata(const hvpmu::Status* status) {
     m.losses.no_ring = status->lost[static_cast<int>(LossReason::kNoRing)];
     m.losses.unprofiled_domain = status->lost[static_cast<int>(LossReason::kUnprofiledDomain)];
     m.idle_samples = status->idle_samples;
+  } else if (hypervisor_lost_) {
+    // The engine's counts, last read while it lived, cover every domain's rings: never less.
+    m.losses.ring_full = std::max(m.losses.ring_full, own.ring_full);
+    m.losses.corrupt_index = std::max(m.losses.corrupt_index, own.corrupt_index);
+    m.losses.no_ring = std::max(m.losses.no_ring, own.no_ring);
   } else {
     m.losses.ring_full = own.ring_full;
     m.losses.corrupt_index = own.corrupt_index;

@@ -61,13 +61,21 @@ SpaceReserve SpaceReserve::Create(const std::string& path, uint64_t bytes) {
     return reserve;
   }
   reserve.path_ = path;
+  reserve.bytes_ = bytes;
   return reserve;
+}
+
+void SpaceReserve::Grow(uint64_t bytes) {
+  if (path_.empty() || bytes <= bytes_) return;
+  auto fd = OpenRegularFile(path_, O_WRONLY);
+  if (fd && ::posix_fallocate(fd.value().get(), 0, static_cast<off_t>(bytes)) == 0) bytes_ = bytes;
 }
 
 SpaceReserve& SpaceReserve::operator=(SpaceReserve&& other) noexcept {
   if (this != &other) {
     Release();
     path_ = std::exchange(other.path_, {});
+    bytes_ = std::exchange(other.bytes_, 0);
   }
   return *this;
 }
@@ -76,6 +84,7 @@ bool SpaceReserve::Release() {
   if (path_.empty()) return false;
   ::unlink(path_.c_str());
   path_.clear();
+  bytes_ = 0;
   return true;
 }
 
@@ -105,6 +114,7 @@ Result<SessionWriter> SessionWriter::Open(const std::string& directory, store::S
   std::vector<std::string> incomplete;
   store::LossRecord carried;
   uint64_t carried_idle = 0;
+  uint64_t recorded_chunks = 0, recorded_bytes = 0;
   const bool continuing = std::filesystem::exists(metadata_path, ec);
   if (continuing) {
     HVPROF_TRY(text, ReadFileToString(metadata_path, size_t{64} << 20, Links::kRefuse));
@@ -130,6 +140,8 @@ Result<SessionWriter> SessionWriter::Open(const std::string& directory, store::S
     incomplete = old.incomplete;
     carried = old.losses;
     carried_idle = old.idle_samples;
+    recorded_chunks = old.samples_file_chunks;
+    recorded_bytes = old.samples_file_bytes;
     if (!metadata.profiling.empty() && metadata.profiling.back().stop_ns == 0) {
       // The agent that wrote it died while profiling: its last flush is where the session
       // stops being whole.
@@ -160,6 +172,14 @@ Result<SessionWriter> SessionWriter::Open(const std::string& directory, store::S
     last_ns = std::max(last_ns, sample.time_ns);
   };
   HVPROF_TRY(writer, store::SamplesWriter::Open(samples_path, id, count_existing));
+  if (continuing && (writer.next_sequence() < recorded_chunks || writer.stats().bytes < recorded_bytes)) {
+    // The file lost what the last metadata says was written (a crash before it was synced).
+    incomplete.push_back(fmt::format("{} held {} chunks ({} bytes) when an earlier hvprofd last recorded it, and "
+                                     "{} ({} bytes) when this one continued it: the rest was lost",
+                                     store::kSamplesFile, recorded_chunks, recorded_bytes, writer.next_sequence(),
+                                     writer.stats().bytes));
+    writer.SkipTo(static_cast<uint32_t>(std::min<uint64_t>(recorded_chunks, UINT32_MAX - 1)));
+  }
   if (writer.stats().torn_bytes != 0) {
     incomplete.push_back(fmt::format("an earlier hvprofd died while writing a chunk of samples: its {} bytes were cut "
                                      "off the end of {}",
@@ -223,7 +243,7 @@ Result<void> SessionWriter::WriteMetadata() {
   }
   const store::WriterStats& stats = writer_.stats();
   out.samples_stored = stats.samples - writer_.pending();  // what the file holds
-  out.samples_file_chunks = stats.chunks;
+  out.samples_file_chunks = writer_.next_sequence();
   out.samples_file_bytes = stats.bytes;
   // An earlier agent's losses, then this one's (the engine's counts restart with each agent).
   for (const store::LossField& field : store::kLossFields) {
@@ -251,6 +271,13 @@ Result<void> SessionWriter::WriteMetadata() {
     Log(LogLevel::kWarning, "the disk is full: released the space kept in {} to write {}", directory_,
         store::kMetadataFile);
     written = WriteFileAtomically(path, text);
+  }
+  if (written) {
+    // Room for the next one beside this one, however large the metadata grows (thousands of
+    // processes on a linux host).
+    const uint64_t needed = std::max<uint64_t>(kSpaceReserveBytes, 2 * uint64_t{text.size()});
+    reserve_.Grow(needed);
+    writer_.set_keep_free(needed);
   }
   return written;
 }

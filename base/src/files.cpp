@@ -257,6 +257,23 @@ Result<void> CheckTrustedDirectory(const std::string& path) {
   std::free(real_parent);
   const uid_t user = ::geteuid();
   const gid_t group = ::getegid();
+  // The path as given goes through links and directories of its own: a link someone else owns
+  // could be pointed elsewhere later, and each directory it passes must be safe as well.
+  {
+    fs::path prefix = absolute.root_path();
+    for (const fs::path& part : absolute.relative_path()) {
+      prefix /= part;
+      if (prefix == leaf) break;
+      if (::lstat(prefix.c_str(), &st) != 0) return ErrnoError(errno, fmt::format("cannot inspect {}", prefix.string()));
+      if (S_ISLNK(st.st_mode) && st.st_uid != 0 && st.st_uid != user) {
+        return MakeError(ErrorKind::kPermissionDenied,
+                         "{} is not safe for hvprof's sessions: {} is a symbolic link owned by uid {}, who could point "
+                         "it elsewhere while hvprofd writes there; give the path without it",
+                         leaf.string(), prefix.string(), st.st_uid);
+      }
+      if (!S_ISLNK(st.st_mode)) chain.push_back(prefix);
+    }
+  }
   for (size_t i = 0; i < chain.size(); ++i) {
     const std::string dir = chain[i].string();
     if (::stat(dir.c_str(), &st) != 0) return ErrnoError(errno, fmt::format("cannot inspect {}", dir));

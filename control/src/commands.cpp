@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <sstream>
 #include <string_view>
 #include <vector>
 
@@ -91,7 +92,8 @@ AgentProcess FindAgent(const store::SessionPaths& paths) {
   }
   if (agent.pid != 0) {
     // The lock is held while an hvprofd lives; if we can take it, nobody holds it.
-    ScopedFd lock(::open(paths.lock().c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    // Read-only: flock needs no write access, and the lock is root's.
+    ScopedFd lock(::open(paths.lock().c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
     if (lock.valid() && ::flock(lock.get(), LOCK_EX | LOCK_NB) == 0) {
       agent.stale = true;
       ::flock(lock.get(), LOCK_UN);
@@ -262,15 +264,39 @@ Result<Outcome> Dump(const store::SessionPaths& paths) {
 
 namespace {
 
+// Whether `pid` is a live hvprofd: a zombie (exited, not yet reaped by its parent) is gone.
 bool IsHvprofd(int pid) {
   auto comm = ReadFileToString(fmt::format("/proc/{}/comm", pid), 64, Links::kFollow);
-  return comm && comm.value().rfind("hvprofd", 0) == 0;
+  if (!comm || comm.value().rfind("hvprofd", 0) != 0) return false;
+  auto stat = ReadFileToString(fmt::format("/proc/{}/stat", pid), 4096, Links::kFollow);
+  if (!stat) return false;
+  const size_t paren = stat.value().rfind(')');
+  return paren == std::string::npos || paren + 2 >= stat.value().size() || stat.value()[paren + 2] != 'Z';
+}
+
+// CPU time `pid` has used (utime + stime, in clock ticks), or -1.
+long long CpuTicks(int pid) {
+  auto stat = ReadFileToString(fmt::format("/proc/{}/stat", pid), 4096, Links::kFollow);
+  if (!stat) return -1;
+  const size_t paren = stat.value().rfind(')');
+  if (paren == std::string::npos) return -1;
+  std::istringstream fields(stat.value().substr(paren + 2));
+  std::string field;
+  long long utime = -1, stime = -1;
+  for (int i = 3; fields >> field; ++i) {  // field 3 is the state; 14 and 15 the CPU times
+    if (i == 14) utime = std::atoll(field.c_str());
+    if (i == 15) {
+      stime = std::atoll(field.c_str());
+      break;
+    }
+  }
+  return utime < 0 || stime < 0 ? -1 : utime + stime;
 }
 
 // Waits up to `limit` for `pid` to exit; true if it did.
 bool WaitGone(int pid, std::chrono::milliseconds limit) {
   const auto until = std::chrono::steady_clock::now() + limit;
-  while (::kill(pid, 0) == 0 && IsHvprofd(pid)) {
+  while (IsHvprofd(pid)) {
     if (std::chrono::steady_clock::now() >= until) return false;
     ::usleep(10000);
   }
@@ -284,10 +310,18 @@ Result<Outcome> Terminate(const store::SessionPaths& paths, int pid) {
                      "hvprofd for {} holds its lock but does not answer, and its pid is unknown; end it by hand",
                      paths.root);
   }
-  ::kill(pid, SIGTERM);
+  if (::kill(pid, SIGTERM) != 0) return ErrnoError(errno, fmt::format("cannot signal hvprofd (pid {})", pid));
   ::kill(pid, SIGCONT);  // a stopped process handles SIGTERM only once continued
   const char* how = "SIGTERM";
-  if (!WaitGone(pid, std::chrono::seconds(5))) {
+  // SIGTERM makes it write the session and shut down: wait while it makes progress (uses CPU),
+  // up to 10 minutes; 5 s without progress is a hang.
+  bool gone = WaitGone(pid, std::chrono::seconds(5));
+  for (int i = 0; !gone && i < 600; ++i) {
+    const long long before = CpuTicks(pid);
+    gone = WaitGone(pid, std::chrono::seconds(1));
+    if (!gone && (before < 0 || CpuTicks(pid) <= before)) break;
+  }
+  if (!gone) {
     ::kill(pid, SIGKILL);
     how = "SIGKILL";
     if (!WaitGone(pid, std::chrono::seconds(5))) {
@@ -305,23 +339,32 @@ Result<Outcome> Terminate(const store::SessionPaths& paths, int pid) {
 }  // namespace
 
 Result<Outcome> Shutdown(const store::SessionPaths& paths) {
-  const AgentProcess agent = FindAgent(paths);
+  AgentProcess agent = FindAgent(paths);
   if (!agent.running) {
     return Outcome{fmt::format("hvprofd is not running for {}; nothing to shut down{}", paths.root,
                                agent.stale ? " (an earlier one died without shutting down: its session is kept)" : "")};
   }
+  // Not answering may be busy (a long dump answers nobody meanwhile): while it uses CPU, wait.
+  for (int waited = 0; !agent.answering && agent.pid > 0 && waited < 120; ++waited) {
+    const long long before = CpuTicks(agent.pid);
+    ::usleep(1000000);
+    if (before < 0 || CpuTicks(agent.pid) <= before) break;  // no progress: hung or stopped
+    agent = FindAgent(paths);
+  }
+  if (!agent.running) return Outcome{fmt::format("hvprofd for {} has ended", paths.root)};
   if (!agent.answering) return Terminate(paths, agent.pid);
   // It answers: shutting down writes the session, which takes as long as the session is large.
-  auto response = Send(paths, Json{{"action", "shutdown"}}, std::chrono::minutes(10));
-  if (!response) {
-    if (response.error().message().rfind("hvprofd is not running", 0) == 0) {
+  auto sent = agent::Request(paths.control_socket(), Json{{"action", "shutdown"}}, std::chrono::minutes(10));
+  if (!sent) {
+    // The request itself failed (timed out, hung up): it stopped answering.
+    if (sent.error().kind() == ErrorKind::kNotFound) {
       return Outcome{fmt::format("hvprofd is not running for {}; nothing to shut down", paths.root)};
     }
-    if (response.error().kind() == ErrorKind::kIo) {  // it stopped answering (timed out, hung up)
-      return Terminate(paths, agent.pid);
-    }
-    return response.error();
+    return Terminate(paths, agent.pid);
   }
+  // It answered; a refusal is its own, said as it is.
+  auto response = agent::CheckResponse(std::move(sent).value());
+  if (!response) return response.error();
   // Wait for the process to go, so that a following --start-daemon finds the lock free.
   if (agent.pid != 0) (void)WaitGone(agent.pid, std::chrono::seconds(2));
   return WithWarnings(fmt::format("{}; {} kept in {}", response.value().value("message", "shut down"),

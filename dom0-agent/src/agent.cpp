@@ -521,8 +521,19 @@ Result<Json> Dom0Agent::Shutdown() {
     result = std::move(finished).value();
     if (result.contains("warning")) warnings.push_back(result["warning"].get<std::string>());
   } else {
+    // Whatever failed (the hypervisor's stop, the session's write), what was drained is kept
+    // and the session says it ends here.
     warnings.push_back(finished.error().message());
-    MarkProfiling(false);
+    if (session_) {
+      DrainAll(true);
+      MarkProfiling(false);
+      session_->AddIncomplete("the last stop or dump before shutdown failed (" + finished.error().message() +
+                              "): the session may lack its last samples and counts");
+      UpdateMetadata(nullptr);
+      if (auto dumped = session_->Dump(); !dumped) warnings.push_back(dumped.error().message());
+    } else {
+      MarkProfiling(false);
+    }
   }
   // Release everything, in Xen's order: our rings, the counters, the lists, the primary role.
   rings_.Clear();

@@ -58,7 +58,11 @@ class ProfileBuilder {
  public:
   ProfileBuilder(Profile& profile, const LoadOptions& options) : p_(profile), options_(options) {}
 
-  Result<void> Build(const store::Aggregate& aggregate);
+  // Attributes every entry of `aggregate` into `out` (the profile's entries or its frames).
+  Result<void> Build(const store::Aggregate& aggregate, std::vector<Entry>& out);
+  // With LoadOptions::stacks: reads every sample's chain from `samples_path` and attributes
+  // each distinct frame address.
+  Result<void> BuildStacks(const std::string& samples_path);
   // Adds the user and kernel rows the guests symbolized themselves.
   void AddPublishedSymbols(const std::vector<PublishedProfile>& published);
   // Domains whose hypervisor samples come from a published profile (named domainN-xen).
@@ -100,6 +104,7 @@ class ProfileBuilder {
 
   Profile& p_;
   const LoadOptions& options_;
+  std::vector<Entry>* out_ = nullptr;      // what Build fills in
   std::map<std::string, Target> targets_;  // by a key naming image and bias
   std::unordered_map<std::string, uint32_t> image_index_;
   std::unordered_map<std::string, uint32_t> symbol_index_;
@@ -287,8 +292,8 @@ void ProfileBuilder::Symbolize(Target& target) {
     const uint32_t image = ImageIndex(target.name, "", false);
     const uint32_t symbol = SymbolIndex(image, "(no symbols)", 0, false, "no image to symbolize against");
     for (size_t e : target.entries) {
-      p_.entries_[e].image = image;
-      p_.entries_[e].symbol = symbol;
+      (*out_)[e].image = image;
+      (*out_)[e].symbol = symbol;
     }
     return;
   }
@@ -299,7 +304,7 @@ void ProfileBuilder::Symbolize(Target& target) {
   spec.expected_build_id = target.build_id;
   std::vector<uint64_t> addresses;
   addresses.reserve(target.entries.size());
-  for (size_t e : target.entries) addresses.push_back(p_.entries_[e].ip);
+  for (size_t e : target.entries) addresses.push_back((*out_)[e].ip);
   sym::LookupOptions lookup;
   lookup.detail = lines ? sym::Detail::kLines : sym::Detail::kFunctions;
   lookup.demangle = options_.demangle;
@@ -318,8 +323,8 @@ void ProfileBuilder::Symbolize(Target& target) {
     p_.images_[main_image].problem = batch.error().message();
     const uint32_t symbol = SymbolIndex(main_image, "(no symbols)", 0, false, batch.error().message());
     for (size_t e : target.entries) {
-      p_.entries_[e].image = main_image;
-      p_.entries_[e].symbol = symbol;
+      (*out_)[e].image = main_image;
+      (*out_)[e].symbol = symbol;
     }
     return;
   }
@@ -360,7 +365,7 @@ void ProfileBuilder::Symbolize(Target& target) {
   }
   for (size_t i = 0; i < target.entries.size(); ++i) {
     const size_t u = result.unique_index(i);
-    Entry& entry = p_.entries_[target.entries[i]];
+    Entry& entry = (*out_)[target.entries[i]];
     entry.image = by_unique[u].first;
     entry.symbol = by_unique[u].second;
     entry.line = line_of[u];
@@ -368,16 +373,18 @@ void ProfileBuilder::Symbolize(Target& target) {
   p_.timings_.resolve_seconds += resolving.Seconds();
 }
 
-Result<void> ProfileBuilder::Build(const store::Aggregate& aggregate) {
+Result<void> ProfileBuilder::Build(const store::Aggregate& aggregate, std::vector<Entry>& out) {
   const Stopwatch attributing;
   Target* last_target = nullptr;
   store::AggregateKey last_key{};
   uint64_t last_low = 0, last_high = 0;
-  p_.timings_.distinct_addresses = aggregate.entries.size();
-  p_.entries_.resize(aggregate.entries.size());
+  out_ = &out;
+  targets_.clear();
+  p_.timings_.distinct_addresses += aggregate.entries.size();
+  out.resize(aggregate.entries.size());
   for (size_t e = 0; e < aggregate.entries.size(); ++e) {
     const store::AggregateEntry& source = aggregate.entries[e];
-    Entry& entry = p_.entries_[e];
+    Entry& entry = out[e];
     entry.domain = source.key.domain;
     entry.mode = source.key.mode;
     entry.event = source.key.event;
@@ -398,7 +405,7 @@ Result<void> ProfileBuilder::Build(const store::Aggregate& aggregate) {
     }
     last_target->entries.push_back(e);
   }
-  p_.timings_.attribute_seconds = attributing.Seconds();
+  p_.timings_.attribute_seconds += attributing.Seconds();
   for (auto& [key, target] : targets_) Symbolize(target);
   return Ok();
 }
@@ -479,6 +486,87 @@ std::vector<PublishedProfile> ProfileBuilder::ReadPublished(Profile& profile, st
     accepted.push_back(std::move(guest));
   }
   return accepted;
+}
+
+namespace {
+
+// A call stack as read: where, what, and its addresses (the sampled one first).
+struct RawStack {
+  uint16_t domain;
+  uint8_t mode;
+  uint8_t event;
+  uint32_t pid;
+  std::vector<uint64_t> addresses;
+  bool operator==(const RawStack&) const = default;
+};
+
+struct RawStackHash {
+  size_t operator()(const RawStack& s) const {
+    uint64_t h = (uint64_t{s.domain} << 48) ^ (uint64_t{s.mode} << 40) ^ (uint64_t{s.event} << 32) ^ s.pid;
+    for (uint64_t a : s.addresses) h = (h ^ a) * 0x100000001b3ULL + (h >> 29);
+    return static_cast<size_t>(h);
+  }
+};
+
+}  // namespace
+
+Result<void> ProfileBuilder::BuildStacks(const std::string& samples_path) {
+  const Stopwatch reading;
+  std::unordered_map<RawStack, uint64_t, RawStackHash> counted;
+  RawStack probe{};
+  const auto id = store::ParseSessionId(p_.metadata_.session_id);
+  HVPROF_TRY(summary, store::ReadSamplesFile(
+                          samples_path,
+                          [&](const store::StoredSample& s) {
+                            probe.domain = s.domain;
+                            probe.mode = s.mode;
+                            probe.event = s.event;
+                            probe.pid = s.pid;
+                            probe.addresses.assign(1, s.ip);
+                            probe.addresses.insert(probe.addresses.end(), s.frames.begin(), s.frames.end());
+                            if (s.frames.empty()) ++p_.samples_without_chain_;
+                            auto it = counted.find(probe);
+                            if (it != counted.end()) ++it->second;
+                            else counted.emplace(probe, 1);
+                          },
+                          id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt));
+  (void)summary;  // its problems were reported when the samples were counted
+  p_.timings_.read_seconds += reading.Seconds();
+  // Every frame address once, sorted as the aggregate is, so that attribution reuses targets.
+  auto frame_key = [](const RawStack& s, size_t i) {
+    // A caller's frame is a return address: the call that made it is the byte before.
+    return store::AggregateKey{i == 0 ? s.addresses[i] : s.addresses[i] - 1, s.pid, s.domain, s.mode, 0};
+  };
+  std::vector<store::AggregateKey> keys;
+  for (const auto& [stack, count] : counted) {
+    for (size_t i = 0; i < stack.addresses.size(); ++i) keys.push_back(frame_key(stack, i));
+  }
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  store::Aggregate frames;
+  frames.entries.reserve(keys.size());
+  for (const store::AggregateKey& key : keys) frames.entries.push_back({key, 0});
+  HVPROF_TRYV(Build(frames, p_.frames_));
+  p_.stacks_.reserve(counted.size());
+  for (const auto& [stack, count] : counted) {
+    Stack out;
+    out.domain = stack.domain;
+    out.mode = stack.mode;
+    out.event = stack.event;
+    out.pid = stack.pid;
+    out.count = count;
+    out.frames.reserve(stack.addresses.size());
+    for (size_t i = 0; i < stack.addresses.size(); ++i) {
+      const auto key = frame_key(stack, i);
+      out.frames.push_back(static_cast<uint32_t>(std::lower_bound(keys.begin(), keys.end(), key) - keys.begin()));
+    }
+    p_.stacks_.push_back(std::move(out));
+  }
+  // A stable order: most samples first, then by frames.
+  std::sort(p_.stacks_.begin(), p_.stacks_.end(), [](const Stack& a, const Stack& b) {
+    return a.count != b.count ? a.count > b.count : a.frames < b.frames;
+  });
+  return Ok();
 }
 
 Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOptions& options) {
@@ -569,8 +657,9 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
   profile.timings_.from_aggregate = from_aggregate;
   ProfileBuilder builder(profile, options);
   for (const PublishedProfile& guest : published) builder.published_domains.push_back(guest.domain);
-  HVPROF_TRYV(builder.Build(aggregate));
+  HVPROF_TRYV(builder.Build(aggregate, profile.entries_));
   builder.AddPublishedSymbols(published);
+  if (options.stacks && have_samples) HVPROF_TRYV(builder.BuildStacks(samples));
   return profile;
 }
 

@@ -222,8 +222,9 @@ uint32_t SimMachine::InternImage(const std::string& name) {
   return static_cast<uint32_t>(image_names_.size() - 1);
 }
 
-uint32_t SimMachine::InternFunction(const std::string& name) {
+uint32_t SimMachine::InternFunction(const std::string& name, std::vector<std::string> callers) {
   function_names_.push_back(name);
+  function_callers_.push_back(std::move(callers));
   return static_cast<uint32_t>(function_names_.size() - 1);
 }
 
@@ -495,7 +496,8 @@ Result<void> SimMachine::AddFunctions(BuildContext& context, const DomainSpec& s
   };
 
   auto add = [&](const symbolizer::FunctionSymbol& symbol, const Rates& rates, double weight,
-                 uint32_t process, uint32_t image_id, const std::vector<uint64_t>& stack) {
+                 uint32_t process, uint32_t image_id, const std::vector<uint64_t>& stack,
+                 std::vector<std::string> callers) {
     Function function;
     function.start = symbol.start;
     function.size = symbol.size;
@@ -504,7 +506,8 @@ Result<void> SimMachine::AddFunctions(BuildContext& context, const DomainSpec& s
     function.stack = stack;
     const std::string name = symbol.module.empty() ? symbol.name
                                                    : symbol.name + " [" + symbol.module + "]";
-    function.truth = AddTruthRows(spec.id, spec.vcpus, mode, image_id, InternFunction(name), symbol.start);
+    function.truth =
+        AddTruthRows(spec.id, spec.vcpus, mode, image_id, InternFunction(name, std::move(callers)), symbol.start);
     table.functions.push_back(std::move(function));
     weights.push_back(weight);
   };
@@ -541,7 +544,7 @@ Result<void> SimMachine::AddFunctions(BuildContext& context, const DomainSpec& s
       stack.push_back(caller->start + std::min<uint64_t>(caller->size - 1, 5));
     }
     add(*symbol, function_spec.rates.value_or(workload.rates), function_spec.weight, process,
-        image_id, stack);
+        image_id, stack, function_spec.stack);
   }
 
   if (workload.auto_pick) {
@@ -589,7 +592,7 @@ Result<void> SimMachine::AddFunctions(BuildContext& context, const DomainSpec& s
       rates.branch_misses_per_kilo = std::min(rates.branches_per_kilo, log_uniform(0.2, 20.0));
       rates.cache_misses_per_kilo = log_uniform(0.05, 30.0);
       rates.cache_refs_per_kilo = rates.cache_misses_per_kilo * (3.0 + pick_rng.NextDouble() * 17.0);
-      add(symbol, rates, 1.0 / std::pow(picked + 1.0, pick.zipf), process, image_id, {});
+      add(symbol, rates, 1.0 / std::pow(picked + 1.0, pick.zipf), process, image_id, {}, {});
       ++picked;
     }
     if (picked < pick.count) {
@@ -842,14 +845,17 @@ std::string SimMachine::GroundTruthJson() const {
       events.push_back(row.events[i]);
       overflows.push_back(row.overflows[i]);
     }
-    rows.push_back({{"domain", key.domain},
-                    {"vcpu", key.vcpu},
-                    {"mode", std::string(ModeName(key.mode))},
-                    {"image", image_names_[key.image]},
-                    {"function", function_names_[key.function]},
-                    {"start", fmt::format("{:#x}", key.start)},
-                    {"events", events},
-                    {"overflows", overflows}});
+    Json entry{{"domain", key.domain},
+               {"vcpu", key.vcpu},
+               {"mode", std::string(ModeName(key.mode))},
+               {"image", image_names_[key.image]},
+               {"function", function_names_[key.function]},
+               {"start", fmt::format("{:#x}", key.start)},
+               {"events", events},
+               {"overflows", overflows}};
+    // The chain a frame-pointer walk finds from this function: its callers, innermost first.
+    if (!function_callers_[key.function].empty()) entry["callers"] = function_callers_[key.function];
+    rows.push_back(std::move(entry));
   }
   out["rows"] = rows;
   return out.dump(1);

@@ -467,7 +467,9 @@ Result<void> CheckSessionDirectories(const SessionPaths& paths) {
 
 bool SessionWriterAlive(const std::string& directory) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::path(directory).lexically_normal();
+  std::error_code ec;
+  const fs::path dir = fs::absolute(directory, ec).lexically_normal();
+  if (ec) return false;
   const fs::path current = dir.filename().empty() ? dir.parent_path() : dir;
   if (current.filename() != "current" || current.parent_path().filename() != "samples") return false;
   const fs::path root = current.parent_path().parent_path();

@@ -26,15 +26,20 @@ class SpaceReserve {
   SpaceReserve() = default;
   // Best effort: a filesystem without room or fallocate gives an empty reserve.
   static SpaceReserve Create(const std::string& path, uint64_t bytes);
-  SpaceReserve(SpaceReserve&& other) noexcept : path_(std::exchange(other.path_, {})) {}
+  SpaceReserve(SpaceReserve&& other) noexcept
+      : path_(std::exchange(other.path_, {})), bytes_(std::exchange(other.bytes_, 0)) {}
   SpaceReserve& operator=(SpaceReserve&& other) noexcept;
   ~SpaceReserve() { Release(); }
   bool held() const { return !path_.empty(); }
   // Gives the space back; true if there was any.
   bool Release();
+  // Sets at least `bytes` aside (best effort).
+  void Grow(uint64_t bytes);
+  uint64_t bytes() const { return bytes_; }
 
  private:
   std::string path_;
+  uint64_t bytes_ = 0;
 };
 
 class SessionWriter {

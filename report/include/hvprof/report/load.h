@@ -17,6 +17,8 @@ struct LoadOptions {
   bool use_aggregate = true;
   // --all-domains: add the profiles active guests published (published/domain-N.json).
   bool all_domains = false;
+  // Read every sample's call chain too (Profile::stacks), for the stack views and formats.
+  bool stacks = false;
   // Images: where to look for them when the recorded path is gone (like opreport's
   // --image-path), tried in order.
   std::vector<std::string> image_path;

@@ -61,6 +61,19 @@ struct Entry {
   uint32_t line;     // index into lines, or kNoIndex
 };
 
+// One distinct call stack and how many samples had it. frames[0] is where the sample was taken,
+// then its callers, innermost first; each is an index into Profile::frames(). A caller's
+// return address is attributed one byte back, to the call that made it.
+struct Stack {
+  uint16_t domain = 0;
+  uint8_t mode = 0;
+  uint8_t event = 0;
+  uint32_t pid = 0;
+  uint64_t count = 0;
+  bool truncated = false;  // the walk stopped at the depth asked for
+  std::vector<uint32_t> frames;
+};
+
 // Where LoadProfile spent its time (hvprof-report --timing).
 struct LoadTimings {
   double read_seconds = 0;          // the aggregate, or decoding and counting the raw samples
@@ -88,6 +101,13 @@ class Profile {
   const std::vector<Symbol>& symbols() const { return symbols_; }
   const std::vector<SourceLine>& lines() const { return lines_; }
   const std::vector<Entry>& entries() const { return entries_; }
+  // With LoadOptions::stacks (load.h): every distinct call stack, and the addresses of their
+  // frames, attributed as entries are (their counts are 0: a frame is counted by its stacks).
+  const std::vector<Stack>& stacks() const { return stacks_; }
+  const std::vector<Entry>& frames() const { return frames_; }
+  // Samples recorded without a call chain while stacks were read (--callgraph was 0, or the
+  // platform gives none): their stacks hold only the sampled address.
+  uint64_t samples_without_chain() const { return samples_without_chain_; }
   // What went wrong reading the session (damaged chunks, missing metadata fields...).
   const std::vector<std::string>& problems() const { return problems_; }
   uint64_t total_samples() const { return total_; }
@@ -104,6 +124,9 @@ class Profile {
   std::vector<Symbol> symbols_;
   std::vector<SourceLine> lines_;
   std::vector<Entry> entries_;
+  std::vector<Stack> stacks_;
+  std::vector<Entry> frames_;
+  uint64_t samples_without_chain_ = 0;
   std::vector<std::string> problems_;
   uint64_t total_ = 0;
   LoadTimings timings_;

@@ -131,7 +131,7 @@ class SimMachine {
   uint32_t AddTruthRows(DomainId domain, uint16_t vcpus, Mode mode, uint32_t image,
                         uint32_t function, uint64_t start);
   uint32_t InternImage(const std::string& name);
-  uint32_t InternFunction(const std::string& name);
+  uint32_t InternFunction(const std::string& name, std::vector<std::string> callers = {});
 
   void Schedule();
   void RunCpu(uint32_t cpu_index, uint64_t until);
@@ -158,6 +158,7 @@ class SimMachine {
   std::vector<TruthKey> truth_keys_;
   std::vector<std::string> image_names_;
   std::vector<std::string> function_names_;
+  std::vector<std::vector<std::string>> function_callers_;  // per function: its stack's callers
   std::vector<std::string> notes_;
   int nmi_cpu_ = -1;  // the CPU whose PMI the engine is handling
 };

@@ -3,6 +3,7 @@
 // a damaged chunk and read the rest. The byte format is in docs/session-format.md.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -111,6 +112,11 @@ class SamplesWriter {
   const WriterStats& stats() const { return stats_; }
   // Samples appended but not yet in the file (the chunk in progress).
   uint64_t pending() const { return records_; }
+  // The sequence number the next chunk will carry.
+  uint32_t next_sequence() const { return sequence_; }
+  // Numbers the next chunk at least `sequence` (after chunks an earlier writer recorded but
+  // the file lost), so that the loss stays a visible gap.
+  void SkipTo(uint32_t sequence) { sequence_ = std::max(sequence_, sequence); }
   // The latest write error, while writes fail; cleared by the next chunk written.
   const std::optional<Error>& failure() const { return failure_; }
   // The latest write error ever, kept after writing works again.

@@ -1,0 +1,46 @@
+// Call stacks over a Profile loaded with LoadOptions::stacks: each distinct stack of one event,
+// filtered, named frame by frame and rooted as asked, for the folded format (writers/folded.h)
+// and the flame graph and pprof writers to come.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hvprof/base/error.h"
+#include "hvprof/report/model.h"
+
+namespace hvprof::report {
+
+// What the root of every stack is, so that one graph can show the whole host.
+enum class StackRoot {
+  kDomain,  // the domain's name ("dom0", "1 (build-vm)"), then the mode
+  kMode,    // the mode ("[user]", "[kernel]", "[hypervisor]")
+  kNone,    // the outermost caller
+};
+
+struct StackOptions {
+  StackRoot root = StackRoot::kDomain;
+  uint32_t event = 0;             // the logical counter whose samples are counted
+  std::vector<uint16_t> domains;  // only these (all when empty)
+  std::vector<uint8_t> modes;     // only these (all when empty)
+};
+
+// One stack as flame-graph tools read it: frame names root first.
+struct NamedStack {
+  std::vector<std::string> frames;  // root first, the sampled function last
+  uint64_t count = 0;
+};
+
+// The stacks, named: each frame by its symbol; a frame nothing can name as
+// "[unknown] IMAGE+0xADDRESS" (it never disappears). Stacks that name the same frames are
+// merged; the order is by count, then by name.
+std::vector<NamedStack> NameStacks(const Profile& profile, const StackOptions& options);
+
+// The event a report counts when none is asked for: the session's first.
+uint32_t DefaultStackEvent(const Profile& profile);
+
+// --stack-root's names.
+Result<StackRoot> ParseStackRoot(std::string_view text);
+
+}  // namespace hvprof::report

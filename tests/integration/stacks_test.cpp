@@ -1,0 +1,172 @@
+// Call stacks end to end: the sim's default scenario (whose functions have known callers)
+// profiled with --callgraph, and `hvprof-report --format=folded` checked against the sim's
+// exact ground truth, stack by stack.
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "host_harness.h"
+
+using hvprof::testing::CommandResult;
+using hvprof::testing::Host;
+using Json = nlohmann::json;
+
+namespace {
+
+Json DefaultScenario() {
+  std::ifstream in(std::string(HVPROF_SOURCE_DIR) + "/examples/default.json");
+  Json scenario = Json::parse(in, nullptr, false);
+  REQUIRE(scenario.is_object());
+  scenario["run"] = {{"speed", "max"}};
+  return scenario;
+}
+
+// The functions the scenario names (the ones with callers among them): automatic picks may be
+// named by another alias of the same address, so they are compared per domain and mode only.
+std::set<std::string> NamedFunctions(const Json& scenario) {
+  std::set<std::string> names;
+  for (const Json& domain : scenario["domains"]) {
+    if (!domain.contains("workload")) continue;
+    for (const auto& [mode, workload] : domain["workload"].items()) {
+      if (!workload.is_object()) continue;
+      for (const Json& function : workload.value("functions", Json::array())) {
+        if (function.contains("name")) names.insert(function["name"].get<std::string>());
+      }
+    }
+  }
+  return names;
+}
+
+// A stack as compared: "DOMAIN;[MODE];*" for what is compared in bulk.
+std::string Bucket(const std::string& stack, const std::set<std::string>& named) {
+  const bool passive_user = stack.rfind("1 (build-vm);[user];", 0) == 0 || stack.rfind("2 (web-vm);[user];", 0) == 0;
+  const std::string leaf = stack.substr(stack.rfind(';') + 1);
+  if (!passive_user && named.count(leaf) != 0) return stack;
+  const size_t mode_end = stack.find("];");
+  return stack.substr(0, mode_end + 2) + "*";
+}
+
+// Folded lines as stack -> count.
+std::map<std::string, uint64_t> ParseFolded(const std::string& text) {
+  std::map<std::string, uint64_t> stacks;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const size_t space = line.rfind(' ');
+    REQUIRE(space != std::string::npos);
+    CHECK(stacks.count(line.substr(0, space)) == 0);  // each stack once
+    stacks[line.substr(0, space)] = std::stoull(line.substr(space + 1));
+  }
+  return stacks;
+}
+
+// What the ground truth says each stack should count, as folded names them with
+// --stack-root=domain, for the walk's `depth` (0: no chains).
+// dom0 cannot name a passive domain's user space (it has not its files): that is one bucket.
+std::map<std::string, uint64_t> TruthStacks(const Json& truth, uint32_t counter, uint32_t depth,
+                                            const std::map<int, std::string>& domain_names) {
+  std::map<std::string, uint64_t> stacks;
+  for (const Json& row : truth["rows"]) {
+    const int domain = row["domain"].get<int>();
+    if (domain_names.count(domain) == 0) continue;
+    const uint64_t count = row["overflows"][counter].get<uint64_t>();
+    if (count == 0) continue;
+    std::vector<std::string> callers = row.value("callers", std::vector<std::string>{});
+    // The engine walks frames of active domains only, as Xenoprof does.
+    if (domain != 0 || callers.size() > depth) callers.resize(domain != 0 ? 0 : std::min<size_t>(depth, callers.size()));
+    std::string stack = domain_names.at(domain) + ";[" + row["mode"].get<std::string>() + "]";
+    for (auto caller = callers.rbegin(); caller != callers.rend(); ++caller) stack += ";" + *caller;
+    stacks[stack + ";" + row["function"].get<std::string>()] += count;
+  }
+  return stacks;
+}
+
+uint32_t FirstCounter(const Host& host) {
+  std::ifstream in(host.current() + "/session.json");
+  const Json session = Json::parse(in, nullptr, false);
+  REQUIRE(session.is_object());
+  return session["events"][0]["counter"].get<uint32_t>();
+}
+
+void CheckAgainstTruth(uint32_t depth) {
+  Host host(DefaultScenario());
+  REQUIRE(host.Hvprof({"--start-daemon", "--passive-domains=1,2", fmt::format("--callgraph={}", depth)}).status == 0);
+  REQUIRE(host.Hvprof({"--start"}).status == 0);
+  (void)host.GroundTruth(true);
+  REQUIRE(host.Hvprof({"--run-sim=300ms"}).status == 0);
+  REQUIRE(host.Hvprof({"--stop"}).status == 0);
+  const Json truth = host.GroundTruth(false);
+  const CommandResult folded = host.Report({"--format=folded"});
+  INFO(folded.err);
+  REQUIRE(folded.status == 0);
+  const std::set<std::string> named = NamedFunctions(DefaultScenario());
+  std::map<std::string, uint64_t> seen, expected;
+  for (const auto& [stack, count] : ParseFolded(folded.out)) seen[Bucket(stack, named)] += count;
+  for (const auto& [stack, count] : TruthStacks(truth, FirstCounter(host), depth,
+                                                {{0, "dom0"}, {1, "1 (build-vm)"}, {2, "2 (web-vm)"}, {0x7FFF, "idle"}})) {
+    expected[Bucket(stack, named)] += count;
+  }
+  REQUIRE(expected.size() > 10);
+  size_t with_callers = 0, compared = 0;
+  for (const auto& [stack, count] : expected) {
+    if (stack.find(" [") != std::string::npos) continue;  // kernel modules: named otherwise by the report
+    INFO(stack);
+    ++compared;
+    with_callers += std::count(stack.begin(), stack.end(), ';') > 2;
+    REQUIRE(seen.count(stack) == 1);
+    CHECK(seen.at(stack) == count);
+  }
+  CHECK(compared > 10);
+  if (depth >= 2) CHECK(with_callers >= 2);
+  // Nothing is counted twice or invented: the folded total is the session's.
+  uint64_t folded_total = 0, truth_total = 0;
+  for (const auto& [stack, count] : seen) folded_total += count;
+  for (const auto& [stack, count] : expected) truth_total += count;
+  CHECK(folded_total == truth_total);
+}
+
+}  // namespace
+
+TEST_CASE("folded stacks match the sim's ground truth, stack by stack", "[report][stacks]") {
+  SECTION("chains deeper than any in the scenario") { CheckAgainstTruth(8); }
+  SECTION("chains cut at one frame") { CheckAgainstTruth(1); }
+  SECTION("no chains: one frame per stack") { CheckAgainstTruth(0); }
+}
+
+TEST_CASE("folded stacks: roots, filters and bad options", "[report][stacks]") {
+  Host host(DefaultScenario());
+  REQUIRE(host.Hvprof({"--start-daemon", "--passive-domains=1,2", "--callgraph=8"}).status == 0);
+  REQUIRE(host.Hvprof({"--start"}).status == 0);
+  REQUIRE(host.Hvprof({"--run-sim=100ms"}).status == 0);
+  REQUIRE(host.Hvprof({"--stop"}).status == 0);
+  const auto by_domain = ParseFolded(host.Report({"--format=folded"}).out);
+  const auto by_mode = ParseFolded(host.Report({"--format=folded", "--stack-root=mode"}).out);
+  const auto bare = ParseFolded(host.Report({"--format=folded", "--stack-root=none"}).out);
+  auto total = [](const std::map<std::string, uint64_t>& stacks) {
+    uint64_t sum = 0;
+    for (const auto& [stack, count] : stacks) sum += count;
+    return sum;
+  };
+  CHECK(total(by_domain) == total(by_mode));
+  CHECK(total(by_domain) == total(bare));
+  CHECK(by_mode.count("[kernel];do_syscall_64;ksys_read;vfs_read") == 1);
+  CHECK(bare.count("do_syscall_64;ksys_read;vfs_read") == 1);
+  const auto dom0_kernel = ParseFolded(host.Report({"--format=folded", "--domain=dom0", "--mode=kernel"}).out);
+  REQUIRE(!dom0_kernel.empty());
+  for (const auto& [stack, count] : dom0_kernel) CHECK(stack.rfind("dom0;[kernel];", 0) == 0);
+  // Written to a file with -o, the same lines.
+  const std::string file = host.session_root() + "/../stacks.folded";
+  REQUIRE(host.Report({"--format=folded", "-o", file}).status == 0);
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  CHECK(ParseFolded(text.str()) == by_domain);
+  const CommandResult bad = host.Report({"--format=folded", "--stack-root=cpu"});
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("--stack-root=cpu: expected domain") != std::string::npos);
+}
