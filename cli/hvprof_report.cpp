@@ -8,7 +8,9 @@
 #include "hvprof/base/escape.h"
 #include "hvprof/base/files.h"
 #include "hvprof/setup/setup.h"
+#include "hvprof/report/views/callgraph.h"
 #include "hvprof/report/views/stacks.h"
+#include "hvprof/report/writers/callgraph.h"
 #include "hvprof/report/writers/csv.h"
 #include "hvprof/report/writers/folded.h"
 #include "hvprof/report/writers/json.h"
@@ -34,6 +36,7 @@ Examples:
   hvprof-report -l --by-domain        symbols, domain by domain
   hvprof-report -l --domain=dom0 --mode=kernel
   hvprof-report --format=json -o report.json
+  hvprof-report -c -t 2                callers and callees of each symbol above 2%
   hvprof-report --format=folded -o stacks.folded   call stacks for flame-graph tools
                                       (profile with `hvprof --start-daemon --callgraph=16`)
 
@@ -90,6 +93,10 @@ int main(int argc, char** argv) {
         ("symbols,l", "list symbols, not only images")
         ("details,d", "per-instruction counts of each symbol")
         ("debug-info,g", "counts per source file:line (needs DWARF)")
+        ("callgraph,c", "call graph, as opreport -c: each symbol with its callers above and callees below "
+                        "(needs chains: `hvprof --start-daemon --callgraph=16`)")
+        ("children", "with -c: rank symbols by inclusive samples (theirs and their callees'), as perf report "
+                     "--children")
         ("by-domain", "break every row down by domain")
         ("all-domains", "dom0's session plus the profiles its active guests published (`hvprof --publish` in "
                         "each): the whole host in one report")
@@ -160,6 +167,15 @@ int main(int argc, char** argv) {
       return fail(MakeError(ErrorKind::kInvalidArgument, "--format: '{}' is not text, csv, json or folded", format), 2);
     }
     const bool folded = format == "folded";
+    const bool callgraph = values.count("callgraph") != 0;
+    if (values.count("children") != 0 && !callgraph) {
+      return fail(Error(ErrorKind::kInvalidArgument, "--children goes with -c (--callgraph)"), 2);
+    }
+    if (callgraph && (folded || views > 0)) {
+      return fail(Error(ErrorKind::kInvalidArgument, "-c is a view of its own: use it without -l, -d, -g and "
+                                                     "--format=folded"),
+                  2);
+    }
     auto root = report::ParseStackRoot(stack_root);
     if (!root) return fail(root.error(), 2);
     if (demangle != "none" && demangle != "normal" && demangle != "smart") {
@@ -202,7 +218,7 @@ int main(int argc, char** argv) {
     load.lines = options.view == report::View::kDebugInfo;
     load.use_aggregate = values.count("raw-samples") == 0;
     load.all_domains = values.count("all-domains") != 0;
-    load.stacks = folded;
+    load.stacks = folded || callgraph;
     const auto started = std::chrono::steady_clock::now();
     if (!image_path.empty()) {
       auto parsed = setup::SplitList(image_path, "image-path");
@@ -246,10 +262,27 @@ int main(int argc, char** argv) {
     }
 
     std::string text;
-    if (folded) {
-      if (options.events.size() > 1) {
-        return fail(Error(ErrorKind::kInvalidArgument, "--format=folded shows one event: give one --event"), 2);
+    if ((folded || callgraph) && options.events.size() > 1) {
+      return fail(Error(ErrorKind::kInvalidArgument, "stacks show one event at a time: give one --event"), 2);
+    }
+    if (callgraph) {
+      report::CallgraphOptions graph_options;
+      graph_options.event = options.events.empty() ? report::DefaultStackEvent(profile.value()) : options.events[0];
+      graph_options.domains = options.domains;
+      graph_options.modes = options.modes;
+      graph_options.by_domain = options.by_domain;
+      graph_options.children = values.count("children") != 0;
+      graph_options.threshold = options.threshold;
+      const report::Callgraph graph = report::BuildCallgraph(profile.value(), graph_options);
+      text = format == "json"  ? report::FormatCallgraphJson(profile.value(), graph, graph_options, options)
+             : format == "csv" ? report::FormatCallgraphCsv(profile.value(), graph, graph_options, options)
+                               : report::FormatCallgraphText(profile.value(), graph, graph_options, options);
+      if (format == "text") {
+        for (const std::string& problem : profile.value().problems()) {
+          text += "Warning: " + EscapeForTerminal(problem) + "\n";
+        }
       }
+    } else if (folded) {
       report::StackOptions stack_options;
       stack_options.root = root.value();
       stack_options.event = options.events.empty() ? report::DefaultStackEvent(profile.value()) : options.events[0];

@@ -523,7 +523,12 @@ Result<void> ProfileBuilder::BuildStacks(const std::string& samples_path) {
                             probe.event = s.event;
                             probe.pid = s.pid;
                             probe.addresses.assign(1, s.ip);
-                            probe.addresses.insert(probe.addresses.end(), s.frames.begin(), s.frames.end());
+                            // A walk through code without frame pointers ends in values no code
+                            // lives at (0, the null page, the top page): the chain stops there.
+                            for (uint64_t frame : s.frames) {
+                              if (frame < 0x1000 || frame >= ~uint64_t{0xFFF}) break;
+                              probe.addresses.push_back(frame);
+                            }
                             if (s.frames.empty()) ++p_.samples_without_chain_;
                             auto it = counted.find(probe);
                             if (it != counted.end()) ++it->second;

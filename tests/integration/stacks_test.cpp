@@ -170,3 +170,81 @@ TEST_CASE("folded stacks: roots, filters and bad options", "[report][stacks]") {
   CHECK(bad.status == 2);
   CHECK(bad.err.find("--stack-root=cpu: expected domain") != std::string::npos);
 }
+
+TEST_CASE("the call graph (-c, --children) matches the sim's ground truth", "[report][stacks][callgraph]") {
+  Host host(DefaultScenario());
+  REQUIRE(host.Hvprof({"--start-daemon", "--passive-domains=1,2", "--callgraph=8"}).status == 0);
+  REQUIRE(host.Hvprof({"--start"}).status == 0);
+  (void)host.GroundTruth(true);
+  REQUIRE(host.Hvprof({"--run-sim=300ms"}).status == 0);
+  REQUIRE(host.Hvprof({"--stop"}).status == 0);
+  const Json truth = host.GroundTruth(false);
+  const uint32_t counter = FirstCounter(host);
+  // dom0's own samples of a function (all its vCPUs), from the truth.
+  auto in_dom0 = [&](const std::string& function) {
+    uint64_t sum = 0;
+    for (const Json& row : truth["rows"]) {
+      if (row["domain"] == 0 && row["function"] == function) sum += row["overflows"][counter].get<uint64_t>();
+    }
+    return sum;
+  };
+  const uint64_t vfs_read = in_dom0("vfs_read"), do_syscall = in_dom0("do_syscall_64");
+  const uint64_t mmu_update = in_dom0("do_mmu_update");
+  REQUIRE(vfs_read > 0);
+  REQUIRE(do_syscall > 0);
+  REQUIRE(mmu_update > 0);
+
+  const CommandResult result = host.Report({"-c", "--children", "--domain=dom0", "--format=json"});
+  INFO(result.err);
+  REQUIRE(result.status == 0);
+  const Json graph = Json::parse(result.out);
+  std::map<std::string, Json> nodes;
+  for (const Json& node : graph["nodes"]) nodes[node["symbol"].get<std::string>()] = node;
+  auto arc = [](const Json& arcs, const std::string& symbol) {
+    for (const Json& a : arcs) {
+      if (a["symbol"] == symbol) return a["samples"].get<uint64_t>();
+    }
+    return uint64_t{0};
+  };
+  REQUIRE(nodes.count("vfs_read") == 1);
+  CHECK(nodes["vfs_read"]["samples"].get<uint64_t>() == vfs_read);
+  CHECK(nodes["vfs_read"]["inclusive"].get<uint64_t>() == vfs_read);
+  CHECK(arc(nodes["vfs_read"]["callers"], "ksys_read") == vfs_read);
+  REQUIRE(nodes.count("ksys_read") == 1);
+  CHECK(nodes["ksys_read"]["samples"].get<uint64_t>() == 0);  // never sampled itself
+  CHECK(nodes["ksys_read"]["inclusive"].get<uint64_t>() == vfs_read);
+  CHECK(arc(nodes["ksys_read"]["callers"], "do_syscall_64") == vfs_read);
+  REQUIRE(nodes.count("do_syscall_64") == 1);
+  CHECK(nodes["do_syscall_64"]["samples"].get<uint64_t>() == do_syscall);
+  CHECK(nodes["do_syscall_64"]["inclusive"].get<uint64_t>() == do_syscall + vfs_read);
+  CHECK(arc(nodes["do_syscall_64"]["callees"], "ksys_read") == vfs_read);
+  REQUIRE(nodes.count("pv_hypercall") == 1);
+  CHECK(arc(nodes["pv_hypercall"]["callees"], "do_mmu_update") == mmu_update);
+  // Ranked by inclusive samples, most first.
+  uint64_t previous = UINT64_MAX;
+  for (const Json& node : graph["nodes"]) {
+    CHECK(node["inclusive"].get<uint64_t>() <= previous);
+    previous = node["inclusive"].get<uint64_t>();
+  }
+  // Without --children, by self samples, and a threshold hides the small ones.
+  const Json flat = Json::parse(host.Report({"-c", "--domain=dom0", "--format=json", "-t", "2"}).out);
+  REQUIRE(!flat["nodes"].empty());
+  for (const Json& node : flat["nodes"]) {
+    CHECK(100.0 * node["samples"].get<double>() / flat["samples"].get<double>() >= 2.0);
+  }
+  // The text form, opreport -c style: callers above, the symbol, callees below.
+  const std::string text = host.Report({"-c", "--domain=dom0", "--mode=kernel"}).out;
+  const size_t self = text.find("vfs_read [self]");
+  REQUIRE(self != std::string::npos);
+  const size_t caller = text.rfind("ksys_read", self);
+  CHECK(caller != std::string::npos);
+  CHECK(text.find("-c is a view of its own") == std::string::npos);
+  // CSV: one row per caller, node and callee.
+  const std::string csv = host.Report({"-c", "--domain=dom0", "--mode=kernel", "--format=csv"}).out;
+  CHECK(csv.rfind("node,role,domain,image,symbol,samples,%\n", 0) == 0);
+  CHECK(csv.find(fmt::format(",self,,[kernel.kallsyms],vfs_read,{},", vfs_read)) != std::string::npos);
+  CHECK(csv.find(fmt::format(",caller,,[kernel.kallsyms],ksys_read,{},", vfs_read)) != std::string::npos);
+  const CommandResult mixed = host.Report({"-c", "-l"});
+  CHECK(mixed.status == 2);
+  CHECK(mixed.err.find("-c is a view of its own") != std::string::npos);
+}

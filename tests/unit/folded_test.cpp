@@ -19,7 +19,7 @@ TEST_CASE("folded lines: frames root first, counts last, names that cannot break
   CHECK(FormatFolded({}).empty());
 }
 
-TEST_CASE("--stack-root names", "[report][stacks]") {
+TEST_CASE("the names --stack-root accepts", "[report][stacks]") {
   CHECK(ParseStackRoot("domain").value() == StackRoot::kDomain);
   CHECK(ParseStackRoot("mode").value() == StackRoot::kMode);
   CHECK(ParseStackRoot("none").value() == StackRoot::kNone);

@@ -14,6 +14,17 @@ double Percent(uint64_t part, uint64_t whole) {
   return whole == 0 ? 0.0 : 100.0 * static_cast<double>(part) / static_cast<double>(whole);
 }
 
+std::string CsvField(const std::string& raw) {
+  const std::string text = Safe(raw);
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string quoted = "\"";
+  for (char c : text) {
+    if (c == '"') quoted += '"';
+    quoted += c;
+  }
+  return quoted + "\"";
+}
+
 const std::string& ImageName(const Profile& profile, uint32_t image, const ReportOptions& options) {
   const Image& i = profile.images()[image];
   return options.long_filenames ? i.long_name : i.name;

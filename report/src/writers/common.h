@@ -17,6 +17,9 @@ double Percent(uint64_t part, uint64_t whole);
 // Every name from a profile (symbols, images, comms, domains, paths, problems that quote them)
 // goes through this before text or CSV prints it: a guest chooses those names.
 inline std::string Safe(std::string_view name) { return EscapeForTerminal(name); }
+// RFC 4180: a field with a comma, a quote or a line break is quoted, quotes doubled. Control
+// characters are escaped first (Safe), so a name cannot end a row or act on a terminal.
+std::string CsvField(const std::string& raw);
 // The image's name as the options ask for it (-f: the full path).
 const std::string& ImageName(const Profile& profile, uint32_t image, const ReportOptions& options);
 // "file:line" of a -g row, or "(no location information)".

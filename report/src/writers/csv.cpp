@@ -6,23 +6,6 @@
 
 namespace hvprof::report {
 
-namespace {
-
-// RFC 4180: a field with a comma, a quote or a line break is quoted, quotes doubled. Control
-// characters are escaped first (Safe), so a name cannot end a row or act on a terminal.
-std::string CsvField(const std::string& raw) {
-  const std::string text = Safe(raw);
-  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
-  std::string quoted = "\"";
-  for (char c : text) {
-    if (c == '"') quoted += '"';
-    quoted += c;
-  }
-  return quoted + "\"";
-}
-
-}  // namespace
-
 std::string FormatCsv(const Profile& profile, const Table& table, const ReportOptions& options) {
   std::string out;
   std::vector<std::string> heading;
