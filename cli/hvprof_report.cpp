@@ -1,5 +1,7 @@
 // hvprof-report: opreport-like reports over a session directory. Thin main over hvprof_report.
 
+#include <unistd.h>
+
 #include <chrono>
 #include <iostream>
 
@@ -13,6 +15,7 @@
 #include "hvprof/report/writers/callgraph.h"
 #include "hvprof/report/writers/csv.h"
 #include "hvprof/report/writers/folded.h"
+#include "hvprof/report/writers/pprof.h"
 #include "hvprof/report/writers/json.h"
 #include "hvprof/report/writers/text.h"
 #include "hvprof/report/load.h"
@@ -117,8 +120,9 @@ int main(int argc, char** argv) {
         ("exclude-dependent,x", "only samples in the applications' own executables (no libraries, kernel or hypervisor)")
         ("no-header,n", "leave out the header")
         ("format", po::value(&format)->default_value("text"),
-         "text, csv, json (docs/report-json.md), or folded: one line per call stack, root first, "
-         "'frame;frame;frame COUNT', as flame-graph tools read it (docs/report-formats.md)")
+         "text, csv, json (docs/report-json.md); folded: one line per call stack, root first, "
+         "'frame;frame;frame COUNT', as flame-graph tools read it; pprof: gzipped profile.proto for "
+         "`go tool pprof` and Pyroscope, with -o (docs/report-formats.md)")
         ("stack-root", po::value(&stack_root)->default_value("domain"),
          "folded: what each stack starts with: domain (the domain's name, then the mode), mode, or none")
         ("output,o", po::value(&output), "write the report to this file")
@@ -163,17 +167,22 @@ int main(int argc, char** argv) {
     options.no_header = values.count("no-header") != 0;
     options.verbose = values.count("verbose") != 0;
     if (threshold < 0 || threshold > 100) return fail(Error(ErrorKind::kInvalidArgument, "--threshold must be 0-100"), 2);
-    if (format != "text" && format != "csv" && format != "json" && format != "folded") {
-      return fail(MakeError(ErrorKind::kInvalidArgument, "--format: '{}' is not text, csv, json or folded", format), 2);
+    if (format != "text" && format != "csv" && format != "json" && format != "folded" && format != "pprof") {
+      return fail(MakeError(ErrorKind::kInvalidArgument, "--format: '{}' is not text, csv, json, folded or pprof", format),
+                  2);
     }
-    const bool folded = format == "folded";
+    const bool pprof = format == "pprof";
+    if (pprof && (output.empty() || output == "-") && ::isatty(STDOUT_FILENO)) {
+      return fail(Error(ErrorKind::kInvalidArgument, "--format=pprof is binary: give -o FILE (or pipe it)"), 2);
+    }
+    const bool folded = format == "folded" || pprof;
     const bool callgraph = values.count("callgraph") != 0;
     if (values.count("children") != 0 && !callgraph) {
       return fail(Error(ErrorKind::kInvalidArgument, "--children goes with -c (--callgraph)"), 2);
     }
     if (callgraph && (folded || views > 0)) {
       return fail(Error(ErrorKind::kInvalidArgument, "-c is a view of its own: use it without -l, -d, -g and "
-                                                     "--format=folded"),
+                                                     "--format=folded or pprof"),
                   2);
     }
     auto root = report::ParseStackRoot(stack_root);
@@ -288,7 +297,17 @@ int main(int argc, char** argv) {
       stack_options.event = options.events.empty() ? report::DefaultStackEvent(profile.value()) : options.events[0];
       stack_options.domains = options.domains;
       stack_options.modes = options.modes;
-      text = report::FormatFolded(report::NameStacks(profile.value(), stack_options));
+      if (pprof) {
+        report::PprofOptions pprof_options;
+        pprof_options.event = stack_options.event;
+        pprof_options.domains = stack_options.domains;
+        pprof_options.modes = stack_options.modes;
+        auto encoded = report::FormatPprof(profile.value(), pprof_options);
+        if (!encoded) return fail(encoded.error(), 1);
+        text = std::move(encoded).value();
+      } else {
+        text = report::FormatFolded(report::NameStacks(profile.value(), stack_options));
+      }
       const uint64_t flat = profile.value().samples_without_chain();
       if (flat != 0 && flat == profile.value().total_samples()) {
         std::cerr << "hvprof-report: no sample has a call chain: every stack is one frame deep (profile with "

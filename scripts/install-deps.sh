@@ -18,6 +18,7 @@ packages=(
   libbenchmark-dev
   # real images and peers used by tests and benchmarks
   xen-hypervisor-4.17-amd64-dbg
+  golang-go          # `go tool pprof` reads the pprof files in the tests
   libc6-dbg binutils xz-utils
 )
 

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -11,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "host_harness.h"
+#include "skip.h"
 
 using hvprof::testing::CommandResult;
 using hvprof::testing::Host;
@@ -247,4 +249,70 @@ TEST_CASE("the call graph (-c, --children) matches the sim's ground truth", "[re
   const CommandResult mixed = host.Report({"-c", "-l"});
   CHECK(mixed.status == 2);
   CHECK(mixed.err.find("-c is a view of its own") != std::string::npos);
+}
+
+namespace {
+
+// `go tool pprof -top` as function -> flat samples.
+std::map<std::string, uint64_t> PprofTop(const std::string& file, const std::vector<std::string>& extra) {
+  std::vector<std::string> argv = {"/usr/bin/go", "tool", "pprof", "-top", "-nodecount=100000", "-nodefraction=0"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.push_back(file);
+  const CommandResult result = hvprof::testing::RunProgram(argv);
+  INFO(result.err);
+  REQUIRE(result.status == 0);
+  std::map<std::string, uint64_t> flat;
+  const std::regex row(R"(^\s*(\d+)\s+[\d.]+%\s+[\d.]+%\s+\d+\s+[\d.]+%\s+(.+)$)");
+  std::istringstream lines(result.out);
+  std::string line;
+  std::smatch match;
+  while (std::getline(lines, line)) {
+    if (std::regex_match(line, match, row)) flat[match[2]] += std::stoull(match[1]);
+  }
+  return flat;
+}
+
+}  // namespace
+
+TEST_CASE("pprof: go tool pprof reads the file and agrees with hvprof-report", "[report][stacks][pprof]") {
+  if (!std::filesystem::exists("/usr/bin/go")) {
+    (void)hvprof::testing::SkipTest("go tool pprof (Debian golang-go) is not installed: scripts/install-deps.sh installs it");
+    return;
+  }
+  Host host(DefaultScenario());
+  REQUIRE(host.Hvprof({"--start-daemon", "--passive-domains=1,2", "--callgraph=8"}).status == 0);
+  REQUIRE(host.Hvprof({"--start"}).status == 0);
+  REQUIRE(host.Hvprof({"--run-sim=300ms"}).status == 0);
+  REQUIRE(host.Hvprof({"--stop"}).status == 0);
+  const std::string file = host.session_root() + "/../profile.pb.gz";
+  const CommandResult written = host.Report({"--format=pprof", "-o", file});
+  INFO(written.err);
+  REQUIRE(written.status == 0);
+
+  // dom0's top 10 symbols: the same counts in both.
+  const Json flat = Json::parse(host.Report({"-l", "--domain=dom0", "--format=json"}).out);
+  const auto dom0 = PprofTop(file, {"-tagfocus=domain_name=dom0"});
+  size_t compared = 0;
+  for (const Json& row : flat["rows"]) {
+    if (compared == 10) break;
+    const std::string symbol = row["symbol"].get<std::string>();
+    INFO(symbol);
+    REQUIRE(dom0.count(symbol) == 1);
+    CHECK(dom0.at(symbol) == row["samples"][0].get<uint64_t>());
+    ++compared;
+  }
+  CHECK(compared == 10);
+  // A domain selected by its number holds that domain's samples only.
+  uint64_t domain1 = 0;
+  for (const auto& [stack, count] : ParseFolded(host.Report({"--format=folded", "--domain=1"}).out)) domain1 += count;
+  uint64_t tagged = 0;
+  for (const auto& [function, count] : PprofTop(file, {"-tagfocus=domain=1"})) tagged += count;
+  CHECK(domain1 > 0);
+  CHECK(tagged == domain1);
+  // Call chains survive: pprof's callers of vfs_read.
+  const CommandResult peek = hvprof::testing::RunProgram({"/usr/bin/go", "tool", "pprof", "-peek=^vfs_read$", file});
+  CHECK(peek.out.find("ksys_read") != std::string::npos);
+  // pprof is binary: not to a terminal, but -o or a pipe.
+  const CommandResult bad = host.Report({"--format=pprof", "-c"});
+  CHECK(bad.status == 2);
 }

@@ -1,0 +1,28 @@
+// Stacks in pprof's profile.proto format, gzipped, as `go tool pprof`, Pyroscope and other
+// pprof readers take them. Written with libprotobuf from report/proto/profile.proto.
+//
+// One event per file (the session's first, or the one asked for). Sample types: samples/count,
+// and for the linux cpu-clock timer (CPU_CLOCK, whose period is nanoseconds) cpu/nanoseconds.
+// One Mapping per image, one Function per symbol, one Location per frame address; each
+// sample is one distinct stack with labels domain (number), domain_name, mode and pid (when
+// known).
+#pragma once
+
+#include <string>
+
+#include "hvprof/base/error.h"
+#include "hvprof/report/model.h"
+#include "hvprof/report/views/stacks.h"
+
+namespace hvprof::report {
+
+struct PprofOptions {
+  uint32_t event = 0;             // the logical counter whose samples are written
+  std::vector<uint16_t> domains;  // only these (all when empty)
+  std::vector<uint8_t> modes;     // only these (all when empty)
+};
+
+// The gzipped profile.
+Result<std::string> FormatPprof(const Profile& profile, const PprofOptions& options);
+
+}  // namespace hvprof::report

@@ -1,0 +1,165 @@
+#include "hvprof/report/writers/pprof.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "profile.pb.h"
+
+namespace hvprof::report {
+
+namespace {
+
+namespace pb = perftools::profiles;
+
+const char* kModeNames[] = {"user", "kernel", "hypervisor"};
+
+// The string table: "" first, each string once.
+class Strings {
+ public:
+  explicit Strings(pb::Profile& profile) : profile_(profile) { Index(""); }
+  int64_t Index(const std::string& text) {
+    auto [it, added] = index_.emplace(text, static_cast<int64_t>(index_.size()));
+    if (added) profile_.add_string_table(text);
+    return it->second;
+  }
+
+ private:
+  pb::Profile& profile_;
+  std::unordered_map<std::string, int64_t> index_;
+};
+
+Result<std::string> Gzip(const std::string& bytes) {
+  z_stream stream{};
+  // 15 window bits, +16 for a gzip header and trailer.
+  if (deflateInit2(&stream, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+    return MakeError(ErrorKind::kInternal, "zlib could not start compressing");
+  }
+  std::string out(deflateBound(&stream, static_cast<uLong>(bytes.size())), '\0');
+  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
+  stream.avail_in = static_cast<uInt>(bytes.size());
+  stream.next_out = reinterpret_cast<Bytef*>(out.data());
+  stream.avail_out = static_cast<uInt>(out.size());
+  const int done = deflate(&stream, Z_FINISH);
+  out.resize(stream.total_out);
+  deflateEnd(&stream);
+  if (done != Z_STREAM_END) return MakeError(ErrorKind::kInternal, "zlib could not compress the profile");
+  return out;
+}
+
+template <typename T>
+bool Keeps(const std::vector<T>& allowed, T value) {
+  return allowed.empty() || std::find(allowed.begin(), allowed.end(), value) != allowed.end();
+}
+
+}  // namespace
+
+Result<std::string> FormatPprof(const Profile& profile, const PprofOptions& options) {
+  const store::SessionMetadata& m = profile.metadata();
+  const store::EventRecord* event = nullptr;
+  for (const auto& e : m.events) {
+    if (e.counter == options.event) event = &e;
+  }
+  pb::Profile out;
+  Strings strings(out);
+  const bool nanoseconds = event != nullptr && event->name == "CPU_CLOCK";
+  auto* count = out.add_sample_type();
+  count->set_type(strings.Index("samples"));
+  count->set_unit(strings.Index("count"));
+  if (nanoseconds) {
+    auto* cpu = out.add_sample_type();
+    cpu->set_type(strings.Index("cpu"));
+    cpu->set_unit(strings.Index("nanoseconds"));
+  }
+  out.mutable_period_type()->set_type(strings.Index(event != nullptr ? event->name : "samples"));
+  out.mutable_period_type()->set_unit(strings.Index(nanoseconds ? "nanoseconds" : "count"));
+  const int64_t period = event != nullptr ? static_cast<int64_t>(std::min<uint64_t>(event->count, INT64_MAX)) : 1;
+  out.set_period(period);
+  if (!m.profiling.empty()) out.set_time_nanos(static_cast<int64_t>(m.profiling.front().start_ns));
+  if (m.last_sample_ns > m.first_sample_ns) {
+    out.set_duration_nanos(static_cast<int64_t>(m.last_sample_ns - m.first_sample_ns));
+  }
+  out.add_comment(strings.Index(fmt::format("hvprof session {} ({} on {})", m.session_id, m.platform, m.machine)));
+
+  // Mappings by image, with the build-id the session recorded where it has one.
+  std::unordered_map<std::string, std::string> build_ids;
+  for (const auto& image : m.images) build_ids[image.path] = image.build_id;
+  for (const auto& domain : m.domains) {
+    for (const auto& process : domain.processes) {
+      for (const auto& mapping : process.mappings) build_ids.emplace(mapping.path, mapping.build_id);
+    }
+  }
+  for (size_t i = 0; i < profile.images().size(); ++i) {
+    const Image& image = profile.images()[i];
+    auto* mapping = out.add_mapping();
+    mapping->set_id(i + 1);
+    mapping->set_filename(strings.Index(image.path.empty() ? image.name : image.path));
+    const auto id = build_ids.find(image.path);
+    if (id != build_ids.end() && !id->second.empty()) mapping->set_build_id(strings.Index(id->second));
+    // Every frame is named already (unresolved ones as such): pprof must not look for the files.
+    mapping->set_has_functions(true);
+  }
+  // Functions by symbol, named only when used.
+  std::vector<uint64_t> function_id(profile.symbols().size(), 0);
+  auto function_of = [&](uint32_t symbol) {
+    if (function_id[symbol] == 0) {
+      const Symbol& s = profile.symbols()[symbol];
+      auto* function = out.add_function();
+      function_id[symbol] = static_cast<uint64_t>(out.function_size());
+      function->set_id(function_id[symbol]);
+      const std::string name =
+          s.resolved || s.name.starts_with("[unknown in ") ? s.name
+                                                           : "[unknown] " + profile.images()[s.image].name;
+      function->set_name(strings.Index(name));
+      function->set_system_name(function->name());
+      function->set_start_line(0);
+    }
+    return function_id[symbol];
+  };
+  // Locations by frame, made when a kept stack uses them.
+  std::vector<uint64_t> location_id(profile.frames().size(), 0);
+  auto location_of = [&](uint32_t frame) {
+    if (location_id[frame] == 0) {
+      const Entry& entry = profile.frames()[frame];
+      auto* location = out.add_location();
+      location_id[frame] = static_cast<uint64_t>(out.location_size());
+      location->set_id(location_id[frame]);
+      location->set_mapping_id(uint64_t{entry.image} + 1);
+      location->set_address(entry.ip);
+      location->add_line()->set_function_id(function_of(entry.symbol));
+    }
+    return location_id[frame];
+  };
+  const int64_t key_domain = strings.Index("domain"), key_domain_name = strings.Index("domain_name");
+  const int64_t key_mode = strings.Index("mode"), key_pid = strings.Index("pid");
+  for (const Stack& stack : profile.stacks()) {
+    if (stack.event != options.event || !Keeps(options.domains, stack.domain) || !Keeps(options.modes, stack.mode)) {
+      continue;
+    }
+    auto* sample = out.add_sample();
+    for (uint32_t frame : stack.frames) sample->add_location_id(location_of(frame));
+    const int64_t samples = static_cast<int64_t>(std::min<uint64_t>(stack.count, INT64_MAX));
+    sample->add_value(samples);
+    if (nanoseconds) sample->add_value(samples > INT64_MAX / std::max<int64_t>(period, 1) ? INT64_MAX : samples * period);
+    auto* domain = sample->add_label();
+    domain->set_key(key_domain);
+    domain->set_num(stack.domain);
+    auto* name = sample->add_label();
+    name->set_key(key_domain_name);
+    name->set_str(strings.Index(profile.DomainName(stack.domain)));
+    auto* mode = sample->add_label();
+    mode->set_key(key_mode);
+    mode->set_str(strings.Index(kModeNames[std::min<uint8_t>(stack.mode, 2)]));
+    if (stack.pid != 0xFFFFFFFF) {
+      auto* pid = sample->add_label();
+      pid->set_key(key_pid);
+      pid->set_num(stack.pid);
+    }
+  }
+  std::string bytes;
+  if (!out.SerializeToString(&bytes)) return MakeError(ErrorKind::kInternal, "the profile could not be encoded");
+  return Gzip(bytes);
+}
+
+}  // namespace hvprof::report
