@@ -180,6 +180,29 @@ int main(int argc, char** argv) {
     if (values.count("children") != 0 && !callgraph) {
       return fail(Error(ErrorKind::kInvalidArgument, "--children goes with -c (--callgraph)"), 2);
     }
+    if (callgraph || folded) {
+      // What the stack views do not honour is refused, never silently ignored.
+      const char* view = callgraph ? "-c" : pprof ? "--format=pprof" : "--format=folded";
+      for (const char* option : {"image", "symbol", "exclude-dependent", "merge", "all-domains", "accumulated",
+                                 "show-address", "global-percent", "sort", "reverse-sort"}) {
+        if (values.count(option) != 0 && !values[option].defaulted()) {
+          return fail(MakeError(ErrorKind::kInvalidArgument,
+                                "{} does not take --{}: stacks are filtered by --domain, --mode and --event{}", view,
+                                option,
+                                std::string_view(option) == "all-domains"
+                                    ? " (the profiles guests publish carry no call chains)"
+                                    : ""),
+                      2);
+        }
+      }
+      if (folded && (values.count("by-domain") != 0 || threshold != 0.0)) {
+        return fail(MakeError(ErrorKind::kInvalidArgument,
+                              "{} writes every stack: --by-domain and -t are for the tables and -c (--stack-root "
+                              "puts the domain at the root)",
+                              view),
+                    2);
+      }
+    }
     if (callgraph && (folded || views > 0)) {
       return fail(Error(ErrorKind::kInvalidArgument, "-c is a view of its own: use it without -l, -d, -g and "
                                                      "--format=folded or pprof"),
@@ -287,8 +310,8 @@ int main(int argc, char** argv) {
              : format == "csv" ? report::FormatCallgraphCsv(profile.value(), graph, graph_options, options)
                                : report::FormatCallgraphText(profile.value(), graph, graph_options, options);
       if (format == "text") {
-        for (const std::string& problem : profile.value().problems()) {
-          text += "Warning: " + EscapeForTerminal(problem) + "\n";
+        for (const std::string& warning : profile.value().Warnings()) {
+          text += "Warning: " + EscapeForTerminal(warning) + "\n";
         }
       }
     } else if (folded) {
@@ -308,13 +331,12 @@ int main(int argc, char** argv) {
       } else {
         text = report::FormatFolded(report::NameStacks(profile.value(), stack_options));
       }
-      const uint64_t flat = profile.value().samples_without_chain();
-      if (flat != 0 && flat == profile.value().total_samples()) {
+      if (profile.value().metadata().backtrace_depth == 0) {
         std::cerr << "hvprof-report: no sample has a call chain: every stack is one frame deep (profile with "
                      "`hvprof --start-daemon --callgraph=16` to record chains)\n";
       }
-      for (const std::string& problem : profile.value().problems()) {
-        std::cerr << "hvprof-report: warning: " << EscapeForTerminal(problem) << "\n";
+      for (const std::string& warning : profile.value().Warnings()) {
+        std::cerr << "hvprof-report: warning: " << EscapeForTerminal(warning) << "\n";
       }
     } else {
       auto table = report::BuildTable(profile.value(), options);

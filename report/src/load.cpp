@@ -535,7 +535,12 @@ Result<void> ProfileBuilder::BuildStacks(const std::string& samples_path) {
                             else counted.emplace(probe, 1);
                           },
                           id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt));
-  (void)summary;  // its problems were reported when the samples were counted
+  // Counted from the aggregate, nobody has read the raw chunks yet: their problems are news.
+  if (p_.timings_.from_aggregate) {
+    for (const store::FileProblem& problem : summary.problems) {
+      p_.problems_.push_back(fmt::format("{} at byte {}: {}", samples_path, problem.offset, problem.description));
+    }
+  }
   p_.timings_.read_seconds += reading.Seconds();
   // Every frame address once, sorted as the aggregate is, so that attribution reuses targets.
   auto frame_key = [](const RawStack& s, size_t i) {

@@ -2,6 +2,19 @@
 
 namespace hvprof::report {
 
+std::vector<std::string> Profile::Warnings() const {
+  std::vector<std::string> warnings;
+  for (const Image& image : images_) {
+    if (image.build_id_mismatch) {
+      warnings.push_back(fmt::format("{} is not the image that was profiled: {}", image.long_name, image.problem));
+    } else if (!image.problem.empty()) {
+      warnings.push_back(fmt::format("{} could not be symbolized: {}", image.long_name, image.problem));
+    }
+  }
+  warnings.insert(warnings.end(), problems_.begin(), problems_.end());
+  return warnings;
+}
+
 std::string Profile::DomainName(uint16_t domain) const {
   if (domain == kIdleDomain) return "idle";
   for (const auto& record : metadata_.domains) {

@@ -168,6 +168,14 @@ TEST_CASE("folded stacks: roots, filters and bad options", "[report][stacks]") {
   std::stringstream text;
   text << in.rdbuf();
   CHECK(ParseFolded(text.str()) == by_domain);
+  for (const std::vector<std::string>& refused :
+       {std::vector<std::string>{"--format=folded", "--image=libc*"}, {"--format=folded", "-t", "1"},
+        {"--format=folded", "--all-domains"}, {"-c", "--merge=all"}, {"-c", "--symbol=vfs_*"}}) {
+    const CommandResult result = host.Report(refused);
+    INFO(refused[1]);
+    CHECK(result.status == 2);
+    CHECK(result.out.empty());
+  }
   const CommandResult bad = host.Report({"--format=folded", "--stack-root=cpu"});
   CHECK(bad.status == 2);
   CHECK(bad.err.find("--stack-root=cpu: expected domain") != std::string::npos);
@@ -309,6 +317,14 @@ TEST_CASE("pprof: go tool pprof reads the file and agrees with hvprof-report", "
   for (const auto& [function, count] : PprofTop(file, {"-tagfocus=domain=1"})) tagged += count;
   CHECK(domain1 > 0);
   CHECK(tagged == domain1);
+  // dom0's number is 0: the label's unit keeps it from reading as absent.
+  uint64_t dom0_folded = 0, dom0_tagged = 0;
+  for (const auto& [stack, count] : ParseFolded(host.Report({"--format=folded", "--domain=dom0"}).out)) {
+    dom0_folded += count;
+  }
+  for (const auto& [function, count] : PprofTop(file, {"-tagfocus=domain=0"})) dom0_tagged += count;
+  CHECK(dom0_folded > 0);
+  CHECK(dom0_tagged == dom0_folded);
   // Call chains survive: pprof's callers of vfs_read.
   const CommandResult peek = hvprof::testing::RunProgram({"/usr/bin/go", "tool", "pprof", "-peek=^vfs_read$", file});
   CHECK(peek.out.find("ksys_read") != std::string::npos);

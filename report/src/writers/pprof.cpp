@@ -133,6 +133,9 @@ Result<std::string> FormatPprof(const Profile& profile, const PprofOptions& opti
   };
   const int64_t key_domain = strings.Index("domain"), key_domain_name = strings.Index("domain_name");
   const int64_t key_mode = strings.Index("mode"), key_pid = strings.Index("pid");
+  // A numeric label with neither a value nor a unit reads as absent: the unit keeps domain 0
+  // and pid 0 selectable (-tagfocus=domain=0).
+  const int64_t unit_id = strings.Index("id");
   for (const Stack& stack : profile.stacks()) {
     if (stack.event != options.event || !Keeps(options.domains, stack.domain) || !Keeps(options.modes, stack.mode)) {
       continue;
@@ -145,6 +148,7 @@ Result<std::string> FormatPprof(const Profile& profile, const PprofOptions& opti
     auto* domain = sample->add_label();
     domain->set_key(key_domain);
     domain->set_num(stack.domain);
+    domain->set_num_unit(unit_id);
     auto* name = sample->add_label();
     name->set_key(key_domain_name);
     name->set_str(strings.Index(profile.DomainName(stack.domain)));
@@ -155,6 +159,7 @@ Result<std::string> FormatPprof(const Profile& profile, const PprofOptions& opti
       auto* pid = sample->add_label();
       pid->set_key(key_pid);
       pid->set_num(stack.pid);
+      pid->set_num_unit(unit_id);
     }
   }
   std::string bytes;

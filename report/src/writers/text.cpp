@@ -69,15 +69,7 @@ std::string FormatHeader(const Profile& profile, const Table& table, const Repor
                        "--active-domains or --passive-domains to see them)\n",
                        m.losses.unprofiled_domain);
   }
-  for (const Image& image : profile.images()) {
-    if (image.build_id_mismatch) {
-      out += fmt::format("Warning: {} is not the image that was profiled: {}\n", Safe(image.long_name),
-                         Safe(image.problem));
-    } else if (!image.problem.empty()) {
-      out += fmt::format("Warning: {} could not be symbolized: {}\n", Safe(image.long_name), Safe(image.problem));
-    }
-  }
-  for (const std::string& problem : profile.problems()) out += fmt::format("Warning: {}\n", Safe(problem));
+  for (const std::string& warning : profile.Warnings()) out += fmt::format("Warning: {}\n", Safe(warning));
   for (const std::string& note : m.notes) out += fmt::format("Note: {}\n", Safe(note));
   return out;
 }

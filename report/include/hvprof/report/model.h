@@ -70,7 +70,6 @@ struct Stack {
   uint8_t event = 0;
   uint32_t pid = 0;
   uint64_t count = 0;
-  bool truncated = false;  // the walk stopped at the depth asked for
   std::vector<uint32_t> frames;
 };
 
@@ -116,6 +115,9 @@ class Profile {
   const std::vector<PublishedSource>& published() const { return published_; }
   // The name of a domain: "dom0", "3 (db-hvm)", "idle".
   std::string DomainName(uint16_t domain) const;
+  // Everything a reader of any view must be told, unescaped: images that could not be used
+  // (not the one profiled, unreadable), then the problems.
+  std::vector<std::string> Warnings() const;
 
  private:
   store::SessionMetadata metadata_;
