@@ -297,11 +297,13 @@ int main(int argc, char** argv) {
     if ((folded || callgraph) && options.events.size() > 1) {
       return fail(Error(ErrorKind::kInvalidArgument, "stacks show one event at a time: give one --event"), 2);
     }
+    report::StackFilter stack_filter;
+    stack_filter.event = options.events.empty() ? report::DefaultStackEvent(profile.value()) : options.events[0];
+    stack_filter.domains = options.domains;
+    stack_filter.modes = options.modes;
     if (callgraph) {
       report::CallgraphOptions graph_options;
-      graph_options.event = options.events.empty() ? report::DefaultStackEvent(profile.value()) : options.events[0];
-      graph_options.domains = options.domains;
-      graph_options.modes = options.modes;
+      graph_options.filter = stack_filter;
       graph_options.by_domain = options.by_domain;
       graph_options.children = values.count("children") != 0;
       graph_options.threshold = options.threshold;
@@ -317,15 +319,9 @@ int main(int argc, char** argv) {
     } else if (folded) {
       report::StackOptions stack_options;
       stack_options.root = root.value();
-      stack_options.event = options.events.empty() ? report::DefaultStackEvent(profile.value()) : options.events[0];
-      stack_options.domains = options.domains;
-      stack_options.modes = options.modes;
+      stack_options.filter = stack_filter;
       if (pprof) {
-        report::PprofOptions pprof_options;
-        pprof_options.event = stack_options.event;
-        pprof_options.domains = stack_options.domains;
-        pprof_options.modes = stack_options.modes;
-        auto encoded = report::FormatPprof(profile.value(), pprof_options);
+        auto encoded = report::FormatPprof(profile.value(), stack_filter);
         if (!encoded) return fail(encoded.error(), 1);
         text = std::move(encoded).value();
       } else {

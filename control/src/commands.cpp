@@ -264,16 +264,6 @@ Result<Outcome> Dump(const store::SessionPaths& paths) {
 
 namespace {
 
-// Whether `pid` is a live hvprofd: a zombie (exited, not yet reaped by its parent) is gone.
-bool IsHvprofd(int pid) {
-  auto comm = ReadFileToString(fmt::format("/proc/{}/comm", pid), 64, Links::kFollow);
-  if (!comm || comm.value().rfind("hvprofd", 0) != 0) return false;
-  auto stat = ReadFileToString(fmt::format("/proc/{}/stat", pid), 4096, Links::kFollow);
-  if (!stat) return false;
-  const size_t paren = stat.value().rfind(')');
-  return paren == std::string::npos || paren + 2 >= stat.value().size() || stat.value()[paren + 2] != 'Z';
-}
-
 // CPU time `pid` has used (utime + stime, in clock ticks), or -1.
 long long CpuTicks(int pid) {
   auto stat = ReadFileToString(fmt::format("/proc/{}/stat", pid), 4096, Links::kFollow);
@@ -296,7 +286,7 @@ long long CpuTicks(int pid) {
 // Waits up to `limit` for `pid` to exit; true if it did.
 bool WaitGone(int pid, std::chrono::milliseconds limit) {
   const auto until = std::chrono::steady_clock::now() + limit;
-  while (IsHvprofd(pid)) {
+  while (store::IsLiveHvprofd(pid)) {
     if (std::chrono::steady_clock::now() >= until) return false;
     ::usleep(10000);
   }
@@ -305,7 +295,7 @@ bool WaitGone(int pid, std::chrono::milliseconds limit) {
 
 // An hvprofd that does not answer (hung, stopped): SIGTERM, then SIGKILL.
 Result<Outcome> Terminate(const store::SessionPaths& paths, int pid) {
-  if (pid <= 0 || !IsHvprofd(pid)) {
+  if (pid <= 0 || !store::IsLiveHvprofd(pid)) {
     return MakeError(ErrorKind::kBadState,
                      "hvprofd for {} holds its lock but does not answer, and its pid is unknown; end it by hand",
                      paths.root);

@@ -52,6 +52,39 @@ sym::ImageFormat FormatOf(const std::string& format) {
 
 }  // namespace
 
+namespace {
+
+// A call stack as read: where, what, and its addresses (the sampled one first).
+struct RawStack {
+  uint16_t domain;
+  uint8_t mode;
+  uint8_t event;
+  uint32_t pid;
+  std::vector<uint64_t> addresses;
+  bool operator==(const RawStack&) const = default;
+};
+
+struct RawStackHash {
+  size_t operator()(const RawStack& s) const {
+    uint64_t h = (uint64_t{s.domain} << 48) ^ (uint64_t{s.mode} << 40) ^ (uint64_t{s.event} << 32) ^ s.pid;
+    for (uint64_t a : s.addresses) h = (h ^ a) * 0x100000001b3ULL + (h >> 29);
+    return static_cast<size_t>(h);
+  }
+};
+
+}  // namespace
+
+// Every sample's stack, counted while the samples are read for the aggregate.
+class StackCollector {
+ public:
+  void Add(const store::StoredSample& sample);
+  std::unordered_map<RawStack, uint64_t, RawStackHash> counted;
+  uint64_t without_chain = 0;
+
+ private:
+  RawStack probe_{};  // reused, so that a stack seen before costs no allocation
+};
+
 // Builds a Profile: decides, for each sample, what to symbolize it against, symbolizes each
 // target in one batch, and names images and symbols.
 class ProfileBuilder {
@@ -60,9 +93,8 @@ class ProfileBuilder {
 
   // Attributes every entry of `aggregate` into `out` (the profile's entries or its frames).
   Result<void> Build(const store::Aggregate& aggregate, std::vector<Entry>& out);
-  // With LoadOptions::stacks: reads every sample's chain from `samples_path` and attributes
-  // each distinct frame address.
-  Result<void> BuildStacks(const std::string& samples_path);
+  // With LoadOptions::stacks: attributes each distinct frame address of the stacks collected.
+  Result<void> BuildStacks(const StackCollector& collected);
   // Adds the user and kernel rows the guests symbolized themselves.
   void AddPublishedSymbols(const std::vector<PublishedProfile>& published);
   // Domains whose hypervisor samples come from a published profile (named domainN-xen).
@@ -488,64 +520,34 @@ std::vector<PublishedProfile> ProfileBuilder::ReadPublished(Profile& profile, st
   return accepted;
 }
 
-namespace {
 
-// A call stack as read: where, what, and its addresses (the sampled one first).
-struct RawStack {
-  uint16_t domain;
-  uint8_t mode;
-  uint8_t event;
-  uint32_t pid;
-  std::vector<uint64_t> addresses;
-  bool operator==(const RawStack&) const = default;
-};
-
-struct RawStackHash {
-  size_t operator()(const RawStack& s) const {
-    uint64_t h = (uint64_t{s.domain} << 48) ^ (uint64_t{s.mode} << 40) ^ (uint64_t{s.event} << 32) ^ s.pid;
-    for (uint64_t a : s.addresses) h = (h ^ a) * 0x100000001b3ULL + (h >> 29);
-    return static_cast<size_t>(h);
+void StackCollector::Add(const store::StoredSample& s) {
+  probe_.domain = s.domain;
+  probe_.mode = s.mode;
+  probe_.event = s.event;
+  probe_.pid = s.pid;
+  probe_.addresses.assign(1, s.ip);
+  // A walk through code without frame pointers ends in values no code lives at (0, the null
+  // page, the top page): the chain stops there.
+  for (uint64_t frame : s.frames) {
+    if (frame < 0x1000 || frame >= ~uint64_t{0xFFF}) break;
+    probe_.addresses.push_back(frame);
   }
-};
+  if (s.frames.empty()) ++without_chain;
+  auto it = counted.find(probe_);
+  if (it != counted.end()) ++it->second;
+  else counted.emplace(probe_, 1);
+}
 
-}  // namespace
-
-Result<void> ProfileBuilder::BuildStacks(const std::string& samples_path) {
-  const Stopwatch reading;
-  std::unordered_map<RawStack, uint64_t, RawStackHash> counted;
-  RawStack probe{};
-  const auto id = store::ParseSessionId(p_.metadata_.session_id);
-  HVPROF_TRY(summary, store::ReadSamplesFile(
-                          samples_path,
-                          [&](const store::StoredSample& s) {
-                            probe.domain = s.domain;
-                            probe.mode = s.mode;
-                            probe.event = s.event;
-                            probe.pid = s.pid;
-                            probe.addresses.assign(1, s.ip);
-                            // A walk through code without frame pointers ends in values no code
-                            // lives at (0, the null page, the top page): the chain stops there.
-                            for (uint64_t frame : s.frames) {
-                              if (frame < 0x1000 || frame >= ~uint64_t{0xFFF}) break;
-                              probe.addresses.push_back(frame);
-                            }
-                            if (s.frames.empty()) ++p_.samples_without_chain_;
-                            auto it = counted.find(probe);
-                            if (it != counted.end()) ++it->second;
-                            else counted.emplace(probe, 1);
-                          },
-                          id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt));
-  // Counted from the aggregate, nobody has read the raw chunks yet: their problems are news.
-  if (p_.timings_.from_aggregate) {
-    for (const store::FileProblem& problem : summary.problems) {
-      p_.problems_.push_back(fmt::format("{} at byte {}: {}", samples_path, problem.offset, problem.description));
-    }
-  }
-  p_.timings_.read_seconds += reading.Seconds();
+Result<void> ProfileBuilder::BuildStacks(const StackCollector& collected) {
+  const auto& counted = collected.counted;
+  p_.samples_without_chain_ = collected.without_chain;
   // Every frame address once, sorted as the aggregate is, so that attribution reuses targets.
   auto frame_key = [](const RawStack& s, size_t i) {
     // A caller's frame is a return address: the call that made it is the byte before.
-    return store::AggregateKey{i == 0 ? s.addresses[i] : s.addresses[i] - 1, s.pid, s.domain, s.mode, 0};
+    // Only user space is told apart by process: a kernel address is looked up once.
+    return store::AggregateKey{i == 0 ? s.addresses[i] : s.addresses[i] - 1, s.mode == 0 ? s.pid : 0xFFFFFFFFu,
+                               s.domain, s.mode, 0};
   };
   std::vector<store::AggregateKey> keys;
   for (const auto& [stack, count] : counted) {
@@ -592,7 +594,8 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
   store::Aggregate aggregate;
   bool from_aggregate = false;
   // A samples file shorter than the metadata says was cut: its aggregate cannot be trusted.
-  if (options.use_aggregate && have_samples &&
+  // Stacks are only in the raw samples: then the one raw pass counts both.
+  if (options.use_aggregate && !options.stacks && have_samples &&
       static_cast<uint64_t>(st.st_size) >= profile.metadata_.samples_file_bytes) {
     auto read = store::ReadAggregate(aggregate_path);
     if (read && read.value().source_bytes == static_cast<uint64_t>(st.st_size)) {
@@ -625,11 +628,15 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
     }
   }
   const store::SessionMetadata& m = profile.metadata_;
+  StackCollector stacks;
   if (!from_aggregate && have_samples) {
     store::ReadSummary summary;
     const auto id = store::ParseSessionId(m.session_id);
-    HVPROF_TRY(raw, store::AggregateSamplesFile(samples, &summary,
-                                                id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt));
+    HVPROF_TRY(raw, store::AggregateSamplesFile(
+                        samples, &summary, id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt,
+                        options.stacks ? std::function<void(const store::StoredSample&)>(
+                                             [&](const store::StoredSample& s) { stacks.Add(s); })
+                                       : std::function<void(const store::StoredSample&)>()));
     aggregate = std::move(raw);
     for (const store::FileProblem& problem : summary.problems) {
       profile.problems_.push_back(fmt::format("{} at byte {}: {}", samples, problem.offset, problem.description));
@@ -669,7 +676,7 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
   for (const PublishedProfile& guest : published) builder.published_domains.push_back(guest.domain);
   HVPROF_TRYV(builder.Build(aggregate, profile.entries_));
   builder.AddPublishedSymbols(published);
-  if (options.stacks && have_samples) HVPROF_TRYV(builder.BuildStacks(samples));
+  if (options.stacks) HVPROF_TRYV(builder.BuildStacks(stacks));
   return profile;
 }
 

@@ -354,7 +354,8 @@ static_assert(sizeof(PackedEntry) == 24);
 }  // namespace
 
 Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* summary_out,
-                                       std::optional<std::span<const uint8_t, 16>> session_id) {
+                                       std::optional<std::span<const uint8_t, 16>> session_id,
+                                       const std::function<void(const StoredSample&)>& also) {
   detail::AddressCounter counter;
   uint64_t samples = 0;
   HVPROF_TRY(summary, ReadSamplesFile(
@@ -362,6 +363,7 @@ Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* sum
                           [&](const StoredSample& s) {
                             counter.Add(AggregateKey{s.ip, s.pid, s.domain, s.mode, s.event});
                             ++samples;
+                            if (also) also(s);
                           },
                           session_id));
   Aggregate aggregate;
@@ -475,10 +477,17 @@ bool SessionWriterAlive(const std::string& directory) {
   const fs::path root = current.parent_path().parent_path();
   auto lock = ReadFileToString(SessionPaths{root.string()}.lock(), 4096, Links::kRefuse);
   if (!lock) return false;
-  const long pid = std::strtol(lock.value().c_str(), nullptr, 10);
+  return IsLiveHvprofd(std::strtol(lock.value().c_str(), nullptr, 10));
+}
+
+bool IsLiveHvprofd(long pid) {
   if (pid <= 0) return false;
   auto comm = ReadFileToString(fmt::format("/proc/{}/comm", pid), 64, Links::kFollow);
-  return comm && comm.value().rfind("hvprofd", 0) == 0;
+  if (!comm || comm.value().rfind("hvprofd", 0) != 0) return false;
+  auto stat = ReadFileToString(fmt::format("/proc/{}/stat", pid), 4096, Links::kFollow);
+  if (!stat) return false;
+  const size_t paren = stat.value().rfind(')');  // the state follows the comm, which may hold ')'
+  return paren == std::string::npos || paren + 2 >= stat.value().size() || stat.value()[paren + 2] != 'Z';
 }
 
 Result<SessionOnDisk> OpenSession(const std::string& directory) {

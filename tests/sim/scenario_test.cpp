@@ -22,6 +22,29 @@ std::string BuildError(const Json& json) {
   return machine ? std::string() : machine.error().message();
 }
 
+// One change to the test scenario and what its refusal must say.
+struct Case {
+  const char* what;
+  std::function<void(Json&)> change;
+  std::vector<std::string> expected;  // substrings of the message
+};
+
+// Each case's scenario is refused when parsed (or, with `when_built`, only when the machine is
+// built), with a message holding every expected part.
+void CheckRefusals(const std::vector<Case>& cases, bool when_built = false) {
+  for (const Case& c : cases) {
+    INFO(c.what);
+    Json json = TestScenario();
+    c.change(json);
+    if (when_built) REQUIRE(ParseError(json).empty());
+    const std::string message = when_built ? BuildError(json) : ParseError(json);
+    INFO(message);
+    REQUIRE(!message.empty());
+    if (!when_built) CHECK(message.rfind("s.json: ", 0) == 0);
+    for (const std::string& part : c.expected) CHECK(message.find(part) != std::string::npos);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("the test scenario is valid and builds", "[sim][scenario]") {
@@ -30,11 +53,6 @@ TEST_CASE("the test scenario is valid and builds", "[sim][scenario]") {
 }
 
 TEST_CASE("scenario errors name the field and the problem", "[sim][scenario]") {
-  struct Case {
-    const char* what;
-    std::function<void(Json&)> change;
-    std::vector<std::string> expected;  // substrings of the message
-  };
   const std::vector<Case> cases = {
       {"unknown PMU", [](Json& j) { j["machine"]["pmu"] = "pentium4"; },
        {"machine.pmu", "unknown PMU model 'pentium4'", "intel-arch-v4"}},
@@ -63,16 +81,7 @@ TEST_CASE("scenario errors name the field and the problem", "[sim][scenario]") {
        {"workload.kernel", "no functions"}},
       {"wrong version", [](Json& j) { j["hvprof_scenario"] = 2; }, {"hvprof_scenario", "version 2"}},
   };
-  for (const Case& c : cases) {
-    INFO(c.what);
-    Json json = TestScenario();
-    c.change(json);
-    const std::string message = ParseError(json);
-    INFO(message);
-    REQUIRE(!message.empty());
-    CHECK(message.rfind("s.json: ", 0) == 0);
-    for (const std::string& part : c.expected) CHECK(message.find(part) != std::string::npos);
-  }
+  CheckRefusals(cases);
   // Text that is not JSON, including a number too big for a double (found by fuzzing).
   for (const char* text : {"{\"hvprof_scenario\": 1,", "{\"hvprof_scenario\": 1e999999}"}) {
     auto parsed = hvprof::sim::ParseScenario(text, "s.json");
@@ -130,11 +139,6 @@ TEST_CASE("a scenario that asks for more than the limits is refused by name", "[
     for (size_t i = 0; i < count; ++i) list.push_back(one);
     return list;
   };
-  struct Case {
-    const char* what;
-    std::function<void(Json&)> change;
-    std::vector<std::string> expected;  // substrings of the message
-  };
   const std::vector<Case> cases = {
       {"too many domains (a socket each)",
        [&](Json& j) { j["domains"] = copies(j["domains"][1], sim::kMaxScenarioDomains + 1); },
@@ -186,24 +190,10 @@ TEST_CASE("a scenario that asks for more than the limits is refused by name", "[
        },
        {"domains[2].kernel.fallbacks: has 17 entries; at most 16 are accepted"}},
   };
-  for (const Case& c : cases) {
-    INFO(c.what);
-    Json json = TestScenario();
-    c.change(json);
-    const std::string message = ParseError(json);
-    INFO(message);
-    REQUIRE(!message.empty());
-    CHECK(message.rfind("s.json: ", 0) == 0);
-    for (const std::string& part : c.expected) CHECK(message.find(part) != std::string::npos);
-  }
+  CheckRefusals(cases);
 }
 
 TEST_CASE("a scenario cannot give two things one identity or one address", "[sim][scenario][security]") {
-  struct Case {
-    const char* what;
-    std::function<void(Json&)> change;
-    std::vector<std::string> expected;  // substrings of the message
-  };
   const Json second_process = {
       {"pid", 100},
       {"comm", "other"},
@@ -230,16 +220,7 @@ TEST_CASE("a scenario cannot give two things one identity or one address", "[sim
        [](Json& j) { j["domains"][1]["processes"][0]["mappings"][0]["start"] = "0x7fff00000000"; },
        {"domains[1].processes[0].mappings[0].start: 0x7fff00000000 is outside the mappings' range"}},
   };
-  for (const Case& c : parse_cases) {
-    INFO(c.what);
-    Json json = TestScenario();
-    c.change(json);
-    const std::string message = ParseError(json);
-    INFO(message);
-    REQUIRE(!message.empty());
-    CHECK(message.rfind("s.json: ", 0) == 0);
-    for (const std::string& part : c.expected) CHECK(message.find(part) != std::string::npos);
-  }
+  CheckRefusals(parse_cases);
   // Whole ranges are known once the images are read, when the machine is built.
   const std::vector<Case> build_cases = {
       {"a mapping inside another one",
@@ -264,16 +245,7 @@ TEST_CASE("a scenario cannot give two things one identity or one address", "[sim
        [](Json& j) { j["hypervisor"]["idle"]["functions"].push_back(Json{{"name", "idle_loop"}}); },
        {"hypervisor.idle.functions[2]: 'idle_loop' at 0x", "already listed as functions[1] ('idle_loop')"}},
   };
-  for (const Case& c : build_cases) {
-    INFO(c.what);
-    Json json = TestScenario();
-    c.change(json);
-    REQUIRE(ParseError(json).empty());
-    const std::string message = BuildError(json);
-    INFO(message);
-    REQUIRE(!message.empty());
-    for (const std::string& part : c.expected) CHECK(message.find(part) != std::string::npos);
-  }
+  CheckRefusals(build_cases, true);
   // The same image mapped in two processes, or at two places in one, is no overlap.
   Json twice = TestScenario();
   twice["domains"][0]["processes"][0]["mappings"].push_back(

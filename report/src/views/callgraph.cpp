@@ -32,11 +32,6 @@ std::vector<Arc> Sorted(const std::unordered_map<uint32_t, uint64_t>& arcs) {
   return out;
 }
 
-template <typename T>
-bool Keeps(const std::vector<T>& allowed, T value) {
-  return allowed.empty() || std::find(allowed.begin(), allowed.end(), value) != allowed.end();
-}
-
 }  // namespace
 
 Callgraph BuildCallgraph(const Profile& profile, const CallgraphOptions& options) {
@@ -45,9 +40,7 @@ Callgraph BuildCallgraph(const Profile& profile, const CallgraphOptions& options
   std::vector<uint32_t> symbols;  // of one stack, leaf first
   std::vector<std::pair<uint32_t, uint32_t>> arcs;  // (callee, caller) of one stack
   for (const Stack& stack : profile.stacks()) {
-    if (stack.event != options.event || !Keeps(options.domains, stack.domain) || !Keeps(options.modes, stack.mode)) {
-      continue;
-    }
+    if (!options.filter.Selects(stack)) continue;
     graph.samples += stack.count;
     const uint16_t domain = options.by_domain ? stack.domain : 0;
     symbols.clear();

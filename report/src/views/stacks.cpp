@@ -15,11 +15,13 @@ const char* ModeFrame(uint8_t mode) {
   }
 }
 
-bool Keeps(const std::vector<uint16_t>& allowed, uint16_t value) {
-  return allowed.empty() || std::find(allowed.begin(), allowed.end(), value) != allowed.end();
-}
-
 }  // namespace
+
+bool StackFilter::Selects(const Stack& stack) const {
+  return stack.event == event &&
+         (domains.empty() || std::find(domains.begin(), domains.end(), stack.domain) != domains.end()) &&
+         (modes.empty() || std::find(modes.begin(), modes.end(), stack.mode) != modes.end());
+}
 
 uint32_t DefaultStackEvent(const Profile& profile) {
   const auto& events = profile.metadata().events;
@@ -50,11 +52,7 @@ std::vector<NamedStack> NameStacks(const Profile& profile, const StackOptions& o
   std::map<std::vector<std::string>, uint64_t> merged;
   std::vector<std::string> names;
   for (const Stack& stack : profile.stacks()) {
-    if (stack.event != options.event || !Keeps(options.domains, stack.domain) ||
-        (!options.modes.empty() &&
-         std::find(options.modes.begin(), options.modes.end(), stack.mode) == options.modes.end())) {
-      continue;
-    }
+    if (!options.filter.Selects(stack)) continue;
     names.clear();
     if (options.root == StackRoot::kDomain) names.push_back(profile.DomainName(stack.domain));
     if (options.root != StackRoot::kNone) names.push_back(ModeFrame(stack.mode));

@@ -26,7 +26,7 @@ std::string FormatCallgraphText(const Profile& profile, const Callgraph& graph, 
   const std::string rule(79, '-');
   if (!report.no_header) {
     out += fmt::format("Call graph of {} ({} samples){}; callers above each symbol, callees below\n",
-                       Safe(EventName(profile, options.event)), graph.samples,
+                       Safe(EventName(profile, options.filter.event)), graph.samples,
                        options.children ? ", ranked by inclusive samples" : "");
     out += options.children ? fmt::format("{:>10} {:>8} {:>10} {:>8}  {:<24} {}\n", "children", "%", "self", "%",
                                           "image name", "symbol name")
@@ -99,7 +99,7 @@ std::string FormatCallgraphJson(const Profile& profile, const Callgraph& graph, 
   }
   Json out{{"schema", "hvprof-callgraph"},
            {"version", 1},
-           {"event", EventName(profile, options.event)},
+           {"event", EventName(profile, options.filter.event)},
            {"samples", graph.samples},
            {"children", options.children},
            {"problems", profile.problems()},

@@ -48,18 +48,13 @@ Result<std::string> Gzip(const std::string& bytes) {
   return out;
 }
 
-template <typename T>
-bool Keeps(const std::vector<T>& allowed, T value) {
-  return allowed.empty() || std::find(allowed.begin(), allowed.end(), value) != allowed.end();
-}
-
 }  // namespace
 
-Result<std::string> FormatPprof(const Profile& profile, const PprofOptions& options) {
+Result<std::string> FormatPprof(const Profile& profile, const StackFilter& filter) {
   const store::SessionMetadata& m = profile.metadata();
   const store::EventRecord* event = nullptr;
   for (const auto& e : m.events) {
-    if (e.counter == options.event) event = &e;
+    if (e.counter == filter.event) event = &e;
   }
   pb::Profile out;
   Strings strings(out);
@@ -137,9 +132,7 @@ Result<std::string> FormatPprof(const Profile& profile, const PprofOptions& opti
   // and pid 0 selectable (-tagfocus=domain=0).
   const int64_t unit_id = strings.Index("id");
   for (const Stack& stack : profile.stacks()) {
-    if (stack.event != options.event || !Keeps(options.domains, stack.domain) || !Keeps(options.modes, stack.mode)) {
-      continue;
-    }
+    if (!filter.Selects(stack)) continue;
     auto* sample = out.add_sample();
     for (uint32_t frame : stack.frames) sample->add_location_id(location_of(frame));
     const int64_t samples = static_cast<int64_t>(std::min<uint64_t>(stack.count, INT64_MAX));

@@ -178,9 +178,11 @@ struct Aggregate {
 };
 
 // Builds the aggregate from the whole samples file (ignoring damaged chunks, and chunks of
-// another session than `session_id`'s when given).
+// another session than `session_id`'s when given). `also`, if given, sees every sample counted,
+// so a caller that needs more of each (its call chain) reads the file once.
 Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* summary = nullptr,
-                                       std::optional<std::span<const uint8_t, 16>> session_id = std::nullopt);
+                                       std::optional<std::span<const uint8_t, 16>> session_id = std::nullopt,
+                                       const std::function<void(const StoredSample&)>& also = {});
 Result<void> WriteAggregate(const std::string& path, const Aggregate& aggregate);
 Result<Aggregate> ReadAggregate(const std::string& path);
 
@@ -209,6 +211,10 @@ Result<void> ValidateSessionName(const std::string& name);
 // The name of the most recently written saved session under `paths` (by its metadata's
 // modification time), or nothing when there is none.
 std::optional<std::string> NewestSavedSession(const SessionPaths& paths);
+
+// Whether `pid` is a running hvprofd: its comm says so and it is not a zombie (exited, not yet
+// reaped).
+bool IsLiveHvprofd(long pid);
 
 // Whether an hvprofd is alive to write the session in `directory` (a session root's
 // samples/current): the root's lock names a live hvprofd process. False for saved sessions.

@@ -9,13 +9,12 @@
 #include <vector>
 
 #include "hvprof/report/model.h"
+#include "hvprof/report/views/stacks.h"
 
 namespace hvprof::report {
 
 struct CallgraphOptions {
-  uint32_t event = 0;             // the logical counter whose samples are counted
-  std::vector<uint16_t> domains;  // only these (all when empty)
-  std::vector<uint8_t> modes;     // only these (all when empty)
+  StackFilter filter;
   bool by_domain = false;         // one node per domain and symbol
   bool children = false;          // rank by inclusive samples
   double threshold = 0.0;         // percent of all samples, of self (or inclusive with children)

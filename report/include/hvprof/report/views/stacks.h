@@ -19,11 +19,17 @@ enum class StackRoot {
   kNone,    // the outermost caller
 };
 
-struct StackOptions {
-  StackRoot root = StackRoot::kDomain;
+// Which stacks a stack view (folded, -c, pprof) takes: one event, and --domain and --mode.
+struct StackFilter {
   uint32_t event = 0;             // the logical counter whose samples are counted
   std::vector<uint16_t> domains;  // only these (all when empty)
   std::vector<uint8_t> modes;     // only these (all when empty)
+  bool Selects(const Stack& stack) const;
+};
+
+struct StackOptions {
+  StackRoot root = StackRoot::kDomain;
+  StackFilter filter;
 };
 
 // One stack as flame-graph tools read it: frame names root first.

@@ -16,13 +16,7 @@
 
 namespace hvprof::report {
 
-struct PprofOptions {
-  uint32_t event = 0;             // the logical counter whose samples are written
-  std::vector<uint16_t> domains;  // only these (all when empty)
-  std::vector<uint8_t> modes;     // only these (all when empty)
-};
-
-// The gzipped profile.
-Result<std::string> FormatPprof(const Profile& profile, const PprofOptions& options);
+// The gzipped profile of the stacks `filter` selects.
+Result<std::string> FormatPprof(const Profile& profile, const StackFilter& filter);
 
 }  // namespace hvprof::report
