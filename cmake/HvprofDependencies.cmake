@@ -9,6 +9,8 @@ find_package(nlohmann_json 3.10 REQUIRED)
 find_package(Threads REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(Protobuf 3 REQUIRED)
+# libcurl4-openssl-dev: push/ sends profiles to Pyroscope over HTTP(S).
+find_package(CURL REQUIRED)
 find_package(Catch2 2 REQUIRED)
 if(HVPROF_BUILD_BENCH)
   find_package(benchmark REQUIRED)

@@ -32,6 +32,8 @@ LAYERS = {
     # A guest publishes its own profile for dom0: its agent reports its own session.
     "guest-agent": ["report", "agent-core", "setup", "store", "hypervisor-pmu", "base", "symbolizer"],
     "report": ["store", "symbolizer", "base"],
+    # Sends bytes the report made (pprof) to other tools' servers; knows nothing of the model.
+    "push": ["base"],
     "control": ["report", "agent-core", "setup", "hvprof-hv/protocol", "store", "symbolizer", "hypervisor-pmu",
                 "base"],
     "tests/fake-platform": ["hosted", "hypervisor-pmu", "base"],

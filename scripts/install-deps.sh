@@ -19,6 +19,8 @@ packages=(
   # real images and peers used by tests and benchmarks
   xen-hypervisor-4.17-amd64-dbg
   golang-go          # `go tool pprof` reads the pprof files in the tests
+  chromium           # headless, network off, opens the HTML flame graph in the tests
+  libcurl4-openssl-dev  # --push sends profiles to Pyroscope
   libc6-dbg binutils xz-utils
 )
 
