@@ -14,6 +14,7 @@
 #include "hvprof/report/views/stacks.h"
 #include "hvprof/report/writers/callgraph.h"
 #include "hvprof/report/writers/csv.h"
+#include "hvprof/report/writers/flamegraph.h"
 #include "hvprof/report/writers/folded.h"
 #include "hvprof/report/writers/pprof.h"
 #include "hvprof/report/writers/json.h"
@@ -41,7 +42,9 @@ Examples:
   hvprof-report --format=json -o report.json
   hvprof-report -c -t 2                callers and callees of each symbol above 2%
   hvprof-report --format=folded -o stacks.folded   call stacks for flame-graph tools
-                                      (profile with `hvprof --start-daemon --callgraph=16`)
+  hvprof-report --format=html -o flame.html        an interactive flame graph, opens offline
+  hvprof-report --format=pprof -o cpu.pb.gz        for `go tool pprof` and Pyroscope
+                                      (stacks need `hvprof --start-daemon --callgraph=16`)
 
 Exit status: 0 complete report; 1 no report (e.g. no session); 2 bad usage;
 3 report printed but incomplete (damaged samples, images missing or changed: see its warnings).
@@ -122,9 +125,10 @@ int main(int argc, char** argv) {
         ("format", po::value(&format)->default_value("text"),
          "text, csv, json (docs/report-json.md); folded: one line per call stack, root first, "
          "'frame;frame;frame COUNT', as flame-graph tools read it; pprof: gzipped profile.proto for "
-         "`go tool pprof` and Pyroscope, with -o (docs/report-formats.md)")
+         "`go tool pprof` and Pyroscope, with -o; html: a flame graph in one self-contained page (click "
+         "to zoom, search, flame or icicle), with -o (docs/report-formats.md)")
         ("stack-root", po::value(&stack_root)->default_value("domain"),
-         "folded: what each stack starts with: domain (the domain's name, then the mode), mode, or none")
+         "folded and html: what each stack starts with: domain (the domain's name, then the mode), mode, or none")
         ("output,o", po::value(&output), "write the report to this file")
         ("image-path", po::value(&image_path), "directories to look for images that moved (comma-separated)")
         ("verbose,V", "say why addresses could not be resolved")
@@ -167,22 +171,28 @@ int main(int argc, char** argv) {
     options.no_header = values.count("no-header") != 0;
     options.verbose = values.count("verbose") != 0;
     if (threshold < 0 || threshold > 100) return fail(Error(ErrorKind::kInvalidArgument, "--threshold must be 0-100"), 2);
-    if (format != "text" && format != "csv" && format != "json" && format != "folded" && format != "pprof") {
-      return fail(MakeError(ErrorKind::kInvalidArgument, "--format: '{}' is not text, csv, json, folded or pprof", format),
-                  2);
+    if (format != "text" && format != "csv" && format != "json" && format != "folded" && format != "pprof" &&
+        format != "html") {
+      return fail(
+          MakeError(ErrorKind::kInvalidArgument, "--format: '{}' is not text, csv, json, folded, pprof or html", format),
+          2);
     }
     const bool pprof = format == "pprof";
-    if (pprof && (output.empty() || output == "-") && ::isatty(STDOUT_FILENO)) {
-      return fail(Error(ErrorKind::kInvalidArgument, "--format=pprof is binary: give -o FILE (or pipe it)"), 2);
+    const bool html = format == "html";
+    if ((pprof || html) && (output.empty() || output == "-") && ::isatty(STDOUT_FILENO)) {
+      return fail(MakeError(ErrorKind::kInvalidArgument, "--format={} is a file to open elsewhere: give -o FILE (or pipe it)",
+                            format),
+                  2);
     }
-    const bool folded = format == "folded" || pprof;
+    // The views of whole stacks: folded, pprof and the flame graph.
+    const bool folded = format == "folded" || pprof || html;
     const bool callgraph = values.count("callgraph") != 0;
     if (values.count("children") != 0 && !callgraph) {
       return fail(Error(ErrorKind::kInvalidArgument, "--children goes with -c (--callgraph)"), 2);
     }
     if (callgraph || folded) {
       // What the stack views do not honour is refused, never silently ignored.
-      const char* view = callgraph ? "-c" : pprof ? "--format=pprof" : "--format=folded";
+      const char* view = callgraph ? "-c" : pprof ? "--format=pprof" : html ? "--format=html" : "--format=folded";
       for (const char* option : {"image", "symbol", "exclude-dependent", "merge", "all-domains", "accumulated",
                                  "show-address", "global-percent", "sort", "reverse-sort"}) {
         if (values.count(option) != 0 && !values[option].defaulted()) {
@@ -205,7 +215,7 @@ int main(int argc, char** argv) {
     }
     if (callgraph && (folded || views > 0)) {
       return fail(Error(ErrorKind::kInvalidArgument, "-c is a view of its own: use it without -l, -d, -g and "
-                                                     "--format=folded or pprof"),
+                                                     "--format=folded, pprof or html"),
                   2);
     }
     auto root = report::ParseStackRoot(stack_root);
@@ -324,6 +334,9 @@ int main(int argc, char** argv) {
         auto encoded = report::FormatPprof(profile.value(), stack_filter);
         if (!encoded) return fail(encoded.error(), 1);
         text = std::move(encoded).value();
+      } else if (html) {
+        text = report::FormatFlameGraph(profile.value(), report::NameStacks(profile.value(), stack_options),
+                                        stack_filter);
       } else {
         text = report::FormatFolded(report::NameStacks(profile.value(), stack_options));
       }

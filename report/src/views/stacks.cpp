@@ -1,7 +1,7 @@
 #include "hvprof/report/views/stacks.h"
 
 #include <algorithm>
-#include <map>
+#include <unordered_map>
 
 namespace hvprof::report {
 
@@ -38,33 +38,57 @@ Result<StackRoot> ParseStackRoot(std::string_view text) {
                    text);
 }
 
-std::vector<NamedStack> NameStacks(const Profile& profile, const StackOptions& options) {
+NamedStacks NameStacks(const Profile& profile, const StackOptions& options) {
+  NamedStacks out;
+  std::unordered_map<std::string, uint32_t> ids;
+  auto intern = [&](std::string name, uint8_t mode) {
+    auto [it, inserted] = ids.try_emplace(std::move(name), static_cast<uint32_t>(out.names.size()));
+    if (inserted) {
+      out.names.push_back(it->first);
+      out.modes.push_back(mode);
+    }
+    return it->second;
+  };
   // Each frame's name once.
-  std::vector<std::string> frame_names(profile.frames().size());
+  std::vector<uint32_t> frame_ids(profile.frames().size());
   for (size_t f = 0; f < profile.frames().size(); ++f) {
     const Entry& frame = profile.frames()[f];
     const Symbol& symbol = profile.symbols()[frame.symbol];
     const Image& image = profile.images()[frame.image];
-    frame_names[f] = symbol.resolved || symbol.name.starts_with("[unknown in ")
-                         ? symbol.name
-                         : fmt::format("[unknown] {}+{:#x}", image.name, frame.ip);
+    frame_ids[f] = intern(symbol.resolved || symbol.name.starts_with("[unknown in ")
+                              ? symbol.name
+                              : fmt::format("[unknown] {}+{:#x}", image.name, frame.ip),
+                          frame.mode);
   }
-  std::map<std::vector<std::string>, uint64_t> merged;
-  std::vector<std::string> names;
+  // Stacks that name the same frames are merged: the key is the names, root first.
+  struct KeyHash {
+    size_t operator()(const std::vector<uint32_t>& key) const noexcept {
+      uint64_t hash = 0xcbf29ce484222325ull;
+      for (uint32_t id : key) hash = (hash ^ id) * 0x100000001b3ull;
+      return static_cast<size_t>(hash);
+    }
+  };
+  std::unordered_map<std::vector<uint32_t>, size_t, KeyHash> merged;
+  std::vector<uint32_t> key;
   for (const Stack& stack : profile.stacks()) {
     if (!options.filter.Selects(stack)) continue;
-    names.clear();
-    if (options.root == StackRoot::kDomain) names.push_back(profile.DomainName(stack.domain));
-    if (options.root != StackRoot::kNone) names.push_back(ModeFrame(stack.mode));
-    for (auto frame = stack.frames.rbegin(); frame != stack.frames.rend(); ++frame) {
-      names.push_back(frame_names[*frame]);
-    }
-    merged[names] += stack.count;
+    key.clear();
+    if (options.root == StackRoot::kDomain) key.push_back(intern(profile.DomainName(stack.domain), kRootFrame));
+    if (options.root != StackRoot::kNone) key.push_back(intern(ModeFrame(stack.mode), stack.mode));
+    for (auto frame = stack.frames.rbegin(); frame != stack.frames.rend(); ++frame) key.push_back(frame_ids[*frame]);
+    auto [it, inserted] = merged.try_emplace(key, out.stacks.size());
+    if (inserted) out.stacks.push_back({key, 0, stack.domain});
+    NamedStack& named = out.stacks[it->second];
+    named.count += stack.count;
+    if (named.domain != stack.domain) named.domain = -1;
+    out.samples += stack.count;
   }
-  std::vector<NamedStack> out;
-  out.reserve(merged.size());
-  for (auto& [frames, count] : merged) out.push_back({frames, count});
-  std::stable_sort(out.begin(), out.end(), [](const NamedStack& a, const NamedStack& b) { return a.count > b.count; });
+  // By count, then by the frames' names: the same session always gives the same order.
+  std::sort(out.stacks.begin(), out.stacks.end(), [&](const NamedStack& a, const NamedStack& b) {
+    if (a.count != b.count) return a.count > b.count;
+    return std::lexicographical_compare(a.frames.begin(), a.frames.end(), b.frames.begin(), b.frames.end(),
+                                        [&](uint32_t x, uint32_t y) { return out.names[x] < out.names[y]; });
+  });
   return out;
 }
 

@@ -6,21 +6,28 @@ namespace hvprof::report {
 
 namespace {
 
-void AppendFrame(std::string& out, const std::string& name) {
-  const std::string safe = EscapeForTerminal(name);
-  for (char c : safe) out += c == ';' ? ':' : c;
+// A name as a folded frame: escaped for the terminal, ';' (the separator) made ':'.
+std::string FoldedName(const std::string& name) {
+  std::string safe = EscapeForTerminal(name);
+  for (char& c : safe) c = c == ';' ? ':' : c;
+  return safe;
 }
 
 }  // namespace
 
-std::string FormatFolded(const std::vector<NamedStack>& stacks) {
+std::string FormatFolded(const NamedStacks& stacks) {
+  std::vector<std::string> names;
+  names.reserve(stacks.names.size());
+  for (const std::string& name : stacks.names) names.push_back(FoldedName(name));
   std::string out;
-  for (const NamedStack& stack : stacks) {
+  for (const NamedStack& stack : stacks.stacks) {
     for (size_t i = 0; i < stack.frames.size(); ++i) {
       if (i != 0) out += ';';
-      AppendFrame(out, stack.frames[i]);
+      out += names[stack.frames[i]];
     }
-    out += fmt::format(" {}\n", stack.count);
+    out += ' ';
+    out += std::to_string(stack.count);
+    out += '\n';
   }
   return out;
 }

@@ -1,6 +1,6 @@
 // Call stacks over a Profile loaded with LoadOptions::stacks: each distinct stack of one event,
 // filtered, named frame by frame and rooted as asked, for the folded format (writers/folded.h)
-// and the flame graph and pprof writers to come.
+// the HTML flame graph (writers/flamegraph.h) and pprof.
 #pragma once
 
 #include <cstdint>
@@ -32,16 +32,28 @@ struct StackOptions {
   StackFilter filter;
 };
 
-// One stack as flame-graph tools read it: frame names root first.
+// One stack as flame-graph tools read it: frames root first, each an index into
+// NamedStacks::names.
 struct NamedStack {
-  std::vector<std::string> frames;  // root first, the sampled function last
+  std::vector<uint32_t> frames;  // root first, the sampled function last
   uint64_t count = 0;
+  int32_t domain = -1;           // the domain of every sample merged here; -1 when several
+};
+
+// A name's kind, for colouring: the mode of the frames it names, or a root frame.
+inline constexpr uint8_t kRootFrame = 3;
+
+struct NamedStacks {
+  std::vector<std::string> names;  // each distinct frame name once
+  std::vector<uint8_t> modes;      // per name: 0 user, 1 kernel, 2 hypervisor, kRootFrame
+  std::vector<NamedStack> stacks;  // by count, then by frames
+  uint64_t samples = 0;            // the sum of the stacks' counts
 };
 
 // The stacks, named: each frame by its symbol; a frame nothing can name as
 // "[unknown] IMAGE+0xADDRESS" (it never disappears). Stacks that name the same frames are
-// merged; the order is by count, then by name.
-std::vector<NamedStack> NameStacks(const Profile& profile, const StackOptions& options);
+// merged.
+NamedStacks NameStacks(const Profile& profile, const StackOptions& options);
 
 // The event a report counts when none is asked for: the session's first.
 uint32_t DefaultStackEvent(const Profile& profile);

@@ -10,6 +10,6 @@
 
 namespace hvprof::report {
 
-std::string FormatFolded(const std::vector<NamedStack>& stacks);
+std::string FormatFolded(const NamedStacks& stacks);
 
 }  // namespace hvprof::report

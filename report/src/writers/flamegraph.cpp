@@ -1,0 +1,129 @@
+#include "hvprof/report/writers/flamegraph.h"
+
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "writers/common.h"
+
+namespace hvprof::report {
+
+extern const std::string_view kFlameGraphPage;
+
+namespace {
+
+constexpr std::string_view kDataMarker = "/*HVPROF-DATA*/";
+
+// The header's facts as [term, value, is_warning]: the same things the text report's header
+// says, so a page that travels without its session still says what it measured.
+nlohmann::json Facts(const Profile& profile, const NamedStacks& stacks, const StackFilter& filter) {
+  const store::SessionMetadata& m = profile.metadata();
+  nlohmann::json facts = nlohmann::json::array();
+  auto add = [&facts](std::string term, std::string value, bool warning = false) {
+    facts.push_back({std::move(term), std::move(value), warning});
+  };
+  add("Session", profile.directory());
+  add("Platform", fmt::format("{}{}; {}, {} CPUs", m.platform, m.machine.empty() ? "" : " (" + m.machine + ")",
+                              m.cpu_type, m.num_cpus));
+  uint64_t event_samples = 0;
+  for (const Entry& entry : profile.entries()) {
+    if (entry.event == filter.event) event_samples += entry.count;
+  }
+  for (const store::EventRecord& event : m.events) {
+    if (event.counter != filter.event) continue;
+    add("Event", fmt::format("{} (unit mask {:#04x}{}), a sample every {} events", event.name, event.unit_mask,
+                             event.kernel && event.user ? "" : event.kernel ? ", kernel only" : ", user only",
+                             event.count));
+  }
+  const double seconds = m.last_sample_ns > m.first_sample_ns
+                             ? static_cast<double>(m.last_sample_ns - m.first_sample_ns) / 1e9
+                             : 0.0;
+  if (seconds > 0) {
+    add("Sampled", fmt::format("{:.3f} s of the platform's clock; {:.0f} samples/s per CPU", seconds,
+                               m.num_cpus > 0 ? static_cast<double>(event_samples) / seconds / m.num_cpus : 0.0));
+  }
+  std::string shown = fmt::format("{} of the event's {} samples", stacks.samples, event_samples);
+  if (!filter.domains.empty()) {
+    std::vector<std::string> names;
+    for (uint16_t domain : filter.domains) names.push_back(profile.DomainName(domain));
+    shown += fmt::format("; domains {}", fmt::join(names, ", "));
+  }
+  if (!filter.modes.empty()) {
+    std::vector<std::string> names;
+    for (uint8_t mode : filter.modes) names.push_back(kModeNames[mode < 3 ? mode : 2]);
+    shown += fmt::format("; modes {}", fmt::join(names, ", "));
+  }
+  add("Shown", shown);
+  add("Call chains", m.backtrace_depth == 0
+                         ? std::string("none recorded: every stack is one frame (profile with --callgraph=16)")
+                         : fmt::format("up to {} frames", m.backtrace_depth),
+      m.backtrace_depth == 0);
+  const auto losses = Losses(m);
+  if (losses.empty()) {
+    add("Lost samples", "none");
+  } else {
+    uint64_t lost = 0;
+    for (const LossLine& line : losses) lost += line.count;
+    std::vector<std::string> causes;
+    for (const LossLine& line : losses) causes.push_back(fmt::format("{} {}", line.count, line.cause));
+    add("Lost samples",
+        fmt::format("{} ({:.2f}% of what was sampled): {}", lost, Percent(lost, lost + m.samples_stored),
+                    fmt::join(causes, "; ")),
+        true);
+  }
+  for (const std::string& reason : m.incomplete) add("Incomplete", reason, true);
+  for (const std::string& warning : profile.Warnings()) add("Warning", warning, true);
+  for (const std::string& note : m.notes) add("Note", note);
+  return facts;
+}
+
+}  // namespace
+
+std::string FormatFlameGraph(const Profile& profile, const NamedStacks& stacks, const StackFilter& filter) {
+  const store::SessionMetadata& m = profile.metadata();
+  nlohmann::json data;
+  std::string event_name = "samples";
+  for (const store::EventRecord& event : m.events) {
+    if (event.counter == filter.event) event_name = event.name;
+  }
+  data["title"] = fmt::format("hvprof: {} on {}{}", event_name, m.platform, m.machine.empty() ? "" : " " + m.machine);
+  data["facts"] = Facts(profile, stacks, filter);
+  std::set<int32_t> domains;
+  for (const NamedStack& stack : stacks.stacks) {
+    if (stack.domain >= 0) domains.insert(stack.domain);
+  }
+  data["domains"] = nlohmann::json::array();
+  for (int32_t domain : domains) {
+    data["domains"].push_back({domain, profile.DomainName(static_cast<uint16_t>(domain))});
+  }
+  data["names"] = stacks.names;
+  data["modes"] = stacks.modes;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const NamedStack& stack : stacks.stacks) {
+    nlohmann::json row = nlohmann::json::array({stack.count, stack.domain});
+    for (uint32_t frame : stack.frames) row.push_back(frame);
+    rows.push_back(std::move(row));
+  }
+  data["stacks"] = std::move(rows);
+  // Inside <script>, "</script>" or "<!--" in a name would end the data early: no '<' is left
+  // unescaped (JSON reads \u003c back as '<'). Bytes that are not UTF-8 become U+FFFD.
+  const std::string json = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string escaped;
+  escaped.reserve(json.size());
+  for (char c : json) {
+    if (c == '<') {
+      escaped += "\\u003c";
+    } else {
+      escaped += c;
+    }
+  }
+  const size_t marker = kFlameGraphPage.find(kDataMarker);
+  std::string page;
+  page.reserve(kFlameGraphPage.size() + escaped.size());
+  page += kFlameGraphPage.substr(0, marker);
+  page += escaped;
+  page += kFlameGraphPage.substr(marker + kDataMarker.size());
+  return page;
+}
+
+}  // namespace hvprof::report

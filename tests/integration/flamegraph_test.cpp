@@ -1,0 +1,259 @@
+// The HTML flame graph in a real browser: headless Chromium, with the network cut off, opens
+// the page `hvprof-report --format=html` wrote for a sim session, without a console message,
+// and draws the frames the folded output counts. Zoom, search and orientation are driven
+// through the page's URL fragment, and a domain named like markup stays text.
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "host_harness.h"
+#include "hvprof/base/escape.h"
+#include "programs.h"
+#include "skip.h"
+#include "temp_dir.h"
+
+using hvprof::testing::CommandResult;
+using hvprof::testing::Host;
+using hvprof::testing::RunProgram;
+using hvprof::testing::TempDir;
+using Json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kMarkupName = "web<svg\fonload=document.body.dataset.injected=1>";
+
+std::string Chromium() {
+  if (const char* path = std::getenv("HVPROF_CHROMIUM")) return path;
+  for (const char* path : {"/usr/bin/chromium", "/usr/bin/chromium-browser"}) {
+    if (::access(path, X_OK) == 0) return path;
+  }
+  return "";
+}
+
+Json Scenario() {
+  std::ifstream in(std::string(HVPROF_SOURCE_DIR) + "/examples/default.json");
+  Json scenario = Json::parse(in, nullptr, false);
+  REQUIRE(scenario.is_object());
+  scenario["run"] = {{"speed", "max"}};
+  // A guest's name is the guest's choice: this one is markup, and must be shown as text.
+  for (Json& domain : scenario["domains"]) {
+    if (domain["id"] == 2) domain["name"] = kMarkupName;
+  }
+  return scenario;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The DOM after the page's script ran, and what the browser logged.
+struct Page {
+  std::string dom;
+  std::string log;
+};
+
+Page Open(const std::string& chromium, const std::string& file, const std::string& fragment) {
+  TempDir profile;
+  std::vector<std::string> argv;
+  // No network at all where a network namespace can be made; the browser is also told to use a
+  // proxy that does not exist and to resolve no name, so nothing leaves even without one.
+  if (RunProgram({"/usr/bin/unshare", "-n", "/bin/true"}).status == 0) argv = {"/usr/bin/unshare", "-n"};
+  for (const std::string& arg :
+       {std::string("/usr/bin/timeout"), std::string("120"), chromium, std::string("--headless"), std::string("--no-sandbox"),
+        std::string("--disable-gpu"), std::string("--no-first-run"), "--user-data-dir=" + profile.path(),
+        std::string("--proxy-server=127.0.0.1:9"), std::string("--host-resolver-rules=MAP * ~NOTFOUND"),
+        std::string("--enable-logging=stderr"), std::string("--log-level=0"), std::string("--window-size=1200,900"),
+        std::string("--dump-dom"), "file://" + file + fragment}) {
+    argv.push_back(arg);
+  }
+  const CommandResult result = RunProgram(argv);
+  INFO(result.err.substr(0, 4000));
+  REQUIRE(result.status == 0);
+  return {result.out, result.err};
+}
+
+std::string Unescape(std::string text) {
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&#39;", "'"}, {"&amp;", "&"}}) {
+    for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
+      text.replace(at, from.size(), to);
+    }
+  }
+  return text;
+}
+
+struct Frame {
+  std::string name;
+  uint64_t count = 0;
+  int depth = 0;
+  bool ancestor = false;
+  int top = 0;
+};
+
+std::vector<Frame> Frames(const std::string& dom) {
+  static const std::regex frame(
+      R"re(<div class="frame( ancestor)?( match)?" data-name="([^"]*)" data-count="(\d+)" data-depth="(\d+)" style="[^"]*top: (\d+)px)re");
+  std::vector<Frame> frames;
+  for (auto it = std::sregex_iterator(dom.begin(), dom.end(), frame); it != std::sregex_iterator(); ++it) {
+    frames.push_back({Unescape((*it)[3]), std::stoull((*it)[4]), std::stoi((*it)[5]), (*it)[1].matched,
+                      std::stoi((*it)[6])});
+  }
+  return frames;
+}
+
+// Folded lines as stack -> count.
+std::map<std::string, uint64_t> ParseFolded(const std::string& text) {
+  std::map<std::string, uint64_t> stacks;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const size_t space = line.rfind(' ');
+    REQUIRE(space != std::string::npos);
+    stacks[line.substr(0, space)] += std::stoull(line.substr(space + 1));
+  }
+  return stacks;
+}
+
+std::vector<std::string> Split(const std::string& stack) {
+  std::vector<std::string> frames;
+  std::istringstream in(stack);
+  for (std::string frame; std::getline(in, frame, ';');) frames.push_back(frame);
+  return frames;
+}
+
+void CheckClean(const Page& page) {
+  // Chromium logs every console message, error and refused load (the page's policy refuses
+  // any) as "CONSOLE"; the page logs none of its own.
+  std::istringstream log(page.log);
+  std::string console;
+  for (std::string line; std::getline(log, line);) {
+    if (line.find(":CONSOLE") != std::string::npos) console += line + "\n";
+  }
+  CHECK(console.empty());
+  CHECK(page.dom.find("data-ready=\"true\"") != std::string::npos);
+  CHECK(page.dom.find("<pre id=\"errors\" hidden=\"\"></pre>") != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("the HTML flame graph opens offline in headless Chromium and draws what folded counts",
+          "[report][stacks][browser]") {
+  const std::string chromium = Chromium();
+  if (chromium.empty() && hvprof::testing::SkipTest("needs Chromium (Debian package chromium) to open the page")) {
+    return;
+  }
+  Host host(Scenario());
+  REQUIRE(host.Hvprof({"--start-daemon", "--passive-domains=1,2", "--callgraph=16"}).status == 0);
+  REQUIRE(host.Hvprof({"--start"}).status == 0);
+  REQUIRE(host.Hvprof({"--run-sim=300ms"}).status == 0);
+  REQUIRE(host.Hvprof({"--stop"}).status == 0);
+
+  const std::string file = host.session_root() + "/../flame.html";
+  const CommandResult written = host.Report({"--format=html", "-o", file});
+  INFO(written.err);
+  REQUIRE(written.status == 0);
+  const std::string html = ReadFile(file);
+  // Nothing in the file points anywhere: no address, no element that loads one.
+  CHECK_FALSE(std::regex_search(html, std::regex(R"(\b(https?|ftp|wss?):)", std::regex::icase)));
+  for (const char* loader : {"src=", "href=", "<link", "<img", "<iframe", "@import", "url("}) {
+    INFO(loader);
+    CHECK(html.find(loader) == std::string::npos);
+  }
+  // The markup the guest chose for its name is data in the file, never a tag.
+  CHECK(html.find("<svg") == std::string::npos);
+
+  const auto folded = ParseFolded(host.Report({"--format=folded"}).out);
+  std::map<std::string, uint64_t> roots, dom0_modes;
+  uint64_t total = 0;
+  for (const auto& [stack, count] : folded) {
+    const auto frames = Split(stack);
+    REQUIRE(frames.size() >= 2);
+    roots[frames[0]] += count;
+    if (frames[0] == "dom0") dom0_modes[frames[1]] += count;
+    total += count;
+  }
+  REQUIRE(total > 10000);
+  REQUIRE(roots.size() >= 3);
+
+  const Page page = Open(chromium, file, "");
+  CheckClean(page);
+  CHECK(page.dom.find("data-injected") == std::string::npos);
+  const std::vector<Frame> frames = Frames(page.dom);
+  REQUIRE(frames.size() > 20);
+  std::map<std::string, uint64_t> drawn_roots, drawn_dom0_modes;
+  bool under_dom0 = false;
+  for (const Frame& frame : frames) {
+    if (frame.depth == 0) {
+      CHECK(frame.name == "all");
+      CHECK(frame.count == total);
+    }
+    if (frame.depth == 1) {
+      // As folded writes names: escaped for a terminal (the page shows them as they are).
+      drawn_roots[hvprof::EscapeForTerminal(frame.name)] = frame.count;
+      under_dom0 = frame.name == "dom0";
+    }
+    if (frame.depth == 2 && under_dom0) drawn_dom0_modes[frame.name] = frame.count;
+  }
+  // The root's children: every one folded counts is drawn (none here is too narrow to draw,
+  // the narrowest drawn is half a pixel), with the same count; the guest's markup name is text.
+  for (const auto& [name, count] : roots) {
+    INFO(name);
+    if (count * 1000 < total) continue;
+    REQUIRE(drawn_roots.count(name) == 1);
+    CHECK(drawn_roots[name] == count);
+  }
+  for (const auto& [name, count] : drawn_roots) {
+    INFO(name);
+    CHECK(roots[name] == count);
+  }
+  CHECK(drawn_roots.count(hvprof::EscapeForTerminal(std::string("2 (") + kMarkupName + ")")) == 1);
+  CHECK(page.dom.find(std::string("data-name=\"2 (web&lt;svg\fonload=document.body.dataset.injected=1&gt;)\"")) !=
+        std::string::npos);
+  CHECK(drawn_dom0_modes == dom0_modes);
+
+  // Searched, zoomed into dom0's user mode, as an icicle: the status line counts the samples
+  // under the zoom whose stacks have a matching frame, each once.
+  uint64_t matched = 0, zoomed = 0;
+  for (const auto& [stack, count] : folded) {
+    if (stack.rfind("dom0;[user];", 0) != 0) continue;
+    zoomed += count;
+    const auto names = Split(stack);
+    if (std::any_of(names.begin() + 2, names.end(), [](const std::string& name) {
+          return std::regex_search(name, std::regex("lzma", std::regex::icase));
+        })) {
+      matched += count;
+    }
+  }
+  REQUIRE(matched > 0);
+  const Page searched = Open(chromium, file, "#zoom=dom0;%5Buser%5D&search=LZMA&view=icicle");
+  CheckClean(searched);
+  const std::string status = fmt::format("Matched: {} samples", matched);
+  INFO(searched.dom.substr(0, 3000));
+  CHECK(searched.dom.find(status) != std::string::npos);
+  CHECK(searched.dom.find(fmt::format("({} samples, ", zoomed)) != std::string::npos);
+  bool saw_focus = false;
+  for (const Frame& frame : Frames(searched.dom)) {
+    INFO(frame.name);
+    // Icicle: the root is at the top, each level one row lower.
+    CHECK(frame.top == frame.depth * 16);
+    if (frame.depth < 2) CHECK(frame.ancestor);
+    if (frame.depth == 2) {
+      CHECK(frame.name == "[user]");
+      CHECK(frame.count == zoomed);
+      CHECK_FALSE(frame.ancestor);
+      saw_focus = true;
+    }
+    // Under the zoom, only dom0's user stacks are drawn.
+    if (frame.depth > 2) CHECK(frame.count <= zoomed);
+  }
+  CHECK(saw_focus);
+}
