@@ -9,6 +9,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "hvprof/base/escape.h"
 #include "hvprof/base/units.h"
 #include "hvprof/control/commands.h"
 #include "hvprof/control/run.h"
@@ -140,7 +141,13 @@ int main(int argc, char** argv) {
                                                            "(hvprof-hv --help), for the hvprof-hv `hvprof run` starts")
         ("repeat", po::value(&run_options.repeat)->default_value(1), "profile the workload N times and report the spread of each symbol's share")
         ("json", po::value(&run_options.json_path), "write a JSON summary here (samples, losses, top symbols, wall time, exit status)")
-        ("top", po::value(&run_options.top)->default_value(20), "symbols in the summaries");
+        ("top", po::value(&run_options.top)->default_value(20), "symbols in the summaries")
+        ("push", po::value(&run_options.push_url),
+         "at the end, send each run's stacks to the Grafana Pyroscope server at this base URL (e.g. "
+         "http://127.0.0.1:4040), one pprof series per domain; credentials in the URL or in HVPROF_PUSH_USER and "
+         "HVPROF_PUSH_PASSWORD. A failed push is a warning (the summary's \"push\" says why); the sessions stay")
+        ("push-app", po::value(&run_options.push_app)->default_value("hvprof"), "--push: Pyroscope's application name")
+        ("push-tenant", po::value(&run_options.push_tenant), "--push: the tenant (X-Scope-OrgID)");
     po::options_description all;
     all.add(actions).add(options).add(general).add(run_described);
     po::variables_map values;
@@ -219,7 +226,10 @@ int main(int argc, char** argv) {
         std::cerr << "hvprof run: " << outcome.error().message() << "\n";
         return 1;
       }
-      std::cout << outcome.value().message << "\n";
+      std::cout << outcome.value().message << "\n" << std::flush;
+      for (const std::string& warning : outcome.value().warnings) {
+        std::cerr << "hvprof run: warning: " << hvprof::EscapeForTerminal(warning) << "\n";
+      }
       return outcome.value().exit_code;
     }
     std::vector<std::string> chosen;

@@ -1,5 +1,6 @@
 // hvprof-report: opreport-like reports over a session directory. Thin main over hvprof_report.
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -9,6 +10,7 @@
 
 #include "hvprof/base/escape.h"
 #include "hvprof/base/files.h"
+#include "hvprof/push/profile.h"
 #include "hvprof/setup/setup.h"
 #include "hvprof/report/views/callgraph.h"
 #include "hvprof/report/views/stacks.h"
@@ -44,14 +46,17 @@ Examples:
   hvprof-report --format=folded -o stacks.folded   call stacks for flame-graph tools
   hvprof-report --format=html -o flame.html        an interactive flame graph, opens offline
   hvprof-report --format=pprof -o cpu.pb.gz        for `go tool pprof` and Pyroscope
+  hvprof-report --push=http://127.0.0.1:4040       also send the stacks to a Pyroscope server
                                       (stacks need `hvprof --start-daemon --callgraph=16`)
 
 Exit status: 0 complete report; 1 no report (e.g. no session); 2 bad usage;
-3 report printed but incomplete (damaged samples, images missing or changed: see its warnings).
+3 report printed but incomplete (damaged samples, images missing or changed: see its warnings);
+4 report printed but the push (--push) failed: the message says why; the session is untouched.
 
 Options)";
 
 constexpr int kIncomplete = 3;
+constexpr int kPushFailed = 4;
 
 Result<std::vector<uint8_t>> ParseModes(const std::string& text) {
   std::vector<uint8_t> modes;
@@ -89,6 +94,7 @@ int main(int argc, char** argv) {
     std::string session_root = store::kDefaultSessionRoot;
     std::string domains, modes, images, symbols, events, sort, merge, demangle = "smart", format = "text", output;
     std::string stack_root = "domain";
+    std::string push_url, push_app, push_tenant;
     std::string image_path;
     double threshold = 0.0;
     report::ReportOptions options;
@@ -130,6 +136,14 @@ int main(int argc, char** argv) {
         ("stack-root", po::value(&stack_root)->default_value("domain"),
          "folded and html: what each stack starts with: domain (the domain's name, then the mode), mode, or none")
         ("output,o", po::value(&output), "write the report to this file")
+        ("push", po::value(&push_url),
+         "also send the stacks to the Grafana Pyroscope server at this base URL (http:// or https://, e.g. "
+         "http://127.0.0.1:4040): one pprof series per domain, labelled domain, domain_name, event, platform and "
+         "host; --domain, --mode and --event choose what is sent. Credentials: in the URL, or from the "
+         "environment variables HVPROF_PUSH_USER and HVPROF_PUSH_PASSWORD (docs/report-formats.md)")
+        ("push-app", po::value(&push_app)->default_value("hvprof"),
+         "--push: Pyroscope's application name (its service_name): letters, digits, '_', '.' and '-'")
+        ("push-tenant", po::value(&push_tenant), "--push: the tenant, sent as X-Scope-OrgID, for multi-tenant servers")
         ("image-path", po::value(&image_path), "directories to look for images that moved (comma-separated)")
         ("verbose,V", "say why addresses could not be resolved")
         ("raw-samples", "count the raw samples again instead of using the session's aggregate")
@@ -260,7 +274,7 @@ int main(int argc, char** argv) {
     load.lines = options.view == report::View::kDebugInfo;
     load.use_aggregate = values.count("raw-samples") == 0;
     load.all_domains = values.count("all-domains") != 0;
-    load.stacks = folded || callgraph;
+    load.stacks = folded || callgraph || !push_url.empty();
     const auto started = std::chrono::steady_clock::now();
     if (!image_path.empty()) {
       auto parsed = setup::SplitList(image_path, "image-path");
@@ -304,7 +318,7 @@ int main(int argc, char** argv) {
     }
 
     std::string text;
-    if ((folded || callgraph) && options.events.size() > 1) {
+    if ((folded || callgraph || !push_url.empty()) && options.events.size() > 1) {
       return fail(Error(ErrorKind::kInvalidArgument, "stacks show one event at a time: give one --event"), 2);
     }
     report::StackFilter stack_filter;
@@ -377,6 +391,18 @@ int main(int argc, char** argv) {
                                  "'{0}' (`hvprof-report {0}`, or `hvprof-report --help` for how to pick one)\n",
                                  *newest);
       }
+    }
+    if (!push_url.empty()) {
+      // An https server closing early must not kill the report with SIGPIPE.
+      ::signal(SIGPIPE, SIG_IGN);
+      auto pushed = push::PushProfile(profile.value(), stack_filter,
+                                      push::PushFromCommandLine(push_url, push_tenant, push_app));
+      if (!pushed) {
+        std::cerr << "hvprof-report: " << EscapeForTerminal(pushed.error().message()) << "\n";
+        return kPushFailed;
+      }
+      std::cerr << fmt::format("hvprof-report: pushed {} series ({} bytes of pprof) to Pyroscope\n",
+                               pushed.value().series, pushed.value().bytes);
     }
     bool incomplete = !profile.value().problems().empty();
     for (const report::Image& image : profile.value().images()) {

@@ -32,9 +32,9 @@ LAYERS = {
     # A guest publishes its own profile for dom0: its agent reports its own session.
     "guest-agent": ["report", "agent-core", "setup", "store", "hypervisor-pmu", "base", "symbolizer"],
     "report": ["store", "symbolizer", "base"],
-    # Sends bytes the report made (pprof) to other tools' servers; knows nothing of the model.
-    "push": ["base"],
-    "control": ["report", "agent-core", "setup", "hvprof-hv/protocol", "store", "symbolizer", "hypervisor-pmu",
+    # Sends the report's stacks (as pprof) to other tools' servers.
+    "push": ["report", "store", "symbolizer", "base"],
+    "control": ["push", "report", "agent-core", "setup", "hvprof-hv/protocol", "store", "symbolizer", "hypervisor-pmu",
                 "base"],
     "tests/fake-platform": ["hosted", "hypervisor-pmu", "base"],
 }

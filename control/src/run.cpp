@@ -16,6 +16,7 @@
 #include "hvprof/base/escape.h"
 #include "hvprof/base/files.h"
 #include "hvprof/hv/protocol.h"
+#include "hvprof/push/profile.h"
 #include "hvprof/report/writers/csv.h"
 #include "hvprof/report/writers/json.h"
 #include "hvprof/report/writers/text.h"
@@ -286,6 +287,32 @@ Result<Outcome> RunProfile(const RunOptions& options) {
                                  100 * low, 100 * high, EscapeForTerminal(key));
     }
   }
+  // --push: every run's stacks, each run a profile of its own time.
+  std::vector<std::string> warnings;
+  std::string push_text;
+  if (!options.push_url.empty()) {
+    ::signal(SIGPIPE, SIG_IGN);  // an https server closing early must not end the run
+    const push::ProfilePush push = push::PushFromCommandLine(options.push_url, options.push_tenant, options.push_app);
+    for (RunResult& run : runs) {
+      report::LoadOptions load;
+      load.stacks = true;
+      auto pushed = [&]() -> Result<push::PushSummary> {
+        HVPROF_TRY(profile, report::LoadProfile(run.session, load));
+        report::StackFilter filter;
+        filter.event = report::DefaultStackEvent(profile);
+        return push::PushProfile(profile, filter, push);
+      }();
+      if (pushed) {
+        run.summary["push"] = {{"series", pushed.value().series}, {"bytes", pushed.value().bytes}};
+        push_text = fmt::format("\npushed {} series ({} bytes of pprof) to Pyroscope", pushed.value().series,
+                                pushed.value().bytes);
+      } else {
+        run.summary["push"] = {{"error", pushed.error().message()}};
+        warnings.push_back(fmt::format("--push: {} (the session {} is saved as it was)", pushed.error().message(),
+                                       run.session));
+      }
+    }
+  }
   if (!options.json_path.empty()) {
     Json out{{"schema", "hvprof-run"}, {"version", 1}, {"command", options.command}};
     Json list = Json::array();
@@ -300,8 +327,8 @@ Result<Outcome> RunProfile(const RunOptions& options) {
     // Symbol names come from profiled code: bytes that are not UTF-8 become U+FFFD.
     HVPROF_TRYV(WriteOutput(options.json_path, out.dump(1, ' ', false, Json::error_handler_t::replace) + "\n"));
   }
-  return Outcome{report_text + spread_text + fmt::format("session saved in {}", runs.back().session),
-                 runs.back().exit_status};
+  return Outcome{report_text + spread_text + fmt::format("session saved in {}", runs.back().session) + push_text,
+                 runs.back().exit_status, warnings};
 }
 
 }  // namespace hvprof::control

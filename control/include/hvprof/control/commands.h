@@ -18,6 +18,7 @@ using agent::Json;
 struct Outcome {
   std::string message;  // for stdout
   int exit_code = 0;
+  std::vector<std::string> warnings = {};  // for stderr: what went wrong without failing the command
 };
 
 struct AgentProcess {

@@ -22,6 +22,11 @@ struct RunOptions {
   std::string save_prefix = "run";       // sessions are saved as PREFIX-YYYYmmdd-HHMMSS[-k]
   std::vector<std::string> command;      // the workload; empty on a simulated machine is fine
   uint32_t top = 20;                     // symbols in the summary
+  // --push: each run's stacks go to this Pyroscope server (push/profile.h); a failed push is a
+  // warning and the summary's "push" says what happened, the sessions stay as they are.
+  std::string push_url;
+  std::string push_app = "hvprof";
+  std::string push_tenant;
 };
 
 // Runs the whole sequence and prints the report of (the last) run. Outcome::exit_code is the

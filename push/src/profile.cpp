@@ -1,0 +1,86 @@
+#include "hvprof/push/profile.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <set>
+
+#include "hvprof/report/writers/pprof.h"
+
+namespace hvprof::push {
+
+namespace {
+
+std::string Environment(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? std::string() : std::string(value);
+}
+
+// The domain's own name, without the number DomainName puts before a guest's.
+std::string DomainLabel(const report::Profile& profile, uint16_t domain) {
+  if (domain == report::kIdleDomain) return "idle";
+  for (const store::DomainRecord& record : profile.metadata().domains) {
+    if (record.id == domain && !record.name.empty()) return record.name;
+  }
+  return domain == 0 ? "dom0" : "domain" + std::to_string(domain);
+}
+
+}  // namespace
+
+ProfilePush PushFromCommandLine(std::string url, std::string tenant, std::string app) {
+  ProfilePush push;
+  push.options.url = std::move(url);
+  push.options.tenant = std::move(tenant);
+  push.options.username = Environment(kUserVariable);
+  push.options.password = Environment(kPasswordVariable);
+  if (!app.empty()) push.app = std::move(app);
+  return push;
+}
+
+Result<PushSummary> PushProfile(const report::Profile& profile, const report::StackFilter& filter,
+                                const ProfilePush& push) {
+  const store::SessionMetadata& m = profile.metadata();
+  std::set<uint16_t> domains;
+  for (const report::Stack& stack : profile.stacks()) {
+    if (filter.Selects(stack)) domains.insert(stack.domain);
+  }
+  if (domains.empty()) {
+    return MakeError(ErrorKind::kNotFound,
+                     "--push: the session has no samples of the chosen event{} to push",
+                     filter.domains.empty() && filter.modes.empty() ? "" : " in the chosen domains and modes");
+  }
+  std::string event = "samples";
+  for (const store::EventRecord& record : m.events) {
+    if (record.counter == filter.event) event = record.name;
+  }
+  // The profiling interval, in unix seconds; a session still running ends now.
+  const auto now_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  uint64_t from_ns = m.created_ns, until_ns = 0;
+  if (!m.profiling.empty()) {
+    from_ns = m.profiling.front().start_ns;
+    for (const store::ProfilingInterval& interval : m.profiling) {
+      until_ns = std::max(until_ns, interval.stop_ns == 0 ? now_ns : interval.stop_ns);
+    }
+  }
+  if (from_ns == 0) from_ns = now_ns;
+  until_ns = std::max(until_ns, from_ns);
+
+  std::vector<PyroscopeSeries> series;
+  for (uint16_t domain : domains) {
+    report::StackFilter one = filter;
+    one.domains = {domain};
+    HVPROF_TRY(profile_bytes, report::FormatPprof(profile, one));
+    PyroscopeSeries s;
+    s.app = push.app;
+    s.labels = {{"domain", std::to_string(domain)}, {"domain_name", DomainLabel(profile, domain)}, {"event", event}};
+    if (!m.platform.empty()) s.labels.emplace_back("platform", m.platform);
+    if (!m.machine.empty()) s.labels.emplace_back("host", m.machine);
+    s.from_seconds = from_ns / 1'000'000'000;
+    s.until_seconds = (until_ns + 999'999'999) / 1'000'000'000;
+    s.profile = std::move(profile_bytes);
+    series.push_back(std::move(s));
+  }
+  return PushToPyroscope(push.options, series);
+}
+
+}  // namespace hvprof::push
