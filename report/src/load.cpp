@@ -52,37 +52,33 @@ sym::ImageFormat FormatOf(const std::string& format) {
 
 }  // namespace
 
-namespace {
-
-// A call stack as read: where, what, and its addresses (the sampled one first).
-struct RawStack {
-  uint16_t domain;
-  uint8_t mode;
-  uint8_t event;
-  uint32_t pid;
-  std::vector<uint64_t> addresses;
-  bool operator==(const RawStack&) const = default;
-};
-
-struct RawStackHash {
-  size_t operator()(const RawStack& s) const {
-    uint64_t h = (uint64_t{s.domain} << 48) ^ (uint64_t{s.mode} << 40) ^ (uint64_t{s.event} << 32) ^ s.pid;
-    for (uint64_t a : s.addresses) h = (h ^ a) * 0x100000001b3ULL + (h >> 29);
-    return static_cast<size_t>(h);
-  }
-};
-
-}  // namespace
-
-// Every sample's stack, counted while the samples are read for the aggregate.
+// Every sample's stack, counted while the samples are read for the aggregate. Distinct stacks
+// are kept flat (their addresses in one arena) and found through an open-addressing table of
+// indexes: millions of samples fall on a few hundred thousand stacks, and a node per stack
+// made the lookups the cost of the whole read.
 class StackCollector {
  public:
+  struct Counted {
+    uint16_t domain;
+    uint8_t mode;
+    uint8_t event;
+    uint32_t pid;
+    uint32_t first;   // into the arena
+    uint32_t length;  // addresses, the sampled one first
+    uint64_t count;
+    uint64_t hash;
+  };
+
   void Add(const store::StoredSample& sample);
-  std::unordered_map<RawStack, uint64_t, RawStackHash> counted;
+  const std::vector<Counted>& stacks() const { return stacks_; }
+  std::span<const uint64_t> Addresses(const Counted& c) const { return {arena_.data() + c.first, c.length}; }
   uint64_t without_chain = 0;
 
  private:
-  RawStack probe_{};  // reused, so that a stack seen before costs no allocation
+  void Grow();
+  std::vector<Counted> stacks_;
+  std::vector<uint64_t> arena_;
+  std::vector<uint32_t> slots_;  // index + 1 into stacks_; 0 is empty; a power of two long
 };
 
 // Builds a Profile: decides, for each sample, what to symbolize it against, symbolizes each
@@ -522,36 +518,67 @@ std::vector<PublishedProfile> ProfileBuilder::ReadPublished(Profile& profile, st
 
 
 void StackCollector::Add(const store::StoredSample& s) {
-  probe_.domain = s.domain;
-  probe_.mode = s.mode;
-  probe_.event = s.event;
-  probe_.pid = s.pid;
-  probe_.addresses.assign(1, s.ip);
   // A walk through code without frame pointers ends in values no code lives at (0, the null
   // page, the top page): the chain stops there.
+  uint64_t addresses[store::kMaxFrames + 1];
+  uint32_t length = 0;
+  addresses[length++] = s.ip;
   for (uint64_t frame : s.frames) {
-    if (frame < 0x1000 || frame >= ~uint64_t{0xFFF}) break;
-    probe_.addresses.push_back(frame);
+    if (frame < 0x1000 || frame >= ~uint64_t{0xFFF} || length > store::kMaxFrames) break;
+    addresses[length++] = frame;
   }
   if (s.frames.empty()) ++without_chain;
-  auto it = counted.find(probe_);
-  if (it != counted.end()) ++it->second;
-  else counted.emplace(probe_, 1);
+  // Each word mixed in fully (multiply, fold the high half down): addresses of one image
+  // differ only in their low bits.
+  uint64_t hash = (uint64_t{s.domain} << 48) ^ (uint64_t{s.mode} << 40) ^ (uint64_t{s.event} << 32) ^ s.pid;
+  for (uint32_t i = 0; i < length; ++i) {
+    hash = (hash ^ addresses[i]) * 0x9E3779B97F4A7C15ULL;
+    hash ^= hash >> 32;
+  }
+  if (slots_.empty()) slots_.assign(1024, 0);
+  const size_t mask = slots_.size() - 1;
+  for (size_t slot = hash & mask;; slot = (slot + 1) & mask) {
+    if (slots_[slot] == 0) {
+      slots_[slot] = static_cast<uint32_t>(stacks_.size() + 1);
+      stacks_.push_back({s.domain, s.mode, s.event, s.pid, static_cast<uint32_t>(arena_.size()), length, 1, hash});
+      arena_.insert(arena_.end(), addresses, addresses + length);
+      if (stacks_.size() * 2 > slots_.size()) Grow();
+      return;
+    }
+    Counted& c = stacks_[slots_[slot] - 1];
+    if (c.hash == hash && c.length == length && c.domain == s.domain && c.mode == s.mode && c.event == s.event &&
+        c.pid == s.pid && std::equal(addresses, addresses + length, arena_.begin() + c.first)) {
+      ++c.count;
+      return;
+    }
+  }
+}
+
+void StackCollector::Grow() {
+  std::vector<uint32_t> slots(slots_.size() * 2, 0);
+  const size_t mask = slots.size() - 1;
+  for (size_t i = 0; i < stacks_.size(); ++i) {
+    size_t slot = stacks_[i].hash & mask;
+    while (slots[slot] != 0) slot = (slot + 1) & mask;
+    slots[slot] = static_cast<uint32_t>(i + 1);
+  }
+  slots_ = std::move(slots);
 }
 
 Result<void> ProfileBuilder::BuildStacks(const StackCollector& collected) {
-  const auto& counted = collected.counted;
+  const auto& counted = collected.stacks();
   p_.samples_without_chain_ = collected.without_chain;
   // Every frame address once, sorted as the aggregate is, so that attribution reuses targets.
-  auto frame_key = [](const RawStack& s, size_t i) {
+  auto frame_key = [&collected](const StackCollector::Counted& s, size_t i) {
     // A caller's frame is a return address: the call that made it is the byte before.
     // Only user space is told apart by process: a kernel address is looked up once.
-    return store::AggregateKey{i == 0 ? s.addresses[i] : s.addresses[i] - 1, s.mode == 0 ? s.pid : 0xFFFFFFFFu,
-                               s.domain, s.mode, 0};
+    const uint64_t address = collected.Addresses(s)[i];
+    return store::AggregateKey{i == 0 ? address : address - 1, s.mode == 0 ? s.pid : 0xFFFFFFFFu, s.domain, s.mode,
+                               0};
   };
   std::vector<store::AggregateKey> keys;
-  for (const auto& [stack, count] : counted) {
-    for (size_t i = 0; i < stack.addresses.size(); ++i) keys.push_back(frame_key(stack, i));
+  for (const StackCollector::Counted& stack : counted) {
+    for (size_t i = 0; i < stack.length; ++i) keys.push_back(frame_key(stack, i));
   }
   std::sort(keys.begin(), keys.end());
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
@@ -560,15 +587,15 @@ Result<void> ProfileBuilder::BuildStacks(const StackCollector& collected) {
   for (const store::AggregateKey& key : keys) frames.entries.push_back({key, 0});
   HVPROF_TRYV(Build(frames, p_.frames_));
   p_.stacks_.reserve(counted.size());
-  for (const auto& [stack, count] : counted) {
+  for (const StackCollector::Counted& stack : counted) {
     Stack out;
     out.domain = stack.domain;
     out.mode = stack.mode;
     out.event = stack.event;
     out.pid = stack.pid;
-    out.count = count;
-    out.frames.reserve(stack.addresses.size());
-    for (size_t i = 0; i < stack.addresses.size(); ++i) {
+    out.count = stack.count;
+    out.frames.reserve(stack.length);
+    for (size_t i = 0; i < stack.length; ++i) {
       const auto key = frame_key(stack, i);
       out.frames.push_back(static_cast<uint32_t>(std::lower_bound(keys.begin(), keys.end(), key) - keys.begin()));
     }
