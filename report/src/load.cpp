@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <tuple>
 #include <unordered_map>
 
@@ -91,6 +93,8 @@ class ProfileBuilder {
   Result<void> Build(const store::Aggregate& aggregate, std::vector<Entry>& out);
   // With LoadOptions::stacks: attributes each distinct frame address of the stacks collected.
   Result<void> BuildStacks(const StackCollector& collected);
+  // Names the images whose chains mostly stop at the sampled function (no frame pointers).
+  void NoteShallowImages();
   // Adds the user and kernel rows the guests symbolized themselves.
   void AddPublishedSymbols(const std::vector<PublishedProfile>& published);
   // Domains whose hypervisor samples come from a published profile (named domainN-xen).
@@ -601,11 +605,42 @@ Result<void> ProfileBuilder::BuildStacks(const StackCollector& collected) {
     }
     p_.stacks_.push_back(std::move(out));
   }
+  NoteShallowImages();
   // A stable order: most samples first, then by frames.
   std::sort(p_.stacks_.begin(), p_.stacks_.end(), [](const Stack& a, const Stack& b) {
     return a.count != b.count ? a.count > b.count : a.frames < b.frames;
   });
   return Ok();
+}
+
+void ProfileBuilder::NoteShallowImages() {
+  // On a real machine every sampled function but a thread's first has a caller. When most of an
+  // image's chains stop at the sampled function, the frame-pointer walk found no frame there:
+  // the image was built without frame pointers. (The sim has no such walk: its scenario says
+  // which functions have callers. Passive domains and the idle domain are sampled without
+  // chains.)
+  const store::SessionMetadata& m = p_.metadata_;
+  if (m.backtrace_depth == 0 || m.platform == "sim") return;
+  std::set<uint16_t> passive;
+  for (const store::DomainRecord& domain : m.domains) {
+    if (domain.role == "passive") passive.insert(domain.id);
+  }
+  std::map<uint32_t, std::pair<uint64_t, uint64_t>> by_image;  // image -> (samples, one frame deep)
+  for (const Stack& stack : p_.stacks_) {
+    if (stack.frames.empty() || stack.domain == kIdleDomain || passive.count(stack.domain) != 0) continue;
+    auto& [samples, shallow] = by_image[p_.frames_[stack.frames[0]].image];
+    samples += stack.count;
+    if (stack.frames.size() == 1) shallow += stack.count;
+  }
+  constexpr uint64_t kEnough = 50;
+  for (const auto& [image, counts] : by_image) {
+    const auto [samples, shallow] = counts;
+    if (samples < kEnough || shallow * 2 < samples) continue;
+    p_.stack_notes_.push_back(fmt::format(
+        "{}: {} of its {} sampled stacks ({:.0f}%) stop at the sampled function: it was probably built without frame "
+        "pointers, so its callers are unknown (rebuild it with -fno-omit-frame-pointer to see them)",
+        p_.images_[image].long_name, shallow, samples, 100.0 * static_cast<double>(shallow) / static_cast<double>(samples)));
+  }
 }
 
 Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOptions& options) {

@@ -12,6 +12,7 @@ std::vector<std::string> Profile::Warnings() const {
     }
   }
   warnings.insert(warnings.end(), problems_.begin(), problems_.end());
+  warnings.insert(warnings.end(), stack_notes_.begin(), stack_notes_.end());
   return warnings;
 }
 

@@ -109,6 +109,9 @@ class Profile {
   uint64_t samples_without_chain() const { return samples_without_chain_; }
   // What went wrong reading the session (damaged chunks, missing metadata fields...).
   const std::vector<std::string>& problems() const { return problems_; }
+  // With LoadOptions::stacks: images whose chains mostly stop at the sampled function (built
+  // without frame pointers). Warnings, not problems: the report is complete without callers.
+  const std::vector<std::string>& stack_notes() const { return stack_notes_; }
   uint64_t total_samples() const { return total_; }
   const LoadTimings& timings() const { return timings_; }
   // With LoadOptions::all_domains (load.h): the guests' profiles that were merged.
@@ -116,7 +119,7 @@ class Profile {
   // The name of a domain: "dom0", "3 (db-hvm)", "idle".
   std::string DomainName(uint16_t domain) const;
   // Everything a reader of any view must be told, unescaped: images that could not be used
-  // (not the one profiled, unreadable), then the problems.
+  // (not the one profiled, unreadable), then the problems, then the stack notes.
   std::vector<std::string> Warnings() const;
 
  private:
@@ -130,6 +133,7 @@ class Profile {
   std::vector<Entry> frames_;
   uint64_t samples_without_chain_ = 0;
   std::vector<std::string> problems_;
+  std::vector<std::string> stack_notes_;  // what the stacks say of the images (no frame pointers)
   uint64_t total_ = 0;
   LoadTimings timings_;
   std::vector<PublishedSource> published_;
