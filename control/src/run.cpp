@@ -296,6 +296,7 @@ Result<Outcome> RunProfile(const RunOptions& options) {
     for (RunResult& run : runs) {
       report::LoadOptions load;
       load.stacks = true;
+      load.stack_threads = true;
       auto pushed = [&]() -> Result<push::PushSummary> {
         HVPROF_TRY(profile, report::LoadProfile(run.session, load));
         report::StackFilter filter;

@@ -60,11 +60,16 @@ sym::ImageFormat FormatOf(const std::string& format) {
 // made the lookups the cost of the whole read.
 class StackCollector {
  public:
+  explicit StackCollector(bool by_thread) : by_thread_(by_thread) {}
+
   struct Counted {
     uint16_t domain;
     uint8_t mode;
     uint8_t event;
     uint32_t pid;
+    uint16_t vcpu;
+    uint16_t pcpu;
+    uint32_t tid;
     uint32_t first;   // into the arena
     uint32_t length;  // addresses, the sampled one first
     uint64_t count;
@@ -78,6 +83,7 @@ class StackCollector {
 
  private:
   void Grow();
+  bool by_thread_;
   std::vector<Counted> stacks_;
   std::vector<uint64_t> arena_;
   std::vector<uint32_t> slots_;  // index + 1 into stacks_; 0 is empty; a power of two long
@@ -534,7 +540,11 @@ void StackCollector::Add(const store::StoredSample& s) {
   if (s.frames.empty()) ++without_chain;
   // Each word mixed in fully (multiply, fold the high half down): addresses of one image
   // differ only in their low bits.
+  const uint16_t vcpu = by_thread_ ? s.vcpu : Stack::kUnknownCpu;
+  const uint16_t pcpu = by_thread_ ? s.pcpu : Stack::kUnknownCpu;
+  const uint32_t tid = by_thread_ ? s.tid : Stack::kUnknownThread;
   uint64_t hash = (uint64_t{s.domain} << 48) ^ (uint64_t{s.mode} << 40) ^ (uint64_t{s.event} << 32) ^ s.pid;
+  if (by_thread_) hash = (hash ^ ((uint64_t{vcpu} << 48) | (uint64_t{pcpu} << 32) | tid)) * 0x9E3779B97F4A7C15ULL;
   for (uint32_t i = 0; i < length; ++i) {
     hash = (hash ^ addresses[i]) * 0x9E3779B97F4A7C15ULL;
     hash ^= hash >> 32;
@@ -544,14 +554,15 @@ void StackCollector::Add(const store::StoredSample& s) {
   for (size_t slot = hash & mask;; slot = (slot + 1) & mask) {
     if (slots_[slot] == 0) {
       slots_[slot] = static_cast<uint32_t>(stacks_.size() + 1);
-      stacks_.push_back({s.domain, s.mode, s.event, s.pid, static_cast<uint32_t>(arena_.size()), length, 1, hash});
+      stacks_.push_back(
+          {s.domain, s.mode, s.event, s.pid, vcpu, pcpu, tid, static_cast<uint32_t>(arena_.size()), length, 1, hash});
       arena_.insert(arena_.end(), addresses, addresses + length);
       if (stacks_.size() * 2 > slots_.size()) Grow();
       return;
     }
     Counted& c = stacks_[slots_[slot] - 1];
     if (c.hash == hash && c.length == length && c.domain == s.domain && c.mode == s.mode && c.event == s.event &&
-        c.pid == s.pid && std::equal(addresses, addresses + length, arena_.begin() + c.first)) {
+        c.pid == s.pid && c.vcpu == vcpu && c.pcpu == pcpu && c.tid == tid && std::equal(addresses, addresses + length, arena_.begin() + c.first)) {
       ++c.count;
       return;
     }
@@ -597,6 +608,9 @@ Result<void> ProfileBuilder::BuildStacks(const StackCollector& collected) {
     out.mode = stack.mode;
     out.event = stack.event;
     out.pid = stack.pid;
+    out.vcpu = stack.vcpu;
+    out.pcpu = stack.pcpu;
+    out.tid = stack.tid;
     out.count = stack.count;
     out.frames.reserve(stack.length);
     for (size_t i = 0; i < stack.length; ++i) {
@@ -690,7 +704,7 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
     }
   }
   const store::SessionMetadata& m = profile.metadata_;
-  StackCollector stacks;
+  StackCollector stacks(options.stack_threads);
   if (!from_aggregate && have_samples) {
     store::ReadSummary summary;
     const auto id = store::ParseSessionId(m.session_id);

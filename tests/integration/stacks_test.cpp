@@ -325,6 +325,23 @@ TEST_CASE("pprof: go tool pprof reads the file and agrees with hvprof-report", "
   for (const auto& [function, count] : PprofTop(file, {"-tagfocus=domain=0"})) dom0_tagged += count;
   CHECK(dom0_folded > 0);
   CHECK(dom0_tagged == dom0_folded);
+  // Where each sample ran: the 4 physical CPUs' samples add up to all of them, and every
+  // sample carries its vCPU and thread.
+  uint64_t all = 0, by_pcpu = 0;
+  for (const auto& [function, count] : PprofTop(file, {})) all += count;
+  for (int cpu = 0; cpu < 4; ++cpu) {
+    uint64_t on_cpu = 0;
+    for (const auto& [function, count] : PprofTop(file, {fmt::format("-tagfocus=pcpu={}", cpu)})) on_cpu += count;
+    INFO("pcpu " << cpu);
+    CHECK(on_cpu > 0);
+    by_pcpu += on_cpu;
+  }
+  CHECK(by_pcpu == all);
+  const CommandResult tags = hvprof::testing::RunProgram({"/usr/bin/go", "tool", "pprof", "-tags", file});
+  for (const char* key : {" vcpu:", " pcpu:", " tid:", " pid:", " domain_name:"}) {
+    INFO(key);
+    CHECK(tags.out.find(key) != std::string::npos);
+  }
   // Call chains survive: pprof's callers of vfs_read.
   const CommandResult peek = hvprof::testing::RunProgram({"/usr/bin/go", "tool", "pprof", "-peek=^vfs_read$", file});
   CHECK(peek.out.find("ksys_read") != std::string::npos);

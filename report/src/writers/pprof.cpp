@@ -128,6 +128,7 @@ Result<std::string> FormatPprof(const Profile& profile, const StackFilter& filte
   };
   const int64_t key_domain = strings.Index("domain"), key_domain_name = strings.Index("domain_name");
   const int64_t key_mode = strings.Index("mode"), key_pid = strings.Index("pid");
+  const int64_t key_vcpu = strings.Index("vcpu"), key_pcpu = strings.Index("pcpu"), key_tid = strings.Index("tid");
   // A numeric label with neither a value nor a unit reads as absent: the unit keeps domain 0
   // and pid 0 selectable (-tagfocus=domain=0).
   const int64_t unit_id = strings.Index("id");
@@ -148,12 +149,16 @@ Result<std::string> FormatPprof(const Profile& profile, const StackFilter& filte
     auto* mode = sample->add_label();
     mode->set_key(key_mode);
     mode->set_str(strings.Index(kModeNames[std::min<uint8_t>(stack.mode, 2)]));
-    if (stack.pid != 0xFFFFFFFF) {
-      auto* pid = sample->add_label();
-      pid->set_key(key_pid);
-      pid->set_num(stack.pid);
-      pid->set_num_unit(unit_id);
-    }
+    auto number = [&](int64_t key, int64_t value) {
+      auto* label = sample->add_label();
+      label->set_key(key);
+      label->set_num(value);
+      label->set_num_unit(unit_id);
+    };
+    if (stack.pid != 0xFFFFFFFF) number(key_pid, stack.pid);
+    if (stack.tid != Stack::kUnknownThread) number(key_tid, stack.tid);
+    if (stack.vcpu != Stack::kUnknownCpu) number(key_vcpu, stack.vcpu);
+    if (stack.pcpu != Stack::kUnknownCpu) number(key_pcpu, stack.pcpu);
   }
   std::string bytes;
   if (!out.SerializeToString(&bytes)) return MakeError(ErrorKind::kInternal, "the profile could not be encoded");

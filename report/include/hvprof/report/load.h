@@ -19,6 +19,9 @@ struct LoadOptions {
   bool all_domains = false;
   // Read every sample's call chain too (Profile::stacks), for the stack views and formats.
   bool stacks = false;
+  // With stacks: keep the stacks of each vCPU, physical CPU and thread apart (pprof's vcpu,
+  // pcpu and tid labels). More distinct stacks to count; the other views do not need it.
+  bool stack_threads = false;
   // Images: where to look for them when the recorded path is gone (like opreport's
   // --image-path), tried in order.
   std::vector<std::string> image_path;

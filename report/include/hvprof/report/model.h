@@ -65,10 +65,17 @@ struct Entry {
 // then its callers, innermost first; each is an index into Profile::frames(). A caller's
 // return address is attributed one byte back, to the call that made it.
 struct Stack {
+  static constexpr uint16_t kUnknownCpu = 0xFFFF;
+  static constexpr uint32_t kUnknownThread = 0xFFFFFFFF;
   uint16_t domain = 0;
   uint8_t mode = 0;
   uint8_t event = 0;
   uint32_t pid = 0;
+  // With LoadOptions::stack_threads (pprof's labels): where it ran; unknown otherwise, and
+  // then stacks of every CPU and thread are counted together.
+  uint16_t vcpu = kUnknownCpu;
+  uint16_t pcpu = kUnknownCpu;
+  uint32_t tid = kUnknownThread;
   uint64_t count = 0;
   std::vector<uint32_t> frames;
 };

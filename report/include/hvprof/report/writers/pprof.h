@@ -4,7 +4,8 @@
 // One event per file (the session's first, or the one asked for). Sample types: samples/count,
 // and for the linux cpu-clock timer (CPU_CLOCK, whose period is nanoseconds) cpu/nanoseconds.
 // One Mapping per image, one Function per symbol, one Location per frame address; each
-// sample is one distinct stack with labels domain (number), domain_name, mode and pid (when
+// sample is one distinct stack with labels domain (number), domain_name, mode, and pid, tid,
+// vcpu and pcpu (numbers, when
 // known).
 #pragma once
 
