@@ -276,6 +276,7 @@ int main(int argc, char** argv) {
     load.all_domains = values.count("all-domains") != 0;
     load.stacks = folded || callgraph || !push_url.empty();
     load.stack_threads = pprof || !push_url.empty();
+    load.inlines = pprof || !push_url.empty();
     const auto started = std::chrono::steady_clock::now();
     if (!image_path.empty()) {
       auto parsed = setup::SplitList(image_path, "image-path");

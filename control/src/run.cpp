@@ -297,6 +297,7 @@ Result<Outcome> RunProfile(const RunOptions& options) {
       report::LoadOptions load;
       load.stacks = true;
       load.stack_threads = true;
+      load.inlines = true;
       auto pushed = [&]() -> Result<push::PushSummary> {
         HVPROF_TRY(profile, report::LoadProfile(run.session, load));
         report::StackFilter filter;

@@ -344,7 +344,8 @@ void ProfileBuilder::Symbolize(Target& target) {
   addresses.reserve(target.entries.size());
   for (size_t e : target.entries) addresses.push_back((*out_)[e].ip);
   sym::LookupOptions lookup;
-  lookup.detail = lines ? sym::Detail::kLines : sym::Detail::kFunctions;
+  const bool inlines = options_.inlines && out_ == &p_.frames_;
+  lookup.detail = inlines ? sym::Detail::kInlines : lines ? sym::Detail::kLines : sym::Detail::kFunctions;
   lookup.demangle = options_.demangle;
   {
     // Opening the image through the cache first splits table loading from lookups in the
@@ -377,6 +378,7 @@ void ProfileBuilder::Symbolize(Target& target) {
   // Each distinct address is named once.
   std::vector<std::pair<uint32_t, uint32_t>> by_unique(result.unique_count(), {kNoIndex, kNoIndex});
   std::vector<uint32_t> line_of(result.unique_count(), kNoIndex);
+  std::vector<uint32_t> chain_of(result.unique_count(), kNoIndex);
   for (size_t u = 0; u < result.unique_count(); ++u) {
     const sym::Symbolization s = result.unique(u);
     uint32_t image = main_image;
@@ -391,6 +393,16 @@ void ProfileBuilder::Symbolize(Target& target) {
       if (lines) {
         const sym::Frame& inner = s.frames.front();
         if (!inner.file.empty()) line_of[u] = LineIndex(inner.file, inner.line);
+      }
+      if (inlines && s.frames.size() > 1) {
+        InlineChain chain;
+        for (size_t f = 0; f + 1 < s.frames.size(); ++f) {
+          const sym::Frame& call = s.frames[f];
+          chain.calls.push_back({std::string(call.function), call.file.empty() ? kNoIndex : LineIndex(call.file, call.line)});
+        }
+        if (!outer.file.empty()) chain.outer_line = LineIndex(outer.file, outer.line);
+        chain_of[u] = static_cast<uint32_t>(p_.inline_chains_.size());
+        p_.inline_chains_.push_back(std::move(chain));
       }
     } else if (!p_.images_[main_image].has_symbols) {
       by_unique[u] = {image, SymbolIndex(image, "(no symbols)", 0, false,
@@ -407,6 +419,7 @@ void ProfileBuilder::Symbolize(Target& target) {
     entry.image = by_unique[u].first;
     entry.symbol = by_unique[u].second;
     entry.line = line_of[u];
+    entry.inlined = chain_of[u];
   }
   p_.timings_.resolve_seconds += resolving.Seconds();
 }

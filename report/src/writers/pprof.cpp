@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <map>
 #include <unordered_map>
 
 #include "profile.pb.h"
@@ -112,6 +113,22 @@ Result<std::string> FormatPprof(const Profile& profile, const StackFilter& filte
     }
     return function_id[symbol];
   };
+  // Functions inlined into others, by name and file.
+  std::map<std::pair<std::string, std::string>, uint64_t> inlined_id;
+  auto inlined_function = [&](const InlinedCall& call) {
+    const std::string file = call.line == kNoIndex ? std::string() : profile.lines()[call.line].file;
+    auto [it, added] = inlined_id.try_emplace({call.function, file}, 0);
+    if (added) {
+      auto* function = out.add_function();
+      it->second = static_cast<uint64_t>(out.function_size());
+      function->set_id(it->second);
+      function->set_name(strings.Index(call.function));
+      function->set_system_name(function->name());
+      function->set_filename(strings.Index(file));
+    }
+    return it->second;
+  };
+  auto line_number = [&](uint32_t line) -> int64_t { return line == kNoIndex ? 0 : profile.lines()[line].line; };
   // Locations by frame, made when a kept stack uses them.
   std::vector<uint64_t> location_id(profile.frames().size(), 0);
   auto location_of = [&](uint32_t frame) {
@@ -122,7 +139,21 @@ Result<std::string> FormatPprof(const Profile& profile, const StackFilter& filte
       location->set_id(location_id[frame]);
       location->set_mapping_id(uint64_t{entry.image} + 1);
       location->set_address(entry.ip);
-      location->add_line()->set_function_id(function_of(entry.symbol));
+      // One Line per function at the address, innermost first: the inlined ones, then the
+      // function they were inlined into.
+      if (entry.inlined != kNoIndex) {
+        const InlineChain& chain = profile.inline_chains()[entry.inlined];
+        for (const InlinedCall& call : chain.calls) {
+          auto* line = location->add_line();
+          line->set_function_id(inlined_function(call));
+          line->set_line(line_number(call.line));
+        }
+        auto* line = location->add_line();
+        line->set_function_id(function_of(entry.symbol));
+        line->set_line(line_number(chain.outer_line));
+      } else {
+        location->add_line()->set_function_id(function_of(entry.symbol));
+      }
     }
     return location_id[frame];
   };

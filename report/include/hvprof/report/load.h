@@ -22,6 +22,9 @@ struct LoadOptions {
   // With stacks: keep the stacks of each vCPU, physical CPU and thread apart (pprof's vcpu,
   // pcpu and tid labels). More distinct stacks to count; the other views do not need it.
   bool stack_threads = false;
+  // With stacks: the functions inlined at each frame, from DWARF (pprof's Lines). Costs a
+  // walk of the images' inline scopes.
+  bool inlines = false;
   // Images: where to look for them when the recorded path is gone (like opreport's
   // --image-path), tried in order.
   std::vector<std::string> image_path;

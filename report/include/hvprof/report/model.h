@@ -59,6 +59,22 @@ struct Entry {
   uint32_t image;    // index into images
   uint32_t symbol;   // index into symbols
   uint32_t line;     // index into lines, or kNoIndex
+  // With LoadOptions::inlines, for frames: the functions inlined at this address, an index
+  // into Profile::inline_chains(); kNoIndex when none (or not asked).
+  uint32_t inlined = kNoIndex;
+};
+
+// A function inlined at an address, and where in it the address is.
+struct InlinedCall {
+  std::string function;
+  uint32_t line = kNoIndex;  // index into lines, or kNoIndex
+};
+
+// The inlined functions at one address, innermost first; the address's own symbol is the
+// function they were inlined into, at `outer_line` (the call of the outermost inlined one).
+struct InlineChain {
+  std::vector<InlinedCall> calls;
+  uint32_t outer_line = kNoIndex;
 };
 
 // One distinct call stack and how many samples had it. frames[0] is where the sample was taken,
@@ -111,6 +127,7 @@ class Profile {
   // frames, attributed as entries are (their counts are 0: a frame is counted by its stacks).
   const std::vector<Stack>& stacks() const { return stacks_; }
   const std::vector<Entry>& frames() const { return frames_; }
+  const std::vector<InlineChain>& inline_chains() const { return inline_chains_; }
   // Samples recorded without a call chain while stacks were read (--callgraph was 0, or the
   // platform gives none): their stacks hold only the sampled address.
   uint64_t samples_without_chain() const { return samples_without_chain_; }
@@ -140,7 +157,8 @@ class Profile {
   std::vector<Entry> frames_;
   uint64_t samples_without_chain_ = 0;
   std::vector<std::string> problems_;
-  std::vector<std::string> stack_notes_;  // what the stacks say of the images (no frame pointers)
+  std::vector<std::string> stack_notes_;
+  std::vector<InlineChain> inline_chains_;  // what the stacks say of the images (no frame pointers)
   uint64_t total_ = 0;
   LoadTimings timings_;
   std::vector<PublishedSource> published_;

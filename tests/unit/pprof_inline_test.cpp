@@ -1,0 +1,105 @@
+// pprof's Locations name every function at an address: a session whose samples fall in code
+// inlined into another function (a fixture built here with DWARF) gives Locations with one
+// Line per function, innermost first, as `go tool pprof` reads them.
+#include <fstream>
+#include <regex>
+
+#include <catch2/catch.hpp>
+
+#include "hvprof/report/load.h"
+#include "hvprof/report/writers/pprof.h"
+#include "hvprof/store/samples_file.h"
+#include "hvprof/store/session.h"
+#include "programs.h"
+#include "skip.h"
+#include "temp_dir.h"
+
+using namespace hvprof;
+
+namespace {
+
+// Every address of `function` in the fixture, from its symbol table.
+std::vector<uint64_t> AddressesOf(const std::string& image, const std::string& function) {
+  const testing::CommandResult nm = testing::RunProgram({"/usr/bin/nm", "-S", image});
+  REQUIRE(nm.status == 0);
+  std::smatch match;
+  REQUIRE(std::regex_search(nm.out, match, std::regex("([0-9a-f]+) ([0-9a-f]+) T " + function + "\n")));
+  const uint64_t start = std::stoull(match[1], nullptr, 16), size = std::stoull(match[2], nullptr, 16);
+  std::vector<uint64_t> addresses;
+  for (uint64_t a = start; a < start + size; ++a) addresses.push_back(a);
+  return addresses;
+}
+
+}  // namespace
+
+TEST_CASE("pprof locations carry one line per inlined function, innermost first", "[report][stacks][pprof]") {
+  const std::string image = HVPROF_INLINED_FIXTURE;
+  testing::TempDir dir;
+  store::SessionMetadata m;
+  m.session_id = "0102030405060708090a0b0c0d0e0f10";
+  m.platform = "linux";
+  m.role = "dom0";
+  m.backtrace_depth = 16;
+  m.num_cpus = 1;
+  m.events.push_back({0, "CPU_CLOCK", 0, 0, "", 1000000, true, true});
+  store::DomainRecord dom0;
+  dom0.name = "Domain-0";
+  dom0.role = "active";
+  dom0.processes.push_back({100, "inlined", {{image, 0x400000, 0x800000, 0, ""}}});
+  m.domains.push_back(dom0);
+  const std::string session = dir.File("session");
+  std::filesystem::create_directories(session);
+  const uint8_t id[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  auto writer = store::SamplesWriter::Open(session + "/" + store::kSamplesFile, std::span<const uint8_t, 16>(id, 16));
+  REQUIRE(writer.has_value());
+  // One sample at every byte of work(): some fall in the loop inlined from twice().
+  const std::vector<uint64_t> addresses = AddressesOf(image, "work");
+  for (uint64_t address : addresses) {
+    store::StoredSample s;
+    s.ip = address;
+    s.pid = s.tid = 100;
+    s.period = 1000000;
+    writer.value().Append(s);
+  }
+  REQUIRE(writer.value().Flush(true).has_value());
+  m.samples_stored = addresses.size();
+  std::ofstream(session + "/session.json") << store::SerializeMetadata(m);
+
+  report::LoadOptions options;
+  options.stacks = true;
+  options.inlines = true;
+  auto profile = report::LoadProfile(session, options);
+  REQUIRE(profile.has_value());
+  uint64_t inlined = 0;
+  for (const report::Entry& frame : profile.value().frames()) {
+    if (frame.inlined == report::kNoIndex) continue;
+    const report::InlineChain& chain = profile.value().inline_chains()[frame.inlined];
+    REQUIRE(chain.calls.size() == 1);
+    CHECK(chain.calls[0].function == "twice");
+    CHECK(profile.value().symbols()[frame.symbol].name == "work");
+    REQUIRE(chain.calls[0].line != report::kNoIndex);
+    CHECK(profile.value().lines()[chain.calls[0].line].file.find("inlined.c") != std::string::npos);
+    ++inlined;
+  }
+  CHECK(inlined > 0);
+  CHECK(inlined < addresses.size());  // work() has code of its own too
+
+  // go tool pprof reads them as inlined calls: twice, marked inline, above work.
+  if (!std::filesystem::exists("/usr/bin/go")) {
+    (void)testing::SkipTest("go tool pprof (Debian golang-go) is not installed: scripts/install-deps.sh installs it");
+    return;
+  }
+  auto bytes = report::FormatPprof(profile.value(), report::StackFilter{0, {}, {}});
+  REQUIRE(bytes.has_value());
+  dir.Write("inlined.pb.gz", bytes.value());
+  const testing::CommandResult traces =
+      testing::RunProgram({"/usr/bin/go", "tool", "pprof", "-traces", dir.File("inlined.pb.gz")});
+  INFO(traces.out + traces.err);
+  REQUIRE(traces.status == 0);
+  CHECK(std::regex_search(traces.out, std::regex(R"(twice\s+\(inline\)\s*\n\s+work)")));
+  // Without asking, no chains: the other views do not pay for them.
+  options.inlines = false;
+  auto plain = report::LoadProfile(session, options);
+  REQUIRE(plain.has_value());
+  CHECK(plain.value().inline_chains().empty());
+}
