@@ -107,7 +107,7 @@ std::map<std::string, Request> CheckSeries(const std::vector<Request>& requests)
 
 }  // namespace
 
-TEST_CASE("--push: hvprof-report sends one labelled pprof series per domain to Pyroscope's /ingest",
+TEST_CASE("pushing from hvprof-report sends one labelled pprof series per domain to Pyroscope's /ingest",
           "[report][stacks][push]") {
   Host host(Scenario());
   Profile(host);
@@ -158,7 +158,7 @@ TEST_CASE("--push: hvprof-report sends one labelled pprof series per domain to P
   CHECK(Snapshot(host.current()) == before);
 }
 
-TEST_CASE("--push: hvprof run pushes each run, and a failed push is a warning in the summary",
+TEST_CASE("pushing from hvprof run: each run is pushed, and a failed push is a warning in the summary",
           "[control][run][push]") {
   Host host(Scenario());
   hvprof::testing::TempDir dir;
