@@ -604,12 +604,22 @@ Result<void> ProfileBuilder::BuildStacks(const StackCollector& collected) {
     return store::AggregateKey{i == 0 ? address : address - 1, s.mode == 0 ? s.pid : 0xFFFFFFFFu, s.domain, s.mode,
                                0};
   };
-  std::vector<store::AggregateKey> keys;
+  // Distinct keys found through a hash (stacks share most of their frames), then sorted.
+  struct KeyHash {
+    size_t operator()(const store::AggregateKey& k) const noexcept {
+      uint64_t h = (k.ip ^ (uint64_t{k.pid} << 24) ^ (uint64_t{k.domain} << 8) ^ k.mode) * 0x9E3779B97F4A7C15ULL;
+      return static_cast<size_t>(h ^ (h >> 32));
+    }
+  };
+  std::unordered_map<store::AggregateKey, uint32_t, KeyHash> index;
   for (const StackCollector::Counted& stack : counted) {
-    for (size_t i = 0; i < stack.length; ++i) keys.push_back(frame_key(stack, i));
+    for (size_t i = 0; i < stack.length; ++i) index.try_emplace(frame_key(stack, i), 0);
   }
+  std::vector<store::AggregateKey> keys;
+  keys.reserve(index.size());
+  for (const auto& [key, unused] : index) keys.push_back(key);
   std::sort(keys.begin(), keys.end());
-  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  for (size_t k = 0; k < keys.size(); ++k) index[keys[k]] = static_cast<uint32_t>(k);
   store::Aggregate frames;
   frames.entries.reserve(keys.size());
   for (const store::AggregateKey& key : keys) frames.entries.push_back({key, 0});
@@ -627,8 +637,7 @@ Result<void> ProfileBuilder::BuildStacks(const StackCollector& collected) {
     out.count = stack.count;
     out.frames.reserve(stack.length);
     for (size_t i = 0; i < stack.length; ++i) {
-      const auto key = frame_key(stack, i);
-      out.frames.push_back(static_cast<uint32_t>(std::lower_bound(keys.begin(), keys.end(), key) - keys.begin()));
+      out.frames.push_back(index.find(frame_key(stack, i))->second);
     }
     p_.stacks_.push_back(std::move(out));
   }
