@@ -21,6 +21,7 @@ packages=(
   golang-go          # `go tool pprof` reads the pprof files in the tests
   chromium           # headless, network off, opens the HTML flame graph in the tests
   libcurl4-openssl-dev  # --push sends profiles to Pyroscope
+  linux-perf         # the yardstick of the linux tests and benchmarks
   libc6-dbg binutils xz-utils
 )
 

@@ -1,6 +1,7 @@
 #include "hvprof/control/run.h"
 
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -71,8 +72,18 @@ class OwnHypervisor {
     const pid_t child = ::fork();
     if (child < 0) return ErrnoError(errno, "fork");
     if (child == 0) {
+      // It dies with this process, and holds none of its output: a caller reading our stdout
+      // to its end must not wait on an orphaned hvprof-hv.
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() == 1) ::_exit(127);
       const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
-      if (log >= 0) ::dup2(log, STDERR_FILENO);
+      const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+      if (null >= 0) ::dup2(null, STDIN_FILENO);
+      const int out = log >= 0 ? log : null;
+      if (out >= 0) {
+        ::dup2(out, STDOUT_FILENO);
+        ::dup2(out, STDERR_FILENO);
+      }
       const std::string run_arg = "--run-dir=" + pattern;
       const std::string map_arg = "--domain-map=" + domain_map;
       const char* argv[] = {hv_path.c_str(), "--platform=linux", run_arg.c_str(),

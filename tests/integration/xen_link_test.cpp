@@ -147,12 +147,14 @@ TEST_CASE("xen link: the legacy lifecycle through the fake matches the ground tr
   for (int slice = 0; slice < 20; ++slice) {
     REQUIRE(clock->SimRunFor(10'000'000).has_value());
     pollfd wake{virq.value()[0].get(), POLLIN, 0};
-    const bool woken = ::poll(&wake, 1, 0) == 1;
     uint32_t fullest = 0;
     for (const auto& reader : dom0.readers) {
       const auto& header = reader.header();
       fullest = std::max(fullest, (header.event_head + reader.size() - header.event_tail) % reader.size());
     }
+    // The notification crosses processes: on a loaded machine it may land a little after the
+    // slice returns. A ring past half full must have been announced within a second.
+    const bool woken = ::poll(&wake, 1, fullest > dom0.readers[0].size() / 2 ? 1000 : 0) == 1;
     if (woken) {
       ++wakes;
       uint64_t value;

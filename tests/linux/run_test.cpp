@@ -9,58 +9,19 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "hvprof/store/session.h"
 #include "live_support.h"
-#include "programs.h"
-#include "temp_dir.h"
+#include "run_support.h"
 
-using hvprof::testing::Binary;
 using hvprof::testing::Child;
 using hvprof::testing::CommandResult;
-using hvprof::testing::RunProgram;
-using hvprof::testing::TempDir;
+using hvprof::testing::LinuxRun;
+using hvprof::testing::PerfUsable;
 using Json = nlohmann::json;
 
 namespace {
 
 const std::string kFixture = HVPROF_LINUX_HOTSPOTS;
 const std::map<std::string, double> kDesigned = {{"hot_fifty", 0.5}, {"hot_thirty", 0.3}, {"hot_twenty", 0.2}};
-
-bool PerfUsable() {
-  hvprof::linux_host::LinuxOptions options;
-  options.scan_proc = false;
-  return hvprof::testing::LiveMachine(options) != nullptr;
-}
-
-class LinuxRun {
- public:
-  CommandResult Run(std::vector<std::string> args) {
-    std::vector<std::string> argv = {Binary("hvprof"), "run", "--platform=linux", "--run-dir=" + dir_.File("run"),
-                                     "--session-dir=" + dir_.File("sessions")};
-    argv.insert(argv.end(), args.begin(), args.end());
-    CommandResult result = RunProgram(argv);
-    INFO(result.out << result.err);
-    REQUIRE(result.status == 0);
-    return result;
-  }
-  // The saved session's report (-l, JSON), with extra options.
-  Json Report(std::vector<std::string> args) {
-    const auto saved = hvprof::store::NewestSavedSession({dir_.File("sessions")});
-    REQUIRE(saved.has_value());
-    std::vector<std::string> argv = {Binary("hvprof-report"), "--session-dir=" + dir_.File("sessions"), *saved, "-l",
-                                     "--format=json"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    const CommandResult result = RunProgram(argv);
-    INFO(result.err);
-    REQUIRE((result.status == 0 || result.status == 3));  // 3: some other image on the host lacks symbols
-    Json report = Json::parse(result.out, nullptr, false);
-    REQUIRE(report.is_object());
-    return report;
-  }
-
- private:
-  TempDir dir_;
-};
 
 // Samples of the fixture's hot functions in `report`'s rows (of `domain` when given).
 std::map<std::string, double> HotSamples(const Json& report, const std::string& domain = "") {

@@ -1,0 +1,53 @@
+#include "run_support.h"
+
+#include <catch2/catch.hpp>
+
+#include "hvprof/linux/linux_machine.h"
+#include "hvprof/store/session.h"
+#include "live_support.h"
+
+namespace hvprof::testing {
+
+using Json = nlohmann::json;
+
+bool PerfUsable() {
+  hvprof::linux_host::LinuxOptions options;
+  options.scan_proc = false;
+  return LiveMachine(options) != nullptr;
+}
+
+CommandResult LinuxRun::Run(std::vector<std::string> args) {
+  std::vector<std::string> argv = {Binary("hvprof"), "run", "--platform=linux", "--run-dir=" + dir_.File("run"),
+                                   "--session-dir=" + dir_.File("sessions")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  CommandResult result = RunProgram(argv);
+  INFO(result.out << result.err);
+  REQUIRE(result.status == 0);
+  return result;
+}
+
+CommandResult LinuxRun::SessionReport(std::vector<std::string> args) {
+  const auto saved = hvprof::store::NewestSavedSession({dir_.File("sessions")});
+  REQUIRE(saved.has_value());
+  std::vector<std::string> argv = {Binary("hvprof-report"), "--session-dir=" + dir_.File("sessions"), *saved};
+  argv.insert(argv.end(), args.begin(), args.end());
+  CommandResult result = RunProgram(argv);
+  INFO(result.err);
+  REQUIRE((result.status == 0 || result.status == 3));  // 3: some other image on the host lacks symbols
+  return result;
+}
+
+Json LinuxRun::Report(std::vector<std::string> args) {
+  args.insert(args.begin(), {"-l", "--format=json"});
+  const CommandResult result = SessionReport(args);
+  Json report = Json::parse(result.out, nullptr, false);
+  REQUIRE(report.is_object());
+  return report;
+}
+
+std::string LinuxRun::Folded(std::vector<std::string> args) {
+  args.insert(args.begin(), "--format=folded");
+  return SessionReport(args).out;
+}
+
+}  // namespace hvprof::testing

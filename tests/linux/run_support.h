@@ -1,0 +1,36 @@
+// Helpers for the tests that run `hvprof run --platform=linux` as a user would: the real
+// programs (hvprof, its own hvprof-hv, hvprofd, hvprof-report) sampling this host, in a
+// temporary session directory.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "programs.h"
+#include "temp_dir.h"
+
+namespace hvprof::testing {
+
+// False after SkipTest with perf's reason when perf_event_open is not usable here.
+bool PerfUsable();
+
+class LinuxRun {
+ public:
+  // `hvprof run --platform=linux ARGS...`; REQUIREs it to succeed.
+  CommandResult Run(std::vector<std::string> args);
+  // The saved session's report (-l, JSON), with extra options.
+  nlohmann::json Report(std::vector<std::string> args);
+  // The saved session's call stacks (--format=folded), with extra options.
+  std::string Folded(std::vector<std::string> args);
+
+ private:
+  // hvprof-report on the newest saved session; REQUIREs a report (status 0, or 3: some other
+  // image on the host lacks symbols).
+  CommandResult SessionReport(std::vector<std::string> args);
+
+  TempDir dir_;
+};
+
+}  // namespace hvprof::testing
