@@ -103,8 +103,10 @@ TEST_CASE("hvprof run --platform=linux: a domain map with two process trees give
   Child one({kFixture, "--seconds", "120"}, false);
   Child two({kFixture, "--seconds", "120", "--fork"}, false);
   LinuxRun run;
+  // 3 s: on a loaded 2-CPU machine the three processes may get a third of a CPU each, and
+  // each tree still needs its 2000 samples.
   run.Run({fmt::format("--domain-map=pid:{}=1,pid:{}=2", one.pid(), two.pid()), "--passive-domains=1,2",
-           "--duration=1500ms"});
+           "--duration=3s"});
   CHECK(!one.Exited());
   CHECK(!two.Exited());
   one.Stop();
