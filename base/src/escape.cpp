@@ -2,38 +2,17 @@
 
 #include <fmt/format.h>
 
+#include "hvprof/base/utf8.h"
+
 namespace hvprof {
 
 namespace {
 
-// The length of the UTF-8 sequence starting at text[i], or 0 if it is not valid UTF-8
-// (overlong forms, surrogates and code points above U+10FFFF are not).
+// The length of the UTF-8 sequence starting at text[i] if it may be shown as it is, or 0 if it
+// is not valid UTF-8 or must be escaped.
 size_t Utf8Length(std::string_view text, size_t i) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char lead = byte(i);
-  size_t length = 0;
-  uint32_t code = 0;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
-    code = lead & 0x1F;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    code = lead & 0x0F;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    code = lead & 0x07;
-  } else {
-    return 0;
-  }
-  if (i + length > text.size()) return 0;
-  for (size_t k = 1; k < length; ++k) {
-    if ((byte(i + k) & 0xC0) != 0x80) return 0;
-    code = (code << 6) | (byte(i + k) & 0x3F);
-  }
-  if ((length == 3 && code < 0x800) || (length == 4 && (code < 0x10000 || code > 0x10FFFF)) ||
-      (code >= 0xD800 && code <= 0xDFFF)) {
-    return 0;
-  }
+  const auto [length, code] = DecodeUtf8(text, i);
+  if (length == 0) return 0;
   // C1 control characters (U+0080 to U+009F) act on terminals as ESC sequences do; the
   // bidirectional controls reorder what is shown around them, and the line and paragraph
   // separators break lines.

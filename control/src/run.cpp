@@ -11,6 +11,7 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "hvprof/agent/hypervisor_link.h"
@@ -142,10 +143,15 @@ struct RunResult {
   int exit_status = 0;
   Json summary;  // samples and losses per domain and mode, top symbols
   std::map<std::string, double> shares;  // "image symbol" -> share of the first event
+  std::string push_error;                // --push failed: why
 };
 
-Result<RunResult> Summarize(const std::string& session, uint32_t top, std::string* report_text) {
-  HVPROF_TRY(profile, report::LoadProfile(session, {}));
+// The run's summary and report; with `push`, its stacks are sent from the same reading.
+Result<RunResult> Summarize(const std::string& session, uint32_t top, std::string* report_text,
+                            const push::ProfilePush* push) {
+  report::LoadOptions load;
+  load.stacks = load.stack_threads = load.inlines = push != nullptr;
+  HVPROF_TRY(profile, report::LoadProfile(session, load));
   report::ReportOptions options;
   options.view = report::View::kSymbol;
   HVPROF_TRY(table, report::BuildTable(profile, options));
@@ -179,6 +185,17 @@ Result<RunResult> Summarize(const std::string& session, uint32_t top, std::strin
     options.threshold = 0.5;  // the printed report shows what matters; the summary keeps all
     HVPROF_TRY(shown, report::BuildTable(profile, options));
     *report_text = report::FormatText(profile, shown, options);
+  }
+  if (push != nullptr) {
+    report::StackFilter filter;
+    filter.event = report::DefaultStackEvent(profile);
+    auto pushed = push::PushProfile(profile, filter, *push);
+    if (pushed) {
+      result.summary["push"] = {{"series", pushed.value().series}, {"bytes", pushed.value().bytes}};
+    } else {
+      result.summary["push"] = {{"error", pushed.error().message()}};
+      result.push_error = pushed.error().message();
+    }
   }
   return result;
 }
@@ -218,6 +235,12 @@ Result<Outcome> RunProfile(const RunOptions& options) {
     }
   }
 
+  // --push: every run's stacks, each run a profile of its own time.
+  std::optional<push::ProfilePush> push;
+  if (!options.push_url.empty()) {
+    ::signal(SIGPIPE, SIG_IGN);  // an https server closing early must not end the run
+    push = push::PushFromCommandLine(options.push_url, options.push_tenant, options.push_app);
+  }
   std::vector<RunResult> runs;
   std::string report_text;
   Result<void> failure = Ok();
@@ -260,7 +283,8 @@ Result<Outcome> RunProfile(const RunOptions& options) {
     if (failure && !saved) failure = saved.error();
     if (failure && !shutdown) failure = shutdown.error();
     if (!failure) break;
-    HVPROF_TRY(result, Summarize(paths.Saved(name), options.top, k + 1 == options.repeat ? &report_text : nullptr));
+    HVPROF_TRY(result, Summarize(paths.Saved(name), options.top, k + 1 == options.repeat ? &report_text : nullptr,
+                                 push ? &*push : nullptr));
     result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     result.exit_status = exit_status;
     runs.push_back(std::move(result));
@@ -298,32 +322,14 @@ Result<Outcome> RunProfile(const RunOptions& options) {
                                  100 * low, 100 * high, EscapeForTerminal(key));
     }
   }
-  // --push: every run's stacks, each run a profile of its own time.
   std::vector<std::string> warnings;
   std::string push_text;
-  if (!options.push_url.empty()) {
-    ::signal(SIGPIPE, SIG_IGN);  // an https server closing early must not end the run
-    const push::ProfilePush push = push::PushFromCommandLine(options.push_url, options.push_tenant, options.push_app);
-    for (RunResult& run : runs) {
-      report::LoadOptions load;
-      load.stacks = true;
-      load.stack_threads = true;
-      load.inlines = true;
-      auto pushed = [&]() -> Result<push::PushSummary> {
-        HVPROF_TRY(profile, report::LoadProfile(run.session, load));
-        report::StackFilter filter;
-        filter.event = report::DefaultStackEvent(profile);
-        return push::PushProfile(profile, filter, push);
-      }();
-      if (pushed) {
-        run.summary["push"] = {{"series", pushed.value().series}, {"bytes", pushed.value().bytes}};
-        push_text = fmt::format("\npushed {} series ({} bytes of pprof) to Pyroscope", pushed.value().series,
-                                pushed.value().bytes);
-      } else {
-        run.summary["push"] = {{"error", pushed.error().message()}};
-        warnings.push_back(fmt::format("--push: {} (the session {} is saved as it was)", pushed.error().message(),
-                                       run.session));
-      }
+  for (const RunResult& run : runs) {
+    if (!run.push_error.empty()) {
+      warnings.push_back(fmt::format("--push: {} (the session {} is saved as it was)", run.push_error, run.session));
+    } else if (run.summary.contains("push")) {
+      push_text = fmt::format("\npushed {} series ({} bytes of pprof) to Pyroscope",
+                              run.summary["push"]["series"].get<size_t>(), run.summary["push"]["bytes"].get<uint64_t>());
     }
   }
   if (!options.json_path.empty()) {

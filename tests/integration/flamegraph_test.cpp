@@ -15,13 +15,17 @@
 
 #include "host_harness.h"
 #include "hvprof/base/escape.h"
+#include "hvprof/base/files.h"
 #include "programs.h"
 #include "skip.h"
+#include "stacks_support.h"
 #include "temp_dir.h"
 
 using hvprof::testing::CommandResult;
 using hvprof::testing::Host;
+using hvprof::testing::ParseFolded;
 using hvprof::testing::RunProgram;
+using hvprof::testing::SplitFrames;
 using hvprof::testing::TempDir;
 using Json = nlohmann::json;
 
@@ -38,22 +42,12 @@ std::string Chromium() {
 }
 
 Json Scenario() {
-  std::ifstream in(std::string(HVPROF_SOURCE_DIR) + "/examples/default.json");
-  Json scenario = Json::parse(in, nullptr, false);
-  REQUIRE(scenario.is_object());
-  scenario["run"] = {{"speed", "max"}};
+  Json scenario = hvprof::testing::DefaultScenario();
   // A guest's name is the guest's choice: this one is markup, and must be shown as text.
   for (Json& domain : scenario["domains"]) {
     if (domain["id"] == 2) domain["name"] = kMarkupName;
   }
   return scenario;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // The DOM after the page's script ran, and what the browser logged.
@@ -111,25 +105,6 @@ std::vector<Frame> Frames(const std::string& dom) {
   return frames;
 }
 
-// Folded lines as stack -> count.
-std::map<std::string, uint64_t> ParseFolded(const std::string& text) {
-  std::map<std::string, uint64_t> stacks;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    const size_t space = line.rfind(' ');
-    REQUIRE(space != std::string::npos);
-    stacks[line.substr(0, space)] += std::stoull(line.substr(space + 1));
-  }
-  return stacks;
-}
-
-std::vector<std::string> Split(const std::string& stack) {
-  std::vector<std::string> frames;
-  std::istringstream in(stack);
-  for (std::string frame; std::getline(in, frame, ';');) frames.push_back(frame);
-  return frames;
-}
-
 void CheckClean(const Page& page) {
   // Chromium logs every console message, error and refused load (the page's policy refuses
   // any) as "CONSOLE"; the page logs none of its own.
@@ -152,16 +127,15 @@ TEST_CASE("the HTML flame graph opens offline in headless Chromium and draws wha
     return;
   }
   Host host(Scenario());
-  REQUIRE(host.Hvprof({"--start-daemon", "--passive-domains=1,2", "--callgraph=16"}).status == 0);
-  REQUIRE(host.Hvprof({"--start"}).status == 0);
-  REQUIRE(host.Hvprof({"--run-sim=300ms"}).status == 0);
-  REQUIRE(host.Hvprof({"--stop"}).status == 0);
+  hvprof::testing::ProfileWithChains(host, 16);
 
   const std::string file = host.session_root() + "/../flame.html";
   const CommandResult written = host.Report({"--format=html", "-o", file});
   INFO(written.err);
   REQUIRE(written.status == 0);
-  const std::string html = ReadFile(file);
+  const auto read = hvprof::ReadFileToString(file);
+  REQUIRE(read.has_value());
+  const std::string& html = read.value();
   // Nothing in the file points anywhere: no address, no element that loads one.
   CHECK_FALSE(std::regex_search(html, std::regex(R"(\b(https?|ftp|wss?):)", std::regex::icase)));
   for (const char* loader : {"src=", "href=", "<link", "<img", "<iframe", "@import", "url("}) {
@@ -175,7 +149,7 @@ TEST_CASE("the HTML flame graph opens offline in headless Chromium and draws wha
   std::map<std::string, uint64_t> roots, dom0_modes;
   uint64_t total = 0;
   for (const auto& [stack, count] : folded) {
-    const auto frames = Split(stack);
+    const auto frames = SplitFrames(stack);
     REQUIRE(frames.size() >= 2);
     roots[frames[0]] += count;
     if (frames[0] == "dom0") dom0_modes[frames[1]] += count;
@@ -226,7 +200,7 @@ TEST_CASE("the HTML flame graph opens offline in headless Chromium and draws wha
   for (const auto& [stack, count] : folded) {
     if (stack.rfind("dom0;[user];", 0) != 0) continue;
     zoomed += count;
-    const auto names = Split(stack);
+    const auto names = SplitFrames(stack);
     if (std::any_of(names.begin() + 2, names.end(), [](const std::string& name) {
           return std::regex_search(name, std::regex("lzma", std::regex::icase));
         })) {

@@ -16,6 +16,7 @@
 #include "host_harness.h"
 #include "http_server.h"
 #include "programs.h"
+#include "stacks_support.h"
 #include "temp_dir.h"
 
 using hvprof::testing::CommandResult;
@@ -26,21 +27,6 @@ using hvprof::testing::Request;
 using Json = nlohmann::json;
 
 namespace {
-
-Json Scenario() {
-  std::ifstream in(std::string(HVPROF_SOURCE_DIR) + "/examples/default.json");
-  Json scenario = Json::parse(in, nullptr, false);
-  REQUIRE(scenario.is_object());
-  scenario["run"] = {{"speed", "max"}};
-  return scenario;
-}
-
-void Profile(Host& host) {
-  REQUIRE(host.Hvprof({"--start-daemon", "--passive-domains=1,2", "--callgraph=8"}).status == 0);
-  REQUIRE(host.Hvprof({"--start"}).status == 0);
-  REQUIRE(host.Hvprof({"--run-sim=200ms"}).status == 0);
-  REQUIRE(host.Hvprof({"--stop"}).status == 0);
-}
 
 // Samples per domain id, from folded output rooted at the domain ("dom0", "1 (build-vm)").
 std::map<std::string, uint64_t> FoldedByDomain(const std::string& folded) {
@@ -109,8 +95,8 @@ std::map<std::string, Request> CheckSeries(const std::vector<Request>& requests)
 
 TEST_CASE("pushing from hvprof-report sends one labelled pprof series per domain to Pyroscope's /ingest",
           "[report][stacks][push]") {
-  Host host(Scenario());
-  Profile(host);
+  Host host(hvprof::testing::DefaultScenario());
+  hvprof::testing::ProfileWithChains(host, 8, "200ms");
   const auto folded = FoldedByDomain(host.Report({"--format=folded"}).out);
   REQUIRE(folded.size() >= 3);
   const auto before = Snapshot(host.current());
@@ -160,7 +146,7 @@ TEST_CASE("pushing from hvprof-report sends one labelled pprof series per domain
 
 TEST_CASE("pushing from hvprof run: each run is pushed, and a failed push is a warning in the summary",
           "[control][run][push]") {
-  Host host(Scenario());
+  Host host(hvprof::testing::DefaultScenario());
   hvprof::testing::TempDir dir;
   LoopbackServer server;
   const CommandResult run = host.Hvprof({"run", "--passive-domains=1,2", "--callgraph=8", "--duration=200ms",

@@ -12,21 +12,17 @@
 #include <fmt/format.h>
 
 #include "host_harness.h"
+#include "stacks_support.h"
 #include "skip.h"
 
 using hvprof::testing::CommandResult;
+using hvprof::testing::DefaultScenario;
 using hvprof::testing::Host;
+using hvprof::testing::ParseFolded;
+using hvprof::testing::ProfileWithChains;
 using Json = nlohmann::json;
 
 namespace {
-
-Json DefaultScenario() {
-  std::ifstream in(std::string(HVPROF_SOURCE_DIR) + "/examples/default.json");
-  Json scenario = Json::parse(in, nullptr, false);
-  REQUIRE(scenario.is_object());
-  scenario["run"] = {{"speed", "max"}};
-  return scenario;
-}
 
 // The functions the scenario names (the ones with callers among them): automatic picks may be
 // named by another alias of the same address, so they are compared per domain and mode only.
@@ -51,20 +47,6 @@ std::string Bucket(const std::string& stack, const std::set<std::string>& named)
   if (!passive_user && named.count(leaf) != 0) return stack;
   const size_t mode_end = stack.find("];");
   return stack.substr(0, mode_end + 2) + "*";
-}
-
-// Folded lines as stack -> count.
-std::map<std::string, uint64_t> ParseFolded(const std::string& text) {
-  std::map<std::string, uint64_t> stacks;
-  std::istringstream lines(text);
-  std::string line;
-  while (std::getline(lines, line)) {
-    const size_t space = line.rfind(' ');
-    REQUIRE(space != std::string::npos);
-    CHECK(stacks.count(line.substr(0, space)) == 0);  // each stack once
-    stacks[line.substr(0, space)] = std::stoull(line.substr(space + 1));
-  }
-  return stacks;
 }
 
 // What the ground truth says each stack should count, as folded names them with
@@ -97,11 +79,7 @@ uint32_t FirstCounter(const Host& host) {
 
 void CheckAgainstTruth(uint32_t depth) {
   Host host(DefaultScenario());
-  REQUIRE(host.Hvprof({"--start-daemon", "--passive-domains=1,2", fmt::format("--callgraph={}", depth)}).status == 0);
-  REQUIRE(host.Hvprof({"--start"}).status == 0);
-  (void)host.GroundTruth(true);
-  REQUIRE(host.Hvprof({"--run-sim=300ms"}).status == 0);
-  REQUIRE(host.Hvprof({"--stop"}).status == 0);
+  ProfileWithChains(host, depth);
   const Json truth = host.GroundTruth(false);
   const CommandResult folded = host.Report({"--format=folded"});
   INFO(folded.err);
@@ -142,10 +120,7 @@ TEST_CASE("folded stacks match the sim's ground truth, stack by stack", "[report
 
 TEST_CASE("folded stacks: roots, filters and bad options", "[report][stacks]") {
   Host host(DefaultScenario());
-  REQUIRE(host.Hvprof({"--start-daemon", "--passive-domains=1,2", "--callgraph=8"}).status == 0);
-  REQUIRE(host.Hvprof({"--start"}).status == 0);
-  REQUIRE(host.Hvprof({"--run-sim=100ms"}).status == 0);
-  REQUIRE(host.Hvprof({"--stop"}).status == 0);
+  ProfileWithChains(host, 8, "100ms");
   const auto by_domain = ParseFolded(host.Report({"--format=folded"}).out);
   const auto by_mode = ParseFolded(host.Report({"--format=folded", "--stack-root=mode"}).out);
   const auto bare = ParseFolded(host.Report({"--format=folded", "--stack-root=none"}).out);
@@ -183,11 +158,7 @@ TEST_CASE("folded stacks: roots, filters and bad options", "[report][stacks]") {
 
 TEST_CASE("the call graph (-c, --children) matches the sim's ground truth", "[report][stacks][callgraph]") {
   Host host(DefaultScenario());
-  REQUIRE(host.Hvprof({"--start-daemon", "--passive-domains=1,2", "--callgraph=8"}).status == 0);
-  REQUIRE(host.Hvprof({"--start"}).status == 0);
-  (void)host.GroundTruth(true);
-  REQUIRE(host.Hvprof({"--run-sim=300ms"}).status == 0);
-  REQUIRE(host.Hvprof({"--stop"}).status == 0);
+  ProfileWithChains(host, 8);
   const Json truth = host.GroundTruth(false);
   const uint32_t counter = FirstCounter(host);
   // dom0's own samples of a function (all its vCPUs), from the truth.
@@ -288,10 +259,7 @@ TEST_CASE("pprof: go tool pprof reads the file and agrees with hvprof-report", "
     return;
   }
   Host host(DefaultScenario());
-  REQUIRE(host.Hvprof({"--start-daemon", "--passive-domains=1,2", "--callgraph=8"}).status == 0);
-  REQUIRE(host.Hvprof({"--start"}).status == 0);
-  REQUIRE(host.Hvprof({"--run-sim=300ms"}).status == 0);
-  REQUIRE(host.Hvprof({"--stop"}).status == 0);
+  ProfileWithChains(host, 8);
   const std::string file = host.session_root() + "/../profile.pb.gz";
   const CommandResult written = host.Report({"--format=pprof", "-o", file});
   INFO(written.err);

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "hvprof/base/escape.h"
+#include "hvprof/base/utf8.h"
 
 using hvprof::EscapeForTerminal;
 
@@ -26,4 +27,18 @@ TEST_CASE("escaping: control characters, C1 controls and bad UTF-8 become \\xNN"
   CHECK(EscapeForTerminal("evil\xe2\x80\xae" "cod.exe") == "evil\\xe2\\x80\\xaecod.exe");
   CHECK(EscapeForTerminal("a\xe2\x80\xa8" "b") == "a\\xe2\\x80\\xa8b");
   CHECK(EscapeForTerminal("\xe2\x81\xa6x") == "\\xe2\\x81\\xa6x");
+}
+
+TEST_CASE("UTF-8 decoding: valid characters and every invalid form", "[base][escape]") {
+  using hvprof::DecodeUtf8;
+  CHECK(DecodeUtf8("a", 0).length == 1);
+  CHECK(DecodeUtf8("\xC3\xA9", 0).code == 0xE9);
+  CHECK(DecodeUtf8("\xE2\x82\xAC", 0).code == 0x20AC);
+  const auto four = DecodeUtf8("\xF0\x9F\x98\x80", 0);
+  CHECK((four.length == 4 && four.code == 0x1F600));
+  for (const char* bad : {"\x80", "\xC0\xAF", "\xE0\x80\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xE2\x82",
+                          "\xC3\x28"}) {
+    INFO(hvprof::EscapeForTerminal(bad));
+    CHECK(DecodeUtf8(bad, 0).length == 0);
+  }
 }

@@ -1,17 +1,15 @@
 // pprof's Locations name every function at an address: a session whose samples fall in code
 // inlined into another function (a fixture built here with DWARF) gives Locations with one
 // Line per function, innermost first, as `go tool pprof` reads them.
-#include <fstream>
 #include <regex>
 
 #include <catch2/catch.hpp>
 
 #include "hvprof/report/load.h"
 #include "hvprof/report/writers/pprof.h"
-#include "hvprof/store/samples_file.h"
-#include "hvprof/store/session.h"
 #include "programs.h"
 #include "skip.h"
+#include "synthetic_session.h"
 #include "temp_dir.h"
 
 using namespace hvprof;
@@ -35,35 +33,18 @@ std::vector<uint64_t> AddressesOf(const std::string& image, const std::string& f
 TEST_CASE("pprof locations carry one line per inlined function, innermost first", "[report][stacks][pprof]") {
   const std::string image = HVPROF_INLINED_FIXTURE;
   testing::TempDir dir;
-  store::SessionMetadata m;
-  m.session_id = "0102030405060708090a0b0c0d0e0f10";
-  m.platform = "linux";
-  m.role = "dom0";
-  m.backtrace_depth = 16;
-  m.num_cpus = 1;
-  m.events.push_back({0, "CPU_CLOCK", 0, 0, "", 1000000, true, true});
-  store::DomainRecord dom0;
-  dom0.name = "Domain-0";
-  dom0.role = "active";
-  dom0.processes.push_back({100, "inlined", {{image, 0x400000, 0x800000, 0, ""}}});
-  m.domains.push_back(dom0);
-  const std::string session = dir.File("session");
-  std::filesystem::create_directories(session);
-  const uint8_t id[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
-  auto writer = store::SamplesWriter::Open(session + "/" + store::kSamplesFile, std::span<const uint8_t, 16>(id, 16));
-  REQUIRE(writer.has_value());
   // One sample at every byte of work(): some fall in the loop inlined from twice().
   const std::vector<uint64_t> addresses = AddressesOf(image, "work");
+  std::vector<store::StoredSample> samples;
   for (uint64_t address : addresses) {
     store::StoredSample s;
     s.ip = address;
     s.pid = s.tid = 100;
     s.period = 1000000;
-    writer.value().Append(s);
+    samples.push_back(s);
   }
-  REQUIRE(writer.value().Flush(true).has_value());
-  m.samples_stored = addresses.size();
-  std::ofstream(session + "/session.json") << store::SerializeMetadata(m);
+  const std::string session = testing::WriteSyntheticSession(
+      dir.File("session"), "linux", {{100, "inlined", {{image, 0x400000, 0x800000, 0, ""}}}}, samples);
 
   report::LoadOptions options;
   options.stacks = true;

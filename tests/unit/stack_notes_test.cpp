@@ -2,13 +2,10 @@
 // the sampled function was built without frame pointers, and the report says so (as a warning,
 // not a problem: the report is complete without callers). Sessions are written here with the
 // store's own writers, with chains of known depth.
-#include <fstream>
-
 #include <catch2/catch.hpp>
 
 #include "hvprof/report/load.h"
-#include "hvprof/store/samples_file.h"
-#include "hvprof/store/session.h"
+#include "synthetic_session.h"
 #include "temp_dir.h"
 
 using namespace hvprof;
@@ -18,32 +15,12 @@ namespace {
 // A linux session of dom0 user samples in two processes' code: process 100's samples all have
 // a caller, process 200's stop at the sampled function in `shallow_share` of them.
 std::string WriteSession(const testing::TempDir& dir, const std::string& platform, double shallow_share) {
-  store::SessionMetadata m;
-  m.session_id = "0102030405060708090a0b0c0d0e0f10";
-  m.platform = platform;
-  m.role = "dom0";
-  m.backtrace_depth = 16;
-  m.num_cpus = 1;
-  m.events.push_back({0, "CPU_CLOCK", 0, 0, "", 1000000, true, true});
-  store::DomainRecord dom0;
-  dom0.id = 0;
-  dom0.name = "Domain-0";
-  dom0.role = "active";
-  for (uint32_t pid : {100u, 200u}) {
-    store::ProcessRecord process;
-    process.pid = pid;
-    process.comm = pid == 100 ? "deep" : "shallow";
-    process.mappings.push_back({dir.File(process.comm), 0x400000, 0x500000, 0, ""});
-    dom0.processes.push_back(process);
+  std::vector<store::ProcessRecord> processes;
+  for (const char* comm : {"deep", "shallow"}) {
+    processes.push_back({processes.empty() ? 100u : 200u, comm, {{dir.File(comm), 0x400000, 0x500000, 0, ""}}});
   }
-  m.domains.push_back(dom0);
-  const std::string session = dir.File("session");
-  std::filesystem::create_directories(session);
-  const uint8_t id[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
-  auto writer = store::SamplesWriter::Open(session + "/" + store::kSamplesFile, std::span<const uint8_t, 16>(id, 16));
-  REQUIRE(writer.has_value());
-  const uint64_t callers[] = {0x401100, 0x401200};
-  uint64_t stored = 0;
+  static const uint64_t callers[] = {0x401100, 0x401200};
+  std::vector<store::StoredSample> samples;
   for (uint32_t i = 0; i < 200; ++i) {
     for (uint32_t pid : {100u, 200u}) {
       store::StoredSample s;
@@ -53,15 +30,10 @@ std::string WriteSession(const testing::TempDir& dir, const std::string& platfor
       s.period = 1000000;
       const bool shallow = pid == 200 && i < shallow_share * 200;
       s.frames = shallow ? std::span<const uint64_t>() : std::span<const uint64_t>(callers);
-      writer.value().Append(s);
-      ++stored;
+      samples.push_back(s);
     }
   }
-  REQUIRE(writer.value().Flush(true).has_value());
-  m.samples_stored = stored;
-  m.samples_by_domain_mode["0/user"] = stored;
-  std::ofstream(session + "/session.json") << store::SerializeMetadata(m);
-  return session;
+  return testing::WriteSyntheticSession(dir.File("session"), platform, processes, samples);
 }
 
 std::vector<std::string> Notes(const std::string& session) {

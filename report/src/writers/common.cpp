@@ -103,4 +103,14 @@ std::string PlatformRates(const store::SessionMetadata& m) {
   return out + "\n";
 }
 
+uint64_t TotalLost(const std::vector<LossLine>& losses) {
+  uint64_t lost = 0;
+  for (const LossLine& line : losses) lost += line.count;
+  return lost;
+}
+
+uint64_t SampledNs(const store::SessionMetadata& m) {
+  return m.last_sample_ns > m.first_sample_ns ? m.last_sample_ns - m.first_sample_ns : 0;
+}
+
 }  // namespace hvprof::report

@@ -35,6 +35,9 @@ struct LossLine {
 
 // The causes with losses in this session, each with its advice.
 std::vector<LossLine> Losses(const store::SessionMetadata& m);
+uint64_t TotalLost(const std::vector<LossLine>& losses);
+// The span of the platform's clock between the first and the last sample stored (0 if none).
+uint64_t SampledNs(const store::SessionMetadata& m);
 // What the platform said of its own sampling (linux), as a header line; empty if nothing.
 std::string PlatformRates(const store::SessionMetadata& m);
 

@@ -35,9 +35,7 @@ nlohmann::json Facts(const Profile& profile, const NamedStacks& stacks, const St
                              event.kernel && event.user ? "" : event.kernel ? ", kernel only" : ", user only",
                              event.count));
   }
-  const double seconds = m.last_sample_ns > m.first_sample_ns
-                             ? static_cast<double>(m.last_sample_ns - m.first_sample_ns) / 1e9
-                             : 0.0;
+  const double seconds = static_cast<double>(SampledNs(m)) / 1e9;
   if (seconds > 0) {
     add("Sampled", fmt::format("{:.3f} s of the platform's clock; {:.0f} samples/s per CPU", seconds,
                                m.num_cpus > 0 ? static_cast<double>(event_samples) / seconds / m.num_cpus : 0.0));
@@ -62,8 +60,7 @@ nlohmann::json Facts(const Profile& profile, const NamedStacks& stacks, const St
   if (losses.empty()) {
     add("Lost samples", "none");
   } else {
-    uint64_t lost = 0;
-    for (const LossLine& line : losses) lost += line.count;
+    const uint64_t lost = TotalLost(losses);
     std::vector<std::string> causes;
     for (const LossLine& line : losses) causes.push_back(fmt::format("{} {}", line.count, line.cause));
     add("Lost samples",

@@ -22,7 +22,7 @@ std::string FormatJson(const Profile& profile, const Table& table, const ReportO
                     {"cpu_type", m.cpu_type},
                     {"cpus", m.num_cpus},
                     {"samples", profile.total_samples()},
-                    {"sampled_ns", m.last_sample_ns > m.first_sample_ns ? m.last_sample_ns - m.first_sample_ns : 0}};
+                    {"sampled_ns", SampledNs(m)}};
   static constexpr const char* kViews[] = {"image", "symbol", "details", "debug-info"};
   out["view"] = kViews[static_cast<int>(table.view)];
   out["by_domain"] = options.by_domain;

@@ -7,14 +7,13 @@
 #include <unordered_map>
 
 #include "profile.pb.h"
+#include "writers/common.h"
 
 namespace hvprof::report {
 
 namespace {
 
 namespace pb = perftools::profiles;
-
-const char* kModeNames[] = {"user", "kernel", "hypervisor"};
 
 // The string table: "" first, each string once.
 class Strings {
@@ -73,9 +72,7 @@ Result<std::string> FormatPprof(const Profile& profile, const StackFilter& filte
   const int64_t period = event != nullptr ? static_cast<int64_t>(std::min<uint64_t>(event->count, INT64_MAX)) : 1;
   out.set_period(period);
   if (!m.profiling.empty()) out.set_time_nanos(static_cast<int64_t>(m.profiling.front().start_ns));
-  if (m.last_sample_ns > m.first_sample_ns) {
-    out.set_duration_nanos(static_cast<int64_t>(m.last_sample_ns - m.first_sample_ns));
-  }
+  if (SampledNs(m) != 0) out.set_duration_nanos(static_cast<int64_t>(SampledNs(m)));
   out.add_comment(strings.Index(fmt::format("hvprof session {} ({} on {})", m.session_id, m.platform, m.machine)));
 
   // Mappings by image, with the build-id the session recorded where it has one.

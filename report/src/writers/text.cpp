@@ -12,9 +12,7 @@ std::string FormatHeader(const Profile& profile, const Table& table, const Repor
   out += fmt::format("Session: {}\n", Safe(profile.directory()));
   out += fmt::format("Platform: {}{}; CPU: {}, {} CPUs\n", Safe(m.platform),
                      m.machine.empty() ? "" : " (" + Safe(m.machine) + ")", Safe(m.cpu_type), m.num_cpus);
-  const double seconds = m.last_sample_ns > m.first_sample_ns
-                             ? static_cast<double>(m.last_sample_ns - m.first_sample_ns) / 1e9
-                             : 0.0;
+  const double seconds = static_cast<double>(SampledNs(m)) / 1e9;
   for (const store::EventRecord& event : m.events) {
     uint64_t samples = 0;
     for (const Entry& entry : profile.entries()) {
@@ -56,8 +54,7 @@ std::string FormatHeader(const Profile& profile, const Table& table, const Repor
   if (losses.empty()) {
     out += "Lost samples: none\n";
   } else {
-    uint64_t lost = 0;
-    for (const LossLine& line : losses) lost += line.count;
+    const uint64_t lost = TotalLost(losses);
     out += fmt::format("Lost samples: {} ({:.2f}% of what was sampled)\n", lost,
                        Percent(lost, lost + m.samples_stored));
     for (const LossLine& line : losses) {
