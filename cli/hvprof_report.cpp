@@ -120,7 +120,8 @@ int main(int argc, char** argv) {
         ("threshold,t", po::value(&threshold), "hide rows below this percent of the samples")
         ("sort,s", po::value(&sort), "sort keys: sample, image, symbol, debug, vma, domain")
         ("reverse-sort,r", "reverse the sort order")
-        ("merge,m", po::value(&merge), "merge event columns: unitmask (one per event name) or all")
+        ("merge,m", po::value(&merge), "add events up: unitmask (one column per event name) or all (one column); stack "
+                                     "views (-c, folded, pprof, html) count the merged events together")
         ("demangle,D", po::value(&demangle)->default_value("smart"), "C++ names: none, normal or smart")
         ("show-address,w", "show each symbol's address")
         ("long-filenames,f", "show full image paths")
@@ -207,11 +208,11 @@ int main(int argc, char** argv) {
     if (callgraph || folded) {
       // What the stack views do not honour is refused, never silently ignored.
       const char* view = callgraph ? "-c" : pprof ? "--format=pprof" : html ? "--format=html" : "--format=folded";
-      for (const char* option : {"image", "symbol", "exclude-dependent", "merge", "all-domains", "accumulated",
+      for (const char* option : {"image", "symbol", "exclude-dependent", "all-domains", "accumulated",
                                  "show-address", "global-percent", "sort", "reverse-sort"}) {
         if (values.count(option) != 0 && !values[option].defaulted()) {
           return fail(MakeError(ErrorKind::kInvalidArgument,
-                                "{} does not take --{}: stacks are filtered by --domain, --mode and --event{}", view,
+                                "{} does not take --{}: stacks are filtered by --domain, --mode, --event and --merge{}", view,
                                 option,
                                 std::string_view(option) == "all-domains"
                                     ? " (the profiles guests publish carry no call chains)"
@@ -320,11 +321,13 @@ int main(int argc, char** argv) {
     }
 
     std::string text;
-    if ((folded || callgraph || !push_url.empty()) && options.events.size() > 1) {
-      return fail(Error(ErrorKind::kInvalidArgument, "stacks show one event at a time: give one --event"), 2);
-    }
     report::StackFilter stack_filter;
-    stack_filter.event = options.events.empty() ? report::DefaultStackEvent(profile.value()) : options.events[0];
+    if (folded || callgraph || !push_url.empty()) {
+      auto counted = report::SelectStackEvents(profile.value(), options.events, options.merge_unit_masks,
+                                              options.merge_all);
+      if (!counted) return fail(counted.error(), 2);
+      stack_filter.events = std::move(counted).value();
+    }
     stack_filter.domains = options.domains;
     stack_filter.modes = options.modes;
     if (callgraph) {

@@ -188,7 +188,8 @@ Result<RunResult> Summarize(const std::string& session, uint32_t top, std::strin
   }
   if (push != nullptr) {
     report::StackFilter filter;
-    filter.event = report::DefaultStackEvent(profile);
+    HVPROF_TRY(events, report::SelectStackEvents(profile, {}, false, false));
+    filter.events = std::move(events);
     auto pushed = push::PushProfile(profile, filter, *push);
     if (pushed) {
       result.summary["push"] = {{"series", pushed.value().series}, {"bytes", pushed.value().bytes}};

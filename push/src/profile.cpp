@@ -48,10 +48,7 @@ Result<PushSummary> PushProfile(const report::Profile& profile, const report::St
                      "--push: the session has no samples of the chosen event{} to push",
                      filter.domains.empty() && filter.modes.empty() ? "" : " in the chosen domains and modes");
   }
-  std::string event = "samples";
-  for (const store::EventRecord& record : m.events) {
-    if (record.counter == filter.event) event = record.name;
-  }
+  const std::string event = report::StackEventName(profile, filter);
   // The profiling interval, in unix seconds; a session still running ends now.
   const auto now_ns = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());

@@ -16,8 +16,10 @@ nlohmann::json DefaultScenario() {
   return scenario;
 }
 
-void ProfileWithChains(Host& host, uint32_t depth, const std::string& sim_time) {
-  REQUIRE(host.Hvprof({"--start-daemon", "--passive-domains=1,2", fmt::format("--callgraph={}", depth)}).status == 0);
+void ProfileWithChains(Host& host, uint32_t depth, const std::string& sim_time, const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"--start-daemon", "--passive-domains=1,2", fmt::format("--callgraph={}", depth)};
+  args.insert(args.end(), extra.begin(), extra.end());
+  REQUIRE(host.Hvprof(args).status == 0);
   REQUIRE(host.Hvprof({"--start"}).status == 0);
   (void)host.GroundTruth(true);  // the truth counts from here, as the session does
   REQUIRE(host.Hvprof({"--run-sim=" + sim_time}).status == 0);

@@ -18,7 +18,9 @@ nlohmann::json DefaultScenario();
 
 // dom0 active, domains 1 and 2 passive, `depth` frames of call chain, `sim_time` of the sim;
 // the ground truth is reset when profiling starts.
-void ProfileWithChains(Host& host, uint32_t depth, const std::string& sim_time = "300ms");
+// `extra` goes to --start-daemon (events, say).
+void ProfileWithChains(Host& host, uint32_t depth, const std::string& sim_time = "300ms",
+                       const std::vector<std::string>& extra = {});
 
 // Folded lines as stack -> count; each stack must be on one line only.
 std::map<std::string, uint64_t> ParseFolded(const std::string& text);

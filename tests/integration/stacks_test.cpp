@@ -145,7 +145,7 @@ TEST_CASE("folded stacks: roots, filters and bad options", "[report][stacks]") {
   CHECK(ParseFolded(text.str()) == by_domain);
   for (const std::vector<std::string>& refused :
        {std::vector<std::string>{"--format=folded", "--image=libc*"}, {"--format=folded", "-t", "1"},
-        {"--format=folded", "--all-domains"}, {"-c", "--merge=all"}, {"-c", "--symbol=vfs_*"}}) {
+        {"--format=folded", "--all-domains"}, {"-c", "--merge=cpu"}, {"-c", "--symbol=vfs_*"}}) {
     const CommandResult result = host.Report(refused);
     INFO(refused[1]);
     CHECK(result.status == 2);
@@ -228,6 +228,70 @@ TEST_CASE("the call graph (-c, --children) matches the sim's ground truth", "[re
   const CommandResult mixed = host.Report({"-c", "-l"});
   CHECK(mixed.status == 2);
   CHECK(mixed.err.find("-c is a view of its own") != std::string::npos);
+}
+
+TEST_CASE("stack views of two events: one at a time, or added up with --merge", "[report][stacks][callgraph]") {
+  Host host(DefaultScenario());
+  ProfileWithChains(host, 8, "200ms", {"--event=CPU_CLK_UNHALTED:20000", "--event=INST_RETIRED:30000"});
+  const Json truth = host.GroundTruth(false);
+  std::ifstream in(host.current() + "/session.json");
+  const Json session = Json::parse(in, nullptr, false);
+  REQUIRE(session["events"].size() == 2);
+  const uint32_t cycles = session["events"][0]["counter"].get<uint32_t>();
+  const uint32_t instructions = session["events"][1]["counter"].get<uint32_t>();
+  auto dom0 = [&](uint32_t counter, const std::string& function) {
+    uint64_t sum = 0;
+    for (const Json& row : truth["rows"]) {
+      if (row["domain"] == 0 && (function.empty() || row["function"] == function)) {
+        sum += row["overflows"][counter].get<uint64_t>();
+      }
+    }
+    return sum;
+  };
+  REQUIRE(dom0(cycles, "vfs_read") > 0);
+  REQUIRE(dom0(instructions, "vfs_read") > 0);
+  auto graph = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"-c", "--domain=dom0", "--format=json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const CommandResult result = host.Report(args);
+    INFO(result.err);
+    REQUIRE(result.status == 0);
+    return Json::parse(result.out);
+  };
+  auto self = [](const Json& g, const std::string& symbol) {
+    for (const Json& node : g["nodes"]) {
+      if (node["symbol"] == symbol) return node["samples"].get<uint64_t>();
+    }
+    return uint64_t{0};
+  };
+  // No --event: the first one, named.
+  const Json first = graph({});
+  CHECK(first["event"] == "CPU_CLK_UNHALTED");
+  CHECK(first["samples"].get<uint64_t>() == dom0(cycles, ""));
+  CHECK(self(first, "vfs_read") == dom0(cycles, "vfs_read"));
+  const Json second = graph({"--event=INST_RETIRED"});
+  CHECK(second["event"] == "INST_RETIRED");
+  CHECK(self(second, "vfs_read") == dom0(instructions, "vfs_read"));
+  // Added up: every count is the sum of the two events'.
+  const Json merged = graph({"--merge=all"});
+  CHECK(merged["event"] == "CPU_CLK_UNHALTED + INST_RETIRED");
+  CHECK(merged["samples"].get<uint64_t>() == dom0(cycles, "") + dom0(instructions, ""));
+  CHECK(self(merged, "vfs_read") == dom0(cycles, "vfs_read") + dom0(instructions, "vfs_read"));
+  // Folded, too.
+  uint64_t folded_total = 0;
+  for (const auto& [stack, count] : ParseFolded(host.Report({"--format=folded", "--merge=all", "--domain=dom0"}).out)) {
+    folded_total += count;
+  }
+  CHECK(folded_total == dom0(cycles, "") + dom0(instructions, ""));
+  // Two events without a merge, or two names to merge by unit mask: refused, with the way out.
+  const CommandResult two = host.Report({"-c", "--event=CPU_CLK_UNHALTED,INST_RETIRED"});
+  CHECK(two.status == 2);
+  CHECK(two.err.find("--merge=all") != std::string::npos);
+  const CommandResult names = host.Report({"--format=folded", "--merge=unitmask", "--event=CPU_CLK_UNHALTED,INST_RETIRED"});
+  CHECK(names.status == 2);
+  CHECK(names.err.find("one event's unit masks") != std::string::npos);
+  // A unit-mask merge of one event counts that event alone.
+  CHECK(graph({"--merge=unitmask"})["samples"].get<uint64_t>() == dom0(cycles, ""));
 }
 
 namespace {

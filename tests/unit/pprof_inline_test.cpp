@@ -70,7 +70,7 @@ TEST_CASE("pprof locations carry one line per inlined function, innermost first"
     (void)testing::SkipTest("go tool pprof (Debian golang-go) is not installed: scripts/install-deps.sh installs it");
     return;
   }
-  auto bytes = report::FormatPprof(profile.value(), report::StackFilter{0, {}, {}});
+  auto bytes = report::FormatPprof(profile.value(), report::StackFilter{{0}, {}, {}});
   REQUIRE(bytes.has_value());
   dir.Write("inlined.pb.gz", bytes.value());
   const testing::CommandResult traces =

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 namespace hvprof::report {
 
 namespace {
@@ -17,15 +20,75 @@ const char* ModeFrame(uint8_t mode) {
 
 }  // namespace
 
+bool StackFilter::SelectsEvent(uint32_t counter) const {
+  return std::find(events.begin(), events.end(), counter) != events.end();
+}
+
 bool StackFilter::Selects(const Stack& stack) const {
-  return stack.event == event &&
+  return SelectsEvent(stack.event) &&
          (domains.empty() || std::find(domains.begin(), domains.end(), stack.domain) != domains.end()) &&
          (modes.empty() || std::find(modes.begin(), modes.end(), stack.mode) != modes.end());
 }
 
-uint32_t DefaultStackEvent(const Profile& profile) {
+Result<std::vector<uint32_t>> SelectStackEvents(const Profile& profile, const std::vector<uint32_t>& requested,
+                                                bool merge_unit_masks, bool merge_all) {
   const auto& events = profile.metadata().events;
-  return events.empty() ? 0 : events.front().counter;
+  std::vector<uint32_t> chosen = requested;
+  if (chosen.empty()) {
+    if (merge_all) {
+      for (const auto& event : events) chosen.push_back(event.counter);
+    } else if (!events.empty()) {
+      chosen.push_back(events.front().counter);
+    }
+  }
+  if (chosen.empty()) chosen.push_back(0);  // a session without events: nothing is selected
+  auto name_of = [&](uint32_t counter) -> std::string {
+    for (const auto& event : events) {
+      if (event.counter == counter) return event.name;
+    }
+    return {};
+  };
+  if (merge_unit_masks) {
+    // Every counter of the chosen event's name: unit masks are added up, names are not.
+    const std::string name = name_of(chosen.front());
+    for (uint32_t counter : chosen) {
+      if (name_of(counter) != name) {
+        return MakeError(ErrorKind::kInvalidArgument,
+                         "--merge=unitmask adds up one event's unit masks, but --event names {} and {}: give one "
+                         "name, or --merge=all to add different events up",
+                         name, name_of(counter));
+      }
+    }
+    for (const auto& event : events) {
+      if (event.name == name && std::find(chosen.begin(), chosen.end(), event.counter) == chosen.end()) {
+        chosen.push_back(event.counter);
+      }
+    }
+  } else if (!merge_all && chosen.size() > 1) {
+    return Error(ErrorKind::kInvalidArgument,
+                 "stacks show one event at a time: give one --event, or add them up with --merge=all "
+                 "(--merge=unitmask for one event's unit masks)");
+  }
+  std::sort(chosen.begin(), chosen.end());
+  chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
+  return chosen;
+}
+
+std::string StackEventName(const Profile& profile, const StackFilter& filter) {
+  std::vector<std::string> names;
+  for (const auto& event : profile.metadata().events) {
+    if (!filter.SelectsEvent(event.counter)) continue;
+    std::string name = event.name;
+    // Two unit masks of one event: say which.
+    for (const auto& other : profile.metadata().events) {
+      if (&other != &event && other.name == event.name && filter.SelectsEvent(other.counter)) {
+        name += fmt::format(":{:#04x}", event.unit_mask);
+        break;
+      }
+    }
+    names.push_back(std::move(name));
+  }
+  return names.empty() ? std::string("(no event)") : fmt::format("{}", fmt::join(names, " + "));
 }
 
 Result<StackRoot> ParseStackRoot(std::string_view text) {

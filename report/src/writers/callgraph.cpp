@@ -10,14 +10,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-const std::string& EventName(const Profile& profile, uint32_t counter) {
-  static const std::string kNone = "samples";
-  for (const auto& event : profile.metadata().events) {
-    if (event.counter == counter) return event.name;
-  }
-  return kNone;
-}
-
 }  // namespace
 
 std::string FormatCallgraphText(const Profile& profile, const Callgraph& graph, const CallgraphOptions& options,
@@ -26,7 +18,7 @@ std::string FormatCallgraphText(const Profile& profile, const Callgraph& graph, 
   const std::string rule(79, '-');
   if (!report.no_header) {
     out += fmt::format("Call graph of {} ({} samples){}; callers above each symbol, callees below\n",
-                       Safe(EventName(profile, options.filter.event)), graph.samples,
+                       Safe(StackEventName(profile, options.filter)), graph.samples,
                        options.children ? ", ranked by inclusive samples" : "");
     out += options.children ? fmt::format("{:>10} {:>8} {:>10} {:>8}  {:<24} {}\n", "children", "%", "self", "%",
                                           "image name", "symbol name")
@@ -99,7 +91,7 @@ std::string FormatCallgraphJson(const Profile& profile, const Callgraph& graph, 
   }
   Json out{{"schema", "hvprof-callgraph"},
            {"version", 1},
-           {"event", EventName(profile, options.filter.event)},
+           {"event", StackEventName(profile, options.filter)},
            {"samples", graph.samples},
            {"children", options.children},
            {"problems", profile.problems()},

@@ -27,10 +27,10 @@ nlohmann::json Facts(const Profile& profile, const NamedStacks& stacks, const St
                               m.cpu_type, m.num_cpus));
   uint64_t event_samples = 0;
   for (const Entry& entry : profile.entries()) {
-    if (entry.event == filter.event) event_samples += entry.count;
+    if (filter.SelectsEvent(entry.event)) event_samples += entry.count;
   }
   for (const store::EventRecord& event : m.events) {
-    if (event.counter != filter.event) continue;
+    if (!filter.SelectsEvent(event.counter)) continue;
     add("Event", fmt::format("{} (unit mask {:#04x}{}), a sample every {} events", event.name, event.unit_mask,
                              event.kernel && event.user ? "" : event.kernel ? ", kernel only" : ", user only",
                              event.count));
@@ -79,10 +79,7 @@ nlohmann::json Facts(const Profile& profile, const NamedStacks& stacks, const St
 std::string FormatFlameGraph(const Profile& profile, const NamedStacks& stacks, const StackFilter& filter) {
   const store::SessionMetadata& m = profile.metadata();
   nlohmann::json data;
-  std::string event_name = "samples";
-  for (const store::EventRecord& event : m.events) {
-    if (event.counter == filter.event) event_name = event.name;
-  }
+  const std::string event_name = StackEventName(profile, filter);
   data["title"] = fmt::format("hvprof: {} on {}{}", event_name, m.platform, m.machine.empty() ? "" : " " + m.machine);
   data["facts"] = Facts(profile, stacks, filter);
   std::set<int32_t> domains;

@@ -52,13 +52,18 @@ Result<std::string> Gzip(const std::string& bytes) {
 
 Result<std::string> FormatPprof(const Profile& profile, const StackFilter& filter) {
   const store::SessionMetadata& m = profile.metadata();
-  const store::EventRecord* event = nullptr;
+  // The events counted: one, or several added up (--merge). Time and a period are only given when
+  // every one of them is the same clock at the same period.
+  std::vector<const store::EventRecord*> counted;
   for (const auto& e : m.events) {
-    if (e.counter == filter.event) event = &e;
+    if (filter.SelectsEvent(e.counter)) counted.push_back(&e);
   }
+  const store::EventRecord* event = counted.empty() ? nullptr : counted.front();
+  bool same_period = event != nullptr;
+  for (const store::EventRecord* e : counted) same_period &= e->name == event->name && e->count == event->count;
   pb::Profile out;
   Strings strings(out);
-  const bool nanoseconds = event != nullptr && event->name == "CPU_CLOCK";
+  const bool nanoseconds = same_period && event->name == "CPU_CLOCK";
   auto* count = out.add_sample_type();
   count->set_type(strings.Index("samples"));
   count->set_unit(strings.Index("count"));
@@ -67,9 +72,9 @@ Result<std::string> FormatPprof(const Profile& profile, const StackFilter& filte
     cpu->set_type(strings.Index("cpu"));
     cpu->set_unit(strings.Index("nanoseconds"));
   }
-  out.mutable_period_type()->set_type(strings.Index(event != nullptr ? event->name : "samples"));
+  out.mutable_period_type()->set_type(strings.Index(event != nullptr ? StackEventName(profile, filter) : "samples"));
   out.mutable_period_type()->set_unit(strings.Index(nanoseconds ? "nanoseconds" : "count"));
-  const int64_t period = event != nullptr ? static_cast<int64_t>(std::min<uint64_t>(event->count, INT64_MAX)) : 1;
+  const int64_t period = same_period ? static_cast<int64_t>(std::min<uint64_t>(event->count, INT64_MAX)) : 0;
   out.set_period(period);
   if (!m.profiling.empty()) out.set_time_nanos(static_cast<int64_t>(m.profiling.front().start_ns));
   if (SampledNs(m) != 0) out.set_duration_nanos(static_cast<int64_t>(SampledNs(m)));

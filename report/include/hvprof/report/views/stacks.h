@@ -19,12 +19,14 @@ enum class StackRoot {
   kNone,    // the outermost caller
 };
 
-// Which stacks a stack view (folded, -c, pprof) takes: one event, and --domain and --mode.
+// Which stacks a stack view (folded, -c, pprof) takes: one event (or several added up, as
+// --merge asks), and --domain and --mode.
 struct StackFilter {
-  uint32_t event = 0;             // the logical counter whose samples are counted
+  std::vector<uint32_t> events;   // the logical counters whose samples are counted
   std::vector<uint16_t> domains;  // only these (all when empty)
   std::vector<uint8_t> modes;     // only these (all when empty)
   bool Selects(const Stack& stack) const;
+  bool SelectsEvent(uint32_t counter) const;
 };
 
 struct StackOptions {
@@ -55,8 +57,15 @@ struct NamedStacks {
 // merged.
 NamedStacks NameStacks(const Profile& profile, const StackOptions& options);
 
-// The event a report counts when none is asked for: the session's first.
-uint32_t DefaultStackEvent(const Profile& profile);
+// The events a stack view counts. `requested` are --event's counters (none: the session's
+// first event). Stacks show one event at a time unless merged: with `merge_unit_masks`, every
+// event of the same name is added up (OProfile's unit masks); with `merge_all`, every event
+// asked for (all of them when none is).
+Result<std::vector<uint32_t>> SelectStackEvents(const Profile& profile, const std::vector<uint32_t>& requested,
+                                                bool merge_unit_masks, bool merge_all);
+
+// The name of what a stack view counts: "CPU_CLK_UNHALTED", or "A + B" when events are merged.
+std::string StackEventName(const Profile& profile, const StackFilter& filter);
 
 // --stack-root's names.
 Result<StackRoot> ParseStackRoot(std::string_view text);
