@@ -1,6 +1,7 @@
 #include "stacks_support.h"
 
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include <catch2/catch.hpp>
@@ -36,6 +37,64 @@ std::map<std::string, uint64_t> ParseFolded(const std::string& text) {
     stacks[line.substr(0, space)] = std::stoull(line.substr(space + 1));
   }
   return stacks;
+}
+
+std::set<std::string> NamedFunctions(const nlohmann::json& scenario) {
+  std::set<std::string> names;
+  for (const nlohmann::json& domain : scenario["domains"]) {
+    if (!domain.contains("workload")) continue;
+    for (const auto& [mode, workload] : domain["workload"].items()) {
+      if (!workload.is_object()) continue;
+      for (const nlohmann::json& function : workload.value("functions", nlohmann::json::array())) {
+        if (function.contains("name")) names.insert(function["name"].get<std::string>());
+      }
+    }
+  }
+  return names;
+}
+
+std::string Bucket(const std::string& stack, const std::set<std::string>& named) {
+  const bool passive_user = stack.rfind("1 (build-vm);[user];", 0) == 0 || stack.rfind("2 (web-vm);[user];", 0) == 0;
+  const std::string leaf = stack.substr(stack.rfind(';') + 1);
+  if (!passive_user && named.count(leaf) != 0) return stack;
+  const size_t mode_end = stack.find("];");
+  return stack.substr(0, mode_end + 2) + "*";
+}
+
+std::map<std::string, uint64_t> TruthStacks(const nlohmann::json& truth, uint32_t counter, uint32_t depth,
+                                            const std::map<int, std::string>& domain_names) {
+  std::map<std::string, uint64_t> stacks;
+  for (const nlohmann::json& row : truth["rows"]) {
+    const int domain = row["domain"].get<int>();
+    if (domain_names.count(domain) == 0) continue;
+    const uint64_t count = row["overflows"][counter].get<uint64_t>();
+    if (count == 0) continue;
+    std::vector<std::string> callers = row.value("callers", std::vector<std::string>{});
+    // The engine walks frames of active domains only, as Xenoprof does.
+    if (domain != 0 || callers.size() > depth) callers.resize(domain != 0 ? 0 : std::min<size_t>(depth, callers.size()));
+    std::string stack = domain_names.at(domain) + ";[" + row["mode"].get<std::string>() + "]";
+    for (auto caller = callers.rbegin(); caller != callers.rend(); ++caller) stack += ";" + *caller;
+    stacks[stack + ";" + row["function"].get<std::string>()] += count;
+  }
+  return stacks;
+}
+
+std::map<std::string, uint64_t> PprofTop(const std::string& file, const std::vector<std::string>& extra) {
+  std::vector<std::string> argv = {"/usr/bin/go", "tool", "pprof", "-top", "-nodecount=100000", "-nodefraction=0"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.push_back(file);
+  const CommandResult result = hvprof::testing::RunProgram(argv);
+  INFO(result.err);
+  REQUIRE(result.status == 0);
+  std::map<std::string, uint64_t> flat;
+  const std::regex row(R"(^\s*(\d+)\s+[\d.]+%\s+[\d.]+%\s+\d+\s+[\d.]+%\s+(.+)$)");
+  std::istringstream lines(result.out);
+  std::string line;
+  std::smatch match;
+  while (std::getline(lines, line)) {
+    if (std::regex_match(line, match, row)) flat[match[2]] += std::stoull(match[1]);
+  }
+  return flat;
 }
 
 std::vector<std::string> SplitFrames(const std::string& stack) {

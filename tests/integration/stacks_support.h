@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,22 @@ void ProfileWithChains(Host& host, uint32_t depth, const std::string& sim_time =
 
 // Folded lines as stack -> count; each stack must be on one line only.
 std::map<std::string, uint64_t> ParseFolded(const std::string& text);
+
+// The functions a scenario names (the ones with callers among them).
+std::set<std::string> NamedFunctions(const nlohmann::json& scenario);
+
+// A folded stack as compared with the truth: itself when its leaf is a named function, else
+// "DOMAIN;[MODE];*" (automatic picks may be named by another alias of the same address, and
+// dom0 cannot name a passive domain's user space), so those are compared per domain and mode.
+std::string Bucket(const std::string& stack, const std::set<std::string>& named);
+
+// What the ground truth says each stack should count, as folded names them with
+// --stack-root=domain, for the walk's `depth` (0: no chains), for the domains named.
+std::map<std::string, uint64_t> TruthStacks(const nlohmann::json& truth, uint32_t counter, uint32_t depth,
+                                            const std::map<int, std::string>& domain_names);
+
+// `go tool pprof -top` of `file` (with `extra` options) as function -> flat samples.
+std::map<std::string, uint64_t> PprofTop(const std::string& file, const std::vector<std::string>& extra);
 
 // A folded stack's frames, root first.
 std::vector<std::string> SplitFrames(const std::string& stack);

@@ -18,57 +18,15 @@
 using hvprof::testing::CommandResult;
 using hvprof::testing::DefaultScenario;
 using hvprof::testing::Host;
+using hvprof::testing::Bucket;
+using hvprof::testing::NamedFunctions;
 using hvprof::testing::ParseFolded;
+using hvprof::testing::PprofTop;
+using hvprof::testing::TruthStacks;
 using hvprof::testing::ProfileWithChains;
 using Json = nlohmann::json;
 
 namespace {
-
-// The functions the scenario names (the ones with callers among them): automatic picks may be
-// named by another alias of the same address, so they are compared per domain and mode only.
-std::set<std::string> NamedFunctions(const Json& scenario) {
-  std::set<std::string> names;
-  for (const Json& domain : scenario["domains"]) {
-    if (!domain.contains("workload")) continue;
-    for (const auto& [mode, workload] : domain["workload"].items()) {
-      if (!workload.is_object()) continue;
-      for (const Json& function : workload.value("functions", Json::array())) {
-        if (function.contains("name")) names.insert(function["name"].get<std::string>());
-      }
-    }
-  }
-  return names;
-}
-
-// A stack as compared: "DOMAIN;[MODE];*" for what is compared in bulk.
-std::string Bucket(const std::string& stack, const std::set<std::string>& named) {
-  const bool passive_user = stack.rfind("1 (build-vm);[user];", 0) == 0 || stack.rfind("2 (web-vm);[user];", 0) == 0;
-  const std::string leaf = stack.substr(stack.rfind(';') + 1);
-  if (!passive_user && named.count(leaf) != 0) return stack;
-  const size_t mode_end = stack.find("];");
-  return stack.substr(0, mode_end + 2) + "*";
-}
-
-// What the ground truth says each stack should count, as folded names them with
-// --stack-root=domain, for the walk's `depth` (0: no chains).
-// dom0 cannot name a passive domain's user space (it has not its files): that is one bucket.
-std::map<std::string, uint64_t> TruthStacks(const Json& truth, uint32_t counter, uint32_t depth,
-                                            const std::map<int, std::string>& domain_names) {
-  std::map<std::string, uint64_t> stacks;
-  for (const Json& row : truth["rows"]) {
-    const int domain = row["domain"].get<int>();
-    if (domain_names.count(domain) == 0) continue;
-    const uint64_t count = row["overflows"][counter].get<uint64_t>();
-    if (count == 0) continue;
-    std::vector<std::string> callers = row.value("callers", std::vector<std::string>{});
-    // The engine walks frames of active domains only, as Xenoprof does.
-    if (domain != 0 || callers.size() > depth) callers.resize(domain != 0 ? 0 : std::min<size_t>(depth, callers.size()));
-    std::string stack = domain_names.at(domain) + ";[" + row["mode"].get<std::string>() + "]";
-    for (auto caller = callers.rbegin(); caller != callers.rend(); ++caller) stack += ";" + *caller;
-    stacks[stack + ";" + row["function"].get<std::string>()] += count;
-  }
-  return stacks;
-}
 
 uint32_t FirstCounter(const Host& host) {
   std::ifstream in(host.current() + "/session.json");
@@ -293,29 +251,6 @@ TEST_CASE("stack views of two events: one at a time, or added up with --merge", 
   // A unit-mask merge of one event counts that event alone.
   CHECK(graph({"--merge=unitmask"})["samples"].get<uint64_t>() == dom0(cycles, ""));
 }
-
-namespace {
-
-// `go tool pprof -top` as function -> flat samples.
-std::map<std::string, uint64_t> PprofTop(const std::string& file, const std::vector<std::string>& extra) {
-  std::vector<std::string> argv = {"/usr/bin/go", "tool", "pprof", "-top", "-nodecount=100000", "-nodefraction=0"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  argv.push_back(file);
-  const CommandResult result = hvprof::testing::RunProgram(argv);
-  INFO(result.err);
-  REQUIRE(result.status == 0);
-  std::map<std::string, uint64_t> flat;
-  const std::regex row(R"(^\s*(\d+)\s+[\d.]+%\s+[\d.]+%\s+\d+\s+[\d.]+%\s+(.+)$)");
-  std::istringstream lines(result.out);
-  std::string line;
-  std::smatch match;
-  while (std::getline(lines, line)) {
-    if (std::regex_match(line, match, row)) flat[match[2]] += std::stoull(match[1]);
-  }
-  return flat;
-}
-
-}  // namespace
 
 TEST_CASE("pprof: go tool pprof reads the file and agrees with hvprof-report", "[report][stacks][pprof]") {
   if (!std::filesystem::exists("/usr/bin/go")) {

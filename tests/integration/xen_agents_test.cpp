@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <set>
 #include <thread>
@@ -22,6 +23,7 @@
 #include "host_harness.h"
 #include "profile_counts.h"
 #include "sim_harness.h"
+#include "stacks_support.h"
 
 using namespace hvprof;
 using hvprof::testing::DomainMode;
@@ -311,4 +313,94 @@ TEST_CASE("xen: hvprof run profiles a workload and saves a session that matches 
   REQUIRE(summary.is_object());
   CHECK(summary["runs"][0]["exit_status"] == 0);
   CheckDomains(summary["runs"][0]["session"].get<std::string>(), truth, {0, 2});
+}
+
+TEST_CASE("xen: call chains through xenoprof: folded, -c, pprof and html agree with the ground truth",
+          "[xen][stacks]") {
+  using hvprof::testing::Bucket;
+  const nlohmann::json scenario = hvprof::testing::DefaultScenario();
+  Host host(scenario);
+  TempDir dir;
+  const auto dom0 = XenEnvironment(host, dir, 0);
+  Require(host.Hvprof({"--platform=xen", "--start-daemon", "--callgraph=8", kEvent}, dom0));
+  Require(host.Hvprof({"--start"}, dom0));
+  (void)host.GroundTruth(true);
+  RunMachine(host, 100);
+  Require(host.Hvprof({"--stop"}, dom0));
+  Require(host.Hvprof({"--shutdown"}, dom0));
+  const nlohmann::json truth = host.GroundTruth(false);
+  const report::Profile profile = Load(host.current());
+  CHECK(profile.metadata().ring_format == "xenoprof");
+  CHECK(profile.metadata().backtrace_depth == 8);
+  const uint32_t counter = profile.metadata().events.at(0).counter;
+
+  // Folded: every kernel stack of a named function as the truth has it (callers through
+  // xenoprof's backtrace records), the rest per mode (dom0's user space and Xen are this test
+  // machine's files, not the scenario's); nothing lost, nothing invented.
+  const auto folded = host.Report({"--format=folded"});
+  INFO(folded.err);
+  REQUIRE(folded.status == 0);
+  const std::set<std::string> all_named = hvprof::testing::NamedFunctions(scenario);
+  auto bucket = [&](const std::string& stack) {
+    return Bucket(stack, stack.rfind("dom0;[kernel];", 0) == 0 ? all_named : std::set<std::string>{});
+  };
+  std::map<std::string, uint64_t> seen, expected;
+  for (const auto& [stack, count] : hvprof::testing::ParseFolded(folded.out)) seen[bucket(stack)] += count;
+  for (const auto& [stack, count] : hvprof::testing::TruthStacks(truth, counter, 8, {{0, "dom0"}})) {
+    expected[bucket(stack)] += count;
+  }
+  size_t with_callers = 0;
+  uint64_t seen_total = 0, expected_total = 0;
+  for (const auto& [stack, count] : expected) {
+    INFO(stack);
+    CHECK(seen.count(stack) == 1);
+    if (seen.count(stack) != 0) CHECK(seen.at(stack) == count);
+    with_callers += std::count(stack.begin(), stack.end(), ';') > 2;
+    expected_total += count;
+  }
+  for (const auto& [stack, count] : seen) seen_total += count;
+  CHECK(with_callers >= 1);
+  CHECK(expected_total > 1000);
+  CHECK(seen_total == expected_total);
+
+  // -c: vfs_read is reached through ksys_read only, as the scenario says.
+  uint64_t vfs_read = 0;
+  for (const nlohmann::json& row : truth["rows"]) {
+    if (row["domain"] == 0 && row["function"] == "vfs_read") vfs_read += row["overflows"][counter].get<uint64_t>();
+  }
+  REQUIRE(vfs_read > 0);
+  const auto graph_result = host.Report({"-c", "--format=json"});
+  REQUIRE(graph_result.status == 0);
+  const nlohmann::json graph = nlohmann::json::parse(graph_result.out);
+  bool found = false;
+  for (const nlohmann::json& node : graph["nodes"]) {
+    if (node["symbol"] != "vfs_read") continue;
+    found = true;
+    CHECK(node["samples"].get<uint64_t>() == vfs_read);
+    REQUIRE(node["callers"].size() == 1);
+    CHECK(node["callers"][0]["symbol"] == "ksys_read");
+    CHECK(node["callers"][0]["samples"].get<uint64_t>() == vfs_read);
+  }
+  CHECK(found);
+
+  // pprof, read by go tool pprof: the same total and vfs_read's flat count.
+  const std::string pprof = dir.File("xen.pb.gz");
+  REQUIRE(host.Report({"--format=pprof", "-o", pprof}).status == 0);
+  if (std::filesystem::exists("/usr/bin/go")) {
+    const auto top = hvprof::testing::PprofTop(pprof, {});
+    uint64_t pprof_total = 0;
+    for (const auto& [function, count] : top) pprof_total += count;
+    CHECK(pprof_total == seen_total);
+    CHECK(top.count("vfs_read") == 1);
+    if (top.count("vfs_read") != 0) CHECK(top.at("vfs_read") == vfs_read);
+  } else {
+    WARN("go tool pprof (Debian golang-go) is not installed: the pprof file is not read back");
+  }
+  // The flame graph page carries the same stacks (the browser test runs on the sim's session).
+  const std::string html = dir.File("xen.html");
+  REQUIRE(host.Report({"--format=html", "-o", html}).status == 0);
+  std::ifstream page(html);
+  const std::string text((std::istreambuf_iterator<char>(page)), std::istreambuf_iterator<char>());
+  CHECK(text.find("\"ksys_read\"") != std::string::npos);
+  CHECK(text.find("[\"Platform\",\"xen") != std::string::npos);
 }
