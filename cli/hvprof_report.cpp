@@ -382,10 +382,10 @@ int main(int argc, char** argv) {
       const report::LoadTimings& t = profile.value().timings();
       const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
       std::cerr << fmt::format(
-          "timing: {} samples, {} distinct addresses\n"
+          "timing: {} samples, {} distinct addresses, {} distinct stacks\n"
           "  read samples ({}): {:.3f} s\n  symbol tables: {:.3f} s\n  attribute: {:.3f} s\n"
           "  resolve: {:.3f} s\n  table and output: {:.3f} s\n  total: {:.3f} s; without symbol tables: {:.3f} s\n",
-          profile.value().total_samples(), t.distinct_addresses, t.from_aggregate ? "aggregate" : "raw",
+          profile.value().total_samples(), t.distinct_addresses, t.distinct_stacks, t.from_aggregate ? "aggregate" : "raw",
           t.read_seconds, t.symbol_tables_seconds, t.attribute_seconds, t.resolve_seconds,
           total - t.read_seconds - t.symbol_tables_seconds - t.attribute_seconds - t.resolve_seconds, total,
           total - t.symbol_tables_seconds);

@@ -5,6 +5,8 @@
 // on: every sample delivered is counted once and is well-formed, no chunk is counted twice,
 // what was skipped fits in the file, and reading with the file's own session id given changes
 // nothing. What the aggregate and metadata readers accept must round-trip.
+#include <zlib.h>
+
 #include <cstring>
 #include <string_view>
 #include <vector>
@@ -68,16 +70,34 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const store::ReadSummary behind = ReadChecked(with_header, std::nullopt, &checksum);
   Check(behind.header_ok && behind.version == store::kSamplesFileVersion);
 
-  hvprof::fuzz::MemfdFile file(data, size);
-  if (file.ok()) {
+  // As an aggregate: as it comes, and with its checksum made right so that the sections behind
+  // it are reached.
+  auto read_aggregate = [&checksum](const uint8_t* bytes, size_t length) {
+    hvprof::fuzz::MemfdFile file(bytes, length);
+    if (!file.ok()) return;
     auto aggregate = store::ReadAggregate(file.path());
-    if (aggregate) {
-      const auto& entries = aggregate.value().entries;
-      for (size_t i = 0; i < entries.size(); ++i) {
-        Check(entries[i].key.mode <= 2);
-        checksum += entries[i].count;
-      }
+    if (!aggregate) return;
+    const store::Aggregate& a = aggregate.value();
+    for (const store::AggregateEntry& entry : a.entries) {
+      Check(entry.key.mode <= 2);
+      checksum += entry.count;
     }
+    uint64_t samples = 0, words = 0;
+    for (const store::CountedStack& stack : a.stacks) {
+      Check(stack.key.mode <= 2 && stack.length >= 1 && stack.length <= store::kMaxFrames + 1);
+      Check(stack.first == words && uint64_t{stack.first} + stack.length <= a.stack_words.size());
+      for (uint64_t address : a.Addresses(stack)) checksum += address;
+      words += stack.length;
+      samples += stack.count;
+    }
+    Check(!a.has_stacks || (samples == a.samples && words == a.stack_words.size()));
+  };
+  read_aggregate(data, size);
+  if (size >= 48) {
+    std::vector<uint8_t> fixed(data, data + size);
+    const uint32_t crc = static_cast<uint32_t>(::crc32_z(0, fixed.data() + 48, fixed.size() - 48));
+    std::memcpy(fixed.data() + 40, &crc, sizeof crc);
+    read_aggregate(fixed.data(), fixed.size());
   }
 
   auto metadata = store::ParseMetadata(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz");

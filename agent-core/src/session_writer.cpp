@@ -291,12 +291,14 @@ Result<void> SessionWriter::Dump() {
   if (!flushed) {
     Log(LogLevel::kError, "{} samples could not be written: {}", writer_.stats().failed, flushed.error().message());
   }
-  // The aggregate is a cache of samples.hvs: without it (no space), a report reads the samples.
+  // The aggregate is a cache of samples.hvs, with every distinct stack: without it (no space), a
+  // report reads the samples.
   const std::string aggregate_path = directory_ + "/" + store::kAggregateFile;
   auto id = store::ParseSessionId(metadata_.session_id);
   store::ReadSummary summary;
   auto aggregate = store::AggregateSamplesFile(directory_ + "/" + store::kSamplesFile, &summary,
-                                               id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt);
+                                               id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt,
+                                               store::StackDetail::kStacksByThread);
   Result<void> cached = aggregate ? store::WriteAggregate(aggregate_path, aggregate.value())
                                   : Result<void>(aggregate.error());
   if (!cached) {

@@ -144,21 +144,31 @@ Result<std::string> ReadFileToString(const std::string& path, size_t max_bytes, 
     return MakeError(ErrorKind::kInvalidArgument, "{} is {} bytes; at most {} are read from it", path, st.st_size,
                      max_bytes);
   }
-  std::string out;
-  char buf[65536];
+  // Read in place: a file of known size in one buffer (one byte more, to see its end), one whose
+  // size stat does not know (/proc) in a buffer that doubles. Files that grow while read stop at
+  // the bound.
+  const size_t limit = max_bytes == SIZE_MAX ? max_bytes : max_bytes + 1;
+  std::string out(std::min<size_t>(st.st_size > 0 ? static_cast<size_t>(st.st_size) + 1 : 65536, limit), '\0');
+  size_t used = 0;
   for (;;) {
-    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (used == out.size()) {
+      if (used > max_bytes) {
+        return MakeError(ErrorKind::kInvalidArgument, "{} holds more than {} bytes; not read", path, max_bytes);
+      }
+      out.resize(std::min<size_t>(out.size() * 2, limit));
+    }
+    ssize_t n = ::read(fd.get(), out.data() + used, out.size() - used);
     if (n < 0) {
       if (errno == EINTR) continue;
       return ErrnoError(errno, fmt::format("cannot read {}", path));
     }
     if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-    // Files whose size stat does not know (/proc) or that grow while read stop at the bound.
-    if (out.size() > max_bytes) {
-      return MakeError(ErrorKind::kInvalidArgument, "{} holds more than {} bytes; not read", path, max_bytes);
-    }
+    used += static_cast<size_t>(n);
   }
+  if (used > max_bytes) {
+    return MakeError(ErrorKind::kInvalidArgument, "{} holds more than {} bytes; not read", path, max_bytes);
+  }
+  out.resize(used);
   return out;
 }
 

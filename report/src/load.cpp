@@ -54,39 +54,15 @@ sym::ImageFormat FormatOf(const std::string& format) {
 
 }  // namespace
 
-// Every sample's stack, counted while the samples are read for the aggregate. Distinct stacks
-// are kept flat (their addresses in one arena) and found through an open-addressing table of
-// indexes: millions of samples fall on a few hundred thousand stacks, and a node per stack
-// made the lookups the cost of the whole read.
-class StackCollector {
- public:
-  explicit StackCollector(bool by_thread) : by_thread_(by_thread) {}
-
-  struct Counted {
-    uint16_t domain;
-    uint8_t mode;
-    uint8_t event;
-    uint32_t pid;
-    uint16_t vcpu;
-    uint16_t pcpu;
-    uint32_t tid;
-    uint32_t first;   // into the arena
-    uint32_t length;  // addresses, the sampled one first
-    uint64_t count;
-    uint64_t hash;
-  };
-
-  void Add(const store::StoredSample& sample);
-  const std::vector<Counted>& stacks() const { return stacks_; }
-  std::span<const uint64_t> Addresses(const Counted& c) const { return {arena_.data() + c.first, c.length}; }
-  uint64_t without_chain = 0;
-
- private:
-  void Grow();
-  bool by_thread_;
-  std::vector<Counted> stacks_;
-  std::vector<uint64_t> arena_;
-  std::vector<uint32_t> slots_;  // index + 1 into stacks_; 0 is empty; a power of two long
+// The stacks a report shows: the aggregate's, each chain cut where a frame-pointer walk went
+// astray, and merged across threads and CPUs unless they are asked for (pprof's labels).
+struct CollectedStacks {
+  std::vector<store::CountedStack> stacks;
+  std::vector<uint64_t> words;
+  uint64_t without_chain = 0;  // samples recorded without a call chain
+  std::span<const uint64_t> Addresses(const store::CountedStack& stack) const {
+    return {words.data() + stack.first, stack.length};
+  }
 };
 
 // Builds a Profile: decides, for each sample, what to symbolize it against, symbolizes each
@@ -98,7 +74,7 @@ class ProfileBuilder {
   // Attributes every entry of `aggregate` into `out` (the profile's entries or its frames).
   Result<void> Build(const store::Aggregate& aggregate, std::vector<Entry>& out);
   // With LoadOptions::stacks: attributes each distinct frame address of the stacks collected.
-  Result<void> BuildStacks(const StackCollector& collected);
+  Result<void> BuildStacks(const CollectedStacks& collected);
   // Names the images whose chains mostly stop at the sampled function (no frame pointers).
   void NoteShallowImages();
   // Adds the user and kernel rows the guests symbolized themselves.
@@ -540,69 +516,55 @@ std::vector<PublishedProfile> ProfileBuilder::ReadPublished(Profile& profile, st
 }
 
 
-void StackCollector::Add(const store::StoredSample& s) {
+// Takes the aggregate's stacks (which it leaves empty).
+CollectedStacks CollectStacks(store::Aggregate& aggregate, bool by_thread) {
+  CollectedStacks out;
   // A walk through code without frame pointers ends in values no code lives at (0, the null
   // page, the top page): the chain stops there.
-  uint64_t addresses[store::kMaxFrames + 1];
-  uint32_t length = 0;
-  addresses[length++] = s.ip;
-  for (uint64_t frame : s.frames) {
-    if (frame < 0x1000 || frame >= ~uint64_t{0xFFF} || length > store::kMaxFrames) break;
-    addresses[length++] = frame;
+  auto kept = [&aggregate](const store::CountedStack& stack) {
+    const auto words = aggregate.Addresses(stack);
+    uint32_t length = 1;
+    while (length < words.size() && words[length] >= 0x1000 && words[length] < ~uint64_t{0xFFF}) ++length;
+    return length;
+  };
+  bool cut = false;
+  for (const store::CountedStack& stack : aggregate.stacks) {
+    if (stack.length == 1) out.without_chain += stack.count;
+    cut |= kept(stack) != stack.length;
   }
-  if (s.frames.empty()) ++without_chain;
-  // Each word mixed in fully (multiply, fold the high half down): addresses of one image
-  // differ only in their low bits.
-  const uint16_t vcpu = by_thread_ ? s.vcpu : Stack::kUnknownCpu;
-  const uint16_t pcpu = by_thread_ ? s.pcpu : Stack::kUnknownCpu;
-  const uint32_t tid = by_thread_ ? s.tid : Stack::kUnknownThread;
-  uint64_t hash = (uint64_t{s.domain} << 48) ^ (uint64_t{s.mode} << 40) ^ (uint64_t{s.event} << 32) ^ s.pid;
-  if (by_thread_) hash = (hash ^ ((uint64_t{vcpu} << 48) | (uint64_t{pcpu} << 32) | tid)) * 0x9E3779B97F4A7C15ULL;
-  for (uint32_t i = 0; i < length; ++i) {
-    hash = (hash ^ addresses[i]) * 0x9E3779B97F4A7C15ULL;
-    hash ^= hash >> 32;
-  }
-  if (slots_.empty()) slots_.assign(1024, 0);
-  const size_t mask = slots_.size() - 1;
-  for (size_t slot = hash & mask;; slot = (slot + 1) & mask) {
-    if (slots_[slot] == 0) {
-      slots_[slot] = static_cast<uint32_t>(stacks_.size() + 1);
-      stacks_.push_back(
-          {s.domain, s.mode, s.event, s.pid, vcpu, pcpu, tid, static_cast<uint32_t>(arena_.size()), length, 1, hash});
-      arena_.insert(arena_.end(), addresses, addresses + length);
-      if (stacks_.size() * 2 > slots_.size()) Grow();
-      return;
+  if (by_thread && !cut) {
+    // The aggregate's stacks are distinct already: nothing to merge.
+    out.stacks = std::move(aggregate.stacks);
+    out.words = std::move(aggregate.stack_words);
+  } else {
+    store::StackCounter counter;
+    counter.Reserve(aggregate.stacks.size(), aggregate.stack_words.size());
+    for (const store::CountedStack& stack : aggregate.stacks) {
+      store::StackKey key = stack.key;
+      if (!by_thread) {
+        key.vcpu = key.pcpu = store::kUnknownCpu;
+        key.tid = store::kUnknownThread;
+      }
+      counter.Add(key, aggregate.Addresses(stack).first(kept(stack)), stack.count);
     }
-    Counted& c = stacks_[slots_[slot] - 1];
-    if (c.hash == hash && c.length == length && c.domain == s.domain && c.mode == s.mode && c.event == s.event &&
-        c.pid == s.pid && c.vcpu == vcpu && c.pcpu == pcpu && c.tid == tid && std::equal(addresses, addresses + length, arena_.begin() + c.first)) {
-      ++c.count;
-      return;
-    }
+    counter.Take(&out.stacks, &out.words);
   }
+  aggregate.stacks = {};
+  aggregate.stack_words = {};
+  return out;
 }
 
-void StackCollector::Grow() {
-  std::vector<uint32_t> slots(slots_.size() * 2, 0);
-  const size_t mask = slots.size() - 1;
-  for (size_t i = 0; i < stacks_.size(); ++i) {
-    size_t slot = stacks_[i].hash & mask;
-    while (slots[slot] != 0) slot = (slot + 1) & mask;
-    slots[slot] = static_cast<uint32_t>(i + 1);
-  }
-  slots_ = std::move(slots);
-}
-
-Result<void> ProfileBuilder::BuildStacks(const StackCollector& collected) {
-  const auto& counted = collected.stacks();
+Result<void> ProfileBuilder::BuildStacks(const CollectedStacks& collected) {
+  const auto& counted = collected.stacks;
   p_.samples_without_chain_ = collected.without_chain;
+  p_.timings_.distinct_stacks = counted.size();
   // Every frame address once, sorted as the aggregate is, so that attribution reuses targets.
-  auto frame_key = [&collected](const StackCollector::Counted& s, size_t i) {
+  auto frame_key = [&collected](const store::CountedStack& s, size_t i) {
     // A caller's frame is a return address: the call that made it is the byte before.
     // Only user space is told apart by process: a kernel address is looked up once.
     const uint64_t address = collected.Addresses(s)[i];
-    return store::AggregateKey{i == 0 ? address : address - 1, s.mode == 0 ? s.pid : 0xFFFFFFFFu, s.domain, s.mode,
-                               0};
+    return store::AggregateKey{i == 0 ? address : address - 1, s.key.mode == 0 ? s.key.pid : 0xFFFFFFFFu,
+                               s.key.domain, s.key.mode, 0};
   };
   // Distinct keys found through a hash (stacks share most of their frames), then sorted.
   struct KeyHash {
@@ -612,7 +574,7 @@ Result<void> ProfileBuilder::BuildStacks(const StackCollector& collected) {
     }
   };
   std::unordered_map<store::AggregateKey, uint32_t, KeyHash> index;
-  for (const StackCollector::Counted& stack : counted) {
+  for (const store::CountedStack& stack : counted) {
     for (size_t i = 0; i < stack.length; ++i) index.try_emplace(frame_key(stack, i), 0);
   }
   std::vector<store::AggregateKey> keys;
@@ -625,15 +587,15 @@ Result<void> ProfileBuilder::BuildStacks(const StackCollector& collected) {
   for (const store::AggregateKey& key : keys) frames.entries.push_back({key, 0});
   HVPROF_TRYV(Build(frames, p_.frames_));
   p_.stacks_.reserve(counted.size());
-  for (const StackCollector::Counted& stack : counted) {
+  for (const store::CountedStack& stack : counted) {
     Stack out;
-    out.domain = stack.domain;
-    out.mode = stack.mode;
-    out.event = stack.event;
-    out.pid = stack.pid;
-    out.vcpu = stack.vcpu;
-    out.pcpu = stack.pcpu;
-    out.tid = stack.tid;
+    out.domain = stack.key.domain;
+    out.mode = stack.key.mode;
+    out.event = stack.key.event;
+    out.pid = stack.key.pid;
+    out.vcpu = stack.key.vcpu;
+    out.pcpu = stack.key.pcpu;
+    out.tid = stack.key.tid;
     out.count = stack.count;
     out.frames.reserve(stack.length);
     for (size_t i = 0; i < stack.length; ++i) {
@@ -692,11 +654,13 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
   store::Aggregate aggregate;
   bool from_aggregate = false;
   // A samples file shorter than the metadata says was cut: its aggregate cannot be trusted.
-  // Stacks are only in the raw samples: then the one raw pass counts both.
-  if (options.use_aggregate && !options.stacks && have_samples &&
+  // An aggregate without stacks (an older one, or one whose stacks were too many to keep) serves
+  // no stack view: then the one raw pass counts both.
+  if (options.use_aggregate && have_samples &&
       static_cast<uint64_t>(st.st_size) >= profile.metadata_.samples_file_bytes) {
     auto read = store::ReadAggregate(aggregate_path);
-    if (read && read.value().source_bytes == static_cast<uint64_t>(st.st_size)) {
+    if (read && read.value().source_bytes == static_cast<uint64_t>(st.st_size) &&
+        (!options.stacks || read.value().has_stacks)) {
       aggregate = std::move(read).value();
       from_aggregate = true;
     } else if (!read && read.error().kind() == ErrorKind::kCorrupt) {
@@ -717,7 +681,8 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
     // more than a number holds) is forged or damaged, and is not used.
     const bool overflow = sum_counts(aggregate, &sum);
     const uint64_t stored = profile.metadata_.samples_stored;
-    if (overflow || (stored != 0 && sum > stored)) {
+    // Its stacks count what its entries count (the reader checked that they add up to its total).
+    if (overflow || (stored != 0 && sum > stored) || (aggregate.has_stacks && aggregate.samples != sum)) {
       profile.problems_.push_back(fmt::format(
           "{} counts {} samples where the session stored {}; it was ignored and the raw samples read instead",
           aggregate_path, overflow ? std::string("more than 2^64") : std::to_string(sum), stored));
@@ -726,15 +691,14 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
     }
   }
   const store::SessionMetadata& m = profile.metadata_;
-  StackCollector stacks(options.stack_threads);
   if (!from_aggregate && have_samples) {
     store::ReadSummary summary;
     const auto id = store::ParseSessionId(m.session_id);
     HVPROF_TRY(raw, store::AggregateSamplesFile(
                         samples, &summary, id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt,
-                        options.stacks ? std::function<void(const store::StoredSample&)>(
-                                             [&](const store::StoredSample& s) { stacks.Add(s); })
-                                       : std::function<void(const store::StoredSample&)>()));
+                        !options.stacks         ? store::StackDetail::kNone
+                        : options.stack_threads ? store::StackDetail::kStacksByThread
+                                                : store::StackDetail::kStacks));
     aggregate = std::move(raw);
     for (const store::FileProblem& problem : summary.problems) {
       profile.problems_.push_back(fmt::format("{} at byte {}: {}", samples, problem.offset, problem.description));
@@ -774,7 +738,7 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
   for (const PublishedProfile& guest : published) builder.published_domains.push_back(guest.domain);
   HVPROF_TRYV(builder.Build(aggregate, profile.entries_));
   builder.AddPublishedSymbols(published);
-  if (options.stacks) HVPROF_TRYV(builder.BuildStacks(stacks));
+  if (options.stacks) HVPROF_TRYV(builder.BuildStacks(CollectStacks(aggregate, options.stack_threads)));
   return profile;
 }
 

@@ -2,9 +2,12 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -330,15 +333,40 @@ constexpr char kAggregateMagic[8] = {'H', 'V', 'P', 'R', 'O', 'F', 'A', '1'};
 
 struct AggregateHeader {
   char magic[8];
-  uint32_t version;
+  uint32_t version;  // 1: entries only; 2: a stack section, then the entries, stacks and words
   uint32_t entry_bytes;
   uint64_t entries;
   uint64_t samples;
   uint64_t source_bytes;
-  uint32_t crc;  // of the entries
-  uint32_t reserved;
+  uint32_t crc;    // of everything after the header
+  uint32_t flags;  // version 2: kHasStacks; version 1: 0
 };
 static_assert(sizeof(AggregateHeader) == 48);
+constexpr uint32_t kHasStacks = 1;
+
+struct StackSection {
+  uint64_t stacks;
+  uint64_t words;
+};
+static_assert(sizeof(StackSection) == 16);
+
+struct PackedStack {
+  uint64_t count;
+  uint32_t pid;
+  uint32_t tid;
+  uint16_t domain;
+  uint8_t mode;
+  uint8_t event;
+  uint16_t vcpu;
+  uint16_t pcpu;
+  uint32_t length;
+  uint32_t reserved;
+};
+static_assert(sizeof(PackedStack) == 32);
+
+// Stacks are left out of an aggregate that would grow past this: a report then reads them
+// from the samples, and the aggregate stays readable.
+constexpr uint64_t kMaxStackSectionBytes = kDefaultReadLimit / 2;
 
 struct PackedEntry {
   uint64_t ip;
@@ -349,26 +377,43 @@ struct PackedEntry {
   uint64_t count;
 };
 static_assert(sizeof(PackedEntry) == 24);
+// An aggregate's entries are read straight into AggregateEntry: the layouts must agree.
+static_assert(sizeof(AggregateEntry) == sizeof(PackedEntry) && offsetof(AggregateEntry, count) == 16 &&
+              offsetof(AggregateKey, ip) == 0 && offsetof(AggregateKey, pid) == 8 &&
+              offsetof(AggregateKey, domain) == 12 && offsetof(AggregateKey, mode) == 14 &&
+              offsetof(AggregateKey, event) == 15 && std::endian::native == std::endian::little);
 
 
 }  // namespace
 
 Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* summary_out,
-                                       std::optional<std::span<const uint8_t, 16>> session_id,
-                                       const std::function<void(const StoredSample&)>& also) {
+                                       std::optional<std::span<const uint8_t, 16>> session_id, StackDetail stacks) {
+  const bool by_thread = stacks == StackDetail::kStacksByThread;
   detail::AddressCounter counter;
+  StackCounter stack_counter;
   uint64_t samples = 0;
+  uint64_t addresses[kMaxFrames + 1];
   HVPROF_TRY(summary, ReadSamplesFile(
                           path,
                           [&](const StoredSample& s) {
                             counter.Add(AggregateKey{s.ip, s.pid, s.domain, s.mode, s.event});
                             ++samples;
-                            if (also) also(s);
+                            if (stacks == StackDetail::kNone) return;
+                            addresses[0] = s.ip;
+                            const size_t length = std::min<size_t>(s.frames.size(), kMaxFrames);
+                            std::copy_n(s.frames.begin(), length, addresses + 1);
+                            stack_counter.Add(by_thread ? StackKey{s.pid, s.tid, s.domain, s.mode, s.event, s.vcpu,
+                                                                   s.pcpu}
+                                                        : StackKey{s.pid, kUnknownThread, s.domain, s.mode, s.event,
+                                                                   kUnknownCpu, kUnknownCpu},
+                                              {addresses, length + 1});
                           },
                           session_id));
   Aggregate aggregate;
   aggregate.entries = counter.TakeSorted();
   aggregate.samples = samples;
+  aggregate.has_stacks = stacks != StackDetail::kNone;
+  stack_counter.Take(&aggregate.stacks, &aggregate.stack_words);
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) aggregate.source_bytes = static_cast<uint64_t>(st.st_size);
   if (summary_out != nullptr) *summary_out = std::move(summary);
@@ -382,46 +427,127 @@ Result<void> WriteAggregate(const std::string& path, const Aggregate& aggregate)
     packed.push_back({entry.key.ip, entry.key.pid, entry.key.domain, entry.key.mode,
                       entry.key.event, entry.count});
   }
+  const bool stacks = aggregate.has_stacks && aggregate.stacks.size() * sizeof(PackedStack) +
+                                                   aggregate.stack_words.size() * sizeof(uint64_t) <=
+                                               kMaxStackSectionBytes;
   AggregateHeader header{};
   std::memcpy(header.magic, kAggregateMagic, 8);
-  header.version = 1;
+  header.version = 2;
   header.entry_bytes = sizeof(PackedEntry);
   header.entries = packed.size();
   header.samples = aggregate.samples;
   header.source_bytes = aggregate.source_bytes;
-  header.crc = static_cast<uint32_t>(
-      ::crc32(0, reinterpret_cast<const Bytef*>(packed.data()), static_cast<uInt>(packed.size() * sizeof(PackedEntry))));
-  std::string bytes(reinterpret_cast<const char*>(&header), sizeof header);
+  header.flags = stacks ? kHasStacks : 0;
+  std::string bytes(sizeof header, '\0');
+  const StackSection section{stacks ? aggregate.stacks.size() : 0, stacks ? aggregate.stack_words.size() : 0};
+  bytes.append(reinterpret_cast<const char*>(&section), sizeof section);
   bytes.append(reinterpret_cast<const char*>(packed.data()), packed.size() * sizeof(PackedEntry));
+  if (stacks) {
+    bytes.reserve(bytes.size() + section.stacks * sizeof(PackedStack) + section.words * sizeof(uint64_t));
+    for (const CountedStack& stack : aggregate.stacks) {
+      const PackedStack record{stack.count,    stack.key.pid,  stack.key.tid,  stack.key.domain, stack.key.mode,
+                               stack.key.event, stack.key.vcpu, stack.key.pcpu, stack.length,     0};
+      bytes.append(reinterpret_cast<const char*>(&record), sizeof record);
+    }
+    bytes.append(reinterpret_cast<const char*>(aggregate.stack_words.data()),
+                 aggregate.stack_words.size() * sizeof(uint64_t));
+  }
+  header.crc = static_cast<uint32_t>(::crc32_z(0, reinterpret_cast<const Bytef*>(bytes.data() + sizeof header),
+                                               bytes.size() - sizeof header));
+  std::memcpy(bytes.data(), &header, sizeof header);
   return WriteFileAtomically(path, bytes);
 }
 
 Result<Aggregate> ReadAggregate(const std::string& path) {
-  HVPROF_TRY(text, ReadFileToString(path, kDefaultReadLimit, Links::kRefuse));
+  // Each section is read straight into where it is kept (the entries' layout in memory is the
+  // file's), the checksum taken as it goes: an aggregate holds tens of megabytes of stacks, and
+  // a copy of the whole file cost as much as reading it.
+  HVPROF_TRY(fd, OpenRegularFile(path, O_RDONLY));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoError(errno, fmt::format("cannot stat {}", path));
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size > kDefaultReadLimit) {
+    return MakeError(ErrorKind::kCorrupt, "{} is {} bytes, more than an aggregate may be ({})", path, size,
+                     kDefaultReadLimit);
+  }
+  uint64_t offset = 0;
+  uLong crc = ::crc32_z(0, nullptr, 0);
+  auto read_exact = [&](void* into, size_t bytes, bool checksum) -> Result<void> {
+    auto* out = static_cast<char*>(into);
+    for (size_t done = 0; done < bytes;) {
+      const ssize_t n = ::pread(fd.get(), out + done, bytes - done, static_cast<off_t>(offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return ErrnoError(errno, fmt::format("cannot read {}", path));
+      if (n == 0) return MakeError(ErrorKind::kCorrupt, "{} is truncated", path);
+      done += static_cast<size_t>(n);
+    }
+    if (checksum && bytes != 0) crc = ::crc32_z(crc, reinterpret_cast<const Bytef*>(into), bytes);
+    offset += bytes;
+    return Ok();
+  };
   AggregateHeader header;
-  if (text.size() < sizeof header) {
-    return MakeError(ErrorKind::kCorrupt, "{} is truncated", path);
-  }
-  std::memcpy(&header, text.data(), sizeof header);
-  if (std::memcmp(header.magic, kAggregateMagic, 8) != 0 || header.version != 1 ||
-      header.entry_bytes != sizeof(PackedEntry) ||
-      header.entries != (text.size() - sizeof header) / sizeof(PackedEntry) ||
-      (text.size() - sizeof header) % sizeof(PackedEntry) != 0) {
+  if (size < sizeof header) return MakeError(ErrorKind::kCorrupt, "{} is truncated", path);
+  HVPROF_TRYV(read_exact(&header, sizeof header, false));
+  auto invalid = [&path] {
     return MakeError(ErrorKind::kCorrupt, "{} is not a valid aggregate (damaged or truncated)", path);
+  };
+  if (std::memcmp(header.magic, kAggregateMagic, 8) != 0 || (header.version != 1 && header.version != 2) ||
+      header.entry_bytes != sizeof(PackedEntry) || (header.version == 1 && header.flags != 0) ||
+      (header.flags & ~kHasStacks) != 0) {
+    return invalid();
   }
-  const auto* entries = reinterpret_cast<const Bytef*>(text.data() + sizeof header);
-  if (static_cast<uint32_t>(::crc32(0, entries, static_cast<uInt>(text.size() - sizeof header))) != header.crc) {
-    return MakeError(ErrorKind::kCorrupt, "{} fails its checksum (damaged)", path);
+  // The sections' sizes, each checked against what is left of the file before it is used.
+  StackSection section{0, 0};
+  if (header.version == 2) {
+    if (size - offset < sizeof section) return invalid();
+    HVPROF_TRYV(read_exact(&section, sizeof section, true));
+    if ((header.flags & kHasStacks) == 0 && (section.stacks != 0 || section.words != 0)) return invalid();
+  }
+  const uint64_t left = size - offset;
+  if (header.entries > left / sizeof(PackedEntry) ||
+      section.stacks > (left - header.entries * sizeof(PackedEntry)) / sizeof(PackedStack) ||
+      section.words != (left - header.entries * sizeof(PackedEntry) - section.stacks * sizeof(PackedStack)) /
+                           sizeof(uint64_t) ||
+      (left - header.entries * sizeof(PackedEntry) - section.stacks * sizeof(PackedStack)) % sizeof(uint64_t) != 0) {
+    return invalid();
   }
   Aggregate aggregate;
   aggregate.samples = header.samples;
   aggregate.source_bytes = header.source_bytes;
   aggregate.entries.resize(header.entries);
+  HVPROF_TRYV(read_exact(aggregate.entries.data(), header.entries * sizeof(AggregateEntry), true));
+  std::vector<PackedStack> packed(section.stacks);
+  HVPROF_TRYV(read_exact(packed.data(), packed.size() * sizeof(PackedStack), true));
+  aggregate.stack_words.resize(section.words);
+  HVPROF_TRYV(read_exact(aggregate.stack_words.data(), section.words * sizeof(uint64_t), true));
+  if (static_cast<uint32_t>(crc) != header.crc) {
+    return MakeError(ErrorKind::kCorrupt, "{} fails its checksum (damaged)", path);
+  }
   for (uint64_t i = 0; i < header.entries; ++i) {
-    PackedEntry entry;
-    std::memcpy(&entry, text.data() + sizeof header + i * sizeof entry, sizeof entry);
-    if (entry.mode > 2) return MakeError(ErrorKind::kCorrupt, "{}: entry {} has mode {}", path, i, entry.mode);
-    aggregate.entries[i] = {{entry.ip, entry.pid, entry.domain, entry.mode, entry.event}, entry.count};
+    const uint8_t mode = aggregate.entries[i].key.mode;
+    if (mode > 2) return MakeError(ErrorKind::kCorrupt, "{}: entry {} has mode {}", path, i, mode);
+  }
+  if ((header.flags & kHasStacks) == 0) return aggregate;
+  // Every stack has the sampled address and at most the deepest chain; together they hold the
+  // words and count the samples, no more.
+  aggregate.has_stacks = true;
+  aggregate.stacks.resize(section.stacks);
+  uint64_t words = 0, samples = 0;
+  for (uint64_t i = 0; i < section.stacks; ++i) {
+    const PackedStack& record = packed[i];
+    if (record.mode > 2 || record.length == 0 || record.length > kMaxFrames + 1 || record.reserved != 0 ||
+        __builtin_add_overflow(samples, record.count, &samples)) {
+      return MakeError(ErrorKind::kCorrupt, "{}: stack {} is damaged", path, i);
+    }
+    aggregate.stacks[i] = {{record.pid, record.tid, record.domain, record.mode, record.event, record.vcpu, record.pcpu},
+                           static_cast<uint32_t>(words),
+                           record.length,
+                           record.count};
+    words += record.length;
+  }
+  if (words != section.words || samples != header.samples) {
+    return MakeError(ErrorKind::kCorrupt, "{}: its stacks hold {} words and {} samples where it says {} and {}", path,
+                     words, samples, section.words, header.samples);
   }
   return aggregate;
 }

@@ -114,6 +114,43 @@ TEST_CASE("folded stacks: roots, filters and bad options", "[report][stacks]") {
   CHECK(bad.err.find("--stack-root=cpu: expected domain") != std::string::npos);
 }
 
+TEST_CASE("stack views read the aggregate's stacks, and give what the raw samples give", "[report][stacks]") {
+  Host host(DefaultScenario());
+  ProfileWithChains(host, 8, "100ms");
+  const std::string aggregate = host.current() + "/aggregate.hva";
+  REQUIRE(std::filesystem::exists(aggregate));
+  auto read = [&](const std::vector<std::string>& args, const std::string& file) {
+    std::vector<std::string> all = args;
+    all.insert(all.end(), {"-o", file});
+    const CommandResult result = host.Report(all);
+    INFO(result.err);
+    REQUIRE(result.status == 0);
+    std::ifstream in(file, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  const std::string dir = host.session_root() + "/..";
+  for (const std::vector<std::string>& view :
+       {std::vector<std::string>{"--format=folded"}, {"--format=pprof"}, {"-c", "--format=json"}}) {
+    INFO(view[0]);
+    const std::string cached = read(view, dir + "/cached.out");
+    REQUIRE(cached.size() > 100);
+    std::vector<std::string> raw = view;
+    raw.push_back("--raw-samples");
+    CHECK(read(raw, dir + "/raw.out") == cached);
+  }
+  // Timing says which was read.
+  const CommandResult timed = host.Report({"--format=folded", "--timing"});
+  CHECK(timed.err.find("read samples (aggregate)") != std::string::npos);
+  // Without the aggregate, the samples are read, to the same stacks.
+  const std::string folded = host.Report({"--format=folded"}).out;
+  std::filesystem::remove(aggregate);
+  const CommandResult without = host.Report({"--format=folded", "--timing"});
+  CHECK(without.err.find("read samples (raw)") != std::string::npos);
+  CHECK(without.out == folded);
+}
+
 TEST_CASE("the call graph (-c, --children) matches the sim's ground truth", "[report][stacks][callgraph]") {
   Host host(DefaultScenario());
   ProfileWithChains(host, 8);

@@ -252,6 +252,104 @@ TEST_CASE("session metadata round-trips and names what is wrong", "[store]") {
   CHECK(error(bad_address).find("bias: expected an address") != std::string::npos);
 }
 
+TEST_CASE("the aggregate's stacks count every sample's whole stack, and survive the file", "[store][stacks]") {
+  TempDir dir;
+  // Chains of 1 to 20 frames; some samples repeat an earlier one exactly, others only its chain.
+  auto samples = MakeSamples(60000, 21);
+  std::mt19937_64 random(22);
+  for (size_t i = 1; i < samples.size(); ++i) {
+    if (random() % 3 == 0) samples[i] = samples[random() % i];
+    if (random() % 4 == 0) samples[i].frames = samples[random() % i].frames;
+    samples[i].sample.frames = samples[i].frames;
+  }
+  samples[0].frames.clear();
+  samples[0].sample.frames = {};
+  const std::string path = dir.File("samples.hvs");
+  WriteFile(path, samples, 5000);
+  using Key = std::tuple<uint16_t, uint8_t, uint8_t, uint32_t, uint32_t, uint16_t, uint16_t, std::vector<uint64_t>>;
+  std::map<Key, uint64_t> by_thread, merged;
+  for (const auto& owned : samples) {
+    const StoredSample& s = owned.sample;
+    std::vector<uint64_t> words = {s.ip};
+    words.insert(words.end(), owned.frames.begin(), owned.frames.end());
+    ++by_thread[{s.domain, s.mode, s.event, s.pid, s.tid, s.vcpu, s.pcpu, words}];
+    ++merged[{s.domain, s.mode, s.event, s.pid, kUnknownThread, kUnknownCpu, kUnknownCpu, words}];
+  }
+  auto as_map = [](const Aggregate& aggregate) {
+    std::map<Key, uint64_t> out;
+    for (const CountedStack& stack : aggregate.stacks) {
+      const auto words = aggregate.Addresses(stack);
+      const StackKey& k = stack.key;
+      out[{k.domain, k.mode, k.event, k.pid, k.tid, k.vcpu, k.pcpu, {words.begin(), words.end()}}] += stack.count;
+    }
+    return out;
+  };
+  auto threads = AggregateSamplesFile(path, nullptr, std::nullopt, StackDetail::kStacksByThread);
+  REQUIRE(threads.has_value());
+  REQUIRE(threads.value().has_stacks);
+  CHECK(threads.value().stacks.size() == by_thread.size());
+  CHECK(as_map(threads.value()) == by_thread);
+  auto plain = AggregateSamplesFile(path, nullptr, std::nullopt, StackDetail::kStacks);
+  REQUIRE(plain.has_value());
+  CHECK(as_map(plain.value()) == merged);
+  CHECK(merged.size() < by_thread.size());
+  auto none = AggregateSamplesFile(path);
+  REQUIRE(none.has_value());
+  CHECK_FALSE(none.value().has_stacks);
+  CHECK(none.value().stacks.empty());
+
+  // Written and read back: the same stacks, entries and totals.
+  REQUIRE(WriteAggregate(dir.File("a.hva"), threads.value()).has_value());
+  auto back = ReadAggregate(dir.File("a.hva"));
+  REQUIRE(back.has_value());
+  CHECK(back.value().has_stacks);
+  CHECK(as_map(back.value()) == by_thread);
+  CHECK(back.value().entries.size() == threads.value().entries.size());
+  CHECK(back.value().samples == samples.size());
+  // Without stacks, an aggregate says so.
+  REQUIRE(WriteAggregate(dir.File("b.hva"), none.value()).has_value());
+  auto flat = ReadAggregate(dir.File("b.hva"));
+  REQUIRE(flat.has_value());
+  CHECK_FALSE(flat.value().has_stacks);
+  CHECK(flat.value().entries.size() == none.value().entries.size());
+  // A version 1 aggregate (before stacks: no stack section) still reads, without stacks.
+  {
+    auto bytes = Bytes(dir.File("b.hva"));
+    bytes.erase(bytes.begin() + 48, bytes.begin() + 64);
+    const uint32_t version = 1;
+    std::memcpy(bytes.data() + 8, &version, sizeof version);
+    const uint32_t crc = static_cast<uint32_t>(crc32(0, bytes.data() + 48, static_cast<uInt>(bytes.size() - 48)));
+    std::memcpy(bytes.data() + 40, &crc, sizeof crc);
+    std::ofstream(dir.File("v1.hva"), std::ios::binary)
+        .write(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    auto v1 = ReadAggregate(dir.File("v1.hva"));
+    REQUIRE(v1.has_value());
+    CHECK_FALSE(v1.value().has_stacks);
+    CHECK(v1.value().entries.size() == none.value().entries.size());
+    CHECK(v1.value().samples == samples.size());
+  }
+
+  // Damage: a stack whose length runs past the words, or counts that do not add up to the
+  // total, are refused even with a checksum that matches (a forged file).
+  auto forge = [&](size_t offset, uint32_t value) {
+    auto bytes = Bytes(dir.File("a.hva"));
+    std::memcpy(bytes.data() + offset, &value, sizeof value);
+    const uint32_t crc = static_cast<uint32_t>(crc32(0, bytes.data() + 48, static_cast<uInt>(bytes.size() - 48)));
+    std::memcpy(bytes.data() + 40, &crc, sizeof crc);
+    std::ofstream(dir.File("forged.hva"), std::ios::binary)
+        .write(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    return ReadAggregate(dir.File("forged.hva"));
+  };
+  const size_t first_stack = 48 + 16 + 24 * threads.value().entries.size();
+  CHECK(forge(first_stack + 24, 65536).error().kind() == ErrorKind::kCorrupt);   // its length
+  CHECK(forge(first_stack + 24, 0).error().kind() == ErrorKind::kCorrupt);       // no address at all
+  CHECK(forge(first_stack, 7777777).error().kind() == ErrorKind::kCorrupt);      // its count
+  CHECK(forge(first_stack + 18, 9).error().kind() == ErrorKind::kCorrupt);       // its mode
+  CHECK(forge(first_stack + 28, 1).error().kind() == ErrorKind::kCorrupt);       // reserved
+  CHECK(forge(44, 6).error().kind() == ErrorKind::kCorrupt);                     // unknown flags
+  CHECK(forge(48, 3).error().kind() == ErrorKind::kCorrupt);                     // the stack count
+}
+
 TEST_CASE("sessions on disk: absent, without metadata, or with a damaged aggregate", "[store][bad-input]") {
   TempDir dir;
   auto missing = OpenSession(dir.File("nothing-here"));
@@ -275,7 +373,7 @@ TEST_CASE("sessions on disk: absent, without metadata, or with a damaged aggrega
   CHECK(back.value().entries.size() == 2);
   CHECK(back.value().entries[1].count == 20);
   auto bytes = Bytes(dir.File("a.hva"));
-  bytes[60] ^= 1;
+  bytes[70] ^= 1;  // in the first entry
   std::ofstream(dir.File("a.hva"), std::ios::binary).write(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   auto damaged = ReadAggregate(dir.File("a.hva"));
   REQUIRE_FALSE(damaged.has_value());

@@ -81,8 +81,8 @@ struct InlineChain {
 // then its callers, innermost first; each is an index into Profile::frames(). A caller's
 // return address is attributed one byte back, to the call that made it.
 struct Stack {
-  static constexpr uint16_t kUnknownCpu = 0xFFFF;
-  static constexpr uint32_t kUnknownThread = 0xFFFFFFFF;
+  static constexpr uint16_t kUnknownCpu = store::kUnknownCpu;
+  static constexpr uint32_t kUnknownThread = store::kUnknownThread;
   uint16_t domain = 0;
   uint8_t mode = 0;
   uint8_t event = 0;
@@ -104,6 +104,7 @@ struct LoadTimings {
   double resolve_seconds = 0;       // looking the addresses up and naming them
   double attribute_seconds = 0;     // deciding each address's image
   uint64_t distinct_addresses = 0;
+  uint64_t distinct_stacks = 0;  // as read, before frames are named (with LoadOptions::stacks)
 };
 
 // A guest's published profile, as --all-domains used it.

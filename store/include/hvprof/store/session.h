@@ -11,6 +11,7 @@
 
 #include "hvprof/base/error.h"
 #include "hvprof/store/samples_file.h"
+#include "hvprof/store/stack_counter.h"
 
 namespace hvprof::store {
 
@@ -175,14 +176,30 @@ struct Aggregate {
   std::vector<AggregateEntry> entries;  // sorted by key, unique
   uint64_t samples = 0;
   uint64_t source_bytes = 0;  // how much of samples.hvs it covers
+  // Every distinct stack with its samples, when counted (has_stacks): the addresses of each are
+  // in stack_words, the sampled one first, then its call chain as recorded.
+  bool has_stacks = false;
+  std::vector<CountedStack> stacks;
+  std::vector<uint64_t> stack_words;
+  std::span<const uint64_t> Addresses(const CountedStack& stack) const {
+    return {stack_words.data() + stack.first, stack.length};
+  }
 };
 
+// What AggregateSamplesFile counts besides the entries.
+enum class StackDetail {
+  kNone,
+  kStacks,          // the stacks, with the thread, vCPU and pCPU left out (kUnknown* below)
+  kStacksByThread,  // the stacks of each thread on each vCPU and pCPU, as the aggregate keeps them
+};
+inline constexpr uint16_t kUnknownCpu = 0xFFFF;
+inline constexpr uint32_t kUnknownThread = 0xFFFFFFFF;
+
 // Builds the aggregate from the whole samples file (ignoring damaged chunks, and chunks of
-// another session than `session_id`'s when given). `also`, if given, sees every sample counted,
-// so a caller that needs more of each (its call chain) reads the file once.
+// another session than `session_id`'s when given), and its stacks as `stacks` asks.
 Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* summary = nullptr,
                                        std::optional<std::span<const uint8_t, 16>> session_id = std::nullopt,
-                                       const std::function<void(const StoredSample&)>& also = {});
+                                       StackDetail stacks = StackDetail::kNone);
 Result<void> WriteAggregate(const std::string& path, const Aggregate& aggregate);
 Result<Aggregate> ReadAggregate(const std::string& path);
 
