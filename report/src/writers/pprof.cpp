@@ -6,6 +6,10 @@
 #include <map>
 #include <unordered_map>
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/wire_format_lite.h>
+
 #include "profile.pb.h"
 #include "writers/common.h"
 
@@ -169,43 +173,101 @@ Result<std::string> FormatPprof(const Profile& profile, const StackFilter& filte
   // A numeric label with neither a value nor a unit reads as absent: the unit keeps domain 0
   // and pid 0 selectable (-tagfocus=domain=0).
   const int64_t unit_id = strings.Index("id");
+  // The samples are encoded straight into the output with protobuf's stream encoder, after the
+  // rest of the profile: a message per sample and per label (seven each) made the memory they
+  // took the cost of the whole writer. A first pass makes every Location and string they use.
+  struct Pending {
+    const Stack* stack;
+    size_t first;  // into location_ids
+    int64_t domain_name;
+    int64_t mode;
+  };
+  std::vector<Pending> pending;
+  std::vector<uint64_t> location_ids;
   std::unordered_map<uint16_t, int64_t> domain_names;
+  int64_t mode_names[3];
+  for (uint8_t mode = 0; mode < 3; ++mode) mode_names[mode] = strings.Index(kModeNames[mode]);
   for (const Stack& stack : profile.stacks()) {
     if (!filter.Selects(stack)) continue;
-    auto* sample = out.add_sample();
-    sample->mutable_location_id()->Reserve(static_cast<int>(stack.frames.size()));
-    sample->mutable_label()->Reserve(7);
-    for (uint32_t frame : stack.frames) sample->add_location_id(location_of(frame));
-    const int64_t samples = static_cast<int64_t>(std::min<uint64_t>(stack.count, INT64_MAX));
-    sample->add_value(samples);
-    if (nanoseconds) sample->add_value(samples > INT64_MAX / std::max<int64_t>(period, 1) ? INT64_MAX : samples * period);
-    auto* domain = sample->add_label();
-    domain->set_key(key_domain);
-    domain->set_num(stack.domain);
-    domain->set_num_unit(unit_id);
-    auto* name = sample->add_label();
-    name->set_key(key_domain_name);
     auto known = domain_names.find(stack.domain);
     if (known == domain_names.end()) {
       known = domain_names.emplace(stack.domain, strings.Index(profile.DomainName(stack.domain))).first;
     }
-    name->set_str(known->second);
-    auto* mode = sample->add_label();
-    mode->set_key(key_mode);
-    mode->set_str(strings.Index(kModeNames[std::min<uint8_t>(stack.mode, 2)]));
-    auto number = [&](int64_t key, int64_t value) {
-      auto* label = sample->add_label();
-      label->set_key(key);
-      label->set_num(value);
-      label->set_num_unit(unit_id);
-    };
-    if (stack.pid != 0xFFFFFFFF) number(key_pid, stack.pid);
-    if (stack.tid != Stack::kUnknownThread) number(key_tid, stack.tid);
-    if (stack.vcpu != Stack::kUnknownCpu) number(key_vcpu, stack.vcpu);
-    if (stack.pcpu != Stack::kUnknownCpu) number(key_pcpu, stack.pcpu);
+    pending.push_back({&stack, location_ids.size(), known->second, mode_names[std::min<uint8_t>(stack.mode, 2)]});
+    for (uint32_t frame : stack.frames) location_ids.push_back(location_of(frame));
   }
   std::string bytes;
   if (!out.SerializeToString(&bytes)) return MakeError(ErrorKind::kInternal, "the profile could not be encoded");
+  {
+    using google::protobuf::io::CodedOutputStream;
+    using Wire = google::protobuf::internal::WireFormatLite;
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    CodedOutputStream coded(&stream);
+    auto varint_field = [](uint32_t field, uint64_t value) {
+      return value == 0 ? size_t{0} : CodedOutputStream::VarintSize32(field << 3) + CodedOutputStream::VarintSize64(value);
+    };
+    auto write_varint = [&coded](uint32_t field, uint64_t value) {
+      if (value == 0) return;
+      coded.WriteTag(Wire::MakeTag(static_cast<int>(field), Wire::WIRETYPE_VARINT));
+      coded.WriteVarint64(value);
+    };
+    struct Label {
+      int64_t key, str, num, unit;
+    };
+    Label labels[7];
+    for (const Pending& p : pending) {
+      const Stack& stack = *p.stack;
+      size_t label_count = 0;
+      labels[label_count++] = {key_domain, 0, stack.domain, unit_id};
+      labels[label_count++] = {key_domain_name, p.domain_name, 0, 0};
+      labels[label_count++] = {key_mode, p.mode, 0, 0};
+      if (stack.pid != 0xFFFFFFFF) labels[label_count++] = {key_pid, 0, stack.pid, unit_id};
+      if (stack.tid != Stack::kUnknownThread) labels[label_count++] = {key_tid, 0, stack.tid, unit_id};
+      if (stack.vcpu != Stack::kUnknownCpu) labels[label_count++] = {key_vcpu, 0, stack.vcpu, unit_id};
+      if (stack.pcpu != Stack::kUnknownCpu) labels[label_count++] = {key_pcpu, 0, stack.pcpu, unit_id};
+      const int64_t samples = static_cast<int64_t>(std::min<uint64_t>(stack.count, INT64_MAX));
+      int64_t values[2] = {samples, 0};
+      size_t value_count = 1;
+      if (nanoseconds) {
+        values[value_count++] = samples > INT64_MAX / std::max<int64_t>(period, 1) ? INT64_MAX : samples * period;
+      }
+      // Sizes first: every field of a message is preceded by its length.
+      const std::span<const uint64_t> ids(location_ids.data() + p.first, stack.frames.size());
+      size_t ids_bytes = 0, values_bytes = 0;
+      for (uint64_t id : ids) ids_bytes += CodedOutputStream::VarintSize64(id);
+      for (size_t v = 0; v < value_count; ++v) values_bytes += CodedOutputStream::VarintSize64(static_cast<uint64_t>(values[v]));
+      size_t label_bytes[7];
+      size_t body = 0;
+      if (ids_bytes != 0) body += 1 + CodedOutputStream::VarintSize64(ids_bytes) + ids_bytes;
+      body += 1 + CodedOutputStream::VarintSize64(values_bytes) + values_bytes;
+      for (size_t l = 0; l < label_count; ++l) {
+        const Label& label = labels[l];
+        label_bytes[l] = varint_field(1, static_cast<uint64_t>(label.key)) + varint_field(2, static_cast<uint64_t>(label.str)) +
+                         varint_field(3, static_cast<uint64_t>(label.num)) + varint_field(4, static_cast<uint64_t>(label.unit));
+        body += 1 + CodedOutputStream::VarintSize64(label_bytes[l]) + label_bytes[l];
+      }
+      coded.WriteTag(Wire::MakeTag(2, Wire::WIRETYPE_LENGTH_DELIMITED));  // Profile.sample
+      coded.WriteVarint64(body);
+      if (ids_bytes != 0) {
+        coded.WriteTag(Wire::MakeTag(1, Wire::WIRETYPE_LENGTH_DELIMITED));  // Sample.location_id, packed
+        coded.WriteVarint64(ids_bytes);
+        for (uint64_t id : ids) coded.WriteVarint64(id);
+      }
+      coded.WriteTag(Wire::MakeTag(2, Wire::WIRETYPE_LENGTH_DELIMITED));  // Sample.value, packed
+      coded.WriteVarint64(values_bytes);
+      for (size_t v = 0; v < value_count; ++v) coded.WriteVarint64(static_cast<uint64_t>(values[v]));
+      for (size_t l = 0; l < label_count; ++l) {
+        const Label& label = labels[l];
+        coded.WriteTag(Wire::MakeTag(3, Wire::WIRETYPE_LENGTH_DELIMITED));  // Sample.label
+        coded.WriteVarint64(label_bytes[l]);
+        write_varint(1, static_cast<uint64_t>(label.key));
+        write_varint(2, static_cast<uint64_t>(label.str));
+        write_varint(3, static_cast<uint64_t>(label.num));
+        write_varint(4, static_cast<uint64_t>(label.unit));
+      }
+    }
+    if (coded.HadError()) return MakeError(ErrorKind::kInternal, "the profile's samples could not be encoded");
+  }
   return Gzip(bytes);
 }
 
