@@ -364,9 +364,8 @@ struct PackedStack {
 };
 static_assert(sizeof(PackedStack) == 32);
 
-// Stacks are left out of an aggregate that would grow past this: a report then reads them
-// from the samples, and the aggregate stays readable.
-constexpr uint64_t kMaxStackSectionBytes = kDefaultReadLimit / 2;
+// The largest aggregate read: a cache of a samples file of tens of millions of samples.
+constexpr uint64_t kMaxAggregateBytes = uint64_t{1} << 30;
 
 struct PackedEntry {
   uint64_t ip;
@@ -427,9 +426,13 @@ Result<void> WriteAggregate(const std::string& path, const Aggregate& aggregate)
     packed.push_back({entry.key.ip, entry.key.pid, entry.key.domain, entry.key.mode,
                       entry.key.event, entry.count});
   }
-  const bool stacks = aggregate.has_stacks && aggregate.stacks.size() * sizeof(PackedStack) +
-                                                   aggregate.stack_words.size() * sizeof(uint64_t) <=
-                                               kMaxStackSectionBytes;
+  // Stacks are left out when they would take more than twice the room of the samples (decoding
+  // those is then about as quick) or make the aggregate too large to read: a report reads the
+  // samples.
+  const uint64_t stack_bytes =
+      aggregate.stacks.size() * sizeof(PackedStack) + aggregate.stack_words.size() * sizeof(uint64_t);
+  const bool stacks = aggregate.has_stacks && stack_bytes <= 2 * aggregate.source_bytes &&
+                      stack_bytes + packed.size() * sizeof(PackedEntry) <= kMaxAggregateBytes / 2;
   AggregateHeader header{};
   std::memcpy(header.magic, kAggregateMagic, 8);
   header.version = 2;
@@ -466,9 +469,9 @@ Result<Aggregate> ReadAggregate(const std::string& path) {
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return ErrnoError(errno, fmt::format("cannot stat {}", path));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (size > kDefaultReadLimit) {
+  if (size > kMaxAggregateBytes) {
     return MakeError(ErrorKind::kCorrupt, "{} is {} bytes, more than an aggregate may be ({})", path, size,
-                     kDefaultReadLimit);
+                     kMaxAggregateBytes);
   }
   uint64_t offset = 0;
   uLong crc = ::crc32_z(0, nullptr, 0);
