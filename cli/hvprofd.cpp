@@ -90,21 +90,27 @@ int main(int argc, char** argv) {
       return Fail(ready_fd, hvprof::MakeError(hvprof::ErrorKind::kBusy, "another hvprofd runs for {}", paths.root));
     }
 
+    // A setup that fails leaves no lock behind: it would read as an hvprofd that died while
+    // profiling.
+    auto fail_setup = [&](const hvprof::Error& error) {
+      ::unlink(paths.lock().c_str());
+      return Fail(ready_fd, error);
+    };
     if ((role == "guest") != (setup.value().domain != 0)) {
-      return Fail(ready_fd, hvprof::MakeError(hvprof::ErrorKind::kInvalidArgument,
+      return fail_setup(hvprof::MakeError(hvprof::ErrorKind::kInvalidArgument,
                                               "--role={} does not fit domain {} of the setup", role,
                                               setup.value().domain));
     }
     auto link = ConnectPlatform(setup.value());
-    if (!link) return Fail(ready_fd, link.error());
+    if (!link) return fail_setup(link.error());
     std::unique_ptr<hvprof::agent::AgentDaemon> agent;
     if (role == "dom0") {
       auto created = hvprof::dom0::Dom0Agent::Create(setup.value(), kVersion, std::move(link).value());
-      if (!created) return Fail(ready_fd, created.error());
+      if (!created) return fail_setup(created.error());
       agent = std::move(created).value();
     } else {
       auto created = hvprof::guest::GuestAgent::Create(setup.value(), kVersion, std::move(link).value());
-      if (!created) return Fail(ready_fd, created.error());
+      if (!created) return fail_setup(created.error());
       agent = std::move(created).value();
     }
     hvprof::agent::AgentDaemon::HandleSignals(agent.get());

@@ -23,6 +23,11 @@ packages=(
   libcurl4-openssl-dev  # --push sends profiles to Pyroscope
   linux-perf         # the yardstick of the linux tests and benchmarks
   libc6-dbg binutils xz-utils
+  # real Xen 4.17 under QEMU's software CPU (tests/qemu): the hypervisor, its tools for dom0
+  # (xenstored, xl), the emulator, and busybox and cpio for dom0's initramfs. dom0's kernel is
+  # fetched by tests/qemu/build-image.sh with `apt-get download`, never installed
+  xen-hypervisor-4.17-amd64 xen-utils-4.17
+  qemu-system-x86 busybox-static cpio
 )
 
 sudo_cmd=()

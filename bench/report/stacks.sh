@@ -10,6 +10,8 @@
 #           frame pointers run 16 nested functions (256 distinct paths), for long enough to take
 #           about SAMPLES samples (PERF_SECONDS overrides the estimate).
 # Both report with warm caches (each is run once before it is timed). Ratios are per sample.
+# hvprof reads the stacks hvprofd counted into aggregate.hva when it stopped; the time of that
+# --stop and of a report from the raw samples (--raw-samples) are printed beside.
 # Needs root (or kernel.perf_event_paranoid <= 0) and linux-perf. KEEP=1 keeps the work directory.
 #   bench/report/stacks.sh [SAMPLES]      (default 10000000)
 set -euo pipefail
@@ -64,7 +66,10 @@ hv() { "$bin/hvprof" --session-dir="$work/s" --run-dir="$work/run" "$@" >/dev/nu
 hv --start-daemon --callgraph=16 -e CPU_CLK_UNHALTED:6000
 hv --start
 hv --run-sim="$(( samples * 6 / 10400 ))ms"
+# --stop writes the aggregate, which counts every distinct stack: that cost is the daemon's.
+stop_start=$(date +%s.%N)
 hv --stop
+stop_s=$(python3 -c "import time; print(f'{time.time() - $stop_start:.2f}')")
 hv --shutdown
 kill "$hv_pid"; wait "$hv_pid" 2>/dev/null || true; hv_pid=
 session=$work/s/samples/current
@@ -78,6 +83,8 @@ measure() {  # output-file, command...: prints "SECONDS PEAK_KB"
 "$bin/hvprof-report" "$session" --format=folded -o "$work/warm.folded" 2>/dev/null || true
 read -r folded_s folded_kb < <(measure "$work/hvprof.folded" "$bin/hvprof-report" "$session" --format=folded)
 read -r pprof_s pprof_kb < <(measure /dev/null "$bin/hvprof-report" "$session" --format=pprof -o "$work/hvprof.pb.gz")
+# The same without the aggregate's stacks: every sample decoded.
+read -r raw_s raw_kb < <(measure "$work/raw.folded" "$bin/hvprof-report" "$session" --format=folded --raw-samples)
 hv_samples=$(awk '{n += $NF} END {print n}' "$work/hvprof.folded")
 hv_depth=$(awk '{n = split($0, f, ";"); s += n - 2; c++} END {printf "%.1f", s / c}' "$work/hvprof.folded")
 echo "-- hvprof: $hv_samples samples, $(wc -l <"$work/hvprof.folded") distinct stacks, $hv_depth frames each on average"
@@ -128,9 +135,11 @@ perf_depth=$( (perf script -i "$work/perf.data" -F ip,sym 2>/dev/null || true) |
   awk 'NF == 0 {if (n) {s += n; c++}; n = 0; next} {n++} END {printf "%.1f", s / c}')
 echo "-- perf: $perf_exact samples ($perf_samples), $perf_depth frames each on average (of the first samples)"
 
-python3 - "$hv_samples" "$folded_s" "$folded_kb" "$pprof_s" "$pprof_kb" "$perf_exact" "$perf_s" "$perf_kb" <<'PY'
+python3 - "$hv_samples" "$folded_s" "$folded_kb" "$pprof_s" "$pprof_kb" "$perf_exact" "$perf_s" "$perf_kb" \
+  "$raw_s" "$raw_kb" "$stop_s" <<'PY'
 import sys
-hv, fs, fkb, ps, pkb, pf, rs, rkb = sys.argv[1:]
+hv, fs, fkb, ps, pkb, pf, rs, rkb, raw_s, raw_kb, stop_s = sys.argv[1:]
+raw_s, raw_kb = float(raw_s), int(raw_kb)
 hv, pf = int(hv), int(pf)
 fs, ps, rs = float(fs), float(ps), float(rs)
 fkb, pkb, rkb = int(fkb), int(pkb), int(rkb)
@@ -138,7 +147,10 @@ def rate(n, s): return n / s if s > 0 else float("inf")
 print()
 print(f"hvprof-report --format=folded: {hv} samples in {fs:.2f} s ({rate(hv, fs)/1e6:.2f}M samples/s), peak {fkb/1024:.0f} MiB")
 print(f"hvprof-report --format=pprof:  {hv} samples in {ps:.2f} s ({rate(hv, ps)/1e6:.2f}M samples/s), peak {pkb/1024:.0f} MiB")
+print(f"  (from the raw samples, --raw-samples: {raw_s:.2f} s ({rate(hv, raw_s)/1e6:.2f}M samples/s), peak {raw_kb/1024:.0f} MiB;"
+      f" hvprof --stop, which writes the aggregate with its stacks: {stop_s} s)")
 print(f"perf report -g folded:         {pf} samples in {rs:.2f} s ({rate(pf, rs)/1e6:.2f}M samples/s), peak {rkb/1024:.0f} MiB")
-print(f"speed (samples/s, hvprof / perf): folded {rate(hv, fs)/rate(pf, rs):.1f}x, pprof {rate(hv, ps)/rate(pf, rs):.1f}x (goal: 5x)")
+print(f"speed (samples/s, hvprof / perf): folded {rate(hv, fs)/rate(pf, rs):.1f}x, pprof {rate(hv, ps)/rate(pf, rs):.1f}x (goal: 5x);"
+      f" folded from the raw samples {rate(hv, raw_s)/rate(pf, rs):.1f}x")
 print(f"memory per sample (hvprof / perf): folded {(fkb/hv)/(rkb/pf):.2f}, pprof {(pkb/hv)/(rkb/pf):.2f} (goal: at most 1)")
 PY

@@ -53,14 +53,14 @@ Result<std::unique_ptr<Dom0Agent>> Dom0Agent::Create(const setup::SetupOptions& 
   if (auto configured = agent->Configure(hvprof_version); !configured) {
     // Leave the hypervisor as we found it.
     agent->rings_.Clear();
-    (void)agent->Recover();
+    (void)agent->Recover(/*own_setup=*/true);
     return configured.error();
   }
   return agent;
 }
 
-Result<void> Dom0Agent::Recover() {
-  if (link_->legacy_only()) return RecoverXenoprof();
+Result<void> Dom0Agent::Recover(bool own_setup) {
+  if (link_->legacy_only()) return RecoverXenoprof(own_setup);
   HVPROF_TRY(status, EngineStatus());
   const auto state = static_cast<hvpmu::EngineState>(status.state);
   if (state == hvpmu::EngineState::kIdle) return Ok();
@@ -85,17 +85,23 @@ Result<void> Dom0Agent::Recover() {
                      "the hypervisor's profiler is stuck in state '{}' after recovery; restart hvprof-hv",
                      agent::EngineStateName(after.state));
   }
-  const std::string note = fmt::format(
-      "recovered the hypervisor's profiling state ('{}') that an earlier hvprofd left behind", found);
-  Log(LogLevel::kWarning, "{}", note);
-  notes_.push_back(note);
+  if (own_setup) {
+    Log(LogLevel::kInfo, "undid the profiling setup ('{}') this hvprofd had made before it failed", found);
+  } else {
+    const std::string note = fmt::format(
+        "recovered the hypervisor's profiling state ('{}') that an earlier hvprofd left behind", found);
+    Log(LogLevel::kWarning, "{}", note);
+    notes_.push_back(note);
+  }
   rings_.Clear();
   return Ok();
 }
 
-Result<void> Dom0Agent::RecoverXenoprof() {
+Result<void> Dom0Agent::RecoverXenoprof(bool own_setup) {
   HVPROF_TRY(unwound, UnwindXenoprof());
-  if (unwound.was_primary) {
+  if (own_setup) {
+    Log(LogLevel::kInfo, "undid the xenoprof setup this hvprofd had made before it failed");
+  } else if (unwound.was_primary) {
     const std::string note = fmt::format("recovered the xenoprof state an earlier hvprofd left behind{}",
                                          unwound.was_profiling ? " (it was still profiling)" : "");
     Log(LogLevel::kWarning, "{}", note);

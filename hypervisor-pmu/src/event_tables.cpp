@@ -15,6 +15,17 @@ constexpr UnitMaskDef kLlcRefsMask[] = {{"demand", 0x4F, "demand requests from t
 constexpr UnitMaskDef kLlcMissesMask[] = {{"demand", 0x41, "demand requests that missed"}};
 constexpr UnitMaskDef kRefCyclesMask[] = {{"ref", 0x01, "reference (TSC-rate) cycles"}};
 
+// The architectural events that take a general counter, on every Intel table.
+#define INTEL_GENERAL_EVENTS                                                                    \
+  {"LLC_REFS", 0x2E, 0x4F, UnitMaskKind::kExclusive, 6000, kNoFixedCounter, kLlcRefsMask, 1,    \
+   "last-level cache references"},                                                              \
+      {"LLC_MISSES", 0x2E, 0x41, UnitMaskKind::kExclusive, 6000, kNoFixedCounter, kLlcMissesMask, \
+       1, "last-level cache misses"},                                                           \
+      {"BR_INST_RETIRED", 0xC4, 0x00, UnitMaskKind::kExclusive, 500, kNoFixedCounter, kZeroMask, \
+       1, "branch instructions retired"},                                                       \
+      {"BR_MISS_PRED_RETIRED", 0xC5, 0x00, UnitMaskKind::kExclusive, 500, kNoFixedCounter,      \
+       kZeroMask, 1, "mispredicted branch instructions retired"}
+
 constexpr EventDef kIntelArchEvents[] = {
     {"CPU_CLK_UNHALTED", 0x3C, 0x00, UnitMaskKind::kExclusive, 6000, 1, kZeroMask, 1,
      "core cycles while the logical CPU is not halted"},
@@ -22,15 +33,21 @@ constexpr EventDef kIntelArchEvents[] = {
      "instructions retired"},
     {"UNHALTED_REFERENCE_CYCLES", 0x3C, 0x01, UnitMaskKind::kExclusive, 6000, 2, kRefCyclesMask,
      1, "reference cycles while not halted, at the TSC rate"},
-    {"LLC_REFS", 0x2E, 0x4F, UnitMaskKind::kExclusive, 6000, kNoFixedCounter, kLlcRefsMask, 1,
-     "last-level cache references"},
-    {"LLC_MISSES", 0x2E, 0x41, UnitMaskKind::kExclusive, 6000, kNoFixedCounter, kLlcMissesMask,
-     1, "last-level cache misses"},
-    {"BR_INST_RETIRED", 0xC4, 0x00, UnitMaskKind::kExclusive, 500, kNoFixedCounter, kZeroMask, 1,
-     "branch instructions retired"},
-    {"BR_MISS_PRED_RETIRED", 0xC5, 0x00, UnitMaskKind::kExclusive, 500, kNoFixedCounter,
-     kZeroMask, 1, "mispredicted branch instructions retired"},
+    INTEL_GENERAL_EVENTS,
 };
+
+// --- Intel Core 2 (cpu_type i386/core_2): what Xen's xenoprof reports for family 6 model 15
+// (Merom). Its driver there is the P6 one: two general counters and no fixed ones, so every
+// event takes a general counter. The codes are the architectural ones.
+constexpr EventDef kIntelCore2Events[] = {
+    {"CPU_CLK_UNHALTED", 0x3C, 0x00, UnitMaskKind::kExclusive, 6000, kNoFixedCounter, kZeroMask, 1,
+     "core cycles while the CPU is not halted"},
+    {"INST_RETIRED", 0xC0, 0x00, UnitMaskKind::kExclusive, 6000, kNoFixedCounter, kZeroMask, 1,
+     "instructions retired"},
+    INTEL_GENERAL_EVENTS,
+};
+
+#undef INTEL_GENERAL_EVENTS
 
 // --- AMD: events common to K8 .. family 16h
 constexpr UnitMaskDef kAmdL2MissMask[] = {
@@ -110,6 +127,7 @@ constexpr CpuEventTable MakeTable(const char* cpu_type, const EventDef (&events)
 
 constexpr CpuEventTable kTables[] = {
     MakeTable("i386/arch_perfmon", kIntelArchEvents, "CPU_CLK_UNHALTED"),
+    MakeTable("i386/core_2", kIntelCore2Events, "CPU_CLK_UNHALTED"),
     MakeTable("x86-64/hammer", kAmdLegacyEvents, "CPU_CLK_UNHALTED"),
     MakeTable("x86-64/family10", kAmdLegacyEvents, "CPU_CLK_UNHALTED"),
     MakeTable("x86-64/family11h", kAmdLegacyEvents, "CPU_CLK_UNHALTED"),
@@ -125,7 +143,7 @@ constexpr CpuEventTable kTables[] = {
 
 constexpr const CpuEventTable* kTablePointers[] = {
     &kTables[0], &kTables[1], &kTables[2], &kTables[3], &kTables[4],  &kTables[5],
-    &kTables[6], &kTables[7], &kTables[8], &kTables[9], &kTables[10], &kTables[11],
+    &kTables[6], &kTables[7], &kTables[8], &kTables[9], &kTables[10], &kTables[11], &kTables[12],
 };
 static_assert(sizeof kTablePointers / sizeof kTablePointers[0] ==
               sizeof kTables / sizeof kTables[0]);

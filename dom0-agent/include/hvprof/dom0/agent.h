@@ -28,8 +28,10 @@ class Dom0Agent final : public agent::AgentDaemon {
  private:
   Dom0Agent(setup::SetupOptions setup, std::unique_ptr<agent::HypervisorLink> link);
 
-  Result<void> Recover();
-  Result<void> RecoverXenoprof();
+  // Unwinds what an earlier hvprofd left behind (`own_setup` false: noted as such), or what
+  // this one set up before its setup failed.
+  Result<void> Recover(bool own_setup = false);
+  Result<void> RecoverXenoprof(bool own_setup);
   // Xen's teardown, each step allowed to fail: what it found.
   struct Unwound {
     bool was_profiling = false;

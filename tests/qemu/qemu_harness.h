@@ -1,0 +1,90 @@
+// Real Xen 4.17 under QEMU's software CPU: boots Debian's hypervisor with a PV dom0 whose
+// initramfs holds busybox, the Xen device modules, xenstored and hvprof's programs, runs shell
+// commands in dom0 and returns each one's output and exit status.
+//
+//   auto boot = RunInDom0({"hvprof --help", "ls /dev/xen"});
+//   if (!boot) return;                      // skipped, with the reason (no QEMU, no Xen...)
+//   CHECK(boot->at(0).status == 0);         // a failing test case prints boot->Describe()
+//
+// How it works (tests/qemu/build-image.sh builds the image, dom0-init.sh is dom0's /init):
+// - build-image.sh writes build/qemu/{xen,vmlinux,initrd.img}, caching what comes from Debian
+//   packages; it exits 77, naming the package, when something is missing, and the test skips.
+// - Each boot appends a small cpio archive to initrd.img (Linux unpacks concatenated archives
+//   into one initramfs) with /test/cmd.1, /test/cmd.2, ... and /test/env.
+// - QEMU has two serial ports. The first carries Xen's console, with dom0's hvc0 on it: the
+//   log for people (console.log). The second is dom0's /dev/ttyS1 and carries only the results,
+//   framed with byte counts so that any output survives (dom0-init.sh describes the lines).
+//   Xen interleaves its own messages with dom0's on the console and drops characters when its
+//   transmit buffer is full, so results never go there. The result channel is slow (about
+//   7 KB/s: each port access of a PV dom0 traps into Xen, under TCG): keep outputs to a few KB
+//   (| head, grep) and read big files in dom0.
+// - QEMU runs with a deadline and dies with the test process (PR_SET_PDEATHSIG): no QEMU is
+//   left behind, whatever happens to the test.
+//
+// By hand:
+//   ctest --test-dir build -R qemu_xen_boot --output-on-failure
+//   build/tests/qemu_tests qemu_xen_boot -s          # the same, with every check printed
+// and an interactive dom0 shell as build-image.sh's header says.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "temp_dir.h"
+
+namespace hvprof::testing {
+
+struct Dom0Options {
+  // QEMU's CPU model. Under TCG, xenoprof runs on two: qemu64 (AMD family 15; Xen says
+  // x86-64/hammer, 4 counters) and core2duo (Xen says i386/core_2, 2 counters). Nehalem and
+  // later make Xen's init fail with ENODEV. Neither counts anything: no samples arrive.
+  std::string cpu = "qemu64";
+  int timeout_seconds = 240;          // the whole boot; QEMU is killed past it
+  int command_timeout_seconds = 60;   // each command; killed past it (status 137)
+  // Extra files for the test archive: absolute path in dom0, contents (made executable).
+  std::vector<std::pair<std::string, std::string>> files;
+  std::string xen_arguments;   // appended to Xen's command line
+  std::string dom0_arguments;  // appended to dom0's kernel command line
+};
+
+struct Dom0Result {
+  std::string command;
+  std::string output;  // stdout and stderr together, as they came
+  int status = -1;     // exit status; -1 if the command never finished
+};
+
+struct XenBoot {
+  std::vector<Dom0Result> results;  // one per command, in order
+  bool completed = false;           // dom0 reported every command and powered off
+  bool timed_out = false;           // QEMU was killed at the deadline
+  int qemu_status = -1;             // QEMU's exit status (128 + signal if killed)
+  std::string qemu_output;          // what QEMU itself printed
+  double seconds = 0;               // QEMU's wall time, start to exit
+  double dom0_ready_uptime = 0;     // dom0's uptime when the first command started
+  double dom0_done_uptime = 0;      // and after the last
+  std::string console;              // the first serial port: Xen and dom0's console
+  std::string channel;              // the second: the raw result channel
+  std::string xen_version;          // "(XEN) Xen version 4.17.7 (Debian ...) ..."
+  std::vector<std::string> xen_lines;  // every "(XEN) " line of the console
+  std::string image_info;           // build-image.sh's image.info
+  std::string problem;              // what went wrong with the boot itself, if anything
+  std::shared_ptr<TempDir> dir;     // console.log, results.log, initrd.img live here
+
+  const Dom0Result& at(size_t i) const { return results.at(i); }
+  // Everything, for a failure message: the boot, each command with its output, the console.
+  // The test case prints the last boot's when it fails.
+  std::string Describe() const;
+};
+
+// Boots Xen and runs `commands` (each a busybox sh snippet, run in /root as root) one after
+// another in dom0. Returns nullopt if the test was skipped (SkipTest has said why).
+std::optional<XenBoot> RunInDom0(const std::vector<std::string>& commands, const Dom0Options& options = {});
+
+// A newc cpio archive of `files` (path without the leading '/', contents), with the parent
+// directories they need; exposed for the harness's own test.
+std::string CpioArchive(const std::vector<std::pair<std::string, std::string>>& files);
+
+}  // namespace hvprof::testing
