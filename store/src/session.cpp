@@ -426,12 +426,12 @@ Result<void> WriteAggregate(const std::string& path, const Aggregate& aggregate)
     packed.push_back({entry.key.ip, entry.key.pid, entry.key.domain, entry.key.mode,
                       entry.key.event, entry.count});
   }
-  // Stacks are left out when they would take more than twice the room of the samples (decoding
+  // Stacks are left out when they would take more than four times the room of the samples (decoding
   // those is then about as quick) or make the aggregate too large to read: a report reads the
   // samples.
   const uint64_t stack_bytes =
       aggregate.stacks.size() * sizeof(PackedStack) + aggregate.stack_words.size() * sizeof(uint64_t);
-  const bool stacks = aggregate.has_stacks && stack_bytes <= 2 * aggregate.source_bytes &&
+  const bool stacks = aggregate.has_stacks && stack_bytes <= 4 * aggregate.source_bytes &&
                       stack_bytes + packed.size() * sizeof(PackedEntry) <= kMaxAggregateBytes / 2;
   AggregateHeader header{};
   std::memcpy(header.magic, kAggregateMagic, 8);
