@@ -249,6 +249,7 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
         record.vcpus = domain.vcpus;
       }
     }
+    if (record.vcpus == 0 && xen_buffers_.count(id) != 0) record.vcpus = xen_buffers_.at(id);
     m.domains.push_back(std::move(record));
   }
   for (uint16_t id : passive_) {
@@ -261,6 +262,7 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
         record.vcpus = domain.vcpus;
       }
     }
+    if (record.vcpus == 0 && xen_buffers_.count(id) != 0) record.vcpus = xen_buffers_.at(id);
     m.domains.push_back(std::move(record));
   }
   RefreshProcesses(m);
@@ -288,6 +290,7 @@ Result<void> Dom0Agent::SetUp() {
     own.max_samples = legacy_request;
     HVPROF_TRYV(Op(legacy::kOpGetBuffer, &own));
     HVPROF_TRYV(rings_.AddLegacy(*link_, 0, {own.buf_gmaddr, own.nbuf, own.bufsize}, true));
+    xen_buffers_[0] = static_cast<uint32_t>(std::max(own.nbuf, 0));
     capacity_ = rings_.capacity();
     watermark_ = 0;  // Xen notifies per sample, and user space only on dom0's vCPU 0
   } else {
@@ -310,6 +313,7 @@ Result<void> Dom0Agent::SetUp() {
       passive.max_samples = legacy_request;
       HVPROF_TRYV(Op(legacy::kOpSetPassive, &passive));
       HVPROF_TRYV(rings_.AddLegacy(*link_, id, {passive.buf_gmaddr, passive.nbuf, passive.bufsize}, false));
+      xen_buffers_[id] = static_cast<uint32_t>(std::max(passive.nbuf, 0));
     } else {
       hvpmu::BufferV2 buffer = agent::BufferRequest(id, capacity_);
       HVPROF_TRYV(Op(hvpmu::kOpSetPassiveV2, &buffer));

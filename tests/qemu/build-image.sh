@@ -19,7 +19,7 @@
 # Exit status: 0 built; 77 something is missing (the message names the package); 1 failed.
 #
 # By hand: build hvprof (ninja -C build), then
-#   ctest --test-dir build -R qemu_xen_boot --output-on-failure     # one case
+#   ctest --test-dir build -R qemu_xen_dom0_lifecycle --output-on-failure     # one case
 #   tests/qemu/build-image.sh build/qemu build/bin                  # or just the image, then:
 #   qemu-system-x86_64 -accel tcg -cpu qemu64 -smp 2 -m 2048 -nographic -nodefaults \
 #     -serial stdio -no-reboot -monitor none -kernel build/qemu/xen \

@@ -22,8 +22,8 @@
 //   left behind, whatever happens to the test.
 //
 // By hand:
-//   ctest --test-dir build -R qemu_xen_boot --output-on-failure
-//   build/tests/qemu_tests qemu_xen_boot -s          # the same, with every check printed
+//   ctest --test-dir build -R qemu_xen_dom0_lifecycle --output-on-failure
+//   build/tests/qemu_tests qemu_xen_dom0_lifecycle -s          # the same, with every check printed
 // and an interactive dom0 shell as build-image.sh's header says.
 #pragma once
 

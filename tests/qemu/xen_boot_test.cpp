@@ -45,33 +45,6 @@ TEST_CASE("qemu_harness_deadline") {
   CHECK(Contains(boot->problem, "was killed"));
 }
 
-TEST_CASE("qemu_xen_boot") {
-  const auto boot = RunInDom0({
-      "ls -l /dev/xen/privcmd /dev/xen/evtchn",
-      "cat /sys/hypervisor/type /sys/hypervisor/version/major /sys/hypervisor/version/minor /proc/xen/capabilities",
-      "hvprof --help",
-      "hvprof --start-daemon --platform=xen",
-      "hvprof --shutdown",
-  });
-  if (!boot) return;
-  PrintTimes("qemu_xen_boot", *boot);
-  REQUIRE(boot->completed);
-  CHECK(Contains(boot->xen_version, "Xen version 4.17."));
-
-  CHECK(boot->at(0).status == 0);
-  CHECK(Contains(boot->at(0).output, "/dev/xen/privcmd"));
-  CHECK(boot->at(1).status == 0);
-  CHECK(boot->at(1).output == "xen\n4\n17\ncontrol_d\n");
-  CHECK(boot->at(2).status == 0);
-  CHECK(Contains(boot->at(2).output, "Usage: hvprof ACTION"));
-  // The first command that talks to xenoprof: init, get_buffer, set_active, reserve_counters,
-  // setup_events, enable_virq; then all of it given back.
-  CHECK(boot->at(3).status == 0);
-  CHECK(Contains(boot->at(3).output, "profiling set up on Xen 4.17 (xen, x86-64/hammer)"));
-  CHECK(boot->at(4).status == 0);
-  CHECK(Contains(boot->at(4).output, "profiling shut down"));
-}
-
 TEST_CASE("qemu_xen_dom0_lifecycle") {
   const auto boot = RunInDom0({
       "hvprof --start-daemon --platform=xen",
@@ -82,14 +55,23 @@ TEST_CASE("qemu_xen_dom0_lifecycle") {
       "hvprof --shutdown",
       "hvprof-report",
       "cat /var/lib/hvprof/samples/current/session.json",
+      "ls -l /dev/xen/privcmd /dev/xen/evtchn",
+      "cat /sys/hypervisor/type /sys/hypervisor/version/major /sys/hypervisor/version/minor /proc/xen/capabilities",
+      "hvprof --help",
   });
   if (!boot) return;
   PrintTimes("qemu_xen_dom0_lifecycle", *boot);
   REQUIRE(boot->completed);
+  CHECK(Contains(boot->xen_version, "Xen version 4.17."));
+  // dom0 as hvprof finds it: Xen's devices, /sys/hypervisor and control_d.
+  CHECK(Contains(boot->at(8).output, "/dev/xen/privcmd"));
+  CHECK(boot->at(9).output == "xen\n4\n17\ncontrol_d\n");
+  CHECK(Contains(boot->at(10).output, "Usage: hvprof ACTION"));
   for (size_t i = 0; i < boot->results.size(); ++i) {
     INFO("command " << i + 1 << ": " << boot->at(i).command);
     CHECK(boot->at(i).status == 0);
   }
+  CHECK(Contains(boot->at(0).output, "profiling set up on Xen 4.17 (xen, x86-64/hammer)"));
   CHECK(Contains(boot->at(1).output, "profiling off"));
   CHECK(Contains(boot->at(1).output, "machine: Xen 4.17 (xen), 2 CPUs, x86-64/hammer"));
   CHECK(Contains(boot->at(3).output, "profiling on"));
@@ -106,6 +88,9 @@ TEST_CASE("qemu_xen_dom0_lifecycle") {
   REQUIRE(!session.is_discarded());
   INFO(session.dump(2));
   CHECK(session.value("cpu_type", "") == "x86-64/hammer");
+  // dom0's vCPUs: Xen 4.17's xenstore does not list them; its buffers (one per vCPU) do.
+  REQUIRE(session["domains"].size() == 1);
+  CHECK(session["domains"][0]["vcpus"] == 2);
 }
 
 // A Core 2 (family 6 model 15): Xen's xenoprof names it i386/core_2 and drives it with its P6
@@ -140,6 +125,47 @@ TEST_CASE("qemu_xen_core2") {
   CHECK(!Contains(boot->at(5).output, "died without shutting down"));
   CHECK(!Contains(boot->at(6).output, "an earlier hvprofd left behind"));
   CHECK(Contains(boot->at(6).output, "undid the xenoprof setup this hvprofd had made before it failed"));
+}
+
+// hvprofd killed while Xen profiles: xenoprof stays set up, with dom0 its primary. The next
+// --start-daemon unwinds that state on the real hypervisor and continues the session; the
+// session of the killed one says it is incomplete until then. --reset empties the session.
+TEST_CASE("qemu_xen_recovery") {
+  const auto boot = RunInDom0({
+      "hvprof --start-daemon --platform=xen",
+      "hvprof --start",
+      "kill -9 $(head -1 /var/lib/hvprof/lock) && sleep 1 && hvprof --status",
+      "hvprof-report | grep -i -m1 incomplete",
+      "hvprof --start-daemon --platform=xen",
+      "hvprof --status",
+      "hvprof --start",
+      "hvprof --stop",
+      "hvprof --reset",
+      "ls /var/lib/hvprof/samples/current | sort | tr '\\n' ' '",
+      "hvprof --shutdown",
+      "tail -4 /var/lib/hvprof/hvprofd.log",
+  });
+  if (!boot) return;
+  PrintTimes("qemu_xen_recovery", *boot);
+  REQUIRE(boot->completed);
+  INFO(boot->Describe());
+  CHECK(boot->at(0).status == 0);
+  CHECK(boot->at(1).status == 0);
+  // The killed daemon is seen as dead, and its session as incomplete.
+  CHECK(Contains(boot->at(2).output, "died without shutting down"));
+  CHECK(boot->at(3).status == 0);
+  CHECK(Contains(boot->at(3).output, "incomplete"));
+  // Xen still had dom0 profiling: the new hvprofd unwinds it and sets up again.
+  CHECK(boot->at(4).status == 0);
+  CHECK(Contains(boot->at(4).output, "profiling set up on Xen 4.17"));
+  CHECK(Contains(boot->at(5).output, "hvprofd: running; profiling off"));
+  CHECK(!Contains(boot->at(5).output, "died without shutting down"));
+  CHECK(boot->at(6).status == 0);
+  CHECK(boot->at(7).status == 0);
+  CHECK(boot->at(8).status == 0);
+  CHECK(boot->at(10).status == 0);
+  CHECK(Contains(boot->at(11).output, "recovered the xenoprof state an earlier hvprofd left behind"));
+  CHECK(Contains(boot->at(11).output, "(it was still profiling)"));
 }
 
 }  // namespace

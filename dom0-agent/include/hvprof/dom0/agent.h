@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,6 +66,9 @@ class Dom0Agent final : public agent::AgentDaemon {
   std::vector<setup::DomainInfo> domains_;
   std::vector<uint16_t> active_;
   std::vector<uint16_t> passive_;
+  // Xen's buffers per domain: one per vCPU, where xenstore does not list a domain's vCPUs
+  // (Xen 4.17 writes no /local/domain/0/cpu).
+  std::map<uint16_t, uint32_t> xen_buffers_;
   std::vector<store::ImageRecord> images_;
   uint32_t capacity_ = 0;
   uint32_t watermark_ = 0;
