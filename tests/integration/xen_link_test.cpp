@@ -124,7 +124,8 @@ TEST_CASE("xen link: the legacy lifecycle through the fake matches the ground tr
   // start before enable_virq: refused, as Xen refuses it.
   CHECK(Run(*link, legacy::kOpStart) != hvpmu::ErrorCode::kOk);
   REQUIRE(Run(*link, legacy::kOpEnableVirq) == hvpmu::ErrorCode::kOk);
-  // A second enable_virq is Xen's quirk (EALREADY), named.
+  // A second enable_virq: the engine refuses it (EALREADY). Real Xen 4.17 answers 0 and counts
+  // the domain ready twice (tests/qemu/xenoprof_probe_expected.h); the fake cannot copy that.
   CHECK(Run(*link, legacy::kOpEnableVirq) == hvpmu::ErrorCode::kAlreadyActivated);
 
   LegacyBuffer dom0(*link, own.buf_gmaddr, own.nbuf, own.bufsize);

@@ -5,7 +5,29 @@
 // any of the caller's rings notifies; xenstore answers with the domains hvprof-hv reports. Xen's
 // own refusals are kept: EBUSY for get_buffer while its rings are mapped, EINVAL for an op
 // above 17, ENOSYS for other hypercalls, and the engine's refusals as Xen's errno.
+//
+// Where the engine departs from Xen 4.17 on purpose, the fake keeps Xen's own bookkeeping (the
+// Book below, from xen/common/xenoprof.c) and answers as Xen does, as tests/qemu's
+// qemu_xenoprof_quirks saw the real hypervisor answer:
+// - the active list is Xen's: set_active appends, duplicates included; enable_virq marks the
+//   first entry of the caller ready and counts it; start needs as many ready as listed;
+//   disable_virq clears the caller's entry, and when nobody is left ready Xen forgets the whole
+//   list. A domain not on it (or with no buffer yet) is refused disable_virq and enable_virq.
+// - a domain's buffer is shared by get_buffer (or set_passive) and stays shared until its own
+//   disable_virq (or, passive, the passive list's reset), whatever happens to the process that
+//   mapped it: get_buffer is refused (EBUSY) meanwhile. Its size is the first allocation's.
+//   (set_passive's EBUSY for a guest whose own buffer is still shared follows Xen's source: the
+//   QEMU boot has no guest to show it.)
+// The Book is shared by every process of one hvprof-hv, as Xen's state is: it lives in the run
+// directory (fake-xen-4.17.book, locked around each hypercall) and starts afresh with a new
+// hvprof-hv. What the fake cannot copy, because the engine's rings and routing do it: the sample
+// and loss counters of a ring restart with each buffer and each enable_virq (Xen never zeroes
+// them while the domain lives), a second enable_virq is refused (Xen counts it twice), init is
+// refused while profiling, and a guest whose agent disconnects is deactivated and its rings
+// freed by hvprof-hv.
+#include <fcntl.h>
 #include <sys/epoll.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -21,13 +43,19 @@ extern "C" {
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "hvprof/agent/hypervisor_link.h"
+#include "hvprof/base/files.h"
+#include "hvpmu/abi/ops.h"
 #include "hvpmu/abi/xenoprof_legacy.h"
 
 namespace {
@@ -106,6 +134,156 @@ int Fail(int errnum) {
   return -1;
 }
 
+// Xen 4.17's xenoprof bookkeeping where hvprof's engine keeps its own (xen/common/xenoprof.c):
+// the active list, as add_active_list, set_active and reset_active keep it, and which domain's
+// buffer exists and is still shared. A plain struct, read and written whole.
+struct Book {
+  static constexpr uint32_t kVersion = 1;
+  static constexpr uint32_t kDomains = 64;  // domain ids followed; the engine alone answers for others
+  enum Type : uint8_t { kIgnored = 0, kActive = 1, kPassive = 2 };  // xenoprof's domain_type
+  struct Domain {
+    uint8_t has_buffer;   // d->xenoprof: from the first get_buffer or set_passive until the domain dies
+    uint8_t shared;       // its pages shared (get_buffer: with itself; set_passive: with dom0)
+    uint8_t type;
+    uint8_t passive;      // on the passive list
+    int32_t max_samples;  // the first allocation's request: later ones are ignored
+  };
+
+  uint32_t version;
+  char boot[64];  // the hvprof-hv this is about: its pid file
+  uint32_t adomains;
+  int32_t active[legacy::kMaxOprofDomains];  // domain ids; -1 for an entry reset_active cleared
+  uint8_t ready[legacy::kMaxOprofDomains];
+  uint32_t activated;  // unsigned, as Xen's: reset_active of an entry never made ready wraps it
+  Domain domains[kDomains];
+
+  static bool Followed(uint32_t domain) { return domain < kDomains; }
+
+  int ActiveIndex(uint32_t domain) const {
+    for (uint32_t i = 0; i < adomains && i < legacy::kMaxOprofDomains; ++i) {
+      if (active[i] == static_cast<int32_t>(domain)) return static_cast<int>(i);
+    }
+    return -1;
+  }
+  void AddActive(uint32_t domain) {  // add_active_list, once the engine took the domain
+    if (!Followed(domain) || adomains >= legacy::kMaxOprofDomains) return;
+    active[adomains] = static_cast<int32_t>(domain);
+    ready[adomains] = 0;
+    ++adomains;
+  }
+  bool CanSetActive(uint32_t domain) const {  // set_active's refusals (EPERM)
+    return Followed(domain) && ActiveIndex(domain) >= 0 && domains[domain].has_buffer != 0;
+  }
+  void SetActive(uint32_t domain) {  // enable_virq
+    if (!CanSetActive(domain)) return;
+    const int i = ActiveIndex(domain);
+    domains[domain].type = kActive;
+    ready[i] = 1;
+    ++activated;
+  }
+  bool ResetActive(uint32_t domain) {  // disable_virq, reset_active_list
+    if (!CanSetActive(domain)) return false;
+    const int i = ActiveIndex(domain);
+    domains[domain].type = kIgnored;
+    ready[i] = 0;
+    active[i] = -1;
+    --activated;
+    if (activated == 0) adomains = 0;  // Xen's `activated <= 0`, unsigned
+    return true;
+  }
+  void ResetActiveList() {
+    for (uint32_t i = 0; i < adomains && i < legacy::kMaxOprofDomains; ++i) {
+      if (ready[i] != 0 && active[i] >= 0) ResetActive(static_cast<uint32_t>(active[i]));
+    }
+    adomains = 0;
+    activated = 0;
+  }
+  void ResetPassiveList() {
+    for (Domain& domain : domains) {
+      if (domain.passive == 0) continue;
+      domain.passive = 0;
+      domain.shared = 0;
+      domain.type = kIgnored;
+    }
+  }
+};
+static_assert(std::is_trivially_copyable_v<Book>);
+
+std::string RunDir() {
+  const char* run_dir = std::getenv("HVPROF_FAKE_XEN_RUN_DIR");
+  return run_dir != nullptr ? run_dir : "";
+}
+
+// The Book for one hypercall: read from the run directory with the file locked, written back
+// and unlocked when it goes. Without a run directory (hvprof-hv's default one), the process
+// keeps its own.
+class BookLock {
+ public:
+  BookLock() {
+    const std::string dir = RunDir();
+    std::string boot;
+    if (!dir.empty()) {
+      fd_ = hvprof::ScopedFd(::open((dir + "/fake-xen-4.17.book").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+      if (fd_.valid()) ::flock(fd_.get(), LOCK_EX);
+      if (auto pid = hvprof::ReadFileToString(dir + "/hvprof-hv.pid")) boot = pid.value();
+    }
+    static Book own{};
+    book_ = own;
+    if (fd_.valid() && ::pread(fd_.get(), &book_, sizeof book_, 0) != static_cast<ssize_t>(sizeof book_)) {
+      book_ = Book{};
+    }
+    boot.resize(sizeof book_.boot - 1);
+    if (book_.version != Book::kVersion || std::memcmp(book_.boot, boot.c_str(), sizeof book_.boot) != 0) {
+      book_ = Book{};  // another hvprof-hv: a machine that booted afresh
+      book_.version = Book::kVersion;
+      std::memcpy(book_.boot, boot.c_str(), sizeof book_.boot);
+    }
+    if (!fd_.valid()) own_ = &own;
+  }
+  ~BookLock() {
+    if (own_ != nullptr) *own_ = book_;
+    if (fd_.valid()) {
+      [[maybe_unused]] ssize_t n = ::pwrite(fd_.get(), &book_, sizeof book_, 0);
+      ::flock(fd_.get(), LOCK_UN);
+    }
+  }
+  BookLock(const BookLock&) = delete;
+  BookLock& operator=(const BookLock&) = delete;
+  Book& operator*() { return book_; }
+  Book* operator->() { return &book_; }
+
+ private:
+  hvprof::ScopedFd fd_;
+  Book book_{};
+  Book* own_ = nullptr;
+};
+
+// The engine's state and list, as its status op says.
+std::optional<hvpmu::Status> EngineStatus(HypervisorLink& link) {
+  auto status = std::make_unique<hvpmu::Status>();
+  status->struct_size = sizeof(hvpmu::Status);
+  status->abi_version = hvpmu::kAbiVersion;
+  auto code = link.Op(hvpmu::kOpStatus, std::as_writable_bytes(std::span(status.get(), 1)));
+  if (!code || code.value() != hvpmu::ErrorCode::kOk) return std::nullopt;
+  return *status;
+}
+
+// Xen forgot its active list (the last ready domain left): the engine forgets its own, as
+// dom0 would with reset_active_list, so that start and counter answer as Xen's do.
+void ForgetEngineList(HypervisorLink& link, hvpmu::DomainId caller) {
+  const auto status = EngineStatus(link);
+  if (!status || status->num_active == 0 ||
+      status->state == static_cast<uint32_t>(hvpmu::EngineState::kProfiling) || status->primary > 0x7FEF) {
+    return;
+  }
+  if (caller == status->primary) {
+    (void)link.Op(legacy::kOpResetActiveList, {});
+    return;
+  }
+  auto primary = hvprof::agent::ConnectHostedDomain(RunDir(), status->primary);
+  if (primary) (void)primary.value()->Op(legacy::kOpResetActiveList, {});
+}
+
 }  // namespace
 
 struct xencall_handle {
@@ -161,25 +339,143 @@ int xencall2(xencall_handle*, unsigned int op, uint64_t arg1, uint64_t arg2) {
   if (size > 0 && argument == nullptr) return Fail(EFAULT);
   FakeXen& fake = Fake();
   std::lock_guard lock(fake.mutex);
-  // Xen refuses to share the buffer again while it is still mapped.
-  if (command == legacy::kOpGetBuffer) {
-    for (const auto& [base, mapping] : fake.mappings) {
-      if (fake.own_buffers.count(mapping.address) != 0) return Fail(EBUSY);
-    }
-  }
   HypervisorLink* link = fake.Link();
   if (link == nullptr) return Fail(EIO);
-  auto code = link->Op(command, std::span<std::byte>(argument, size));
-  if (!code) return Fail(EIO);
-  if (code.value() != hvpmu::ErrorCode::kOk) return Fail(hvpmu::ErrorErrno(code.value()));
-  if (command == legacy::kOpGetBuffer) {
-    const auto [address, buffer] = BufferOf<legacy::GetBuffer>(argument);
-    fake.own_buffers.insert_or_assign(address, buffer);
-  } else if (command == legacy::kOpSetPassive) {
-    const auto [address, buffer] = BufferOf<legacy::Passive>(argument);
-    fake.passive_buffers.insert_or_assign(address, buffer);
+  const hvpmu::DomainId caller = fake.domain;
+  BookLock book;
+  Book::Domain* self = Book::Followed(caller) ? &book->domains[caller] : nullptr;
+  auto engine = [&]() -> std::optional<hvpmu::ErrorCode> {
+    auto code = link->Op(command, std::span<std::byte>(argument, size));
+    if (!code) return std::nullopt;
+    return code.value();
+  };
+  auto answer = [](std::optional<hvpmu::ErrorCode> code) {
+    if (!code) return Fail(EIO);
+    if (*code != hvpmu::ErrorCode::kOk) return Fail(hvpmu::ErrorErrno(*code));
+    return 0;
+  };
+
+  switch (command) {
+    case legacy::kOpGetBuffer: {
+      // Xen forgets a domain's active state on any get_buffer of an existing buffer, then
+      // refuses to share pages still shared or mapped.
+      if (self != nullptr && self->has_buffer != 0) self->type = Book::kIgnored;
+      for (const auto& [base, mapping] : fake.mappings) {
+        if (fake.own_buffers.count(mapping.address) != 0) return Fail(EBUSY);
+      }
+      if (self != nullptr && self->shared != 0) return Fail(EBUSY);
+      legacy::GetBuffer request;
+      std::memcpy(&request, argument, sizeof request);
+      legacy::GetBuffer sized = request;
+      if (self != nullptr && self->has_buffer != 0) sized.max_samples = self->max_samples;  // the first size
+      std::memcpy(argument, &sized, sizeof sized);
+      const auto code = engine();
+      std::memcpy(&sized, argument, sizeof sized);
+      sized.max_samples = request.max_samples;  // Xen gives the request back as it was
+      std::memcpy(argument, &sized, sizeof sized);
+      if (code != hvpmu::ErrorCode::kOk) return answer(code);
+      const auto [address, buffer] = BufferOf<legacy::GetBuffer>(argument);
+      fake.own_buffers.insert_or_assign(address, buffer);
+      if (self != nullptr) {
+        if (self->has_buffer == 0) self->max_samples = request.max_samples;
+        self->has_buffer = 1;
+        self->shared = 1;
+        self->type = Book::kIgnored;
+      }
+      return 0;
+    }
+    case legacy::kOpSetPassive: {
+      legacy::Passive request;
+      std::memcpy(&request, argument, sizeof request);
+      Book::Domain* target = Book::Followed(request.domain_id) ? &book->domains[request.domain_id] : nullptr;
+      legacy::Passive sized = request;
+      if (target != nullptr && target->has_buffer != 0) sized.max_samples = target->max_samples;
+      std::memcpy(argument, &sized, sizeof sized);
+      // Xen's checks come first: the primary, INITIALIZED; then the pages must be free.
+      const auto status = EngineStatus(*link);
+      const bool allowed = status && status->primary == caller &&
+                           status->state == static_cast<uint32_t>(hvpmu::EngineState::kInitialized);
+      std::optional<hvpmu::ErrorCode> code =
+          allowed && target != nullptr && target->shared != 0 ? hvpmu::ErrorCode::kBusy : engine();
+      std::memcpy(&sized, argument, sizeof sized);
+      sized.max_samples = request.max_samples;
+      std::memcpy(argument, &sized, sizeof sized);
+      if (code != hvpmu::ErrorCode::kOk) return answer(code);
+      const auto [address, buffer] = BufferOf<legacy::Passive>(argument);
+      fake.passive_buffers.insert_or_assign(address, buffer);
+      if (target != nullptr) {
+        if (target->has_buffer == 0) target->max_samples = request.max_samples;
+        target->has_buffer = 1;
+        target->shared = 1;
+        target->type = Book::kPassive;
+        target->passive = 1;
+      }
+      return 0;
+    }
+    case legacy::kOpSetActive: {
+      // Xen appends a domain already listed: the engine's refusal of a duplicate is not Xen's.
+      legacy::DomainIdArg domain;
+      std::memcpy(&domain, argument, sizeof domain);
+      auto code = engine();
+      if (code == hvpmu::ErrorCode::kAlreadyListed) code = hvpmu::ErrorCode::kOk;
+      if (code == hvpmu::ErrorCode::kOk) book->AddActive(domain);
+      return answer(code);
+    }
+    case legacy::kOpEnableVirq: {
+      // Xen looks for the caller on its own list: one that disable_virq took off, or that the
+      // list lost, is refused even where the engine still lists it.
+      if (self != nullptr && !book->CanSetActive(caller)) return Fail(EPERM);
+      const auto code = engine();
+      if (code == hvpmu::ErrorCode::kOk && self != nullptr) book->SetActive(caller);
+      return answer(code);
+    }
+    case legacy::kOpStart:
+      // Every entry of Xen's list, duplicates and cleared ones included, must be ready.
+      if (book->activated != book->adomains) return Fail(EPERM);
+      return answer(engine());
+    case legacy::kOpCounter:
+    case legacy::kOpIbsCounter:
+      if (book->adomains == 0) return Fail(EPERM);  // Xen's own list is empty
+      return answer(engine());
+    case legacy::kOpDisableVirq: {
+      if (self == nullptr) return answer(engine());
+      // Refused while profiling to a domain Xen counts as active, and to one not on Xen's
+      // list (or with no buffer): its buffer then stays shared.
+      const auto status = EngineStatus(*link);
+      const bool profiling = status && status->state == static_cast<uint32_t>(hvpmu::EngineState::kProfiling);
+      if (profiling && self->type == Book::kActive) return Fail(EPERM);
+      if (!book->CanSetActive(caller)) return Fail(EPERM);
+      const auto code = engine();
+      // Where the engine has nothing left to release (hvprof-hv freed it), Xen still succeeds.
+      if (code != hvpmu::ErrorCode::kOk && code != hvpmu::ErrorCode::kNotActive) return answer(code);
+      book->ResetActive(caller);
+      self->shared = 0;
+      if (book->adomains == 0) ForgetEngineList(*link, caller);
+      return 0;
+    }
+    case legacy::kOpResetActiveList: {
+      const auto code = engine();
+      if (code == hvpmu::ErrorCode::kOk) book->ResetActiveList();
+      return answer(code);
+    }
+    case legacy::kOpResetPassiveList:
+    case legacy::kOpReleaseCounters: {
+      const auto code = engine();
+      if (code == hvpmu::ErrorCode::kOk) book->ResetPassiveList();
+      return answer(code);
+    }
+    case legacy::kOpShutdown: {
+      // The lists' counts go; the domains' types stay as they were (Xen's shutdown).
+      const auto code = engine();
+      if (code == hvpmu::ErrorCode::kOk) {
+        book->adomains = 0;
+        book->activated = 0;
+      }
+      return answer(code);
+    }
+    default:
+      return answer(engine());
   }
-  return 0;
 }
 
 xenforeignmemory_handle* xenforeignmemory_open(xentoollog_logger*, unsigned) { return new xenforeignmemory_handle{}; }
