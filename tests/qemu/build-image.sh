@@ -9,9 +9,10 @@
 #   xen          the hypervisor, gunzipped from /boot/xen-4.17-amd64.gz (QEMU's -kernel)
 #   vmlinux      dom0's kernel, the ELF decompressed from linux-image-6.1.*-amd64's vmlinuz
 #                (Xen loads it as it is; decompressing the bzImage costs Xen ~4 s under TCG)
-#   initrd.img   dom0's initramfs: two concatenated cpio archives, system.cpio.gz (busybox,
-#                modules, /init = dom0-init.sh) and hvprof.cpio (the programs and libraries);
-#                the tests append a third, with their commands (see dom0-init.sh)
+#   initrd.img   dom0's initramfs: three concatenated cpio archives, system.cpio.gz (busybox,
+#                modules, Xen's tools, /init = dom0-init.sh, guest.sh), hvprof.cpio (the
+#                programs and libraries) and boot.cpio (/boot/vmlinuz, the kernel guests boot);
+#                the tests append a fourth, with their commands (see dom0-init.sh)
 #   image.info   the versions it was built from
 # What comes from packages is cached, keyed by the packages' versions; a rebuild after a change
 # of hvprof redoes only hvprof.cpio. The kernel package is fetched with `apt-get download`
@@ -43,9 +44,10 @@ xen_gz=/boot/xen-4.17-amd64.gz
 xen_modules=(xen-privcmd xen-evtchn xenfs xen-gntdev xen-gntalloc)
 # Xen's tools, where Debian puts them: /init starts xenstored and xen-init-dom0 as xencommons
 # does (without xenstored, libxenstore's reads block forever on /dev/xen/xenbus); xl and the
-# xenstore-* commands are there for tests of guests.
+# xenstore-* commands, and xenconsoled (the guests' consoles, logged), are there for tests of guests.
 xen_utils_package=xen-utils-4.17
-xen_tools=(/usr/lib/xen-4.17/bin/xenstored /usr/lib/xen-4.17/bin/xen-init-dom0 /usr/lib/xen-4.17/bin/xl /usr/bin/xenstore)
+xen_tools=(/usr/lib/xen-4.17/bin/xenstored /usr/lib/xen-4.17/bin/xen-init-dom0 /usr/lib/xen-4.17/bin/xl
+           /usr/lib/xen-4.17/bin/xenconsoled /usr/bin/xenstore)
 
 missing() {
   echo "build-image: $*" >&2
@@ -81,7 +83,7 @@ mkdir -p "$cache"
 exec 9>"$cache/.lock"
 flock 9
 
-script_key=$(cat "$0" "$here/dom0-init.sh" | sha256sum | cut -c1-16)
+script_key=$(cat "$0" "$here/dom0-init.sh" "$here/guest.sh" | sha256sum | cut -c1-16)
 stamp_ok() { [ -e "$1" ] && [ -e "$1.key" ] && [ "$(cat "$1.key")" = "$2" ]; }
 set_stamp() { printf '%s\n' "$2" >"$1.key"; }
 
@@ -142,6 +144,7 @@ extract_kernel() {  # DEB DIR
     echo "build-image: could not decompress $(basename "$vmlinuz") (payload magic $magic); Xen boots the bzImage, slower" >&2
     cp "$vmlinuz" "$tmp/vmlinux"
   fi
+  cp "$vmlinuz" "$tmp/vmlinuz"  # guests boot it (libxenguest decompresses it in dom0)
   basename "$vmlinuz" | sed 's/^vmlinuz-//' >"$tmp/release"
   rm -rf "$tmp/x" "$dir"
   mv "$tmp" "$dir"
@@ -151,7 +154,7 @@ if [ -n "${HVPROF_QEMU_KERNEL_DEB:-}" ]; then
   [ -r "$HVPROF_QEMU_KERNEL_DEB" ] || missing "HVPROF_QEMU_KERNEL_DEB=$HVPROF_QEMU_KERNEL_DEB: no such file"
   kernel_key="$(dpkg-deb -f "$HVPROF_QEMU_KERNEL_DEB" Package Version | tr '\n' ' ')"
   kernel_dir="$cache/kernel-$(echo "$kernel_key" | tr -c 'A-Za-z0-9.+~-' '_')"
-  stamp_ok "$kernel_dir" "$kernel_key" || { extract_kernel "$HVPROF_QEMU_KERNEL_DEB" "$kernel_dir" && set_stamp "$kernel_dir" "$kernel_key"; }
+  { stamp_ok "$kernel_dir" "$kernel_key" && [ -e "$kernel_dir/vmlinuz" ]; } || { extract_kernel "$HVPROF_QEMU_KERNEL_DEB" "$kernel_dir" && set_stamp "$kernel_dir" "$kernel_key"; }
 else
   # Asking apt takes a second or two; its answer changes only with its lists.
   lists_key=$(find /var/lib/apt/lists -maxdepth 1 -printf '%f %s %T@\n' 2>/dev/null | sort | sha256sum | cut -c1-16)
@@ -178,7 +181,7 @@ else
   else
     kernel_key="$kernel_package $kernel_version"
     kernel_dir="$cache/kernel-$kernel_package-$kernel_version"
-    if ! stamp_ok "$kernel_dir" "$kernel_key"; then
+    if ! stamp_ok "$kernel_dir" "$kernel_key" || [ ! -e "$kernel_dir/vmlinuz" ]; then
       deb="/var/cache/apt/archives/${kernel_package}_${kernel_version}_amd64.deb"
       if [ ! -r "$deb" ]; then
         mkdir -p "$cache/download"
@@ -246,6 +249,7 @@ if ! stamp_ok "$cache/system.cpio.gz" "$system_key"; then
   mkdir -p "$root/var/lib/xen" "$root/var/log/xen" "$root/etc/xen"
   ln -s /run "$root/var/run"
   install -m 0755 "$here/dom0-init.sh" "$root/init"
+  install -D -m 0755 "$here/guest.sh" "$root/usr/local/bin/guest.sh"
   printf 'root:x:0:0:root:/root:/bin/sh\n' >"$root/etc/passwd"
   printf 'root:x:0:\n' >"$root/etc/group"
   make_cpio "$root" "$cache/system.cpio.gz" gzip
@@ -274,11 +278,23 @@ if ! stamp_ok "$cache/hvprof.cpio" "$hvprof_key"; then
   set_stamp "$cache/hvprof.cpio" "$hvprof_key"
 fi
 
+# --- boot.cpio: the kernel guests boot, as /boot/vmlinuz ------------------------------------------
+# Uncompressed: the bzImage is compressed already.
+if ! stamp_ok "$cache/boot.cpio" "$kernel_key"; then
+  root="$cache/boot.root"
+  rm -rf "$root"
+  mkdir -p "$root/boot"
+  cp "$kernel_dir/vmlinuz" "$root/boot/vmlinuz"
+  make_cpio "$root" "$cache/boot.cpio"
+  rm -rf "$root"
+  set_stamp "$cache/boot.cpio" "$kernel_key"
+fi
+
 # --- initrd.img and image.info --------------------------------------------------------------------
-if ! stamp_ok "$cache/initrd.img" "$system_key $hvprof_key"; then
-  cat "$cache/system.cpio.gz" "$cache/hvprof.cpio" >"$cache/initrd.img.tmp"
+if ! stamp_ok "$cache/initrd.img" "$system_key $hvprof_key $kernel_key"; then
+  cat "$cache/system.cpio.gz" "$cache/hvprof.cpio" "$cache/boot.cpio" >"$cache/initrd.img.tmp"
   mv "$cache/initrd.img.tmp" "$cache/initrd.img"
-  set_stamp "$cache/initrd.img" "$system_key $hvprof_key"
+  set_stamp "$cache/initrd.img" "$system_key $hvprof_key $kernel_key"
 fi
 if ! stamp_ok "$cache/vmlinux" "$kernel_key"; then
   ln -f "$kernel_dir/vmlinux" "$cache/vmlinux" 2>/dev/null || cp "$kernel_dir/vmlinux" "$cache/vmlinux"

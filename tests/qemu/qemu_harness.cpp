@@ -146,35 +146,55 @@ double UptimeField(const std::string& line) {
   return at == std::string::npos ? 0 : std::strtod(line.c_str() + at + 7, nullptr);
 }
 
-// Reads the result channel (dom0-init.sh writes it): begin, output with its byte count, end.
-void ParseChannel(XenBoot& boot) {
-  const std::string& data = boot.channel;
+// What a result channel said (dom0-init.sh writes it): begin, output with its byte count, end.
+struct Channel {
+  bool completed = false;
+  double ready_uptime = 0;
+  double done_uptime = 0;
+  std::string problem;
+};
+
+Channel ParseChannel(const std::string& data, std::vector<Dom0Result>& results) {
+  Channel channel;
   size_t pos = 0;
   while (pos < data.size()) {
     size_t end = data.find('\n', pos);
     if (end == std::string::npos) end = data.size();
-    const std::string line = data.substr(pos, end - pos);
+    // A guest's console log may hold the kernel's lines before the first frame.
+    size_t mark = data.find("@@hvprof-", pos);
+    const std::string line = mark < end ? data.substr(mark, end - mark) : std::string();
     pos = end + 1;
     unsigned long number = 0;
     unsigned long long bytes = 0;
     int status = 0;
     if (line.rfind("@@hvprof-boot ", 0) == 0) {
-      boot.dom0_ready_uptime = UptimeField(line);
+      channel.ready_uptime = UptimeField(line);
     } else if (std::sscanf(line.c_str(), "@@hvprof-output %lu %llu", &number, &bytes) == 2) {
-      if (number >= 1 && number <= boot.results.size()) {
-        boot.results[number - 1].output = data.substr(std::min(pos, data.size()), bytes);
+      if (number >= 1 && number <= results.size()) {
+        results[number - 1].output = data.substr(std::min(pos, data.size()), bytes);
       }
       if (pos + bytes > data.size()) {
-        boot.problem += "the output of command " + std::to_string(number) + " was cut short; ";
+        channel.problem += "the output of command " + std::to_string(number) + " was cut short; ";
       }
       pos += bytes + 1;  // the output, and the newline after it
     } else if (std::sscanf(line.c_str(), "@@hvprof-end %lu rc=%d", &number, &status) == 2) {
-      if (number >= 1 && number <= boot.results.size()) boot.results[number - 1].status = status;
+      if (number >= 1 && number <= results.size()) results[number - 1].status = status;
     } else if (line.rfind("@@hvprof-done", 0) == 0) {
-      boot.completed = true;
-      boot.dom0_done_uptime = UptimeField(line);
+      channel.completed = true;
+      channel.done_uptime = UptimeField(line);
     }
   }
+  return channel;
+}
+
+std::string DescribeResults(const std::vector<Dom0Result>& results) {
+  std::ostringstream out;
+  for (size_t i = 0; i < results.size(); ++i) {
+    out << "--- command " << i + 1 << ": " << results[i].command << "\n"
+        << results[i].output << (results[i].output.empty() || results[i].output.back() == '\n' ? "" : "\n")
+        << "--- status " << results[i].status << "\n";
+  }
+  return out.str();
 }
 
 std::string WithoutCarriageReturns(std::string text) {
@@ -207,6 +227,12 @@ CATCH_REGISTER_LISTENER(PrintBootOnFailure)
 
 }  // namespace
 
+std::string XenoprofProbe() {
+  const std::string program = ReadWhole(HVPROF_XENOPROF_PROBE);
+  REQUIRE(!program.empty());
+  return program;
+}
+
 std::string CpioArchive(const std::vector<std::pair<std::string, std::string>>& files) {
   std::set<std::string> directories;
   for (const auto& [path, contents] : files) {
@@ -231,14 +257,24 @@ std::string XenBoot::Describe() const {
   out << "\n";
   if (!problem.empty()) out << "problem: " << problem << "\n";
   out << "image: " << image_info << "\n" << "xen: " << xen_version << "\n";
-  for (size_t i = 0; i < results.size(); ++i) {
-    out << "--- command " << i + 1 << ": " << results[i].command << "\n"
-        << results[i].output << (results[i].output.empty() || results[i].output.back() == '\n' ? "" : "\n")
-        << "--- status " << results[i].status << "\n";
-  }
+  out << DescribeResults(results);
   out << "--- console (" << (dir ? dir->File("console.log") : std::string("?")) << ")\n" << console;
   if (!qemu_output.empty()) out << "--- QEMU said\n" << qemu_output;
   return out.str();
+}
+
+GuestRun ParseGuest(const std::string& console, const GuestOptions& guest) {
+  GuestRun run;
+  for (const std::string& command : guest.commands) run.results.push_back(Dom0Result{command, "", -1});
+  const Channel channel = ParseChannel(console, run.results);
+  run.completed = channel.completed;
+  run.problem = channel.problem;
+  if (!run.completed) run.problem += "guest " + guest.name + " did not report every command; ";
+  return run;
+}
+
+std::string GuestRun::Describe() const {
+  return (problem.empty() ? std::string() : "problem: " + problem + "\n") + DescribeResults(results);
 }
 
 std::optional<XenBoot> RunInDom0(const std::vector<std::string>& commands, const Dom0Options& options) {
@@ -278,6 +314,14 @@ std::optional<XenBoot> RunInDom0(const std::vector<std::string>& commands, const
   }
   files.emplace_back("test/env", "HVPROF_COMMAND_TIMEOUT=" + std::to_string(options.command_timeout_seconds) + "\n");
   for (const auto& [path, contents] : options.files) files.emplace_back(path.substr(1), contents);
+  for (const GuestOptions& guest : options.guests) {
+    REQUIRE((!guest.name.empty() && guest.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") == std::string::npos));
+    const std::string dir = "test/guest-" + guest.name + "/";
+    for (size_t i = 0; i < guest.commands.size(); ++i) {
+      files.emplace_back(dir + "cmd." + std::to_string(i + 1), guest.commands[i] + "\n");
+    }
+    files.emplace_back(dir + "env", "HVPROF_COMMAND_TIMEOUT=" + std::to_string(guest.command_timeout_seconds) + "\n");
+  }
   std::string initrd = ReadWhole(cache + "/initrd.img");
   REQUIRE(!initrd.empty());
   PadTo4(initrd);  // the kernel finds the next archive at a 4-byte boundary
@@ -290,7 +334,7 @@ std::optional<XenBoot> RunInDom0(const std::vector<std::string>& commands, const
     REQUIRE(path.find(',') == std::string::npos);  // QEMU's option syntax
   }
   const std::vector<std::string> argv = {
-      qemu, "-accel", "tcg", "-cpu", options.cpu, "-smp", "2", "-m", "2048",
+      qemu, "-accel", options.accel, "-cpu", options.cpu, "-smp", "2", "-m", "2048",
       "-display", "none", "-nodefaults", "-no-reboot", "-monitor", "none",
       "-serial", "file:" + console_log, "-serial", "file:" + results_log,
       "-kernel", cache + "/xen",
@@ -316,7 +360,11 @@ std::optional<XenBoot> RunInDom0(const std::vector<std::string>& commands, const
   boot.qemu_output = ReadWhole(boot.dir->File("qemu.log"));
   boot.console = WithoutCarriageReturns(ReadWhole(console_log));
   boot.channel = ReadWhole(results_log);
-  ParseChannel(boot);
+  const Channel channel = ParseChannel(boot.channel, boot.results);
+  boot.completed = channel.completed;
+  boot.dom0_ready_uptime = channel.ready_uptime;
+  boot.dom0_done_uptime = channel.done_uptime;
+  boot.problem += channel.problem;
 
   std::istringstream lines(boot.console);
   for (std::string line; std::getline(lines, line);) {

@@ -37,17 +37,33 @@
 
 namespace hvprof::testing {
 
+// A PV guest (domU) the test starts from dom0 with tests/qemu/guest.sh (installed in dom0):
+// `guest.sh create NAME` makes it, paused, from dom0's own kernel and root plus these commands;
+// `xl unpause NAME` lets it run them; `guest.sh finish NAME` waits until it has powered off and
+// prints its results, which ParseGuest reads. The guest and dom0 wait for each other through
+// xenstore: `guest.sh post KEY VALUE` / `guest.sh await KEY VALUE` in the guest, `guest.sh wait
+// NAME KEY VALUE` / `guest.sh tell NAME KEY VALUE` in dom0.
+struct GuestOptions {
+  std::string name;                   // xl's name for it
+  std::vector<std::string> commands;  // busybox sh snippets, run in order in /root as root
+  int command_timeout_seconds = 60;
+};
+
 struct Dom0Options {
   // QEMU's CPU model. Under TCG, xenoprof runs on two: qemu64 (AMD family 15; Xen says
   // x86-64/hammer, 4 counters) and core2duo (Xen says i386/core_2, 2 counters). Nehalem and
   // later make Xen's init fail with ENODEV. Neither counts anything: no samples arrive.
   std::string cpu = "qemu64";
+  // "tcg" (QEMU's software CPU: no counter ever overflows) or "kvm" (with cpu = "host": where
+  // /dev/kvm exists and KVM gives its guests a PMU, Xen's counters count and samples arrive).
+  std::string accel = "tcg";
   int timeout_seconds = 240;          // the whole boot; QEMU is killed past it
   int command_timeout_seconds = 60;   // each command; killed past it (status 137)
   // Extra files for the test archive: absolute path in dom0, contents (made executable).
   std::vector<std::pair<std::string, std::string>> files;
   std::string xen_arguments;   // appended to Xen's command line
   std::string dom0_arguments;  // appended to dom0's kernel command line
+  std::vector<GuestOptions> guests;  // their commands, in dom0 as /test/guest-NAME/
 };
 
 struct Dom0Result {
@@ -79,9 +95,24 @@ struct XenBoot {
   std::string Describe() const;
 };
 
+// What a guest ran, from what `guest.sh finish NAME` printed in dom0 (its console, framed as
+// dom0-init.sh describes).
+struct GuestRun {
+  std::vector<Dom0Result> results;  // one per command, in order
+  bool completed = false;           // the guest reported every command before it powered off
+  std::string problem;
+  const Dom0Result& at(size_t i) const { return results.at(i); }
+  std::string Describe() const;
+};
+GuestRun ParseGuest(const std::string& console, const GuestOptions& guest);
+
 // Boots Xen and runs `commands` (each a busybox sh snippet, run in /root as root) one after
 // another in dom0. Returns nullopt if the test was skipped (SkipTest has said why).
 std::optional<XenBoot> RunInDom0(const std::vector<std::string>& commands, const Dom0Options& options = {});
+
+// The xenoprof_probe program (xenoprof_probe.cpp), to put into dom0 with Dom0Options::files as
+// /usr/local/bin/xenoprof_probe; guests get it from there too.
+std::string XenoprofProbe();
 
 // A newc cpio archive of `files` (path without the leading '/', contents), with the parent
 // directories they need; exposed for the harness's own test.

@@ -3,18 +3,26 @@
 // check what Xen answers, not samples. A failing case prints its whole boot: each command
 // with its output and status, and the console.
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <string>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
 #include "qemu_harness.h"
+#include "skip.h"
 
 namespace hvprof::testing {
 namespace {
 
 bool Contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
 
 void PrintTimes(const char* name, const XenBoot& boot) {
   std::printf("%s: QEMU ran %.1f s; dom0 ready at uptime %.1f s, done at %.1f s\n", name, boot.seconds,
@@ -166,6 +174,179 @@ TEST_CASE("qemu_xen_recovery") {
   CHECK(boot->at(10).status == 0);
   CHECK(Contains(boot->at(11).output, "recovered the xenoprof state an earlier hvprofd left behind"));
   CHECK(Contains(boot->at(11).output, "(it was still profiling)"));
+}
+
+// Samples from the real hypervisor: only where QEMU can use KVM and KVM gives its guests a PMU
+// (QEMU's software CPU counts nothing). dom0 runs a user-mode busy loop on one vCPU while
+// profiling; Xen drops idle samples, so most of what arrives is that loop: dom0 user mode.
+TEST_CASE("qemu_xen_kvm_samples") {
+  const int kvm = ::open("/dev/kvm", O_RDWR | O_CLOEXEC);
+  if (kvm < 0) {
+    SkipTest(std::string("no usable /dev/kvm (") + std::strerror(errno) +
+             "): under QEMU's software CPU Xen's counters never overflow, so no sample can arrive; this case "
+             "needs KVM with a vPMU");
+    return;
+  }
+  ::close(kvm);
+  std::ifstream enable_pmu("/sys/module/kvm/parameters/enable_pmu");
+  std::string pmu;
+  if (enable_pmu >> pmu && pmu == "N") {
+    SkipTest("KVM gives its guests no PMU (kvm.enable_pmu=N): Xen's counters would never overflow");
+    return;
+  }
+  Dom0Options options;
+  options.accel = "kvm";
+  options.cpu = "host";
+  const auto boot = RunInDom0({
+      "hvprof --start-daemon --platform=xen",
+      "hvprof --start",
+      "timeout 3 sh -c 'while :; do :; done'; true",
+      "hvprof --stop",
+      "cat /var/lib/hvprof/samples/current/session.json",
+      "hvprof-report -t 2 | head -40",
+      "hvprof --shutdown",
+  }, options);
+  if (!boot) return;
+  PrintTimes("qemu_xen_kvm_samples", *boot);
+  REQUIRE(boot->completed);
+  INFO(boot->Describe());
+  for (size_t i = 0; i < boot->results.size(); ++i) {
+    INFO("command " << i + 1 << ": " << boot->at(i).command);
+    CHECK(boot->at(i).status == 0);
+  }
+  const auto session = nlohmann::json::parse(boot->at(4).output, nullptr, false);
+  REQUIRE(!session.is_discarded());
+  const uint64_t stored = session.value("samples_stored", uint64_t{0});
+  uint64_t dom0 = 0;
+  uint64_t dom0_user = 0;
+  REQUIRE(session.contains("samples_by_domain_mode"));
+  const nlohmann::json& by_mode = session["samples_by_domain_mode"];
+  REQUIRE(by_mode.is_object());
+  for (auto it = by_mode.begin(); it != by_mode.end(); ++it) {
+    if (it.key().rfind("0/", 0) == 0) dom0 += it.value().get<uint64_t>();
+    if (it.key() == "0/user") dom0_user = it.value().get<uint64_t>();
+  }
+  CHECK(stored > 100);
+  CHECK(dom0 > 100);
+  CHECK(dom0_user * 2 > dom0);
+}
+
+// A PV guest started with xl (tests/qemu/guest.sh): dom0 profiles it as a passive domain, then
+// as an active one whose own agent joins from inside; the guest cannot run what only dom0 may
+// (checked with raw ops, as xenoprof_probe's guest-refusals runs them, and with hvprof) nor map
+// another domain's memory. dom0 and the guest wait for each other through xenstore.
+TEST_CASE("qemu_xen_guest") {
+  const std::string self = "$(xenstore-read domid)";
+  GuestOptions guest;
+  guest.name = "g1";
+  guest.commands = {
+      // Debian 12's kernel has the XSA-482 fix: privcmd passes no hypercall in a guest unless
+      // loaded with unrestricted=1. The agent says so, then works once it is.
+      "hvprof --platform=xen --domain=" + self + " --start-daemon",                                   // 0
+      "umount /proc/xen && rmmod xenfs && rmmod xen-privcmd && insmod /lib/modules/xen/xen-privcmd.ko unrestricted=1 "
+      "&& insmod /lib/modules/xen/xenfs.ko && mount -t xenfs xenfs /proc/xen",                       // 1
+      "hvprof --platform=xen --domain=" + self + " --start-daemon --event=CPU_CLK_UNHALTED:100000",    // 2
+      "hvprof --domain=" + self + " --start",                                                         // 3
+      "guest.sh post hvprof joined && guest.sh await dom0 profiling 60",                              // 4
+      "hvprof --domain=" + self + " --shutdown",                                                      // 5
+      "hvprof --platform=xen --start-daemon --passive-domains=0 --session-dir=/tmp/not-dom0",         // 6
+      "xenoprof_probe guest-init",                                                                    // 7
+      "hvprof --domain=" + self + " --shutdown",                                                      // 8
+      "xenoprof_probe guest-refusals",                                                                // 9
+      "hvprof --domain=" + self + " --shutdown",                                                      // 10
+      "guest.sh post hvprof probed && guest.sh await dom0 stopped 60",                                // 11
+      "hvprof --domain=" + self + " --status",                                                        // 12
+      "hvprof-report --session-dir=/var/lib/hvprof/domain-" + self,                                   // 13
+      "hvprof --domain=" + self + " --shutdown",                                                      // 14
+  };
+
+  Dom0Options options;
+  options.guests.push_back(guest);
+  options.files.emplace_back("/usr/local/bin/xenoprof_probe", XenoprofProbe());
+  const auto boot = RunInDom0({
+      "guest.sh create g1",                                            // 0
+      "hvprof --start-daemon --platform=xen --passive-domains=g1",     // 1
+      "hvprof --status",                                               // 2
+      "hvprof --start && hvprof --stop",                               // 3
+      "hvprof --shutdown",                                             // 4
+      "hvprof --start-daemon --platform=xen --active-domains=g1",      // 5
+      "hvprof --start",                                                // 6
+      "xl unpause g1 && guest.sh wait g1 hvprof joined 90",            // 7
+      "hvprof --start",                                                // 8
+      "hvprof --status",                                               // 9
+      "guest.sh tell g1 dom0 profiling && guest.sh wait g1 hvprof probed 60",  // 10
+      "hvprof --stop && guest.sh tell g1 dom0 stopped",                // 11
+      "guest.sh finish g1 90",                                         // 12
+      "hvprof --status",                                               // 13
+      "hvprof --shutdown",                                             // 14
+      "hvprof-report --by-domain",                                     // 15
+  }, options);
+  if (!boot) return;
+  PrintTimes("qemu_xen_guest", *boot);
+  REQUIRE(boot->completed);
+  INFO(boot->Describe());
+  for (size_t i : {0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15}) {
+    INFO("dom0 command " << i + 1 << ": " << boot->at(i).command);
+    CHECK(boot->at(i).status == 0);
+  }
+  const std::string domid = boot->at(0).output.substr(0, boot->at(0).output.find('\n'));
+  CHECK(domid == "1");
+  // Passive: dom0 finds the guest by its name and sets it up.
+  CHECK(Contains(boot->at(2).output, "g1"));
+  CHECK(Contains(boot->at(2).output, "passive"));
+  // Active: Xen refuses start until the guest's agent has joined, and dom0 names who it waits for.
+  CHECK(boot->at(6).status != 0);
+  CHECK(Contains(boot->at(6).output, "every active domain has joined (1 (g1))"));
+  CHECK(Contains(boot->at(8).output, "profiling started"));
+  CHECK(Contains(boot->at(9).output, "profiling on"));
+  CHECK(Contains(boot->at(11).output, "profiling stopped"));
+
+  const GuestRun run = ParseGuest(boot->at(12).output, guest);
+  INFO("guest g1:\n" << run.Describe());
+  REQUIRE(run.completed);
+  for (size_t i : {1, 2, 3, 4, 7, 9, 10, 11, 12, 13, 14}) {
+    INFO("guest command " << i + 1 << ": " << run.at(i).command);
+    CHECK(run.at(i).status == 0);
+  }
+  // Debian 12's guest kernel blocks privcmd's hypercalls: the agent says so and how to lift it.
+  CHECK(run.at(0).status != 0);
+  CHECK(Contains(run.at(0).output, "lets no hypercall through /dev/xen/privcmd"));
+  CHECK(Contains(run.at(0).output, "xen_privcmd.unrestricted=1"));
+  CHECK(Contains(run.at(2).output, "guest agent ready in domain 1 (g1) on Xen 4.17"));
+  CHECK(Contains(run.at(3).output, "domain 1 (g1) joined profiling"));
+  // Xen refuses the guest's disable_virq while dom0 profiles; the agent stays and says why.
+  CHECK(run.at(5).status != 0);
+  CHECK(Contains(run.at(5).output, "dom0 is still profiling"));
+  // hvprof in the guest, set up as if it were dom0: refused before anything reaches Xen.
+  CHECK(run.at(6).status != 0);
+  CHECK(Contains(run.at(6).output, "this is a Xen guest"));
+  // Another process's init changes nothing: the agent still cannot leave while dom0 profiles.
+  CHECK(Contains(run.at(7).output, "xen_version: 0 OK 4.17\n"));
+  CHECK(Contains(run.at(7).output, "init: 0 OK primary=0 "));
+  CHECK(run.at(8).status != 0);
+  CHECK(Contains(run.at(8).output, "dom0 is still profiling"));
+  // Raw ops: hypercalls get through, but only dom0, the primary profiler, may run these; Xen
+  // says EPERM to the guest and will not map dom0's memory for it. The guest's own buffer is
+  // its agent's (EBUSY).
+  const std::string& probe = run.at(9).output;
+  CHECK(Contains(probe, "get_buffer@agent-holds-it: -16 EBUSY\n"));
+  for (const char* op : {"reset_active_list", "reset_passive_list", "set_active(0)", "set_passive(0)",
+                         "reserve_counters", "counter(0)", "setup_events", "start", "stop", "release_counters",
+                         "shutdown", "set_backtrace", "map-dom0-page"}) {
+    INFO(op);
+    CHECK(Contains(probe, std::string(op) + ": -1 EPERM\n"));
+  }
+  // But that refused get_buffer made Xen forget the guest was active (xenoprof.c resets the
+  // domain's type before it tries to share the pages; the fake does the same): Xen stops
+  // recording its samples, and now lets it leave while dom0 still profiles.
+  CHECK(run.at(10).status == 0);
+  CHECK(Contains(run.at(10).output, "profiling shut down in domain 1 (g1)"));
+  // Its own report: the session it wrote when it left, with dom0's event named.
+  CHECK(Contains(run.at(13).output, "Platform: xen (Xen 4.17)"));
+  CHECK(Contains(run.at(13).output, "Counted CPU_CLK_UNHALTED events"));
+  CHECK(Contains(run.at(13).output, "Lost samples: none"));
+  // Once the guest left, dom0 shuts down cleanly.
+  CHECK(Contains(boot->at(14).output, "profiling shut down"));
 }
 
 }  // namespace

@@ -17,6 +17,9 @@
 //                           reserve_counters, and while profiling (there also without its
 //                           set_active(0)); then a new setup
 //   duplicate-enable-virq   enable_virq twice, and what that does to start
+//   guest-init              in a PV guest whose agent has joined: xen_version and init
+//   guest-refusals          in a PV guest whose agent has joined: init, get_buffer, the ops
+//                           only dom0 may run, and a mapping of dom0's memory
 //
 // tests/qemu/xenoprof_probe_test.cpp runs all of them in one boot and asserts the answers.
 #include <signal.h>
@@ -198,6 +201,27 @@ class Xen {
     Line("map: %d %s pages=%zu", -failed, ErrnoName(failed), pages_);
     return mapped_ != nullptr;
   }
+  // xen_version(XENVER_version), which Xen answers any domain: whether hypercalls get through.
+  void Version() {
+    const int rc = xencall2(call_, 17 /* __HYPERVISOR_xen_version */, 0 /* XENVER_version */, 0);
+    if (rc < 0) {
+      Line("xen_version: %d %s", -errno, ErrnoName(errno));
+    } else {
+      Line("xen_version: 0 OK %d.%d", rc >> 16, rc & 0xFFFF);
+    }
+  }
+
+  // One page of another domain, read-only: what a guest must never get.
+  int MapForeign(const char* label, uint16_t domain, uint64_t frame) {
+    xen_pfn_t pfn = static_cast<xen_pfn_t>(frame);
+    int error = 0;
+    void* page = xenforeignmemory_map(memory_, domain, PROT_READ, 1, &pfn, &error);
+    const int failed = page == nullptr ? errno : -error;  // err[] holds -errno
+    if (page != nullptr) xenforeignmemory_unmap(memory_, page, 1);
+    Line("%s: %d %s", label, -failed, ErrnoName(failed));
+    return -failed;
+  }
+
   void Unmap(bool print = true) {
     if (mapped_ == nullptr) return;
     const int rc = xenforeignmemory_unmap(memory_, mapped_, pages_);
@@ -484,6 +508,41 @@ void DuplicateEnableVirq() {
   xen.Unmap();
 }
 
+// In a PV guest whose agent has joined: what another process's init does (nothing, it seems;
+// qemu_xen_guest checks with a disable_virq after it).
+void GuestInit() {
+  Xen xen;
+  xen.Version();
+  xen.Init();
+}
+
+// In a PV guest whose agent has joined (its buffer mapped, enable_virq done): every op that only
+// the primary profiler (dom0) may run, and a mapping of dom0's memory. Changes nothing if all
+// are refused; the guest's own buffer stays its agent's.
+void GuestRefusals() {
+  Xen xen;
+  xen.Version();
+  xen.Init();
+  xen.GetBuffer(64, "get_buffer@agent-holds-it");
+  xen.Op("reset_active_list", legacy::kOpResetActiveList);
+  xen.Op("reset_passive_list", legacy::kOpResetPassiveList);
+  xen.SetActive(0, "set_active(0)");
+  legacy::Passive dom0{};
+  dom0.domain_id = 0;
+  dom0.max_samples = 64;
+  xen.Op("set_passive(0)", legacy::kOpSetPassive, &dom0, sizeof dom0);
+  xen.Op("reserve_counters", legacy::kOpReserveCounters);
+  xen.Counter();
+  xen.Op("setup_events", legacy::kOpSetupEvents);
+  xen.Op("start", legacy::kOpStart);
+  xen.Op("stop", legacy::kOpStop);
+  xen.Op("release_counters", legacy::kOpReleaseCounters);
+  xen.Op("shutdown", legacy::kOpShutdown);
+  legacy::BacktraceDepthArg depth = 4;
+  xen.Op("set_backtrace", legacy::kOpSetBacktrace, &depth, sizeof depth);
+  xen.MapForeign("map-dom0-page", 0, 0x100);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -494,6 +553,8 @@ int main(int argc, char** argv) {
       {"counters-across-buffers", CountersAcrossBuffers},
       {"recovery", Recovery},
       {"duplicate-enable-virq", DuplicateEnableVirq},
+      {"guest-init", GuestInit},
+      {"guest-refusals", GuestRefusals},
   };
   if (argc == 2) {
     for (const auto& [name, run] : scenarios) {

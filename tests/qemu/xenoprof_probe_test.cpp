@@ -6,8 +6,6 @@
 //
 // By hand: build/tests/qemu_tests qemu_xenoprof_quirks -s  (prints every scenario's output).
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -18,12 +16,6 @@
 
 namespace hvprof::testing {
 namespace {
-
-std::string ReadProbe() {
-  std::ifstream in(HVPROF_XENOPROF_PROBE, std::ios::binary);
-  REQUIRE(in);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 // The probe's output, line by line, against what Xen said.
 void CheckOutput(const Dom0Result& result, const std::string& expected_text) {
@@ -40,7 +32,7 @@ void CheckOutput(const Dom0Result& result, const std::string& expected_text) {
 // One boot, every scenario in turn.
 TEST_CASE("qemu_xenoprof_quirks") {
   Dom0Options options;
-  options.files.emplace_back("/usr/local/bin/xenoprof_probe", ReadProbe());
+  options.files.emplace_back("/usr/local/bin/xenoprof_probe", XenoprofProbe());
   const auto& scenarios = xenoprof_probe::Scenarios();
   std::vector<std::string> commands;
   for (const auto& [name, expected] : scenarios) commands.push_back("xenoprof_probe " + name);

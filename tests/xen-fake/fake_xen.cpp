@@ -4,7 +4,8 @@
 // mappings of a buffer's frames map the engine's shared region, and VIRQ_XENOPROF fires when
 // any of the caller's rings notifies; xenstore answers with the domains hvprof-hv reports. Xen's
 // own refusals are kept: EBUSY for get_buffer while its rings are mapped, EINVAL for an op
-// above 17, ENOSYS for other hypercalls, and the engine's refusals as Xen's errno.
+// above 17, ENOSYS for other hypercalls (xen_version's XENVER_version says 4.17), and the
+// engine's refusals as Xen's errno.
 //
 // Where the engine departs from Xen 4.17 on purpose, the fake keeps Xen's own bookkeeping (the
 // Book below, from xen/common/xenoprof.c) and answers as Xen does, as tests/qemu's
@@ -128,6 +129,9 @@ std::pair<uint64_t, FakeXen::Buffer> BufferOf(const std::byte* argument) {
   std::memcpy(&answer, argument, sizeof answer);
   return {answer.buf_gmaddr, {uint64_t(answer.nbuf) * uint64_t(answer.bufsize), static_cast<uint32_t>(answer.nbuf)}};
 }
+
+constexpr unsigned int kHypercallXenVersion = 17;  // __HYPERVISOR_xen_version
+constexpr uint64_t kXenVersionVersion = 0;         // XENVER_version
 
 int Fail(int errnum) {
   errno = errnum;
@@ -330,7 +334,19 @@ void xencall_free_buffer(xencall_handle*, void* buffer) {
   Fake().hypercall_buffers.erase(it);
 }
 
+// HVPROF_FAKE_XEN_PRIVCMD=restricted plays a guest kernel with the XSA-482 fix whose privcmd was
+// loaded without unrestricted=1: it passes no hypercall and maps nothing (EPERM).
+namespace {
+bool RestrictedPrivcmd() {
+  const char* domain = std::getenv("HVPROF_FAKE_XEN_DOMAIN");
+  const char* privcmd = std::getenv("HVPROF_FAKE_XEN_PRIVCMD");
+  return domain != nullptr && std::atoi(domain) != 0 && privcmd != nullptr && std::string(privcmd) == "restricted";
+}
+}  // namespace
+
 int xencall2(xencall_handle*, unsigned int op, uint64_t arg1, uint64_t arg2) {
+  if (RestrictedPrivcmd()) return Fail(EPERM);
+  if (op == kHypercallXenVersion && arg1 == kXenVersionVersion) return (4 << 16) | 17;  // any domain may ask
   if (op != legacy::kHypercallXenoprofOp) return Fail(ENOSYS);
   const auto command = static_cast<unsigned int>(arg1);
   if (command > legacy::kOpLast) return Fail(EINVAL);  // Xen's range check
@@ -490,6 +506,10 @@ void* xenforeignmemory_map(xenforeignmemory_handle*, uint32_t dom, int, size_t p
   FakeXen& fake = Fake();
   std::lock_guard lock(fake.mutex);
   if (pages == 0 || arr == nullptr) return errno = EINVAL, nullptr;
+  if (RestrictedPrivcmd()) {
+    for (size_t i = 0; i < pages; ++i) err[i] = -EPERM;
+    return errno = EPERM, nullptr;
+  }
   // The buffer's pages belong to the caller: Xen maps them only as DOMID_SELF's (a domain id,
   // its own or the passive domain's, is refused).
   if (dom != 0x7FF0) {

@@ -12,6 +12,8 @@ extern "C" {
 #include <xenevtchn.h>
 #include <xenforeignmemory.h>
 #include <xenstore.h>
+#include <xen/version.h>
+#include <xen/xen.h>
 }
 
 #include <atomic>
@@ -328,6 +330,20 @@ Result<std::unique_ptr<agent::HypervisorLink>> ConnectXen(std::optional<hvpmu::D
   handles->call.reset(xencall_open(nullptr, 0));
   if (!handles->call) {
     return ErrnoError(errno, "xencall_open (/dev/xen/privcmd): run as root in dom0 or a PV guest");
+  }
+  // Since the fix for XSA-482 (Debian 12's 6.1.0-56 kernel has it), Linux's privcmd in an
+  // unprivileged guest passes no hypercall unless xen_privcmd.unrestricted=1: every op would then
+  // fail with EPERM and read as Xen's refusal. xen_version is refused to no domain, so an EPERM
+  // for it comes from the guest's kernel.
+  if (!host.control_domain && xencall2(handles->call.get(), __HYPERVISOR_xen_version, XENVER_version, 0) < 0 &&
+      errno == EPERM) {
+    return MakeError(ErrorKind::kPermissionDenied,
+                     "this guest's kernel lets no hypercall through /dev/xen/privcmd (Linux restricts it in "
+                     "unprivileged guests since XSA-482; the kernel log says 'No target domain found, blocking "
+                     "all hypercalls'): boot the guest with xen_privcmd.unrestricted=1 on its kernel command line, "
+                     "or reload the module: `umount /proc/xen; modprobe -r xenfs xen-privcmd; modprobe xen-privcmd "
+                     "unrestricted=1; modprobe xenfs; mount -t xenfs xenfs /proc/xen`. A kernel locked down by "
+                     "Secure Boot refuses that; then profile this guest from dom0 (--passive-domains)");
   }
   handles->memory.reset(xenforeignmemory_open(nullptr, 0));
   if (!handles->memory) return ErrnoError(errno, "xenforeignmemory_open");

@@ -73,6 +73,12 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options) {
     table.columns[found].counters.push_back(event.counter);
     if (event.counter < column_of.size()) column_of[event.counter] = found;
   }
+  if (m.events.empty()) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "the session names no event, so its samples have no column to go in: a Xen guest's agent "
+                     "started without dom0's --event options cannot name them (Xen does not tell a guest); start "
+                     "it with them (`hvprof --status` in dom0 lists them)");
+  }
   if (table.columns.empty()) {
     return MakeError(ErrorKind::kInvalidArgument, "--event selects none of the session's events");
   }
