@@ -239,6 +239,7 @@ TEST_CASE("qemu_xen_guest") {
   const std::string self = "$(xenstore-read domid)";
   GuestOptions guest;
   guest.name = "g1";
+  guest.command_timeout_seconds = 150;
   guest.commands = {
       // Debian 12's kernel has the XSA-482 fix: privcmd passes no hypercall in a guest unless
       // loaded with unrestricted=1. The agent says so, then works once it is.
@@ -247,20 +248,24 @@ TEST_CASE("qemu_xen_guest") {
       "&& insmod /lib/modules/xen/xenfs.ko && mount -t xenfs xenfs /proc/xen",                       // 1
       "hvprof --platform=xen --domain=" + self + " --start-daemon --event=CPU_CLK_UNHALTED:100000",    // 2
       "hvprof --domain=" + self + " --start",                                                         // 3
-      "guest.sh post hvprof joined && guest.sh await dom0 profiling 60",                              // 4
+      "guest.sh post hvprof joined && guest.sh await dom0 profiling 120",                              // 4
       "hvprof --domain=" + self + " --shutdown",                                                      // 5
       "hvprof --platform=xen --start-daemon --passive-domains=0 --session-dir=/tmp/not-dom0",         // 6
       "xenoprof_probe guest-init",                                                                    // 7
       "hvprof --domain=" + self + " --shutdown",                                                      // 8
       "xenoprof_probe guest-refusals",                                                                // 9
       "hvprof --domain=" + self + " --shutdown",                                                      // 10
-      "guest.sh post hvprof probed && guest.sh await dom0 stopped 60",                                // 11
+      "guest.sh post hvprof probed && guest.sh await dom0 stopped 120",                                // 11
       "hvprof --domain=" + self + " --status",                                                        // 12
       "hvprof-report --session-dir=/var/lib/hvprof/domain-" + self,                                   // 13
       "hvprof --domain=" + self + " --shutdown",                                                      // 14
   };
 
   Dom0Options options;
+  // A guest's boot under the emulator inside the emulator: about 10 s here, several times that
+  // on a loaded machine. dom0's waits for it get room (guest.sh's own limits are below these).
+  options.command_timeout_seconds = 150;
+  options.timeout_seconds = 420;
   options.guests.push_back(guest);
   options.files.emplace_back("/usr/local/bin/xenoprof_probe", XenoprofProbe());
   const auto boot = RunInDom0({
@@ -271,12 +276,12 @@ TEST_CASE("qemu_xen_guest") {
       "hvprof --shutdown",                                             // 4
       "hvprof --start-daemon --platform=xen --active-domains=g1",      // 5
       "hvprof --start",                                                // 6
-      "xl unpause g1 && guest.sh wait g1 hvprof joined 90",            // 7
+      "xl unpause g1 && guest.sh wait g1 hvprof joined 120",           // 7
       "hvprof --start",                                                // 8
       "hvprof --status",                                               // 9
-      "guest.sh tell g1 dom0 profiling && guest.sh wait g1 hvprof probed 60",  // 10
+      "guest.sh tell g1 dom0 profiling && guest.sh wait g1 hvprof probed 120",  // 10
       "hvprof --stop && guest.sh tell g1 dom0 stopped",                // 11
-      "guest.sh finish g1 90",                                         // 12
+      "guest.sh finish g1 120",                                        // 12
       "hvprof --status",                                               // 13
       "hvprof --shutdown",                                             // 14
       "hvprof-report --by-domain",                                     // 15
