@@ -150,11 +150,15 @@ extract_kernel() {  # DEB DIR
   mv "$tmp" "$dir"
 }
 
+# An extracted kernel of KEY in DIR, with what every later step takes from it (directories
+# extracted before guests booted the bzImage have no vmlinuz).
+kernel_ready() { stamp_ok "$1" "$2" && [ -e "$1/vmlinuz" ]; }
+
 if [ -n "${HVPROF_QEMU_KERNEL_DEB:-}" ]; then
   [ -r "$HVPROF_QEMU_KERNEL_DEB" ] || missing "HVPROF_QEMU_KERNEL_DEB=$HVPROF_QEMU_KERNEL_DEB: no such file"
   kernel_key="$(dpkg-deb -f "$HVPROF_QEMU_KERNEL_DEB" Package Version | tr '\n' ' ')"
   kernel_dir="$cache/kernel-$(echo "$kernel_key" | tr -c 'A-Za-z0-9.+~-' '_')"
-  { stamp_ok "$kernel_dir" "$kernel_key" && [ -e "$kernel_dir/vmlinuz" ]; } || { extract_kernel "$HVPROF_QEMU_KERNEL_DEB" "$kernel_dir" && set_stamp "$kernel_dir" "$kernel_key"; }
+  kernel_ready "$kernel_dir" "$kernel_key" || { extract_kernel "$HVPROF_QEMU_KERNEL_DEB" "$kernel_dir" && set_stamp "$kernel_dir" "$kernel_key"; }
 else
   # Asking apt takes a second or two; its answer changes only with its lists.
   lists_key=$(find /var/lib/apt/lists -maxdepth 1 -printf '%f %s %T@\n' 2>/dev/null | sort | sha256sum | cut -c1-16)
@@ -178,10 +182,12 @@ else
       missing "apt knows no linux-image-amd64 (dom0's kernel comes from linux-image-6.1.*-amd64): run apt-get update, or set HVPROF_QEMU_KERNEL_DEB to the package's .deb"
     fi
     kernel_key=$(cat "$kernel_dir.key")
+    kernel_ready "$kernel_dir" "$kernel_key" ||
+      missing "$kernel_dir predates guests (no vmlinuz) and apt knows no kernel to extract again: run apt-get update"
   else
     kernel_key="$kernel_package $kernel_version"
     kernel_dir="$cache/kernel-$kernel_package-$kernel_version"
-    if ! stamp_ok "$kernel_dir" "$kernel_key" || [ ! -e "$kernel_dir/vmlinuz" ]; then
+    if ! kernel_ready "$kernel_dir" "$kernel_key"; then
       deb="/var/cache/apt/archives/${kernel_package}_${kernel_version}_amd64.deb"
       if [ ! -r "$deb" ]; then
         mkdir -p "$cache/download"

@@ -30,6 +30,21 @@ die() {
 
 domid() { xl domid "$1" 2>/dev/null; }
 
+# Runs CHECK ARGS... every 0.1 s until it succeeds (status 0), or SECONDS have passed (status 1).
+poll() {
+  seconds=$1
+  shift
+  tenths=0
+  until "$@"; do
+    [ $tenths -ge $((seconds * 10)) ] && return 1
+    usleep 100000
+    tenths=$((tenths + 1))
+  done
+}
+
+# Whether xenstore PATH holds VALUE (a path without a leading / is this domain's own).
+holds() { [ "$(xenstore-read "$1" 2>/dev/null)" = "$2" ]; }
+
 # The guest's root: dom0's, less what is dom0's own (its test archive, its sessions and logs,
 # the guest kernel). Made once per boot.
 base_archive() {
@@ -81,13 +96,13 @@ wait_key() {
   name=$1 key=$2 value=$3 seconds=${4:-60}
   id=$(domid "$name") || die "no guest $name"
   path=/local/domain/$id/data/$key
-  tenths=0
-  until [ "$(xenstore-read "$path" 2>/dev/null)" = "$value" ]; do
+  written() {
+    holds "$path" "$value" && return 0
     domid "$name" >/dev/null || die "guest $name is gone; it never wrote $value to $path"
-    [ $tenths -ge $((seconds * 10)) ] && die "guest $name did not write $value to $path within $seconds s (it says '$(xenstore-read "$path" 2>/dev/null)')"
-    usleep 100000
-    tenths=$((tenths + 1))
-  done
+    return 1
+  }
+  poll "$seconds" written ||
+    die "guest $name did not write $value to $path within $seconds s (it says '$(xenstore-read "$path" 2>/dev/null)')"
   echo "$path = $value"
 }
 
@@ -99,16 +114,12 @@ tell() {
 
 finish() {
   name=$1 seconds=${2:-90}
-  tenths=0
-  while domid "$name" >/dev/null; do
-    if [ $tenths -ge $((seconds * 10)) ]; then
-      xl destroy "$name" 2>/dev/null
-      cat "$console_dir/guest-$name.log" 2>/dev/null
-      die "guest $name was still running after $seconds s and was destroyed"
-    fi
-    usleep 100000
-    tenths=$((tenths + 1))
-  done
+  gone() { ! domid "$name" >/dev/null; }
+  if ! poll "$seconds" gone; then
+    xl destroy "$name" 2>/dev/null
+    cat "$console_dir/guest-$name.log" 2>/dev/null
+    die "guest $name was still running after $seconds s and was destroyed"
+  fi
   [ -r "$console_dir/guest-$name.log" ] || die "no console log of $name in $console_dir"
   cat "$console_dir/guest-$name.log"
 }
@@ -120,12 +131,7 @@ post() {
 
 await() {
   key=$1 value=$2 seconds=${3:-60}
-  tenths=0
-  until [ "$(xenstore-read "data/$key" 2>/dev/null)" = "$value" ]; do
-    [ $tenths -ge $((seconds * 10)) ] && die "dom0 did not tell this guest $key=$value within $seconds s"
-    usleep 100000
-    tenths=$((tenths + 1))
-  done
+  poll "$seconds" holds "data/$key" "$value" || die "dom0 did not tell this guest $key=$value within $seconds s"
 }
 
 [ $# -ge 1 ] || die "usage: guest.sh create|wait|tell|finish NAME ... (dom0), post|await KEY VALUE (guest)"

@@ -160,9 +160,10 @@ Channel ParseChannel(const std::string& data, std::vector<Dom0Result>& results) 
   while (pos < data.size()) {
     size_t end = data.find('\n', pos);
     if (end == std::string::npos) end = data.size();
+    std::string line = data.substr(pos, end - pos);
     // A guest's console log may hold the kernel's lines before the first frame.
-    size_t mark = data.find("@@hvprof-", pos);
-    const std::string line = mark < end ? data.substr(mark, end - mark) : std::string();
+    const size_t mark = line.find("@@hvprof-");
+    line.erase(0, mark == std::string::npos ? line.size() : mark);
     pos = end + 1;
     unsigned long number = 0;
     unsigned long long bytes = 0;
@@ -185,6 +186,13 @@ Channel ParseChannel(const std::string& data, std::vector<Dom0Result>& results) 
     }
   }
   return channel;
+}
+
+// A test archive's commands: DIR/cmd.1, cmd.2, ... and DIR/env (dom0-init.sh runs them).
+void AddCommands(std::vector<std::pair<std::string, std::string>>& files, const std::string& dir,
+                 const std::vector<std::string>& commands, int command_timeout_seconds) {
+  for (size_t i = 0; i < commands.size(); ++i) files.emplace_back(dir + "cmd." + std::to_string(i + 1), commands[i] + "\n");
+  files.emplace_back(dir + "env", "HVPROF_COMMAND_TIMEOUT=" + std::to_string(command_timeout_seconds) + "\n");
 }
 
 std::string DescribeResults(const std::vector<Dom0Result>& results) {
@@ -308,19 +316,12 @@ std::optional<XenBoot> RunInDom0(const std::vector<std::string>& commands, const
 
   // The test archive, after the image's own.
   std::vector<std::pair<std::string, std::string>> files;
-  for (size_t i = 0; i < commands.size(); ++i) {
-    files.emplace_back("test/cmd." + std::to_string(i + 1), commands[i] + "\n");
-    boot.results.push_back(Dom0Result{commands[i], "", -1});
-  }
-  files.emplace_back("test/env", "HVPROF_COMMAND_TIMEOUT=" + std::to_string(options.command_timeout_seconds) + "\n");
+  for (const std::string& command : commands) boot.results.push_back(Dom0Result{command, "", -1});
+  AddCommands(files, "test/", commands, options.command_timeout_seconds);
   for (const auto& [path, contents] : options.files) files.emplace_back(path.substr(1), contents);
   for (const GuestOptions& guest : options.guests) {
     REQUIRE((!guest.name.empty() && guest.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") == std::string::npos));
-    const std::string dir = "test/guest-" + guest.name + "/";
-    for (size_t i = 0; i < guest.commands.size(); ++i) {
-      files.emplace_back(dir + "cmd." + std::to_string(i + 1), guest.commands[i] + "\n");
-    }
-    files.emplace_back(dir + "env", "HVPROF_COMMAND_TIMEOUT=" + std::to_string(guest.command_timeout_seconds) + "\n");
+    AddCommands(files, "test/guest-" + guest.name + "/", guest.commands, guest.command_timeout_seconds);
   }
   std::string initrd = ReadWhole(cache + "/initrd.img");
   REQUIRE(!initrd.empty());

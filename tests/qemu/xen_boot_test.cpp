@@ -24,6 +24,14 @@ namespace {
 bool Contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 
+// Every command of the boot exited with 0.
+void CheckAllSucceeded(const XenBoot& boot) {
+  for (size_t i = 0; i < boot.results.size(); ++i) {
+    INFO("command " << i + 1 << ": " << boot.at(i).command);
+    CHECK(boot.at(i).status == 0);
+  }
+}
+
 void PrintTimes(const char* name, const XenBoot& boot) {
   std::printf("%s: QEMU ran %.1f s; dom0 ready at uptime %.1f s, done at %.1f s\n", name, boot.seconds,
               boot.dom0_ready_uptime, boot.dom0_done_uptime);
@@ -75,10 +83,7 @@ TEST_CASE("qemu_xen_dom0_lifecycle") {
   CHECK(Contains(boot->at(8).output, "/dev/xen/privcmd"));
   CHECK(boot->at(9).output == "xen\n4\n17\ncontrol_d\n");
   CHECK(Contains(boot->at(10).output, "Usage: hvprof ACTION"));
-  for (size_t i = 0; i < boot->results.size(); ++i) {
-    INFO("command " << i + 1 << ": " << boot->at(i).command);
-    CHECK(boot->at(i).status == 0);
-  }
+  CheckAllSucceeded(*boot);
   CHECK(Contains(boot->at(0).output, "profiling set up on Xen 4.17 (xen, x86-64/hammer)"));
   CHECK(Contains(boot->at(1).output, "profiling off"));
   CHECK(Contains(boot->at(1).output, "machine: Xen 4.17 (xen), 2 CPUs, x86-64/hammer"));
@@ -210,10 +215,7 @@ TEST_CASE("qemu_xen_kvm_samples") {
   PrintTimes("qemu_xen_kvm_samples", *boot);
   REQUIRE(boot->completed);
   INFO(boot->Describe());
-  for (size_t i = 0; i < boot->results.size(); ++i) {
-    INFO("command " << i + 1 << ": " << boot->at(i).command);
-    CHECK(boot->at(i).status == 0);
-  }
+  CheckAllSucceeded(*boot);
   const auto session = nlohmann::json::parse(boot->at(4).output, nullptr, false);
   REQUIRE(!session.is_discarded());
   const uint64_t stored = session.value("samples_stored", uint64_t{0});

@@ -524,20 +524,18 @@ void GuestRefusals() {
   xen.Version();
   xen.Init();
   xen.GetBuffer(64, "get_buffer@agent-holds-it");
-  xen.Op("reset_active_list", legacy::kOpResetActiveList);
-  xen.Op("reset_passive_list", legacy::kOpResetPassiveList);
   xen.SetActive(0, "set_active(0)");
   legacy::Passive dom0{};
   dom0.domain_id = 0;
   dom0.max_samples = 64;
   xen.Op("set_passive(0)", legacy::kOpSetPassive, &dom0, sizeof dom0);
-  xen.Op("reserve_counters", legacy::kOpReserveCounters);
   xen.Counter();
-  xen.Op("setup_events", legacy::kOpSetupEvents);
-  xen.Op("start", legacy::kOpStart);
-  xen.Op("stop", legacy::kOpStop);
-  xen.Op("release_counters", legacy::kOpReleaseCounters);
-  xen.Op("shutdown", legacy::kOpShutdown);
+  const std::pair<const char*, uint32_t> without_argument[] = {
+      {"reset_active_list", legacy::kOpResetActiveList}, {"reset_passive_list", legacy::kOpResetPassiveList},
+      {"reserve_counters", legacy::kOpReserveCounters},  {"setup_events", legacy::kOpSetupEvents},
+      {"start", legacy::kOpStart},                       {"stop", legacy::kOpStop},
+      {"release_counters", legacy::kOpReleaseCounters},  {"shutdown", legacy::kOpShutdown}};
+  for (const auto& [label, op] : without_argument) xen.Op(label, op);
   legacy::BacktraceDepthArg depth = 4;
   xen.Op("set_backtrace", legacy::kOpSetBacktrace, &depth, sizeof depth);
   xen.MapForeign("map-dom0-page", 0, 0x100);

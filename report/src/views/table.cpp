@@ -45,9 +45,25 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options) {
   Table table;
   table.view = options.view;
 
-  // Columns: one per event, or merged.
+  // Columns: one per event, or merged. A session that names no event (a Xen guest's agent
+  // started without dom0's --event: Xen does not tell a guest, and the session's notes say so)
+  // gets one unnamed column per counter its samples used; counter 0 if none, as the stack views
+  // take it.
+  std::vector<store::EventRecord> unnamed;
+  if (m.events.empty()) {
+    std::set<uint32_t> counters;
+    for (const Entry& entry : profile.entries()) counters.insert(entry.event);
+    if (counters.empty()) counters.insert(0);
+    for (uint32_t counter : counters) {
+      store::EventRecord event;
+      event.counter = counter;
+      event.name = fmt::format("counter {}", counter);
+      event.unit_mask_name = "?";
+      unnamed.push_back(std::move(event));
+    }
+  }
   std::vector<int> column_of(256, -1);
-  for (const store::EventRecord& event : m.events) {
+  for (const store::EventRecord& event : m.events.empty() ? unnamed : m.events) {
     if (!options.events.empty() &&
         std::find(options.events.begin(), options.events.end(), event.counter) == options.events.end()) {
       continue;
@@ -72,12 +88,6 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options) {
     }
     table.columns[found].counters.push_back(event.counter);
     if (event.counter < column_of.size()) column_of[event.counter] = found;
-  }
-  if (m.events.empty()) {
-    return MakeError(ErrorKind::kInvalidArgument,
-                     "the session names no event, so its samples have no column to go in: a Xen guest's agent "
-                     "started without dom0's --event options cannot name them (Xen does not tell a guest); start "
-                     "it with them (`hvprof --status` in dom0 lists them)");
   }
   if (table.columns.empty()) {
     return MakeError(ErrorKind::kInvalidArgument, "--event selects none of the session's events");
