@@ -50,4 +50,19 @@ std::string LinuxRun::Folded(std::vector<std::string> args) {
   return SessionReport(args).out;
 }
 
+std::vector<uint32_t> LinuxRun::Pids(const std::string& comm) {
+  const auto saved = hvprof::store::NewestSavedSession({dir_.File("sessions")});
+  REQUIRE(saved.has_value());
+  const hvprof::store::SessionPaths paths{dir_.File("sessions")};
+  const auto session = hvprof::store::OpenSession(paths.Saved(*saved));
+  REQUIRE(session.has_value());
+  std::vector<uint32_t> pids;
+  for (const auto& domain : session.value().metadata.domains) {
+    for (const auto& process : domain.processes) {
+      if (process.comm == comm) pids.push_back(process.pid);
+    }
+  }
+  return pids;
+}
+
 }  // namespace hvprof::testing

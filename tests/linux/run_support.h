@@ -3,6 +3,7 @@
 // temporary session directory.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,8 @@ class LinuxRun {
   nlohmann::json Report(std::vector<std::string> args);
   // The saved session's call stacks (--format=folded), with extra options.
   std::string Folded(std::vector<std::string> args);
+  // The pids of the saved session's processes whose name (comm) is `comm`.
+  std::vector<uint32_t> Pids(const std::string& comm);
 
  private:
   // hvprof-report on the newest saved session; REQUIREs a report (status 0, or 3: some other

@@ -343,9 +343,9 @@ TEST_CASE("qemu_xen_guest") {
     INFO(op);
     CHECK(Contains(probe, std::string(op) + ": -1 EPERM\n"));
   }
-  // But that refused get_buffer made Xen forget the guest was active (xenoprof.c resets the
-  // domain's type before it tries to share the pages; the fake does the same): Xen stops
-  // recording its samples, and now lets it leave while dom0 still profiles.
+  // But that refused get_buffer made Xen forget the guest was active (init did not, above; the
+  // fake plays it the same way): Xen stops recording its samples, and now lets it leave while
+  // dom0 still profiles.
   CHECK(run.at(10).status == 0);
   CHECK(Contains(run.at(10).output, "profiling shut down in domain 1 (g1)"));
   // Its own report: the session it wrote when it left, with dom0's event named.

@@ -31,6 +31,8 @@
 extern "C" {
 #include <xencall.h>
 #include <xenforeignmemory.h>
+#include <xen/version.h>
+#include <xen/xen.h>
 }
 
 #include <cerrno>
@@ -203,7 +205,7 @@ class Xen {
   }
   // xen_version(XENVER_version), which Xen answers any domain: whether hypercalls get through.
   void Version() {
-    const int rc = xencall2(call_, 17 /* __HYPERVISOR_xen_version */, 0 /* XENVER_version */, 0);
+    const int rc = xencall2(call_, __HYPERVISOR_xen_version, XENVER_version, 0);
     if (rc < 0) {
       Line("xen_version: %d %s", -errno, ErrnoName(errno));
     } else {

@@ -38,6 +38,8 @@ extern "C" {
 #include <xenevtchn.h>
 #include <xenforeignmemory.h>
 #include <xenstore.h>
+#include <xen/version.h>
+#include <xen/xen.h>
 }
 
 #include <cerrno>
@@ -130,8 +132,13 @@ std::pair<uint64_t, FakeXen::Buffer> BufferOf(const std::byte* argument) {
   return {answer.buf_gmaddr, {uint64_t(answer.nbuf) * uint64_t(answer.bufsize), static_cast<uint32_t>(answer.nbuf)}};
 }
 
-constexpr unsigned int kHypercallXenVersion = 17;  // __HYPERVISOR_xen_version
-constexpr uint64_t kXenVersionVersion = 0;         // XENVER_version
+// HVPROF_FAKE_XEN_PRIVCMD=restricted plays a guest kernel with the XSA-482 fix whose privcmd was
+// loaded without unrestricted=1: it passes no hypercall and maps nothing (EPERM).
+bool RestrictedPrivcmd() {
+  const char* domain = std::getenv("HVPROF_FAKE_XEN_DOMAIN");
+  const char* privcmd = std::getenv("HVPROF_FAKE_XEN_PRIVCMD");
+  return domain != nullptr && std::atoi(domain) != 0 && privcmd != nullptr && std::string(privcmd) == "restricted";
+}
 
 int Fail(int errnum) {
   errno = errnum;
@@ -334,19 +341,9 @@ void xencall_free_buffer(xencall_handle*, void* buffer) {
   Fake().hypercall_buffers.erase(it);
 }
 
-// HVPROF_FAKE_XEN_PRIVCMD=restricted plays a guest kernel with the XSA-482 fix whose privcmd was
-// loaded without unrestricted=1: it passes no hypercall and maps nothing (EPERM).
-namespace {
-bool RestrictedPrivcmd() {
-  const char* domain = std::getenv("HVPROF_FAKE_XEN_DOMAIN");
-  const char* privcmd = std::getenv("HVPROF_FAKE_XEN_PRIVCMD");
-  return domain != nullptr && std::atoi(domain) != 0 && privcmd != nullptr && std::string(privcmd) == "restricted";
-}
-}  // namespace
-
 int xencall2(xencall_handle*, unsigned int op, uint64_t arg1, uint64_t arg2) {
   if (RestrictedPrivcmd()) return Fail(EPERM);
-  if (op == kHypercallXenVersion && arg1 == kXenVersionVersion) return (4 << 16) | 17;  // any domain may ask
+  if (op == __HYPERVISOR_xen_version && arg1 == XENVER_version) return (4 << 16) | 17;  // any domain may ask
   if (op != legacy::kHypercallXenoprofOp) return Fail(ENOSYS);
   const auto command = static_cast<unsigned int>(arg1);
   if (command > legacy::kOpLast) return Fail(EINVAL);  // Xen's range check
