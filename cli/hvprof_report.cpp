@@ -22,6 +22,7 @@
 #include "hvprof/report/writers/json.h"
 #include "hvprof/report/writers/text.h"
 #include "hvprof/report/load.h"
+#include "hvprof/report/source.h"
 #include "hvprof/report/views/table.h"
 #include "hvprof/store/session.h"
 
@@ -266,10 +267,8 @@ int main(int argc, char** argv) {
 
     // The session: a directory, a saved name, or the current one.
     store::SessionPaths paths{session_root};
-    std::string directory = session_arg.empty() ? paths.current() : session_arg;
-    if (!session_arg.empty() && session_arg.find('/') == std::string::npos && store::ValidateSessionName(session_arg)) {
-      directory = paths.Saved(session_arg);
-    }
+    auto source = report::OpenSessionSource(session_arg, session_root);
+    if (!source) return fail(source.error(), 1);
     report::LoadOptions load;
     load.demangle = demangle != "none";
     load.lines = options.view == report::View::kDebugInfo;
@@ -284,7 +283,7 @@ int main(int argc, char** argv) {
       if (!parsed) return fail(parsed.error(), 2);
       load.image_path = parsed.value();
     }
-    auto profile = report::LoadProfile(directory, load);
+    auto profile = report::LoadProfile(source.value().directory, load);
     if (!profile) return fail(profile.error(), 1);
 
     // Filters that need the session: domains by name, events by name.
