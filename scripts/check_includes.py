@@ -19,6 +19,8 @@ LAYERS = {
     "base": [],
     "symbolizer": ["base"],
     "store": ["base"],
+    # Statistics of comparisons: pure numbers, used by the report's diff.
+    "stats": ["base"],
     "hosted": ["hypervisor-pmu", "base"],
     "sim": ["hosted", "hypervisor-pmu", "base", "symbolizer"],
     "linux": ["hosted", "hypervisor-pmu", "base"],
@@ -31,7 +33,7 @@ LAYERS = {
     "dom0-agent": ["agent-core", "setup", "store", "hypervisor-pmu", "base", "symbolizer"],
     # A guest publishes its own profile for dom0: its agent reports its own session.
     "guest-agent": ["report", "agent-core", "setup", "store", "hypervisor-pmu", "base", "symbolizer"],
-    "report": ["store", "symbolizer", "base"],
+    "report": ["stats", "store", "symbolizer", "base"],
     # Sends the report's stacks (as pprof) to other tools' servers.
     "push": ["report", "store", "symbolizer", "base"],
     "control": ["push", "report", "agent-core", "setup", "hvprof-hv/protocol", "store", "symbolizer", "hypervisor-pmu",
