@@ -68,7 +68,9 @@ int main(int argc, char** argv) {
          "(ten times faster), or max (as fast as possible, advancing only while dom0 asks)")
         ("duration", po::value(&duration),
          "halt the machine after this much simulated time (e.g. 10s); default: never")
-        ("seed", po::value(&seed), "override the scenario's random seed")
+        ("seed", po::value(&seed), "the run's random seed (scheduling, bursts, when counters overflow); the workload, "
+                                    "with the functions the scenario picks at random, stays the scenario's: two seeds "
+                                    "are two runs of one workload (a null pair for hvprof-report --diff)")
         ("ground-truth", po::value(&options.ground_truth_path),
          "write the exact event counts of the run to this JSON file on exit")
         ("log-level", po::value(&log_level)->default_value("info"), "debug, info, warning or error");

@@ -16,11 +16,13 @@
 #include "hvprof/report/views/stacks.h"
 #include "hvprof/report/writers/callgraph.h"
 #include "hvprof/report/writers/csv.h"
+#include "hvprof/report/writers/diff.h"
 #include "hvprof/report/writers/flamegraph.h"
 #include "hvprof/report/writers/folded.h"
 #include "hvprof/report/writers/pprof.h"
 #include "hvprof/report/writers/json.h"
 #include "hvprof/report/writers/text.h"
+#include "hvprof/report/compare.h"
 #include "hvprof/report/load.h"
 #include "hvprof/report/source.h"
 #include "hvprof/report/views/table.h"
@@ -49,15 +51,56 @@ Examples:
   hvprof-report --format=pprof -o cpu.pb.gz        for `go tool pprof` and Pyroscope
   hvprof-report --push=http://127.0.0.1:4040       also send the stacks to a Pyroscope server
                                       (stacks need `hvprof --start-daemon --callgraph=16`)
+  hvprof-report --diff before after -l             what changed, symbol by symbol, and whether it is
+                                                   significant (docs/compare.md)
+  hvprof-report { a-1 a-2 a-3 } { b-1 b-2 b-3 } -l the same with three runs a side (OProfile's spelling;
+                                                   --diff a-1,a-2,a-3 b-1,b-2,b-3 too): a rank test across runs
+  hvprof-report --diff before after --format=html -o diff.html   a differential flame graph
 
 Exit status: 0 complete report; 1 no report (e.g. no session); 2 bad usage;
 3 report printed but incomplete (damaged samples, images missing or changed: see its warnings);
-4 report printed but the push (--push) failed: the message says why; the session is untouched.
+4 report printed but the push (--push) failed: the message says why; the session is untouched;
+5 with --diff and --fail-on-regression: a significant regression over the threshold (the rows are
+printed on stderr).
 
 Options)";
 
 constexpr int kIncomplete = 3;
 constexpr int kPushFailed = 4;
+constexpr int kRegression = 5;
+
+// OProfile's comparison spelling, `{ BASE... } { NEW... }`, taken out of the arguments.
+struct Braces {
+  bool used = false;
+  std::vector<std::string> base, next;
+};
+
+Result<Braces> TakeBraces(std::vector<std::string>& args) {
+  Braces braces;
+  std::vector<std::string> rest;
+  int side = -1;  // -1 outside, 0 in the first, 1 in the second
+  int closed = 0;
+  for (const std::string& arg : args) {
+    if (arg == "{") {
+      if (side >= 0 || closed == 2) return Error(ErrorKind::kInvalidArgument, "{ BASE } { NEW }: an unexpected '{'");
+      side = closed;
+      braces.used = true;
+    } else if (arg == "}") {
+      if (side < 0) return Error(ErrorKind::kInvalidArgument, "{ BASE } { NEW }: a '}' without its '{'");
+      ++closed;
+      side = -1;
+    } else if (side >= 0) {
+      (side == 0 ? braces.base : braces.next).push_back(arg);
+    } else {
+      rest.push_back(arg);
+    }
+  }
+  if (braces.used && (side >= 0 || closed != 2)) {
+    return Error(ErrorKind::kInvalidArgument, "{ BASE } { NEW }: give both sides, each closed with '}'");
+  }
+  args = std::move(rest);
+  return braces;
+}
 
 Result<std::vector<uint8_t>> ParseModes(const std::string& text) {
   std::vector<uint8_t> modes;
@@ -91,7 +134,17 @@ Result<std::vector<report::SortKey>> ParseSort(const std::string& text) {
 
 int main(int argc, char** argv) {
   try {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    auto braces = TakeBraces(args);
+    if (!braces) {
+      std::cerr << "hvprof-report: " << braces.error().message() << "\n";
+      return 2;
+    }
+    std::vector<std::string> session_args;
     std::string session_arg;
+    double alpha = 0.05;
+    double fail_points = -1;
+    uint32_t pseudo_slices = 0;
     std::string session_root = store::kDefaultSessionRoot;
     std::string domains, modes, images, symbols, events, sort, merge, demangle = "smart", format = "text", output;
     std::string stack_root = "domain";
@@ -148,16 +201,28 @@ int main(int argc, char** argv) {
         ("push-tenant", po::value(&push_tenant), "--push: the tenant, sent as X-Scope-OrgID, for multi-tenant servers")
         ("image-path", po::value(&image_path), "directories to look for images that moved (comma-separated)")
         ("verbose,V", "say why addresses could not be resolved")
+        ("diff", "compare two sides: `--diff BASE NEW`, each side a session or a comma-separated set of sessions "
+                 "(or OProfile's `{ BASE... } { NEW... }`); per image (default), symbol (-l), domain (--by-domain) "
+                 "or stack (-c, --format=folded or html): shares, the change in points, its interval and a p-value "
+                 "corrected for testing every row (docs/compare.md)")
+        ("fdr", "--diff: Benjamini-Hochberg's correction (controls the share of false findings) instead of Holm's "
+                "(controls the chance of any)")
+        ("alpha", po::value(&alpha)->default_value(0.05), "--diff: the significance level")
+        ("slices", po::value(&pseudo_slices),
+         "--diff of one session a side: cut each into N time slices and compare them as repeats with the rank test "
+         "(pseudo-repeats; the caveat is printed)")
+        ("fail-on-regression", po::value(&fail_points)->implicit_value(0.0),
+         "--diff: exit 5 when a row's share grew significantly by at least this many points (default any)")
         ("raw-samples", "count the raw samples again instead of using the session's aggregate")
         ("timing", "print where the time went to stderr");
     po::positional_options_description positional;
-    positional.add("session", 1);
+    positional.add("session", -1);
     po::options_description hidden;
-    hidden.add_options()("session", po::value(&session_arg));
+    hidden.add_options()("session", po::value(&session_args));
     po::options_description all;
     all.add(described).add(hidden);
     po::variables_map values;
-    po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), values);
+    po::store(po::command_line_parser(args).options(all).positional(positional).run(), values);
     po::notify(values);
     if (values.count("help") != 0) {
       std::cout << described << "\n";
@@ -168,6 +233,20 @@ int main(int argc, char** argv) {
       std::cerr << "hvprof-report: " << error.message() << "\n";
       return code;
     };
+    const bool diffing = values.count("diff") != 0 || braces.value().used;
+    if (!diffing) {
+      if (session_args.size() > 1) {
+        return fail(Error(ErrorKind::kInvalidArgument,
+                          "one session at a time; to compare two, use --diff BASE NEW"),
+                    2);
+      }
+      if (!session_args.empty()) session_arg = session_args.front();
+      for (const char* option : {"fdr", "slices", "fail-on-regression"}) {
+        if (values.count(option) != 0) {
+          return fail(MakeError(ErrorKind::kInvalidArgument, "--{} goes with --diff", option), 2);
+        }
+      }
+    }
     int views = static_cast<int>(values.count("symbols") + values.count("details") + values.count("debug-info"));
     options.view = values.count("details") ? report::View::kDetails
                    : values.count("debug-info") ? report::View::kDebugInfo
@@ -254,15 +333,110 @@ int main(int argc, char** argv) {
       if (!parsed) return fail(parsed.error(), 2);
       options.modes = parsed.value();
     }
-    if (!symbols.empty()) {
-      auto parsed = setup::SplitList(symbols, "symbol");
+    // The comma-separated lists; --domain and --event are resolved against each session.
+    std::vector<std::string> domain_names, event_names, image_dirs;
+    for (auto [text, option, target] : {std::tuple{&symbols, "symbol", &options.symbols},
+                                        std::tuple{&images, "image", &options.images},
+                                        std::tuple{&domains, "domain", &domain_names},
+                                        std::tuple{&events, "event", &event_names},
+                                        std::tuple{&image_path, "image-path", &image_dirs}}) {
+      if (text->empty()) continue;
+      auto parsed = setup::SplitList(*text, option);
       if (!parsed) return fail(parsed.error(), 2);
-      options.symbols = parsed.value();
+      *target = parsed.value();
     }
-    if (!images.empty()) {
-      auto parsed = setup::SplitList(images, "image");
-      if (!parsed) return fail(parsed.error(), 2);
-      options.images = parsed.value();
+
+    if (diffing) {
+      report::DiffRequest request;
+      if (braces.value().used) {
+        if (!session_args.empty()) {
+          return fail(Error(ErrorKind::kInvalidArgument, "with { BASE } { NEW }, name no other session"), 2);
+        }
+        request.base = braces.value().base;
+        request.next = braces.value().next;
+      } else {
+        if (session_args.size() != 2) {
+          return fail(Error(ErrorKind::kInvalidArgument,
+                            "--diff takes two sides: --diff BASE NEW (each a session, or sessions separated by commas)"),
+                      2);
+        }
+        auto base = setup::SplitList(session_args[0], "diff");
+        auto next = setup::SplitList(session_args[1], "diff");
+        if (!base) return fail(base.error(), 2);
+        if (!next) return fail(next.error(), 2);
+        request.base = base.value();
+        request.next = next.value();
+      }
+      if (options.view == report::View::kDetails || options.view == report::View::kDebugInfo) {
+        return fail(Error(ErrorKind::kInvalidArgument, "--diff compares images, symbols (-l) or stacks (-c, "
+                                                       "--format=folded or html): not -d or -g"),
+                    2);
+      }
+      for (const char* option : {"all-domains", "push", "children", "accumulated", "global-percent", "show-address"}) {
+        if (values.count(option) != 0 && !values[option].defaulted()) {
+          return fail(MakeError(ErrorKind::kInvalidArgument, "--diff does not take --{}", option), 2);
+        }
+      }
+      if (pprof) {
+        return fail(Error(ErrorKind::kInvalidArgument,
+                          "--diff writes text, csv, json, folded (two counts per stack) or html, not pprof"),
+                    2);
+      }
+      if (alpha <= 0 || alpha >= 1) return fail(Error(ErrorKind::kInvalidArgument, "--alpha must be between 0 and 1"), 2);
+      if (values.count("slices") != 0 && (pseudo_slices < 2 || pseudo_slices > 1000)) {
+        return fail(Error(ErrorKind::kInvalidArgument, "--slices must be 2 to 1000"), 2);
+      }
+      request.session_root = session_root;
+      request.load.demangle = demangle != "none";
+      request.load.use_aggregate = values.count("raw-samples") == 0;
+      request.load.stacks = folded || callgraph;
+      request.load.image_path = image_dirs;
+      request.table = options;
+      request.domains = domain_names;
+      request.events = event_names;
+      request.diff.stacks = folded || callgraph;
+      request.diff.root = root.value();
+      request.diff.threshold = threshold;
+      request.diff.compare.alpha = alpha;
+      request.diff.compare.correction =
+          values.count("fdr") != 0 ? stats::Correction::kBenjaminiHochberg : stats::Correction::kHolm;
+      if (pseudo_slices != 0) {
+        request.diff.compare.method = stats::Method::kSlices;
+        request.diff.slices = pseudo_slices;
+      }
+      auto compared = report::DiffSessions(request);
+      if (!compared) return fail(compared.error(), 1);
+      const report::Diff& diff = compared.value().diff;
+      const std::string text = format == "json"     ? report::FormatDiffJson(diff, fail_points)
+                               : format == "csv"    ? report::FormatDiffCsv(diff)
+                               : format == "folded" ? report::FormatDiffFolded(diff)
+                               : html               ? report::FormatDiffFlameGraph(diff)
+                                                    : report::FormatDiffText(diff, options.no_header);
+      if (!output.empty()) {
+        if (auto written = WriteOutput(output, text); !written) return fail(written.error(), 1);
+      } else {
+        std::cout << text << std::flush;
+      }
+      if (format != "text") {
+        for (const std::string& note : diff.notes) std::cerr << "hvprof-report: " << EscapeForTerminal(note) << "\n";
+        for (const std::string& warning : diff.warnings) {
+          std::cerr << "hvprof-report: warning: " << EscapeForTerminal(warning) << "\n";
+        }
+      }
+      if (fail_points >= 0) {
+        const auto regressions = report::Regressions(diff, fail_points);
+        if (!regressions.empty()) {
+          std::cerr << fmt::format("hvprof-report: {} significant regression{} of at least {} points:\n",
+                                   regressions.size(), regressions.size() == 1 ? "" : "s", fail_points);
+          for (const report::DiffRow* row : regressions) {
+            std::cerr << fmt::format("  {:+.2f} points ({:.2f}% -> {:.2f}%, p adj {:.2g})  {}\n", 100 * row->c.delta,
+                                     100 * row->c.base_share, 100 * row->c.new_share, row->c.p_adjusted,
+                                     EscapeForTerminal(report::DiffRowName(*row)));
+          }
+          return kRegression;
+        }
+      }
+      return diff.warnings.empty() ? 0 : kIncomplete;
     }
 
     // The session: a directory, a saved name, or the current one.
@@ -278,45 +452,13 @@ int main(int argc, char** argv) {
     load.stack_threads = pprof || !push_url.empty();
     load.inlines = pprof || !push_url.empty();
     const auto started = std::chrono::steady_clock::now();
-    if (!image_path.empty()) {
-      auto parsed = setup::SplitList(image_path, "image-path");
-      if (!parsed) return fail(parsed.error(), 2);
-      load.image_path = parsed.value();
-    }
+    load.image_path = image_dirs;
     auto profile = report::LoadProfile(source.value().directory, load);
     if (!profile) return fail(profile.error(), 1);
 
     // Filters that need the session: domains by name, events by name.
-    if (!domains.empty()) {
-      auto items = setup::SplitList(domains, "domain");
-      if (!items) return fail(items.error(), 2);
-      for (const std::string& item : items.value()) {
-        bool found = item == "idle";
-        if (found) options.domains.push_back(0x7FFF);
-        for (const auto& record : profile.value().metadata().domains) {
-          if (record.name == item || std::to_string(record.id) == item) {
-            options.domains.push_back(record.id);
-            found = true;
-          }
-        }
-        if (!found) return fail(MakeError(ErrorKind::kNotFound, "--domain: the session has no domain '{}'", item), 2);
-      }
-    }
-    if (!events.empty()) {
-      auto items = setup::SplitList(events, "event");
-      if (!items) return fail(items.error(), 2);
-      for (const std::string& item : items.value()) {
-        bool found = false;
-        for (const auto& event : profile.value().metadata().events) {
-          if (event.name == item) {
-            options.events.push_back(event.counter);
-            found = true;
-          }
-        }
-        if (!found) {
-          return fail(MakeError(ErrorKind::kNotFound, "--event: the session did not count '{}'", item), 2);
-        }
-      }
+    if (auto resolved = report::ResolveNamedFilters(profile.value(), domain_names, event_names, &options); !resolved) {
+      return fail(resolved.error(), 2);
     }
 
     std::string text;

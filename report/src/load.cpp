@@ -84,6 +84,7 @@ class ProfileBuilder {
 
   // LoadProfile: reads the session and builds its Profile.
   static Result<Profile> Load(const std::string& directory, const LoadOptions& options);
+  static Result<std::vector<Profile>> Slice(const Profile& profile, uint32_t slices);
   // With --all-domains: the guests' published profiles, checked; their hypervisor samples are
   // added to `aggregate`, for dom0 to resolve.
   // `total` is the session's own samples, checked not to wrap.
@@ -740,6 +741,61 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
   builder.AddPublishedSymbols(published);
   if (options.stacks) HVPROF_TRYV(builder.BuildStacks(CollectStacks(aggregate, options.stack_threads)));
   return profile;
+}
+
+Result<std::vector<Profile>> ProfileBuilder::Slice(const Profile& profile, uint32_t slices) {
+  if (slices == 0) return std::vector<Profile>{};
+  if (!profile.published_.empty()) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "the profiles guests published (--all-domains) hold no samples to cut into time slices");
+  }
+  // Each raw sample finds its entry by the key the entries were counted under.
+  struct KeyHash {
+    size_t operator()(const store::AggregateKey& key) const {
+      uint64_t h = key.ip * 0x9E3779B97F4A7C15ULL;
+      h ^= (uint64_t{key.pid} << 32 | uint64_t{key.domain} << 16 | uint64_t{key.mode} << 8 | key.event) +
+           0x7F4A7C15ULL + (h << 6) + (h >> 2);
+      return static_cast<size_t>(h);
+    }
+  };
+  std::unordered_map<store::AggregateKey, uint32_t, KeyHash> index;
+  index.reserve(profile.entries_.size());
+  for (size_t e = 0; e < profile.entries_.size(); ++e) {
+    const Entry& entry = profile.entries_[e];
+    index.emplace(store::AggregateKey{entry.ip, entry.pid, entry.domain, entry.mode, entry.event}, static_cast<uint32_t>(e));
+  }
+  std::vector<Profile> out(slices);
+  for (Profile& slice : out) {
+    slice.metadata_ = profile.metadata_;
+    slice.directory_ = profile.directory_;
+    slice.images_ = profile.images_;
+    slice.symbols_ = profile.symbols_;
+    slice.lines_ = profile.lines_;
+    slice.entries_ = profile.entries_;
+    for (Entry& entry : slice.entries_) entry.count = 0;
+  }
+  // Slices of equal sample counts in the order the samples were stored: the agent appends them
+  // as it drains the rings, which follows time to within a drain interval.
+  const uint64_t total = std::max<uint64_t>(1, profile.total_);
+  uint64_t seen = 0;
+  const auto id = store::ParseSessionId(profile.metadata_.session_id);
+  HVPROF_TRY(summary, store::ReadSamplesFile(
+                          profile.directory_ + "/" + store::kSamplesFile,
+                          [&](const store::StoredSample& s) {
+                            auto it = index.find(store::AggregateKey{s.ip, s.pid, s.domain, s.mode, s.event});
+                            if (it == index.end()) return;
+                            const uint64_t slice = std::min<uint64_t>(slices - 1, seen * slices / total);
+                            ++seen;
+                            ++out[slice].entries_[it->second].count;
+                            ++out[slice].total_;
+                          },
+                          id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt));
+  (void)summary;
+  return out;
+}
+
+Result<std::vector<Profile>> SliceProfile(const Profile& profile, uint32_t slices) {
+  return ProfileBuilder::Slice(profile, slices);
 }
 
 Result<Profile> LoadProfile(const std::string& directory, const LoadOptions& options) {

@@ -205,7 +205,7 @@ struct SimMachine::BuildContext {
 
 // ---- construction
 
-SimMachine::SimMachine(const Scenario& scenario) : scenario_(scenario), rng_(scenario.seed) {}
+SimMachine::SimMachine(const Scenario& scenario) : scenario_(scenario), rng_(scenario.run_seed.value_or(scenario.seed)) {}
 SimMachine::~SimMachine() = default;
 
 Result<std::unique_ptr<SimMachine>> SimMachine::Create(const Scenario& scenario,
@@ -814,6 +814,7 @@ std::string SimMachine::GroundTruthJson() const {
   Json out;
   out["scenario"] = scenario_.name;
   out["seed"] = scenario_.seed;
+  out["run_seed"] = scenario_.run_seed.value_or(scenario_.seed);
   out["sim_time_ns"] = now_ns();
   out["cpus"] = cpus_.size();
   out["pmu"] = std::string(PmuModelName(scenario_.machine.pmu));

@@ -102,8 +102,13 @@ Comparison Compare(const CountedSide& base, const CountedSide& next, size_t keys
     }
     double chi2 = 0;
     double df = 0;
-    AddDispersion(base, key, &chi2, &df);
-    AddDispersion(next, key, &chi2, &df);
+    if (!options.dispersion.empty()) {
+      df = options.dispersion_df;
+      chi2 = options.dispersion[key] * df;
+    } else {
+      AddDispersion(base, key, &chi2, &df);
+      AddDispersion(next, key, &chi2, &df);
+    }
     row.dispersion = df > 0 ? std::max(1.0, chi2 / df) : 1.0;
     any_dispersion |= df > 0;
     const double phi = row.dispersion;

@@ -46,11 +46,12 @@ nlohmann::json TestScenario(const std::string& pmu, uint64_t seed) {
                                domain(3, "guest3", "pv32", 1, 400, kLibc, 0.5)})}};
 }
 
-std::unique_ptr<SimHost> SimHost::Create(const nlohmann::json& json) {
+std::unique_ptr<SimHost> SimHost::Create(const nlohmann::json& json, std::optional<uint64_t> run_seed) {
   auto host = std::make_unique<SimHost>();
   auto scenario = sim::ParseScenario(json.dump(), "test scenario");
   if (!scenario) FAIL(scenario.error().message());
   host->scenario = std::move(scenario).value();
+  host->scenario.run_seed = run_seed;
   auto machine = sim::SimMachine::Create(host->scenario, host->symbolizer);
   if (!machine) FAIL(machine.error().message());
   host->machine = std::move(machine).value();

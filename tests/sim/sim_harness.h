@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,8 @@ struct SampleSeen {
 
 class SimHost {
  public:
-  static std::unique_ptr<SimHost> Create(const nlohmann::json& scenario);
+  // `run_seed`: the run's randomness apart from the scenario's (hvprof-hv --seed).
+  static std::unique_ptr<SimHost> Create(const nlohmann::json& scenario, std::optional<uint64_t> run_seed = {});
 
   hvpmu::ErrorCode Op(hvpmu::DomainId caller, uint32_t op, void* arg, uint32_t size) {
     return engine->DoOp(caller, op, arg, size);

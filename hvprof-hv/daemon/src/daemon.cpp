@@ -155,7 +155,7 @@ void Daemon::LinuxLoop() {
 Result<void> Daemon::StartSim() {
   HVPROF_TRY(scenario, sim::LoadScenario(options_.scenario_path));
   scenario_ = std::move(scenario);
-  if (options_.seed) scenario_.seed = *options_.seed;
+  if (options_.seed) scenario_.run_seed = *options_.seed;
   if (options_.speed) scenario_.run.speed = *options_.speed;
   if (options_.factor) scenario_.run.factor = *options_.factor;
   if (options_.duration_ns) scenario_.run.duration_ns = *options_.duration_ns;
@@ -173,7 +173,7 @@ Result<void> Daemon::StartSim() {
   machine_->AttachEngine(engine_.get());
   Log(LogLevel::kInfo, "machine '{}': {} CPUs, {} ({}), {} domains, seed {}", scenario_.name,
       scenario_.machine.cpus, sim::PmuModelName(scenario_.machine.pmu), driver->cpu_type(),
-      scenario_.domains.size(), scenario_.seed);
+      scenario_.domains.size(), scenario_.run_seed.value_or(scenario_.seed));
   return hvprof::Ok();
 }
 

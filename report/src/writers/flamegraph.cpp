@@ -74,6 +74,29 @@ nlohmann::json Facts(const Profile& profile, const NamedStacks& stacks, const St
   return facts;
 }
 
+// The page with `data` in it.
+std::string Page(const nlohmann::json& data) {
+  // Inside <script>, "</script>" or "<!--" in a name would end the data early: no '<' is left
+  // unescaped (JSON reads \u003c back as '<'). Bytes that are not UTF-8 become U+FFFD.
+  const std::string json = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string escaped;
+  escaped.reserve(json.size());
+  for (char c : json) {
+    if (c == '<') {
+      escaped += "\\u003c";
+    } else {
+      escaped += c;
+    }
+  }
+  const size_t marker = kFlameGraphPage.find(kDataMarker);
+  std::string page;
+  page.reserve(kFlameGraphPage.size() + escaped.size());
+  page += kFlameGraphPage.substr(0, marker);
+  page += escaped;
+  page += kFlameGraphPage.substr(marker + kDataMarker.size());
+  return page;
+}
+
 }  // namespace
 
 std::string FormatFlameGraph(const Profile& profile, const NamedStacks& stacks, const StackFilter& filter) {
@@ -99,25 +122,27 @@ std::string FormatFlameGraph(const Profile& profile, const NamedStacks& stacks, 
     rows.push_back(std::move(row));
   }
   data["stacks"] = std::move(rows);
-  // Inside <script>, "</script>" or "<!--" in a name would end the data early: no '<' is left
-  // unescaped (JSON reads \u003c back as '<'). Bytes that are not UTF-8 become U+FFFD.
-  const std::string json = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  std::string escaped;
-  escaped.reserve(json.size());
-  for (char c : json) {
-    if (c == '<') {
-      escaped += "\\u003c";
-    } else {
-      escaped += c;
-    }
+  return Page(data);
+}
+
+std::string FormatDiffFlameGraphPage(const NamedStacks& stacks, const FlameGraphDiff& diff) {
+  nlohmann::json data;
+  data["title"] = diff.title;
+  data["facts"] = nlohmann::json::array();
+  for (const auto& [term, value] : diff.facts) data["facts"].push_back({term, value, false});
+  for (const std::string& warning : diff.warnings) data["facts"].push_back({"Warning", warning, true});
+  data["domains"] = nlohmann::json::array();
+  data["names"] = stacks.names;
+  data["modes"] = stacks.modes;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const NamedStack& stack : stacks.stacks) {
+    nlohmann::json row = nlohmann::json::array({stack.count, -1});
+    for (uint32_t frame : stack.frames) row.push_back(frame);
+    rows.push_back(std::move(row));
   }
-  const size_t marker = kFlameGraphPage.find(kDataMarker);
-  std::string page;
-  page.reserve(kFlameGraphPage.size() + escaped.size());
-  page += kFlameGraphPage.substr(0, marker);
-  page += escaped;
-  page += kFlameGraphPage.substr(marker + kDataMarker.size());
-  return page;
+  data["stacks"] = std::move(rows);
+  data["diff"] = {{"base_total", diff.base_total}, {"new_total", diff.new_total}, {"base_counts", diff.base_counts}};
+  return Page(data);
 }
 
 }  // namespace hvprof::report

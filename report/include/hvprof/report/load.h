@@ -28,8 +28,18 @@ struct LoadOptions {
   // Images: where to look for them when the recorded path is gone (like opreport's
   // --image-path), tried in order.
   std::vector<std::string> image_path;
+  // Directories laid out as .build-id/xx/rest (an archive's) where images are looked up by
+  // build-id first (report/source.h).
+  std::vector<std::string> build_id_roots;
 };
 
 Result<Profile> LoadProfile(const std::string& directory, const LoadOptions& options);
+
+// `profile` cut into `slices` parts of equal sample counts, in the order its raw samples were
+// stored (which follows time to within an agent's drain interval): copies of the profile whose
+// entries count only their part's samples, without stacks. The diff measures from them how much
+// more a symbol's share varies within a session than independent samples would make it, and
+// takes them as pseudo-repeats with --slices.
+Result<std::vector<Profile>> SliceProfile(const Profile& profile, uint32_t slices);
 
 }  // namespace hvprof::report

@@ -137,6 +137,10 @@ struct Scenario {
   std::string name;
   std::string description;
   uint64_t seed = 1;
+  // The run's own randomness (scheduling, bursts, counts), when not the scenario's seed
+  // (`hvprof-hv --seed`): the workload (automatic function picks) stays the scenario's, so two
+  // run seeds are two runs of one workload.
+  std::optional<uint64_t> run_seed;
   MachineSpec machine;
   RunSpec run;
   HypervisorSpec hypervisor;

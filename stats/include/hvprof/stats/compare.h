@@ -54,6 +54,11 @@ struct CompareOptions {
   Correction correction = Correction::kHolm;
   Method method = Method::kAuto;
   double alpha = 0.05;
+  // One run a side without slices of their own: per key, a dispersion measured elsewhere (the
+  // diff of stacks takes each stack's from its sampled function's), on `dispersion_df` degrees
+  // of freedom. Empty: measured from the runs' slices, if any.
+  std::vector<double> dispersion;
+  double dispersion_df = 0;
 };
 
 struct KeyComparison {

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "hvprof/report/model.h"
 #include "hvprof/report/views/stacks.h"
@@ -14,5 +16,17 @@ namespace hvprof::report {
 
 // The page for `stacks`, named by NameStacks(profile, {root, filter}).
 std::string FormatFlameGraph(const Profile& profile, const NamedStacks& stacks, const StackFilter& filter);
+
+// A differential flame graph (writers/diff.h): the new side's stacks with each one's base
+// count; the page colours each frame by the change of its share (red grew, blue shrank).
+struct FlameGraphDiff {
+  std::vector<uint64_t> base_counts;  // per stack of the NamedStacks
+  uint64_t base_total = 0;
+  uint64_t new_total = 0;
+  std::string title;
+  std::vector<std::pair<std::string, std::string>> facts;  // term, value
+  std::vector<std::string> warnings;
+};
+std::string FormatDiffFlameGraphPage(const NamedStacks& stacks, const FlameGraphDiff& diff);
 
 }  // namespace hvprof::report

@@ -1,0 +1,300 @@
+#include "hvprof/report/views/diff.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+#include "hvprof/report/load.h"
+
+namespace hvprof::report {
+namespace {
+
+constexpr char kSeparator = '\x1f';
+
+// Keys shared by both sides: each distinct row (or stack) once, with what names it.
+struct KeySpace {
+  std::unordered_map<std::string, size_t> index;
+  std::vector<DiffRow> rows;
+
+  size_t Intern(const std::string& key, const DiffRow& row) {
+    auto [it, added] = index.emplace(key, rows.size());
+    if (added) rows.push_back(row);
+    return it->second;
+  }
+};
+
+// One run counted per key: the table's rows (first column) or the named stacks.
+struct Counted {
+  uint64_t total = 0;
+  std::vector<std::pair<size_t, uint64_t>> counts;  // key, samples
+  std::string event;
+};
+
+Result<Counted> CountTable(const Profile& profile, const DiffRun& run, KeySpace& keys) {
+  ReportOptions options = run.table;
+  options.threshold = 0;
+  HVPROF_TRY(table, BuildTable(profile, options));
+  Counted counted;
+  counted.total = table.columns.front().total;
+  counted.event = table.columns.front().event;
+  for (const Row& row : table.rows) {
+    DiffRow named;
+    named.domain = options.by_domain ? row.domain : std::string();
+    named.image = row.image == kNoIndex ? std::string() : profile.images()[row.image].name;
+    named.symbol = row.symbol == kNoIndex || options.view == View::kImage ? std::string()
+                                                                          : profile.symbols()[row.symbol].name;
+    std::string key = named.domain + kSeparator + named.image + kSeparator + named.symbol;
+    counted.counts.emplace_back(keys.Intern(key, named), row.samples.front());
+  }
+  return counted;
+}
+
+Counted CountStacks(const Profile& profile, const DiffRun& run, StackRoot root, KeySpace& keys) {
+  StackOptions options;
+  options.root = root;
+  options.filter = run.stacks;
+  const NamedStacks named = NameStacks(profile, options);
+  Counted counted;
+  counted.total = named.samples;
+  counted.event = StackEventName(profile, run.stacks);
+  for (const NamedStack& stack : named.stacks) {
+    DiffRow row;
+    std::string key;
+    for (uint32_t frame : stack.frames) {
+      row.frames.push_back(named.names[frame]);
+      row.frame_modes.push_back(named.modes[frame]);
+      key += named.names[frame];
+      key += kSeparator;
+    }
+    counted.counts.emplace_back(keys.Intern(key, row), stack.count);
+  }
+  return counted;
+}
+
+stats::CountedRun ToRun(const Counted& counted, size_t keys) {
+  stats::CountedRun run;
+  run.total = counted.total;
+  run.counts.assign(keys, 0);
+  for (const auto& [key, count] : counted.counts) run.counts[key] += count;
+  return run;
+}
+
+// Counts every run of a side, and its slices when asked.
+struct SideCounts {
+  std::vector<Counted> runs;
+  std::vector<std::vector<Counted>> slices;  // per run
+};
+
+Result<SideCounts> CountSide(const std::vector<DiffRun>& side, const DiffOptions& options, bool stacks, uint32_t slices,
+                             KeySpace& keys) {
+  SideCounts out;
+  for (const DiffRun& run : side) {
+    if (stacks) {
+      out.runs.push_back(CountStacks(*run.profile, run, options.root, keys));
+    } else {
+      HVPROF_TRY(counted, CountTable(*run.profile, run, keys));
+      out.runs.push_back(std::move(counted));
+    }
+    std::vector<Counted> cut;
+    if (slices >= 2) {
+      HVPROF_TRY(parts, SliceProfile(*run.profile, slices));
+      for (const Profile& part : parts) {
+        HVPROF_TRY(counted, CountTable(part, run, keys));
+        cut.push_back(std::move(counted));
+      }
+    }
+    out.slices.push_back(std::move(cut));
+  }
+  return out;
+}
+
+stats::CountedSide ToSide(const SideCounts& side, size_t keys) {
+  stats::CountedSide out;
+  for (size_t r = 0; r < side.runs.size(); ++r) {
+    stats::CountedRun run = ToRun(side.runs[r], keys);
+    for (const Counted& slice : side.slices[r]) {
+      const stats::CountedRun part = ToRun(slice, keys);
+      run.slice_totals.push_back(part.total);
+      run.slice_counts.push_back(part.counts);
+    }
+    out.runs.push_back(std::move(run));
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<Diff> BuildDiff(const std::vector<DiffRun>& base, const std::vector<DiffRun>& next, const DiffOptions& options) {
+  if (base.empty() || next.empty()) {
+    return MakeError(ErrorKind::kInvalidArgument, "--diff needs a session on each side");
+  }
+  Diff diff;
+  diff.view = base.front().table.view;
+  diff.by_domain = base.front().table.by_domain;
+  diff.stacks = options.stacks;
+  diff.compare = options.compare;
+  for (const DiffRun& run : base) diff.base_labels.push_back(run.label);
+  for (const DiffRun& run : next) diff.new_labels.push_back(run.label);
+  const bool slices_as_runs = options.compare.method == stats::Method::kSlices;
+  if (slices_as_runs && (base.size() != 1 || next.size() != 1)) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "--slices takes one session a side; with several, their runs are the repeats already");
+  }
+  const bool rank = slices_as_runs || (base.size() >= 2 && next.size() >= 2);
+  // Slices serve the count test (its dispersion) and pseudo-repeats; the rank test over real
+  // runs needs none. Stacks are sliced through their sampled function's symbol (below).
+  const uint32_t slices = (!rank || slices_as_runs) && !options.stacks ? options.slices : 0;
+  diff.slices = (!rank || slices_as_runs) ? options.slices : 0;
+
+  KeySpace keys;
+  HVPROF_TRY(base_counts, CountSide(base, options, options.stacks, slices, keys));
+  HVPROF_TRY(new_counts, CountSide(next, options, options.stacks, slices, keys));
+  diff.event = base_counts.runs.front().event;
+  for (const SideCounts* side : {&base_counts, &new_counts}) {
+    for (const Counted& run : side->runs) {
+      if (run.event != diff.event) {
+        return MakeError(ErrorKind::kInvalidArgument,
+                         "the sessions counted different events ('{}' and '{}'): name one both counted with --event",
+                         diff.event, run.event);
+      }
+    }
+  }
+
+  stats::CompareOptions compare = options.compare;
+  if (options.stacks && !rank && options.slices >= 2) {
+    // A stack's samples come in the bursts of the function it was sampled in: each stack takes
+    // the dispersion its sampled function's symbol shows over the slices.
+    std::vector<DiffRun> base_symbols = base, new_symbols = next;
+    for (auto* side : {&base_symbols, &new_symbols}) {
+      for (DiffRun& run : *side) {
+        run.table.view = View::kSymbol;
+        run.table.by_domain = false;
+        run.table.events = run.stacks.events;
+        run.table.merge_all = run.stacks.events.size() > 1;
+        run.table.domains = run.stacks.domains;
+        run.table.modes = run.stacks.modes;
+        run.table.images.clear();
+        run.table.symbols.clear();
+        run.table.exclude_dependent = false;
+      }
+    }
+    KeySpace symbol_keys;
+    HVPROF_TRY(base_symbols_counted, CountSide(base_symbols, options, false, options.slices, symbol_keys));
+    HVPROF_TRY(new_symbols_counted, CountSide(new_symbols, options, false, options.slices, symbol_keys));
+    const stats::Comparison by_symbol =
+        stats::Compare(ToSide(base_symbols_counted, symbol_keys.rows.size()),
+                       ToSide(new_symbols_counted, symbol_keys.rows.size()), symbol_keys.rows.size(), {});
+    std::unordered_map<std::string, double> by_name;
+    for (size_t k = 0; k < symbol_keys.rows.size(); ++k) {
+      double& factor = by_name[symbol_keys.rows[k].symbol];
+      factor = std::max(factor, by_symbol.keys[k].dispersion);
+    }
+    compare.dispersion.assign(keys.rows.size(), 1.0);
+    for (size_t k = 0; k < keys.rows.size(); ++k) {
+      if (keys.rows[k].frames.empty()) continue;
+      auto it = by_name.find(keys.rows[k].frames.back());
+      if (it != by_name.end()) compare.dispersion[k] = it->second;
+    }
+    compare.dispersion_df = 2.0 * (options.slices - 1);
+    diff.slices = options.slices;
+  }
+
+  // -t: rows small on both sides are neither shown nor tested.
+  stats::CountedSide base_side = ToSide(base_counts, keys.rows.size());
+  stats::CountedSide new_side = ToSide(new_counts, keys.rows.size());
+  std::vector<size_t> kept;
+  {
+    const stats::Comparison shares = stats::Compare(base_side, new_side, keys.rows.size(),
+                                                    {stats::Correction::kHolm, stats::Method::kAuto, 1.0, {}, 0});
+    for (size_t k = 0; k < keys.rows.size(); ++k) {
+      const auto& row = shares.keys[k];
+      if (100 * std::max(row.base_share, row.new_share) >= options.threshold && row.base_count + row.new_count > 0) {
+        kept.push_back(k);
+      }
+    }
+  }
+  auto project = [&](const stats::CountedSide& side) {
+    stats::CountedSide out = side;
+    for (stats::CountedRun& run : out.runs) {
+      std::vector<uint64_t> counts;
+      for (size_t k : kept) counts.push_back(run.counts[k]);
+      run.counts = std::move(counts);
+      for (std::vector<uint64_t>& slice : run.slice_counts) {
+        std::vector<uint64_t> part;
+        for (size_t k : kept) part.push_back(slice[k]);
+        slice = std::move(part);
+      }
+    }
+    return out;
+  };
+  if (!compare.dispersion.empty()) {
+    std::vector<double> dispersion;
+    for (size_t k : kept) dispersion.push_back(compare.dispersion[k]);
+    compare.dispersion = std::move(dispersion);
+  }
+  diff.summary = stats::Compare(project(base_side), project(new_side), kept.size(), compare);
+  for (size_t i = 0; i < kept.size(); ++i) {
+    DiffRow row = keys.rows[kept[i]];
+    row.c = diff.summary.keys[i];
+    row.presence = row.c.base_count == 0 ? Presence::kNew : row.c.new_count == 0 ? Presence::kGone : Presence::kBoth;
+    diff.rows.push_back(std::move(row));
+  }
+  diff.summary.keys.clear();
+  std::stable_sort(diff.rows.begin(), diff.rows.end(), [](const DiffRow& l, const DiffRow& r) {
+    return std::fabs(l.c.delta) > std::fabs(r.c.delta);
+  });
+
+  // How to read it.
+  const std::string correction = options.compare.correction == stats::Correction::kHolm
+                                     ? "Holm's correction (family-wise error)"
+                                     : "Benjamini-Hochberg's correction (false discovery rate)";
+  if (slices_as_runs) {
+    diff.notes.push_back(fmt::format(
+        "test: Mann-Whitney U over {} time slices of each session as pseudo-repeats, {} over {} rows, at {}%", options.slices,
+        correction, diff.summary.tested, 100 * options.compare.alpha));
+    diff.notes.push_back(
+        "caveat: slices of one session are not independent runs: they share the machine's state, the build and "
+        "whatever else differed between the two sessions; repeat the runs (hvprof run --repeat=N) for a verdict on the "
+        "change itself");
+  } else if (rank) {
+    diff.notes.push_back(fmt::format("test: Mann-Whitney U over the runs' shares ({} against {} runs), {} over {} rows, "
+                                     "at {}%; interval: Welch's, of the mean shares",
+                                     base.size(), next.size(), correction, diff.summary.tested,
+                                     100 * options.compare.alpha));
+  } else {
+    diff.notes.push_back(fmt::format(
+        "test: two proportions, {} (Fisher's exact where an expected count is under 5), {} over {} rows, at {}%",
+        diff.slices >= 2 ? fmt::format("the variance scaled by each {}'s dispersion over {} slices of each session "
+                                       "(Student's t)",
+                                       options.stacks ? "stack's sampled function" : "row", diff.slices)
+                         : std::string("samples taken as independent (no slices: this overstates significance when "
+                                       "samples come in bursts)"),
+        correction, diff.summary.tested, 100 * options.compare.alpha));
+    if (base.size() != next.size()) {
+      diff.notes.push_back("one side has one session: their samples were pooled; give several sessions on both sides "
+                           "for the rank test across runs");
+    }
+  }
+  if (rank && !diff.summary.can_reach_significance) {
+    diff.notes.push_back(fmt::format(
+        "with this few runs nothing can be significant: the smallest p the rank test can give is {:.3g}, and {} rows "
+        "are tested; add runs, or raise -t to test fewer rows",
+        diff.summary.smallest_possible_p, diff.summary.tested));
+  }
+  for (const auto* side : {&base, &next}) {
+    for (const DiffRun& run : *side) {
+      for (const std::string& warning : run.profile->Warnings()) diff.warnings.push_back(run.label + ": " + warning);
+    }
+  }
+  return diff;
+}
+
+std::vector<const DiffRow*> Regressions(const Diff& diff, double points) {
+  std::vector<const DiffRow*> out;
+  for (const DiffRow& row : diff.rows) {
+    if (row.c.significant && 100 * row.c.delta >= points) out.push_back(&row);
+  }
+  return out;
+}
+
+}  // namespace hvprof::report
