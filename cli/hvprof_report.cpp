@@ -405,7 +405,7 @@ int main(int argc, char** argv) {
         request.diff.slices = pseudo_slices;
       }
       auto compared = report::DiffSessions(request);
-      if (!compared) return fail(compared.error(), 1);
+      if (!compared) return fail(compared.error(), compared.error().kind() == ErrorKind::kInvalidArgument ? 2 : 1);
       const report::Diff& diff = compared.value().diff;
       const std::string text = format == "json"     ? report::FormatDiffJson(diff, fail_points)
                                : format == "csv"    ? report::FormatDiffCsv(diff)

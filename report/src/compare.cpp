@@ -18,7 +18,7 @@ Result<void> ResolveNamedFilters(const Profile& profile, const std::vector<std::
       }
     }
     if (!found) {
-      return MakeError(ErrorKind::kNotFound, "--domain: the session {} has no domain '{}'", profile.directory(), item);
+      return MakeError(ErrorKind::kInvalidArgument, "--domain: the session {} has no domain '{}'", profile.directory(), item);
     }
   }
   for (const std::string& item : events) {
@@ -30,7 +30,7 @@ Result<void> ResolveNamedFilters(const Profile& profile, const std::vector<std::
       }
     }
     if (!found) {
-      return MakeError(ErrorKind::kNotFound, "--event: the session {} did not count '{}'", profile.directory(), item);
+      return MakeError(ErrorKind::kInvalidArgument, "--event: the session {} did not count '{}'", profile.directory(), item);
     }
   }
   return Ok();

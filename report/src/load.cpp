@@ -774,22 +774,38 @@ Result<std::vector<Profile>> ProfileBuilder::Slice(const Profile& profile, uint3
     slice.entries_ = profile.entries_;
     for (Entry& entry : slice.entries_) entry.count = 0;
   }
-  // Slices of equal sample counts in the order the samples were stored: the agent appends them
-  // as it drains the rings, which follows time to within a drain interval.
-  const uint64_t total = std::max<uint64_t>(1, profile.total_);
-  uint64_t seen = 0;
+  // Slices of equal spans of the platform's clock, from the first sample to the last (the
+  // order of the file is the order the agent drained the rings in, a vCPU at a time: not time).
+  const std::string path = profile.directory_ + "/" + store::kSamplesFile;
   const auto id = store::ParseSessionId(profile.metadata_.session_id);
+  const auto session = id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt;
+  uint64_t first = profile.metadata_.first_sample_ns;
+  uint64_t last = profile.metadata_.last_sample_ns;
+  if (last <= first) {
+    first = UINT64_MAX;
+    last = 0;
+    HVPROF_TRY(scanned, store::ReadSamplesFile(
+                            path,
+                            [&](const store::StoredSample& s) {
+                              first = std::min(first, s.time_ns);
+                              last = std::max(last, s.time_ns);
+                            },
+                            session));
+    (void)scanned;
+  }
+  const unsigned __int128 span = last >= first ? static_cast<unsigned __int128>(last - first) + 1 : 1;
   HVPROF_TRY(summary, store::ReadSamplesFile(
-                          profile.directory_ + "/" + store::kSamplesFile,
+                          path,
                           [&](const store::StoredSample& s) {
                             auto it = index.find(store::AggregateKey{s.ip, s.pid, s.domain, s.mode, s.event});
                             if (it == index.end()) return;
-                            const uint64_t slice = std::min<uint64_t>(slices - 1, seen * slices / total);
-                            ++seen;
+                            const uint64_t offset = s.time_ns > first ? s.time_ns - first : 0;
+                            const uint64_t slice = std::min<uint64_t>(
+                                slices - 1, static_cast<uint64_t>(static_cast<unsigned __int128>(offset) * slices / span));
                             ++out[slice].entries_[it->second].count;
                             ++out[slice].total_;
                           },
-                          id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt));
+                          session));
   (void)summary;
   return out;
 }

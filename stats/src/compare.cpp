@@ -122,6 +122,15 @@ Comparison Compare(const CountedSide& base, const CountedSide& next, size_t keys
     const Interval interval = NewcombeDifference(a, n1, b, n2, critical);
     row.ci_low = interval.low;
     row.ci_high = interval.high;
+    // The most extreme split of this row's samples: all on one side.
+    {
+      auto whole = [](double v) { return static_cast<uint64_t>(std::llround(v)); };
+      const uint64_t k = whole(a + b);
+      const uint64_t w1 = whole(n1), w2 = whole(n2);
+      row.smallest_p = k > 60 || k > w1 || k > w2
+                           ? 0.0
+                           : std::min(FisherExactTwoSided(0, w1, k, w2), FisherExactTwoSided(k, w1, 0, w2));
+    }
     if (smallest_expected < 5) {
       // Fisher's test on the effective counts: the samples' worth of independent evidence.
       auto whole = [](double v) { return static_cast<uint64_t>(std::llround(v)); };
@@ -143,10 +152,27 @@ Comparison Compare(const CountedSide& base, const CountedSide& next, size_t keys
     tested.push_back(key);
   }
   result.tested = tested.size();
-  const std::vector<double> adjusted =
-      options.correction == Correction::kHolm ? HolmAdjust(p) : BenjaminiHochbergAdjust(p);
+  // Tarone: rows that cannot reach alpha / m are not in the family of m.
+  std::vector<double> smallest;
+  for (size_t key : tested) smallest.push_back(result.keys[key].smallest_p);
+  const size_t family = rank ? tested.size() : TaroneFamily(smallest, options.alpha);
+  const double level = options.alpha / static_cast<double>(std::max<size_t>(1, family));
+  std::vector<double> family_p;
+  std::vector<size_t> members;
   for (size_t i = 0; i < tested.size(); ++i) {
-    KeyComparison& row = result.keys[tested[i]];
+    if (rank || result.keys[tested[i]].smallest_p <= level) {
+      family_p.push_back(p[i]);
+      members.push_back(tested[i]);
+    }
+  }
+  result.family = family;
+  result.untestable = tested.size() - members.size();
+  const std::vector<double> adjusted = options.correction == Correction::kHolm
+                                           ? HolmAdjust(family_p, family)
+                                           : BenjaminiHochbergAdjust(family_p, family);
+  for (size_t i = 0; i < members.size(); ++i) {
+    KeyComparison& row = result.keys[members[i]];
+    row.in_family = true;
     row.p_adjusted = adjusted[i];
     row.significant = adjusted[i] < options.alpha;
   }
@@ -154,7 +180,7 @@ Comparison Compare(const CountedSide& base, const CountedSide& next, size_t keys
   if (rank) {
     result.smallest_possible_p = MannWhitneySmallestP(base_n, new_n);
     const double first_step = options.correction == Correction::kHolm
-                                  ? result.smallest_possible_p * static_cast<double>(std::max<size_t>(1, result.tested))
+                                  ? result.smallest_possible_p * static_cast<double>(std::max<size_t>(1, result.family))
                                   : result.smallest_possible_p;
     result.can_reach_significance = first_step < options.alpha;
   }

@@ -190,32 +190,46 @@ Interval WelchDifference(std::span<const double> x, std::span<const double> y, d
   return {d - t * se, d + t * se};
 }
 
-std::vector<double> HolmAdjust(std::span<const double> p) {
+std::vector<double> HolmAdjust(std::span<const double> p, size_t family) {
   const size_t m = p.size();
+  const size_t multiplier = std::max(family, m);
   std::vector<size_t> order(m);
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t l, size_t r) { return p[l] < p[r]; });
   std::vector<double> adjusted(m);
   double running = 0;
   for (size_t i = 0; i < m; ++i) {
-    running = std::max(running, std::min(1.0, static_cast<double>(m - i) * p[order[i]]));
+    running = std::max(running, std::min(1.0, static_cast<double>(multiplier - i) * p[order[i]]));
     adjusted[order[i]] = running;
   }
   return adjusted;
 }
 
-std::vector<double> BenjaminiHochbergAdjust(std::span<const double> p) {
+std::vector<double> BenjaminiHochbergAdjust(std::span<const double> p, size_t family) {
   const size_t m = p.size();
+  const double multiplier = static_cast<double>(std::max(family, m));
   std::vector<size_t> order(m);
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t l, size_t r) { return p[l] < p[r]; });
   std::vector<double> adjusted(m);
   double running = 1.0;
   for (size_t i = m; i-- > 0;) {
-    running = std::min(running, std::min(1.0, static_cast<double>(m) / static_cast<double>(i + 1) * p[order[i]]));
+    running = std::min(running, std::min(1.0, multiplier / static_cast<double>(i + 1) * p[order[i]]));
     adjusted[order[i]] = running;
   }
   return adjusted;
+}
+
+size_t TaroneFamily(std::span<const double> smallest_p, double alpha) {
+  std::vector<double> sorted(smallest_p.begin(), smallest_p.end());
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t m = 1; m <= sorted.size(); ++m) {
+    // Tests that can reach alpha / m: the first `reachable` of the sorted ones.
+    const double level = alpha / static_cast<double>(m);
+    const size_t reachable = static_cast<size_t>(std::upper_bound(sorted.begin(), sorted.end(), level) - sorted.begin());
+    if (reachable <= m) return m;
+  }
+  return sorted.size();
 }
 
 }  // namespace hvprof::stats

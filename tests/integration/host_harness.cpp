@@ -18,7 +18,7 @@
 
 namespace hvprof::testing {
 
-Host::Host(const nlohmann::json& scenario) {
+Host::Host(const nlohmann::json& scenario, std::optional<uint64_t> seed) {
   run_dir_ = dir_.File("run");
   session_root_ = dir_.File("sessions");
   std::ofstream(dir_.File("scenario.json")) << scenario.dump();
@@ -30,9 +30,11 @@ Host::Host(const nlohmann::json& scenario) {
     const std::string hv = Binary("hvprof-hv");
     const std::string scenario_arg = "--scenario=" + dir_.File("scenario.json");
     const std::string run_arg = "--run-dir=" + run_dir_;
-    const char* args[] = {hv.c_str(), "--platform=sim", scenario_arg.c_str(), run_arg.c_str(), "--speed=max",
-                          nullptr};
-    ::execv(hv.c_str(), const_cast<char**>(args));
+    const std::string seed_arg = seed ? "--seed=" + std::to_string(*seed) : std::string();
+    std::vector<const char*> args = {hv.c_str(), "--platform=sim", scenario_arg.c_str(), run_arg.c_str(), "--speed=max"};
+    if (seed) args.push_back(seed_arg.c_str());
+    args.push_back(nullptr);
+    ::execv(hv.c_str(), const_cast<char**>(args.data()));
     ::_exit(127);
   }
   // Wait for dom0's socket.

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,8 @@ namespace hvprof::testing {
 
 class Host {
  public:
-  explicit Host(const nlohmann::json& scenario);
+  // `seed`: hvprof-hv --seed, the run's randomness (the workload stays the scenario's).
+  explicit Host(const nlohmann::json& scenario, std::optional<uint64_t> seed = {});
   ~Host();
 
   // hvprof with --run-dir and --session-dir of this host added (and `environment`).

@@ -184,3 +184,30 @@ TEST_CASE("keys on one side only and keys on neither", "[stats]") {
   CHECK_FALSE(comparison.keys[2].significant);
   CHECK(comparison.tested == 2);
 }
+
+TEST_CASE("Tarone's family leaves out rows that can never be significant", "[stats]") {
+  // 100 rows of 2 samples each (at best p = 0.5) and one of 8 samples all on one side: the
+  // family is 1, and that row keeps its p instead of being multiplied by 101.
+  CountedRun base{100000, {}, {}, {}}, next{100000, {}, {}, {}};
+  for (int i = 0; i < 100; ++i) {
+    base.counts.push_back(1);
+    next.counts.push_back(1);
+  }
+  base.counts.push_back(0);
+  next.counts.push_back(8);
+  const Comparison comparison = Compare({{base}}, {{next}}, 101, {});
+  CHECK(comparison.family == 1);
+  CHECK(comparison.untestable == 100);
+  // Fisher (expected counts of 4), 0 of 1e5 against 8 of 1e5: 2 * 2^-8.
+  CHECK(comparison.keys[100].test == TestKind::kFisher);
+  CHECK(comparison.keys[100].p == Approx(2 * std::pow(0.5, 8)).epsilon(1e-3));
+  CHECK(comparison.keys[100].p_adjusted == Approx(comparison.keys[100].p));
+  CHECK(comparison.keys[100].significant);
+  CHECK_FALSE(comparison.keys[0].in_family);
+  CHECK(comparison.keys[0].p_adjusted == 1.0);
+  // The smallest attainable p of m tests: at most m can reach alpha/m.
+  CHECK(TaroneFamily(std::vector<double>{0.5, 0.5, 0.5, 1e-9}, 0.05) == 1);
+  CHECK(TaroneFamily(std::vector<double>{0.01, 0.01, 0.01, 0.01}, 0.05) == 4);
+  CHECK(TaroneFamily(std::vector<double>{0.02, 0.02, 0.02}, 0.05) == 3);  // 3 tests at .0167: none reaches
+  CHECK(HolmAdjust(std::vector<double>{0.01}, 5)[0] == Approx(0.05));
+}

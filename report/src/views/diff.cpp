@@ -251,7 +251,7 @@ Result<Diff> BuildDiff(const std::vector<DiffRun>& base, const std::vector<DiffR
   if (slices_as_runs) {
     diff.notes.push_back(fmt::format(
         "test: Mann-Whitney U over {} time slices of each session as pseudo-repeats, {} over {} rows, at {}%", options.slices,
-        correction, diff.summary.tested, 100 * options.compare.alpha));
+        correction, diff.summary.family, 100 * options.compare.alpha));
     diff.notes.push_back(
         "caveat: slices of one session are not independent runs: they share the machine's state, the build and "
         "whatever else differed between the two sessions; repeat the runs (hvprof run --repeat=N) for a verdict on the "
@@ -259,7 +259,7 @@ Result<Diff> BuildDiff(const std::vector<DiffRun>& base, const std::vector<DiffR
   } else if (rank) {
     diff.notes.push_back(fmt::format("test: Mann-Whitney U over the runs' shares ({} against {} runs), {} over {} rows, "
                                      "at {}%; interval: Welch's, of the mean shares",
-                                     base.size(), next.size(), correction, diff.summary.tested,
+                                     base.size(), next.size(), correction, diff.summary.family,
                                      100 * options.compare.alpha));
   } else {
     diff.notes.push_back(fmt::format(
@@ -269,17 +269,23 @@ Result<Diff> BuildDiff(const std::vector<DiffRun>& base, const std::vector<DiffR
                                        options.stacks ? "stack's sampled function" : "row", diff.slices)
                          : std::string("samples taken as independent (no slices: this overstates significance when "
                                        "samples come in bursts)"),
-        correction, diff.summary.tested, 100 * options.compare.alpha));
+        correction, diff.summary.family, 100 * options.compare.alpha));
     if (base.size() != next.size()) {
       diff.notes.push_back("one side has one session: their samples were pooled; give several sessions on both sides "
                            "for the rank test across runs");
     }
   }
+  if (diff.summary.untestable != 0) {
+    diff.notes.push_back(fmt::format(
+        "{} rows have too few samples to be significant however they split between the sides; they are left out of the "
+        "correction (Tarone's method), which keeps its power for the rest",
+        diff.summary.untestable));
+  }
   if (rank && !diff.summary.can_reach_significance) {
     diff.notes.push_back(fmt::format(
         "with this few runs nothing can be significant: the smallest p the rank test can give is {:.3g}, and {} rows "
         "are tested; add runs, or raise -t to test fewer rows",
-        diff.summary.smallest_possible_p, diff.summary.tested));
+        diff.summary.smallest_possible_p, diff.summary.family));
   }
   for (const auto* side : {&base, &next}) {
     for (const DiffRun& run : *side) {

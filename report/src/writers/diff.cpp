@@ -120,6 +120,8 @@ std::string FormatDiffJson(const Diff& diff, double verdict_points) {
   out["alpha"] = diff.compare.alpha;
   out["slices"] = diff.slices;
   out["rows_tested"] = diff.summary.tested;
+  out["rows_in_correction"] = diff.summary.family;
+  out["rows_too_small"] = diff.summary.untestable;
   out["notes"] = diff.notes;
   out["warnings"] = diff.warnings;
   Json rows = Json::array();
@@ -143,6 +145,7 @@ std::string FormatDiffJson(const Diff& diff, double verdict_points) {
     item["p"] = row.c.p;
     item["p_adjusted"] = row.c.p_adjusted;
     item["significant"] = row.c.significant;
+    item["in_correction"] = row.c.in_family;
     item["test"] = stats::TestName(row.c.test);
     item["dispersion"] = row.c.dispersion;
     rows.push_back(std::move(item));

@@ -35,9 +35,9 @@ struct LoadOptions {
 
 Result<Profile> LoadProfile(const std::string& directory, const LoadOptions& options);
 
-// `profile` cut into `slices` parts of equal sample counts, in the order its raw samples were
-// stored (which follows time to within an agent's drain interval): copies of the profile whose
-// entries count only their part's samples, without stacks. The diff measures from them how much
+// `profile` cut into `slices` equal spans of time, from its first sample to its last (by the
+// platform's clock each sample carries): copies of the profile whose entries count only their
+// span's samples, without stacks. The diff measures from them how much
 // more a symbol's share varies within a session than independent samples would make it, and
 // takes them as pseudo-repeats with --slices.
 Result<std::vector<Profile>> SliceProfile(const Profile& profile, uint32_t slices);

@@ -71,6 +71,10 @@ struct KeyComparison {
   double p = 1;            // the test's own p
   double p_adjusted = 1;   // after the correction
   double dispersion = 1;   // the variance factor used (1 when none was measured)
+  // The smallest p the test could give with this row's samples (however they split between
+  // the sides): rows that could never be significant are left out of the correction (Tarone).
+  double smallest_p = 0;
+  bool in_family = false;  // counted in the correction
   bool significant = false;
   TestKind test = TestKind::kNone;
   uint64_t base_count = 0;  // summed over runs
@@ -80,7 +84,9 @@ struct KeyComparison {
 struct Comparison {
   std::vector<KeyComparison> keys;
   TestKind verdict_test = TestKind::kNone;  // what decided most rows (the rank test or the count test)
-  size_t tested = 0;                        // keys in the correction's family
+  size_t tested = 0;                        // keys with samples on either side
+  size_t family = 0;                        // the m the correction divides by (Tarone's)
+  size_t untestable = 0;                    // keys too small to ever be significant: left out
   // With a rank test: the smallest p its sample sizes can give, and whether any key could be
   // significant at all after the correction (too few runs cannot show anything).
   double smallest_possible_p = 0;

@@ -53,8 +53,15 @@ double MannWhitneySmallestP(size_t n, size_t m);
 Interval WelchDifference(std::span<const double> x, std::span<const double> y, double alpha);
 
 // Adjusted p-values, in the order given: Holm's step-down (controls the family-wise error) and
-// Benjamini-Hochberg's step-up (controls the false discovery rate).
-std::vector<double> HolmAdjust(std::span<const double> p);
-std::vector<double> BenjaminiHochbergAdjust(std::span<const double> p);
+// Benjamini-Hochberg's step-up (controls the false discovery rate). `family`: the number of
+// tests to correct for when larger than p.size() (Tarone's, below); 0 for p.size().
+std::vector<double> HolmAdjust(std::span<const double> p, size_t family = 0);
+std::vector<double> BenjaminiHochbergAdjust(std::span<const double> p, size_t family = 0);
+
+// Tarone's family for discrete tests: given each test's smallest attainable p (a row with 3
+// samples can never reach p = 1e-6), the smallest m such that at most m tests can reach alpha/m.
+// Tests that cannot reach alpha/m are left out of the correction: they could never be
+// significant, and counting them would only weaken the others. Returns m (0 when none can).
+size_t TaroneFamily(std::span<const double> smallest_p, double alpha);
 
 }  // namespace hvprof::stats

@@ -1,0 +1,251 @@
+// hvprof-report --diff end to end: sessions of the simulated host made by the real programs,
+// diffed by the real hvprof-report, checked against the simulator's ground truth.
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "host_harness.h"
+#include "sim_harness.h"
+#include "skip.h"
+
+using hvprof::testing::CommandResult;
+using hvprof::testing::Host;
+using hvprof::testing::TestScenario;
+using Json = nlohmann::json;
+
+namespace {
+
+// The tests' scenario, or with guest1 spending more of its hypervisor time in do_mmu_update
+// (weight 12 of 15 instead of 3 of 6, and 18% of its time in the hypervisor instead of 15%).
+Json Scenario(bool changed) {
+  Json json = TestScenario("intel-arch-v4", 7);
+  if (changed) {
+    json["domains"][1]["workload"]["hypervisor"]["functions"][0]["weight"] = 12;
+    json["domains"][1]["workload"]["hypervisor"]["share"] = 18;
+    json["domains"][1]["workload"]["user"]["share"] = 47;
+  }
+  return json;
+}
+
+// One profile of `ms` simulated milliseconds, kept as `name`; returns its directory, and the
+// ground truth of the profiled time in `truth`.
+std::string Profile(Host& host, const std::string& name, int ms = 150, const std::string& callgraph = "0",
+                    Json* truth = nullptr) {
+  REQUIRE(host.Hvprof({"--start-daemon", "--passive-domains=guest1,guest2,guest3", "--callgraph=" + callgraph,
+                       "--event=CPU_CLK_UNHALTED:60000"})
+              .status == 0);
+  (void)host.GroundTruth(true);
+  REQUIRE(host.Hvprof({"--start"}).status == 0);
+  REQUIRE(host.Hvprof({"--run-sim=" + std::to_string(ms) + "ms"}).status == 0);
+  if (truth != nullptr) *truth = host.GroundTruth(false);
+  REQUIRE(host.Hvprof({"--stop"}).status == 0);
+  REQUIRE(host.Hvprof({"--save=" + name}).status == 0);
+  REQUIRE(host.Hvprof({"--shutdown"}).status == 0);
+  return host.session_root() + "/samples/" + name;
+}
+
+// guest1's do_mmu_update: its share of counter 0's overflows in the ground truth.
+double TruthShare(const Json& truth) {
+  // The one counter that counted (the event's logical counter).
+  std::vector<double> per_counter;
+  for (const Json& row : truth["rows"]) {
+    per_counter.resize(std::max(per_counter.size(), row["overflows"].size()));
+    for (size_t i = 0; i < row["overflows"].size(); ++i) per_counter[i] += row["overflows"][i].get<double>();
+  }
+  REQUIRE(!per_counter.empty());
+  const size_t counter = std::max_element(per_counter.begin(), per_counter.end()) - per_counter.begin();
+  double total = 0, function = 0;
+  for (const Json& row : truth["rows"]) {
+    const double overflows = row["overflows"][counter].get<double>();
+    total += overflows;
+    if (row["domain"] == 1 && row["mode"] == "hypervisor" && row["function"] == "do_mmu_update") function += overflows;
+  }
+  return function / total;
+}
+
+const Json* FindRow(const Json& diff, const std::string& domain_part, const std::string& image_part,
+                    const std::string& symbol) {
+  for (const Json& row : diff["rows"]) {
+    if (row.value("symbol", "") == symbol && row.value("domain", "").find(domain_part) != std::string::npos &&
+        row.value("image", "").find(image_part) != std::string::npos) {
+      return &row;
+    }
+  }
+  return nullptr;
+}
+
+int Significant(const Json& diff) {
+  int count = 0;
+  for (const Json& row : diff["rows"]) count += row["significant"].get<bool>();
+  return count;
+}
+
+}  // namespace
+
+TEST_CASE("diff: two seeds of one scenario flag nothing; a 2-point move is flagged and measured", "[diff]") {
+  Host first(Scenario(false), 11);
+  Host second(Scenario(false), 12);
+  Host changed(Scenario(true), 13);
+  Json truth_a, truth_c;
+  const std::string a = Profile(first, "a", 150, "0", &truth_a);
+  const std::string b = Profile(second, "b");
+  const std::string c = Profile(changed, "c", 150, "0", &truth_c);
+
+  // The null pair.
+  CommandResult null_diff = first.Report({"--diff", a, b, "-l", "--by-domain", "--format=json"});
+  REQUIRE(null_diff.status == 0);
+  const Json nothing = Json::parse(null_diff.out);
+  CHECK(nothing["schema"] == "hvprof-diff");
+  CHECK(nothing["rows_tested"].get<int>() > 50);
+  CHECK(Significant(nothing) == 0);
+  CHECK(nothing["test"].get<std::string>().find("dispersion") != std::string::npos);
+
+  // The changed workload: guest1's do_mmu_update grew by about 2 points of all samples.
+  CommandResult moved = first.Report({"--diff", a, c, "-l", "--by-domain", "--format=json"});
+  REQUIRE(moved.status == 0);
+  const Json diff = Json::parse(moved.out);
+  const Json* row = FindRow(diff, "guest1", "xen", "do_mmu_update");
+  REQUIRE(row != nullptr);
+  INFO(row->dump());
+  CHECK((*row)["significant"].get<bool>());
+  // Every overflow is a sample here (nothing was lost), so each side's share is the truth's.
+  CHECK((*row)["base_percent"].get<double>() == Approx(100 * TruthShare(truth_a)).epsilon(1e-6));
+  CHECK((*row)["new_percent"].get<double>() == Approx(100 * TruthShare(truth_c)).epsilon(1e-6));
+  const double truth_points = 100 * (TruthShare(truth_c) - TruthShare(truth_a));
+  CHECK(truth_points > 1.5);
+  CHECK((*row)["change_points"].get<double>() == Approx(truth_points).epsilon(1e-6));
+  CHECK((*row)["interval_points"][0].get<double>() > 0);
+  CHECK((*row)["p_adjusted"].get<double>() < 0.05);
+
+  // Text: significant rows marked, the largest change first; the gate fails on it.
+  CommandResult text = first.Report({"--diff", a, c, "-l", "--by-domain"});
+  REQUIRE(text.status == 0);
+  CHECK(text.out.find("Holm") != std::string::npos);
+  const size_t first_row = text.out.find("\n*");
+  REQUIRE(first_row != std::string::npos);
+  CHECK(text.out.substr(first_row, text.out.find('\n', first_row + 1) - first_row).find("do_mmu_update") !=
+        std::string::npos);
+  CommandResult gate = first.Report({"--diff", a, c, "-l", "--by-domain", "--fail-on-regression=1"});
+  CHECK(gate.status == 5);
+  CHECK(gate.err.find("do_mmu_update") != std::string::npos);
+  CHECK(first.Report({"--diff", a, b, "-l", "--fail-on-regression"}).status == 0);
+  // The reverse diff sees the same row shrink, and a gate on growth passes.
+  CHECK(first.Report({"--diff", c, a, "-l", "--by-domain", "--fail-on-regression=1"}).status == 0);
+
+  // Benjamini-Hochberg finds at least what Holm finds.
+  const Json fdr = Json::parse(first.Report({"--diff", a, c, "-l", "--by-domain", "--fdr", "--format=json"}).out);
+  CHECK(fdr["correction"] == "benjamini-hochberg");
+  CHECK(Significant(fdr) >= Significant(diff));
+
+  // Pseudo-repeats: the rank test over slices, with its caveat.
+  CommandResult sliced = first.Report({"--diff", a, c, "-l", "--by-domain", "--slices=8"});
+  REQUIRE(sliced.status == 0);
+  CHECK(sliced.out.find("Mann-Whitney") != std::string::npos);
+  CHECK(sliced.out.find("caveat") != std::string::npos);
+}
+
+TEST_CASE("diff: several runs a side are compared by rank, spelled as OProfile does", "[diff]") {
+  std::vector<std::unique_ptr<Host>> hosts;
+  std::vector<std::string> base, next;
+  for (int i = 0; i < 6; ++i) {
+    hosts.push_back(std::make_unique<Host>(Scenario(i >= 3), 100 + i));
+    (i >= 3 ? next : base).push_back(Profile(*hosts.back(), "run", 60));
+  }
+  std::vector<std::string> args = {"{"};
+  args.insert(args.end(), base.begin(), base.end());
+  args.insert(args.end(), {"}", "{"});
+  args.insert(args.end(), next.begin(), next.end());
+  args.insert(args.end(), {"}", "-l", "--by-domain", "--format=json"});
+  CommandResult braces = hosts[0]->Report(args);
+  REQUIRE(braces.status == 0);
+  const Json diff = Json::parse(braces.out);
+  CHECK(diff["test"] == "Mann-Whitney U");
+  CHECK(diff["base"]["sessions"].size() == 3);
+  // Three runs a side cannot reach significance after the correction, and it says so.
+  CHECK(Significant(diff) == 0);
+  bool warned = false;
+  for (const Json& note : diff["notes"]) warned |= note.get<std::string>().find("nothing can be significant") != std::string::npos;
+  CHECK(warned);
+  const Json* row = FindRow(diff, "guest1", "xen", "do_mmu_update");
+  REQUIRE(row != nullptr);
+  // Every run of the new side has the larger share: the rank test's best p for 3 and 3.
+  CHECK((*row)["p"].get<double>() == Approx(0.1));
+  CHECK((*row)["change_points"].get<double>() > 1.5);
+  // The same with --diff and comma-separated sets.
+  std::string base_set = base[0] + "," + base[1] + "," + base[2];
+  std::string next_set = next[0] + "," + next[1] + "," + next[2];
+  const Json commas = Json::parse(hosts[0]->Report({"--diff", base_set, next_set, "-l", "--by-domain", "--format=json"}).out);
+  CHECK(commas["rows"] == diff["rows"]);
+}
+
+TEST_CASE("diff: stacks as differential folded input and as a coloured flame graph", "[diff]") {
+  Host first(Scenario(false), 21);
+  Host changed(Scenario(true), 22);
+  const std::string a = Profile(first, "a", 100, "16");
+  const std::string c = Profile(changed, "c", 100, "16");
+  CommandResult folded = first.Report({"--diff", a, c, "--format=folded"});
+  REQUIRE(folded.status == 0);
+  // "stack BASE NEW" per line; the counts add up to each side's samples of the stacks view.
+  uint64_t base_sum = 0, new_sum = 0;
+  bool found = false;
+  std::istringstream lines(folded.out);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t second = line.rfind(' ');
+    const size_t first_space = line.rfind(' ', second - 1);
+    REQUIRE(first_space != std::string::npos);
+    base_sum += std::stoull(line.substr(first_space + 1, second - first_space - 1));
+    new_sum += std::stoull(line.substr(second + 1));
+    found |= line.rfind("1 (guest1)", 0) == 0 && line.find(";do_mmu_update ") != std::string::npos;
+  }
+  CHECK(found);
+  const Json stacks = Json::parse(first.Report({"--diff", a, c, "--format=json", "-c"}).out);
+  CHECK(stacks["view"] == "stack");
+  CHECK(stacks["base"]["samples"].get<uint64_t>() == base_sum);
+  CHECK(stacks["new"]["samples"].get<uint64_t>() == new_sum);
+  bool flagged = false;
+  for (const Json& row : stacks["rows"]) {
+    const auto& frames = row["stack"];
+    if (frames.back() == "do_mmu_update" && frames.front().get<std::string>().find("guest1") != std::string::npos &&
+        row["significant"].get<bool>() && row["change_points"].get<double>() > 0) {
+      flagged = true;
+    }
+  }
+  INFO(folded.out);
+  for (const Json& row : stacks["rows"]) {
+    if (row["stack"].back() == "do_mmu_update") UNSCOPED_INFO(row.dump());
+  }
+  CHECK(flagged);
+  const std::string page = first.session_root() + "/diff.html";
+  REQUIRE(first.Report({"--diff", a, c, "--format=html", "-o", page}).status == 0);
+  std::ifstream in(page);
+  const std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(html.find("\"base_counts\"") != std::string::npos);
+  CHECK(html.find("hvprof diff:") != std::string::npos);
+}
+
+TEST_CASE("diff: what cannot be compared is refused with the reason", "[diff]") {
+  Host host(Scenario(false), 31);
+  const std::string a = Profile(host, "a", 40);
+  CommandResult one = host.Report({"--diff", a});
+  CHECK(one.status == 2);
+  CHECK(one.err.find("two sides") != std::string::npos);
+  CommandResult details = host.Report({"--diff", a, a, "-d"});
+  CHECK(details.status == 2);
+  CommandResult braces = host.Report({"{", a, "}", "{", a});
+  CHECK(braces.status == 2);
+  CHECK(braces.err.find("closed") != std::string::npos);
+  CommandResult missing = host.Report({"--diff", a, host.session_root() + "/samples/nothing-here"});
+  CHECK(missing.status == 1);
+  CHECK(missing.err.find("new side") != std::string::npos);
+  CommandResult event = host.Report({"--diff", a, a, "--event=BR_INST_RETIRED"});
+  CHECK(event.status == 2);
+  CHECK(host.Report({"--fdr"}).status == 2);
+  // A session against itself: every row the same, nothing significant, every ratio 1.
+  const Json same = Json::parse(host.Report({"--diff", a, a, "-l", "--format=json"}).out);
+  CHECK(Significant(same) == 0);
+  for (const Json& row : same["rows"]) CHECK(row["change_points"].get<double>() == 0);
+}
