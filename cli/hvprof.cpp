@@ -22,7 +22,8 @@ using hvprof::control::Outcome;
 namespace {
 
 constexpr const char* kUsage = R"(Usage: hvprof ACTION [options]
-       hvprof run [setup options] [--duration=T] [--repeat=N] [--json=FILE] -- [CMD ...]
+       hvprof run [setup options] [--duration=T] [--repeat=N] [--json=FILE]
+                  [--baseline=SESSION [--fail-on-regression[=POINTS]]] -- [CMD ...]
 
 System-wide profiling of a virtualized host: the hypervisor, dom0 and every guest.
 One action per call; every action is safe to repeat. The Xenoprof workflow:
@@ -41,6 +42,9 @@ One action per call; every action is safe to repeat. The Xenoprof workflow:
 `hvprof run` does all of that for one workload, saves the session and prints the report;
 its exit status is CMD's. On a simulated machine it runs the machine for --duration. On this
 host (as root): `hvprof run --platform=linux --session-dir=DIR -- CMD ARGS...`.
+As a gate in benchmark scripts: `hvprof run --repeat=5 --baseline=before --fail-on-regression=1
+-- CMD` diffs the runs against the saved session `before` (hvprof-report --diff) and exits 5
+when a symbol's share grew significantly by 1 point or more (CMD's own failure wins).
 
 On a host without our hypervisor, run hvprof-hv first (hvprof-hv --help).
 
@@ -141,6 +145,12 @@ int main(int argc, char** argv) {
                                                            "(hvprof-hv --help), for the hvprof-hv `hvprof run` starts")
         ("repeat", po::value(&run_options.repeat)->default_value(1), "profile the workload N times and report the spread of each symbol's share")
         ("json", po::value(&run_options.json_path), "write a JSON summary here (samples, losses, top symbols, wall time, exit status)")
+        ("baseline", po::value(&run_options.baseline),
+         "run: afterwards, diff the runs against this session (a saved name, a directory or archive:FILE), symbol by "
+         "symbol with the tests of hvprof-report --diff, and print the significant changes (also in --json)")
+        ("fail-on-regression", po::value(&run_options.fail_points)->implicit_value(0.0),
+         "run, with --baseline: exit 5 when a symbol's share grew significantly by at least POINTS percentage points "
+         "(default: any significant growth); the rows that did are printed")
         ("top", po::value(&run_options.top)->default_value(20), "symbols in the summaries")
         ("push", po::value(&run_options.push_url),
          "at the end, send each run's stacks to the Grafana Pyroscope server at this base URL (e.g. "
@@ -217,6 +227,10 @@ int main(int argc, char** argv) {
         std::cerr << "hvprof run: --repeat must be at least 1\n";
         return 2;
       }
+      if (values.count("fail-on-regression") != 0 && run_options.baseline.empty()) {
+        std::cerr << "hvprof run: --fail-on-regression compares against --baseline=SESSION: name one\n";
+        return 2;
+      }
       run_options.setup = setup;
       run_options.command = command;
       run_options.hvprofd_path = ExecutableDir() + "/hvprofd";
@@ -231,6 +245,12 @@ int main(int argc, char** argv) {
         std::cerr << "hvprof run: warning: " << hvprof::EscapeForTerminal(warning) << "\n";
       }
       return outcome.value().exit_code;
+    }
+    for (const char* run_only : {"baseline", "fail-on-regression"}) {
+      if (values.count(run_only) != 0) {
+        std::cerr << "hvprof: --" << run_only << " goes with `hvprof run`\n";
+        return 2;
+      }
     }
     std::vector<std::string> chosen;
     for (const char* action : {"start-daemon", "start", "stop", "dump", "shutdown", "reset", "save",

@@ -19,7 +19,9 @@
 #include "hvprof/base/files.h"
 #include "hvprof/hv/protocol.h"
 #include "hvprof/push/profile.h"
+#include "hvprof/report/compare.h"
 #include "hvprof/report/writers/csv.h"
+#include "hvprof/report/writers/diff.h"
 #include "hvprof/report/writers/json.h"
 #include "hvprof/report/writers/text.h"
 #include "hvprof/report/load.h"
@@ -333,6 +335,40 @@ Result<Outcome> RunProfile(const RunOptions& options) {
                               run.summary["push"]["series"].get<size_t>(), run.summary["push"]["bytes"].get<uint64_t>());
     }
   }
+  // --baseline: the runs against it, symbol by symbol.
+  int exit_code = runs.back().exit_status;
+  std::string baseline_text;
+  Json baseline_json;
+  if (!options.baseline.empty()) {
+    report::DiffRequest request;
+    request.base = {options.baseline};
+    for (const RunResult& run : runs) request.next.push_back(run.session);
+    request.session_root = paths.root;
+    request.table.view = report::View::kSymbol;
+    auto compared = report::DiffSessions(request);
+    if (!compared) {
+      warnings.push_back(fmt::format("--baseline: {}; the runs are saved, compare them later with hvprof-report --diff",
+                                     compared.error().message()));
+      if (options.fail_points >= 0 && exit_code == 0) exit_code = 1;
+    } else {
+      report::Diff shown = compared.value().diff;
+      std::erase_if(shown.rows, [](const report::DiffRow& row) { return !row.c.significant; });
+      baseline_text = fmt::format("\nAgainst the baseline {}: {}", EscapeForTerminal(options.baseline),
+                                  shown.rows.empty() ? std::string("no significant change\n")
+                                                     : "\n" + report::FormatDiffText(shown, false));
+      baseline_json = Json::parse(report::FormatDiffJson(compared.value().diff, options.fail_points));
+      if (options.fail_points >= 0) {
+        const auto regressions = report::Regressions(compared.value().diff, options.fail_points);
+        for (const report::DiffRow* row : regressions) {
+          warnings.push_back(fmt::format("regression against the baseline: {:+.2f} points ({:.2f}% -> {:.2f}%, p adj "
+                                         "{:.2g})  {}",
+                                         100 * row->c.delta, 100 * row->c.base_share, 100 * row->c.new_share,
+                                         row->c.p_adjusted, report::DiffRowName(*row)));
+        }
+        if (!regressions.empty() && exit_code == 0) exit_code = kRegressionExit;
+      }
+    }
+  }
   if (!options.json_path.empty()) {
     Json out{{"schema", "hvprof-run"}, {"version", 1}, {"command", options.command}};
     Json list = Json::array();
@@ -344,11 +380,13 @@ Result<Outcome> RunProfile(const RunOptions& options) {
     }
     out["runs"] = list;
     if (!across.empty()) out["across_runs"] = across;
+    if (!baseline_json.is_null()) out["baseline"] = baseline_json;
     // Symbol names come from profiled code: bytes that are not UTF-8 become U+FFFD.
     HVPROF_TRYV(WriteOutput(options.json_path, out.dump(1, ' ', false, Json::error_handler_t::replace) + "\n"));
   }
-  return Outcome{report_text + spread_text + fmt::format("session saved in {}", runs.back().session) + push_text,
-                 runs.back().exit_status, warnings};
+  return Outcome{report_text + spread_text + baseline_text +
+                     fmt::format("session saved in {}", runs.back().session) + push_text,
+                 exit_code, warnings};
 }
 
 }  // namespace hvprof::control

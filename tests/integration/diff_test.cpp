@@ -11,6 +11,7 @@
 #include "host_harness.h"
 #include "sim_harness.h"
 #include "skip.h"
+#include "temp_dir.h"
 
 using hvprof::testing::CommandResult;
 using hvprof::testing::Host;
@@ -248,4 +249,42 @@ TEST_CASE("diff: what cannot be compared is refused with the reason", "[diff]") 
   const Json same = Json::parse(host.Report({"--diff", a, a, "-l", "--format=json"}).out);
   CHECK(Significant(same) == 0);
   for (const Json& row : same["rows"]) CHECK(row["change_points"].get<double>() == 0);
+}
+
+TEST_CASE("hvprof run --baseline gates a benchmark on significant regressions", "[diff][run]") {
+  Host before(Scenario(false), 41);
+  const std::string baseline = Profile(before, "before");
+  hvprof::testing::TempDir dir;
+  auto run = [&](Host& host, const std::string& json) {
+    return host.Hvprof({"run", "--passive-domains=guest1,guest2,guest3", "--event=CPU_CLK_UNHALTED:60000",
+                        "--duration=150ms", "--baseline=" + baseline, "--fail-on-regression=1", "--json=" + json});
+  };
+  // The same workload on another seed passes, and says it found nothing.
+  Host same(Scenario(false), 42);
+  CommandResult passed = run(same, dir.File("same.json"));
+  INFO(passed.out << passed.err);
+  CHECK(passed.status == 0);
+  CHECK(passed.out.find("Against the baseline") != std::string::npos);
+  std::ifstream same_file(dir.File("same.json"));
+  const Json same_summary = Json::parse(same_file);
+  CHECK(same_summary["baseline"]["verdict"]["passed"] == true);
+  // The changed workload fails the gate with the rows that did it.
+  Host changed(Scenario(true), 43);
+  CommandResult failed = run(changed, dir.File("changed.json"));
+  INFO(failed.out << failed.err);
+  CHECK(failed.status == 5);
+  CHECK(failed.err.find("regression against the baseline") != std::string::npos);
+  CHECK(failed.err.find("do_mmu_update") != std::string::npos);
+  std::ifstream changed_file(dir.File("changed.json"));
+  const Json changed_summary = Json::parse(changed_file);
+  CHECK(changed_summary["baseline"]["verdict"]["passed"] == false);
+  CHECK(changed_summary["baseline"]["verdict"]["regressions"].get<int>() >= 1);
+  // A gate needs a baseline; a baseline that is not there is a warning, and fails the gate.
+  CHECK(changed.Hvprof({"run", "--duration=20ms", "--fail-on-regression"}).status == 2);
+  CommandResult nowhere = changed.Hvprof({"run", "--event=CPU_CLK_UNHALTED:60000", "--duration=20ms",
+                                          "--baseline=/nonexistent/session", "--fail-on-regression"});
+  INFO(nowhere.err);
+  CHECK(nowhere.status == 1);
+  CHECK(nowhere.err.find("--baseline") != std::string::npos);
+  CHECK(changed.Hvprof({"--stop", "--baseline=x"}).status == 2);
 }

@@ -27,7 +27,16 @@ struct RunOptions {
   std::string push_url;
   std::string push_app = "hvprof";
   std::string push_tenant;
+  // --baseline: after the runs, diff them (symbol by symbol) against this session (a name, a
+  // path or archive:FILE), print the significant changes and put the diff in the summary.
+  std::string baseline;
+  // --fail-on-regression: with a baseline, a significant growth of at least this many points
+  // makes the exit status kRegressionExit (negative: no gate).
+  double fail_points = -1;
 };
+
+// The exit status of `hvprof run --fail-on-regression` when the gate fails and CMD succeeded.
+inline constexpr int kRegressionExit = 5;
 
 // Runs the whole sequence and prints the report of (the last) run. Outcome::exit_code is the
 // command's exit status (0 without a command). Whatever happens, hvprofd is shut down.
