@@ -1,13 +1,16 @@
 // hvprof-report --diff end to end: sessions of the simulated host made by the real programs,
 // diffed by the real hvprof-report, checked against the simulator's ground truth.
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <regex>
 #include <fstream>
 #include <sstream>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "browser_support.h"
 #include "host_harness.h"
 #include "sim_harness.h"
 #include "skip.h"
@@ -287,4 +290,45 @@ TEST_CASE("hvprof run --baseline gates a benchmark on significant regressions", 
   CHECK(nowhere.status == 1);
   CHECK(nowhere.err.find("--baseline") != std::string::npos);
   CHECK(changed.Hvprof({"--stop", "--baseline=x"}).status == 2);
+}
+
+TEST_CASE("diff: the differential flame graph opens offline in Chromium, grown frames red and shrunk blue",
+          "[diff][browser]") {
+  const std::string chromium = hvprof::testing::Chromium();
+  if (chromium.empty() && hvprof::testing::SkipTest("needs Chromium (Debian package chromium) to open the page")) {
+    return;
+  }
+  Host first(Scenario(false), 51);
+  Host changed(Scenario(true), 52);
+  const std::string a = Profile(first, "a", 100, "16");
+  const std::string c = Profile(changed, "c", 100, "16");
+  const std::string file = first.session_root() + "/../diff.html";
+  REQUIRE(first.Report({"--diff", a, c, "--format=html", "-o", file}).status == 0);
+  const hvprof::testing::Page page = hvprof::testing::Open(chromium, file, "");
+  hvprof::testing::CheckClean(page);
+  CHECK(page.dom.find("data-diff=\"true\"") != std::string::npos);
+  // rgb(R, G, B) of a frame's background.
+  auto rgb = [](const std::string& background) {
+    std::smatch match;
+    REQUIRE(std::regex_search(background, match, std::regex(R"(rgb\((\d+), (\d+), (\d+)\))")));
+    return std::array<int, 3>{std::stoi(match[1]), std::stoi(match[2]), std::stoi(match[3])};
+  };
+  bool grew = false, shrank = false;
+  bool in_guest1 = false;
+  for (const hvprof::testing::Frame& frame : hvprof::testing::Frames(page.dom)) {
+    if (frame.depth == 1) in_guest1 = frame.name == "1 (guest1)";
+    if (!in_guest1 || frame.depth != 3) continue;
+    const auto colour = rgb(frame.background);
+    INFO(frame.name << " " << frame.background);
+    if (frame.name == "do_mmu_update") {
+      CHECK(colour[0] > colour[2] + 60);  // strongly red: the largest growth
+      grew = true;
+    }
+    if (frame.name == "pv_hypercall") {
+      CHECK(colour[2] > colour[0]);  // blue: its share shrank
+      shrank = true;
+    }
+  }
+  CHECK(grew);
+  CHECK(shrank);
 }
