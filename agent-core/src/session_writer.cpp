@@ -298,7 +298,9 @@ Result<void> SessionWriter::Dump() {
   store::ReadSummary summary;
   auto aggregate = store::AggregateSamplesFile(directory_ + "/" + store::kSamplesFile, &summary,
                                                id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt,
-                                               store::StackDetail::kStacksByThread);
+                                               store::StackDetail::kStacksByThread,
+                                               {store::kAggregateTimeSlices, metadata_.first_sample_ns,
+                                                metadata_.last_sample_ns});
   Result<void> cached = aggregate ? store::WriteAggregate(aggregate_path, aggregate.value())
                                   : Result<void>(aggregate.error());
   if (!cached) {

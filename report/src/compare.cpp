@@ -1,6 +1,10 @@
 #include "hvprof/report/compare.h"
 
 #include <algorithm>
+#include <atomic>
+#include <future>
+#include <optional>
+#include <thread>
 
 namespace hvprof::report {
 
@@ -42,29 +46,50 @@ Result<LoadedDiff> DiffSessions(const DiffRequest& request) {
   }
   LoadedDiff out;
   const size_t count = request.base.size() + request.next.size();
+  auto argument_of = [&](size_t i) -> const std::string& {
+    return i < request.base.size() ? request.base[i] : request.next[i - request.base.size()];
+  };
+  for (size_t i = 0; i < count; ++i) {
+    HVPROF_TRY(source, OpenSessionSource(argument_of(i), request.session_root));
+    out.sources.push_back(std::move(source));
+  }
+  // The sessions load side by side, as many at once as there are CPUs: each load is its own
+  // (its symbolizer, its files), and a diff costs about one report instead of two.
+  std::vector<std::optional<Result<Profile>>> loaded(count);
+  const size_t workers = std::max<size_t>(1, std::min<size_t>(count, std::thread::hardware_concurrency()));
+  std::atomic<size_t> next_index{0};
+  auto work = [&] {
+    for (size_t i = next_index++; i < count; i = next_index++) {
+      LoadOptions load = request.load;
+      load.build_id_roots = out.sources[i].build_id_roots;
+      loaded[i] = LoadProfile(out.sources[i].directory, load);
+    }
+  };
+  {
+    std::vector<std::future<void>> running;
+    for (size_t w = 1; w < workers; ++w) running.push_back(std::async(std::launch::async, work));
+    work();
+    for (std::future<void>& done : running) done.get();
+  }
   out.profiles.reserve(count);
   std::vector<DiffRun> base, next;
   for (size_t i = 0; i < count; ++i) {
     const bool is_base = i < request.base.size();
-    const std::string& argument = is_base ? request.base[i] : request.next[i - request.base.size()];
-    HVPROF_TRY(source, OpenSessionSource(argument, request.session_root));
-    LoadOptions load = request.load;
-    load.build_id_roots = source.build_id_roots;
-    auto profile = LoadProfile(source.directory, load);
+    const std::string& argument = argument_of(i);
+    Result<Profile>& profile = *loaded[i];
     if (!profile) {
       return MakeError(profile.error().kind(), "{} ({} side): {}", argument, is_base ? "base" : "new",
                        profile.error().message());
     }
-    out.sources.push_back(std::move(source));
     out.profiles.push_back(std::move(profile).value());
-    const Profile& loaded = out.profiles.back();
+    const Profile& session = out.profiles.back();
     DiffRun run;
-    run.profile = &loaded;
+    run.profile = &session;
     run.label = argument.empty() ? std::string("current") : argument;
     run.table = request.table;
-    HVPROF_TRYV(ResolveNamedFilters(loaded, request.domains, request.events, &run.table));
+    HVPROF_TRYV(ResolveNamedFilters(session, request.domains, request.events, &run.table));
     if (request.diff.stacks) {
-      HVPROF_TRY(events, SelectStackEvents(loaded, run.table.events, run.table.merge_unit_masks, run.table.merge_all));
+      HVPROF_TRY(events, SelectStackEvents(session, run.table.events, run.table.merge_unit_masks, run.table.merge_all));
       run.stacks.events = std::move(events);
       run.stacks.domains = run.table.domains;
       run.stacks.modes = run.table.modes;

@@ -84,7 +84,7 @@ class ProfileBuilder {
 
   // LoadProfile: reads the session and builds its Profile.
   static Result<Profile> Load(const std::string& directory, const LoadOptions& options);
-  static Result<std::vector<Profile>> Slice(const Profile& profile, uint32_t slices);
+  static Result<std::vector<uint32_t>> Slice(const Profile& profile, uint32_t slices);
   // With --all-domains: the guests' published profiles, checked; their hypervisor samples are
   // added to `aggregate`, for dom0 to resolve.
   // `total` is the session's own samples, checked not to wrap.
@@ -738,79 +738,75 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
   ProfileBuilder builder(profile, options);
   for (const PublishedProfile& guest : published) builder.published_domains.push_back(guest.domain);
   HVPROF_TRYV(builder.Build(aggregate, profile.entries_));
+  if (from_aggregate && aggregate.time_slices != 0 && published.empty()) {
+    profile.time_slices_ = aggregate.time_slices;
+    profile.slice_counts_ = std::move(aggregate.slice_counts);
+  }
   builder.AddPublishedSymbols(published);
   if (options.stacks) HVPROF_TRYV(builder.BuildStacks(CollectStacks(aggregate, options.stack_threads)));
   return profile;
 }
 
-Result<std::vector<Profile>> ProfileBuilder::Slice(const Profile& profile, uint32_t slices) {
-  if (slices == 0) return std::vector<Profile>{};
+Result<std::vector<uint32_t>> ProfileBuilder::Slice(const Profile& profile, uint32_t slices) {
+  if (slices == 0) return std::vector<uint32_t>{};
   if (!profile.published_.empty()) {
     return MakeError(ErrorKind::kInvalidArgument,
                      "the profiles guests published (--all-domains) hold no samples to cut into time slices");
   }
-  // Each raw sample finds its entry by the key the entries were counted under.
-  struct KeyHash {
-    size_t operator()(const store::AggregateKey& key) const {
-      uint64_t h = key.ip * 0x9E3779B97F4A7C15ULL;
-      h ^= (uint64_t{key.pid} << 32 | uint64_t{key.domain} << 16 | uint64_t{key.mode} << 8 | key.event) +
-           0x7F4A7C15ULL + (h << 6) + (h >> 2);
-      return static_cast<size_t>(h);
+  // Each entry's count per slice: the aggregate's when it counted as many (hvprofd counts
+  // store::kAggregateTimeSlices at every dump), else from the samples, in one pass.
+  std::vector<uint32_t> counts;  // entry-major
+  if (profile.time_slices_ == slices && profile.slice_counts_.size() == profile.entries_.size() * slices) {
+    counts = profile.slice_counts_;
+  } else {
+    // Equal spans of the platform's clock from the first sample to the last (the file's order
+    // is the order the agent drained the rings in, a vCPU at a time: not time).
+    const std::string path = profile.directory_ + "/" + store::kSamplesFile;
+    const auto id = store::ParseSessionId(profile.metadata_.session_id);
+    const auto session = id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt;
+    uint64_t first = profile.metadata_.first_sample_ns;
+    uint64_t last = profile.metadata_.last_sample_ns;
+    if (last <= first) {
+      first = UINT64_MAX;
+      last = 0;
+      HVPROF_TRY(scanned, store::ReadSamplesFile(
+                              path,
+                              [&](const store::StoredSample& s) {
+                                first = std::min(first, s.time_ns);
+                                last = std::max(last, s.time_ns);
+                              },
+                              session));
+      (void)scanned;
     }
-  };
-  std::unordered_map<store::AggregateKey, uint32_t, KeyHash> index;
-  index.reserve(profile.entries_.size());
-  for (size_t e = 0; e < profile.entries_.size(); ++e) {
-    const Entry& entry = profile.entries_[e];
-    index.emplace(store::AggregateKey{entry.ip, entry.pid, entry.domain, entry.mode, entry.event}, static_cast<uint32_t>(e));
+    HVPROF_TRY(counted, store::AggregateSamplesFile(path, nullptr, session, store::StackDetail::kNone,
+                                                    {slices, first, last}));
+    if (counted.time_slices != slices) {
+      return MakeError(ErrorKind::kInvalidArgument, "{}: a sample's count in one time slice is beyond 32 bits", path);
+    }
+    // Both sorted by key: the profile's entries find their counts in one merge. A key the profile
+    // does not have (the file grew since it was loaded) is left out.
+    std::vector<std::pair<store::AggregateKey, uint32_t>> index;
+    index.reserve(profile.entries_.size());
+    for (size_t e = 0; e < profile.entries_.size(); ++e) {
+      const Entry& entry = profile.entries_[e];
+      index.push_back({store::AggregateKey{entry.ip, entry.pid, entry.domain, entry.mode, entry.event},
+                       static_cast<uint32_t>(e)});
+    }
+    std::sort(index.begin(), index.end(), [](const auto& l, const auto& r) { return l.first < r.first; });
+    counts.assign(profile.entries_.size() * slices, 0);
+    size_t at = 0;
+    for (size_t i = 0; i < counted.entries.size(); ++i) {
+      while (at < index.size() && index[at].first < counted.entries[i].key) ++at;
+      if (at == index.size()) break;
+      if (!(index[at].first == counted.entries[i].key)) continue;
+      std::copy_n(counted.slice_counts.begin() + static_cast<ptrdiff_t>(i * slices), slices,
+                  counts.begin() + static_cast<ptrdiff_t>(index[at].second) * slices);
+    }
   }
-  std::vector<Profile> out(slices);
-  for (Profile& slice : out) {
-    slice.metadata_ = profile.metadata_;
-    slice.directory_ = profile.directory_;
-    slice.images_ = profile.images_;
-    slice.symbols_ = profile.symbols_;
-    slice.lines_ = profile.lines_;
-    slice.entries_ = profile.entries_;
-    for (Entry& entry : slice.entries_) entry.count = 0;
-  }
-  // Slices of equal spans of the platform's clock, from the first sample to the last (the
-  // order of the file is the order the agent drained the rings in, a vCPU at a time: not time).
-  const std::string path = profile.directory_ + "/" + store::kSamplesFile;
-  const auto id = store::ParseSessionId(profile.metadata_.session_id);
-  const auto session = id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt;
-  uint64_t first = profile.metadata_.first_sample_ns;
-  uint64_t last = profile.metadata_.last_sample_ns;
-  if (last <= first) {
-    first = UINT64_MAX;
-    last = 0;
-    HVPROF_TRY(scanned, store::ReadSamplesFile(
-                            path,
-                            [&](const store::StoredSample& s) {
-                              first = std::min(first, s.time_ns);
-                              last = std::max(last, s.time_ns);
-                            },
-                            session));
-    (void)scanned;
-  }
-  const unsigned __int128 span = last >= first ? static_cast<unsigned __int128>(last - first) + 1 : 1;
-  HVPROF_TRY(summary, store::ReadSamplesFile(
-                          path,
-                          [&](const store::StoredSample& s) {
-                            auto it = index.find(store::AggregateKey{s.ip, s.pid, s.domain, s.mode, s.event});
-                            if (it == index.end()) return;
-                            const uint64_t offset = s.time_ns > first ? s.time_ns - first : 0;
-                            const uint64_t slice = std::min<uint64_t>(
-                                slices - 1, static_cast<uint64_t>(static_cast<unsigned __int128>(offset) * slices / span));
-                            ++out[slice].entries_[it->second].count;
-                            ++out[slice].total_;
-                          },
-                          session));
-  (void)summary;
-  return out;
+  return counts;
 }
 
-Result<std::vector<Profile>> SliceProfile(const Profile& profile, uint32_t slices) {
+Result<std::vector<uint32_t>> SliceCounts(const Profile& profile, uint32_t slices) {
   return ProfileBuilder::Slice(profile, slices);
 }
 

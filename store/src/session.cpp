@@ -343,6 +343,16 @@ struct AggregateHeader {
 };
 static_assert(sizeof(AggregateHeader) == 48);
 constexpr uint32_t kHasStacks = 1;
+constexpr uint32_t kHasSlices = 2;  // version 3
+
+// Version 3: after the stack section header, the time slices' (zeros without them).
+struct SliceSection {
+  uint32_t slices;
+  uint32_t reserved;
+  uint64_t first_ns;
+  uint64_t last_ns;
+};
+static_assert(sizeof(SliceSection) == 24);
 
 struct StackSection {
   uint64_t stacks;
@@ -386,17 +396,30 @@ static_assert(sizeof(AggregateEntry) == sizeof(PackedEntry) && offsetof(Aggregat
 }  // namespace
 
 Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* summary_out,
-                                       std::optional<std::span<const uint8_t, 16>> session_id, StackDetail stacks) {
+                                       std::optional<std::span<const uint8_t, 16>> session_id, StackDetail stacks,
+                                       TimeSlicing slicing) {
   const bool by_thread = stacks == StackDetail::kStacksByThread;
   detail::AddressCounter counter;
   StackCounter stack_counter;
   uint64_t samples = 0;
   uint64_t addresses[kMaxFrames + 1];
+  const uint32_t slices = std::min(slicing.count, kMaxTimeSlices);
+  std::vector<detail::AddressCounter> slice_counters(slices, detail::AddressCounter(1u << 12));
+  const unsigned __int128 span =
+      slicing.last_ns >= slicing.first_ns ? static_cast<unsigned __int128>(slicing.last_ns - slicing.first_ns) + 1 : 1;
   HVPROF_TRY(summary, ReadSamplesFile(
                           path,
                           [&](const StoredSample& s) {
-                            counter.Add(AggregateKey{s.ip, s.pid, s.domain, s.mode, s.event});
+                            const AggregateKey key{s.ip, s.pid, s.domain, s.mode, s.event};
+                            counter.Add(key);
                             ++samples;
+                            if (slices != 0) {
+                              const uint64_t offset = s.time_ns > slicing.first_ns ? s.time_ns - slicing.first_ns : 0;
+                              slice_counters[std::min<uint64_t>(
+                                                 slices - 1, static_cast<uint64_t>(
+                                                                 static_cast<unsigned __int128>(offset) * slices / span))]
+                                  .Add(key);
+                            }
                             if (stacks == StackDetail::kNone) return;
                             addresses[0] = s.ip;
                             const size_t length = std::min<size_t>(s.frames.size(), kMaxFrames);
@@ -413,6 +436,27 @@ Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* sum
   aggregate.samples = samples;
   aggregate.has_stacks = stacks != StackDetail::kNone;
   stack_counter.Take(&aggregate.stacks, &aggregate.stack_words);
+  if (slices != 0) {
+    // Each slice's entries are sorted like the whole's, and a subset of them: one merge each.
+    aggregate.time_slices = slices;
+    aggregate.slices_first_ns = slicing.first_ns;
+    aggregate.slices_last_ns = slicing.last_ns;
+    aggregate.slice_counts.assign(aggregate.entries.size() * slices, 0);
+    bool fits = true;
+    for (uint32_t slice = 0; slice < slices; ++slice) {
+      size_t at = 0;
+      for (const AggregateEntry& entry : slice_counters[slice].TakeSorted()) {
+        while (at < aggregate.entries.size() && aggregate.entries[at].key < entry.key) ++at;
+        if (at == aggregate.entries.size()) break;
+        fits &= entry.count <= UINT32_MAX;
+        aggregate.slice_counts[at * slices + slice] = static_cast<uint32_t>(entry.count);
+      }
+    }
+    if (!fits) {  // counts beyond 32 bits a slice: not kept (a diff reads the samples)
+      aggregate.time_slices = 0;
+      aggregate.slice_counts = {};
+    }
+  }
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) aggregate.source_bytes = static_cast<uint64_t>(st.st_size);
   if (summary_out != nullptr) *summary_out = std::move(summary);
@@ -435,15 +479,20 @@ Result<void> WriteAggregate(const std::string& path, const Aggregate& aggregate)
                       stack_bytes + packed.size() * sizeof(PackedEntry) <= kMaxAggregateBytes / 2;
   AggregateHeader header{};
   std::memcpy(header.magic, kAggregateMagic, 8);
-  header.version = 2;
+  const bool slices = aggregate.time_slices != 0 && aggregate.slice_counts.size() ==
+                                                        aggregate.entries.size() * aggregate.time_slices;
+  header.version = 3;
   header.entry_bytes = sizeof(PackedEntry);
   header.entries = packed.size();
   header.samples = aggregate.samples;
   header.source_bytes = aggregate.source_bytes;
-  header.flags = stacks ? kHasStacks : 0;
+  header.flags = (stacks ? kHasStacks : 0) | (slices ? kHasSlices : 0);
   std::string bytes(sizeof header, '\0');
   const StackSection section{stacks ? aggregate.stacks.size() : 0, stacks ? aggregate.stack_words.size() : 0};
   bytes.append(reinterpret_cast<const char*>(&section), sizeof section);
+  const SliceSection slice_section{slices ? aggregate.time_slices : 0, 0, slices ? aggregate.slices_first_ns : 0,
+                                   slices ? aggregate.slices_last_ns : 0};
+  bytes.append(reinterpret_cast<const char*>(&slice_section), sizeof slice_section);
   bytes.append(reinterpret_cast<const char*>(packed.data()), packed.size() * sizeof(PackedEntry));
   if (stacks) {
     bytes.reserve(bytes.size() + section.stacks * sizeof(PackedStack) + section.words * sizeof(uint64_t));
@@ -454,6 +503,10 @@ Result<void> WriteAggregate(const std::string& path, const Aggregate& aggregate)
     }
     bytes.append(reinterpret_cast<const char*>(aggregate.stack_words.data()),
                  aggregate.stack_words.size() * sizeof(uint64_t));
+  }
+  if (slices) {
+    bytes.append(reinterpret_cast<const char*>(aggregate.slice_counts.data()),
+                 aggregate.slice_counts.size() * sizeof(uint32_t));
   }
   header.crc = static_cast<uint32_t>(::crc32_z(0, reinterpret_cast<const Bytef*>(bytes.data() + sizeof header),
                                                bytes.size() - sizeof header));
@@ -494,24 +547,35 @@ Result<Aggregate> ReadAggregate(const std::string& path) {
   auto invalid = [&path] {
     return MakeError(ErrorKind::kCorrupt, "{} is not a valid aggregate (damaged or truncated)", path);
   };
-  if (std::memcmp(header.magic, kAggregateMagic, 8) != 0 || (header.version != 1 && header.version != 2) ||
+  if (std::memcmp(header.magic, kAggregateMagic, 8) != 0 || header.version < 1 || header.version > 3 ||
       header.entry_bytes != sizeof(PackedEntry) || (header.version == 1 && header.flags != 0) ||
-      (header.flags & ~kHasStacks) != 0) {
+      (header.version == 2 && (header.flags & ~kHasStacks) != 0) ||
+      (header.flags & ~(kHasStacks | kHasSlices)) != 0) {
     return invalid();
   }
   // The sections' sizes, each checked against what is left of the file before it is used.
   StackSection section{0, 0};
-  if (header.version == 2) {
+  SliceSection slice_section{0, 0, 0, 0};
+  if (header.version >= 2) {
     if (size - offset < sizeof section) return invalid();
     HVPROF_TRYV(read_exact(&section, sizeof section, true));
     if ((header.flags & kHasStacks) == 0 && (section.stacks != 0 || section.words != 0)) return invalid();
   }
+  if (header.version == 3) {
+    if (size - offset < sizeof slice_section) return invalid();
+    HVPROF_TRYV(read_exact(&slice_section, sizeof slice_section, true));
+    if (slice_section.slices > kMaxTimeSlices) return invalid();
+  }
   const uint64_t left = size - offset;
-  if (header.entries > left / sizeof(PackedEntry) ||
-      section.stacks > (left - header.entries * sizeof(PackedEntry)) / sizeof(PackedStack) ||
-      section.words != (left - header.entries * sizeof(PackedEntry) - section.stacks * sizeof(PackedStack)) /
-                           sizeof(uint64_t) ||
-      (left - header.entries * sizeof(PackedEntry) - section.stacks * sizeof(PackedStack)) % sizeof(uint64_t) != 0) {
+  if (header.entries > left / sizeof(PackedEntry)) return invalid();
+  const uint64_t after_entries = left - header.entries * sizeof(PackedEntry);
+  // Slice counts: entries x slices u32 (at most 64 x the entries, which fit the file).
+  const uint64_t slice_bytes = header.entries * slice_section.slices * sizeof(uint32_t);
+  if (slice_bytes > after_entries) return invalid();
+  const uint64_t stack_room = after_entries - slice_bytes;
+  if (section.stacks > stack_room / sizeof(PackedStack) ||
+      section.words != (stack_room - section.stacks * sizeof(PackedStack)) / sizeof(uint64_t) ||
+      (stack_room - section.stacks * sizeof(PackedStack)) % sizeof(uint64_t) != 0) {
     return invalid();
   }
   Aggregate aggregate;
@@ -523,12 +587,32 @@ Result<Aggregate> ReadAggregate(const std::string& path) {
   HVPROF_TRYV(read_exact(packed.data(), packed.size() * sizeof(PackedStack), true));
   aggregate.stack_words.resize(section.words);
   HVPROF_TRYV(read_exact(aggregate.stack_words.data(), section.words * sizeof(uint64_t), true));
+  aggregate.slice_counts.resize(header.entries * slice_section.slices);
+  HVPROF_TRYV(read_exact(aggregate.slice_counts.data(), slice_bytes, true));
   if (static_cast<uint32_t>(crc) != header.crc) {
     return MakeError(ErrorKind::kCorrupt, "{} fails its checksum (damaged)", path);
   }
   for (uint64_t i = 0; i < header.entries; ++i) {
     const uint8_t mode = aggregate.entries[i].key.mode;
     if (mode > 2) return MakeError(ErrorKind::kCorrupt, "{}: entry {} has mode {}", path, i, mode);
+  }
+  if (slice_section.reserved != 0 || ((header.flags & kHasSlices) != 0) != (slice_section.slices != 0)) {
+    return invalid();
+  }
+  if (slice_section.slices != 0) {
+    // Each entry's slices add up to its count: the slices are the entries, cut by time.
+    const uint32_t n = slice_section.slices;
+    for (uint64_t i = 0; i < header.entries; ++i) {
+      uint64_t sum = 0;
+      for (uint32_t k = 0; k < n; ++k) sum += aggregate.slice_counts[i * n + k];
+      if (sum != aggregate.entries[i].count) {
+        return MakeError(ErrorKind::kCorrupt, "{}: entry {}'s time slices count {} samples where it counts {}", path, i,
+                         sum, aggregate.entries[i].count);
+      }
+    }
+    aggregate.time_slices = n;
+    aggregate.slices_first_ns = slice_section.first_ns;
+    aggregate.slices_last_ns = slice_section.last_ns;
   }
   if ((header.flags & kHasStacks) == 0) return aggregate;
   // Every stack has the sampled address and at most the deepest chain; together they hold the

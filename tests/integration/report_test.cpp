@@ -198,6 +198,8 @@ TEST_CASE("hvprof-report on bad input: clear errors, honest exit codes, whole JS
     // Two counts whose sum wraps to a small number, and the CRC and size kept right.
     aggregate.value().entries[0].count = UINT64_MAX - 1;
     aggregate.value().entries[1].count = 5;
+    aggregate.value().time_slices = 0;  // which would no longer add up to the counts
+    aggregate.value().slice_counts.clear();
     REQUIRE(store::WriteAggregate(path, aggregate.value()).has_value());
     auto forged = host.Report({"-l", "--format=json"});
     INFO(forged.out);

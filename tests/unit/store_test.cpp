@@ -1,5 +1,6 @@
 // The session store's formats: samples round-trip exactly; damage of every kind is found,
 // named and skipped; metadata errors name the field.
+#include <array>
 #include <sys/resource.h>
 #include <zlib.h>
 
@@ -312,11 +313,11 @@ TEST_CASE("the aggregate's stacks count every sample's whole stack, and survive 
   REQUIRE(flat.has_value());
   CHECK_FALSE(flat.value().has_stacks);
   CHECK(flat.value().entries.size() == none.value().entries.size());
-  // A version 1 aggregate (before stacks: no stack section) still reads, without stacks.
-  {
+  // Versions 1 (before stacks: no stack section) and 2 (before time slices: no slice section)
+  // still read.
+  for (const uint32_t version : {1u, 2u}) {
     auto bytes = Bytes(dir.File("b.hva"));
-    bytes.erase(bytes.begin() + 48, bytes.begin() + 64);
-    const uint32_t version = 1;
+    bytes.erase(bytes.begin() + (version == 1 ? 48 : 64), bytes.begin() + 88);
     std::memcpy(bytes.data() + 8, &version, sizeof version);
     const uint32_t crc = static_cast<uint32_t>(crc32(0, bytes.data() + 48, static_cast<uInt>(bytes.size() - 48)));
     std::memcpy(bytes.data() + 40, &crc, sizeof crc);
@@ -340,7 +341,7 @@ TEST_CASE("the aggregate's stacks count every sample's whole stack, and survive 
         .write(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
     return ReadAggregate(dir.File("forged.hva"));
   };
-  const size_t first_stack = 48 + 16 + 24 * threads.value().entries.size();
+  const size_t first_stack = 48 + 16 + 24 + 24 * threads.value().entries.size();
   CHECK(forge(first_stack + 24, 65536).error().kind() == ErrorKind::kCorrupt);   // its length
   CHECK(forge(first_stack + 24, 0).error().kind() == ErrorKind::kCorrupt);       // no address at all
   CHECK(forge(first_stack, 7777777).error().kind() == ErrorKind::kCorrupt);      // its count
@@ -348,6 +349,8 @@ TEST_CASE("the aggregate's stacks count every sample's whole stack, and survive 
   CHECK(forge(first_stack + 28, 1).error().kind() == ErrorKind::kCorrupt);       // reserved
   CHECK(forge(44, 6).error().kind() == ErrorKind::kCorrupt);                     // unknown flags
   CHECK(forge(48, 3).error().kind() == ErrorKind::kCorrupt);                     // the stack count
+  CHECK(forge(64, 65).error().kind() == ErrorKind::kCorrupt);                    // too many time slices
+  CHECK(forge(68, 1).error().kind() == ErrorKind::kCorrupt);                     // reserved
 }
 
 TEST_CASE("sessions on disk: absent, without metadata, or with a damaged aggregate", "[store][bad-input]") {
@@ -373,7 +376,7 @@ TEST_CASE("sessions on disk: absent, without metadata, or with a damaged aggrega
   CHECK(back.value().entries.size() == 2);
   CHECK(back.value().entries[1].count == 20);
   auto bytes = Bytes(dir.File("a.hva"));
-  bytes[70] ^= 1;  // in the first entry
+  bytes[48 + 16 + 24 + 6] ^= 1;  // in the first entry (after the header and two section headers)
   std::ofstream(dir.File("a.hva"), std::ios::binary).write(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   auto damaged = ReadAggregate(dir.File("a.hva"));
   REQUIRE_FALSE(damaged.has_value());
@@ -602,4 +605,55 @@ TEST_CASE("version 1 samples files (hvprof 0.1) are still read", "[store]") {
   CHECK(summary.samples == 12000);
   CHECK(mismatches == 0);
   CHECK(summary.problems.empty());
+}
+
+TEST_CASE("the aggregate's time slices: written, read back, and checked against the counts", "[store]") {
+  TempDir dir;
+  Aggregate aggregate;
+  aggregate.entries = {{{0x1000, 5, 0, 1, 0}, 10}, {{0x2000, 5, 0, 1, 0}, 20}};
+  aggregate.samples = 30;
+  aggregate.time_slices = 3;
+  aggregate.slices_first_ns = 100;
+  aggregate.slices_last_ns = 400;
+  aggregate.slice_counts = {1, 2, 7, 20, 0, 0};
+  REQUIRE(WriteAggregate(dir.File("a.hva"), aggregate).has_value());
+  auto back = ReadAggregate(dir.File("a.hva"));
+  REQUIRE(back.has_value());
+  CHECK(back.value().time_slices == 3);
+  CHECK(back.value().slices_first_ns == 100);
+  CHECK(back.value().slices_last_ns == 400);
+  CHECK(back.value().slice_counts == aggregate.slice_counts);
+  // Slices that do not add up to their entry's count are refused, checksum or not.
+  aggregate.slice_counts[0] = 2;
+  REQUIRE(WriteAggregate(dir.File("b.hva"), aggregate).has_value());
+  auto forged = ReadAggregate(dir.File("b.hva"));
+  REQUIRE_FALSE(forged.has_value());
+  CHECK(forged.error().message().find("time slices") != std::string::npos);
+}
+
+TEST_CASE("counting a samples file in time slices", "[store]") {
+  TempDir dir;
+  const std::array<uint8_t, 16> id{1, 2, 3};
+  {
+    auto writer = SamplesWriter::Open(dir.File("s.hvs"), id);
+    REQUIRE(writer.has_value());
+    // Address 0x10 at times 0..99, address 0x20 only in the last tenth.
+    for (uint64_t t = 0; t < 100; ++t) {
+      StoredSample sample;
+      sample.ip = t >= 90 && t % 2 == 0 ? 0x20 : 0x10;
+      sample.time_ns = 1000 + t;
+      writer.value().Append(sample);
+    }
+    REQUIRE(writer.value().Flush(true).has_value());
+  }
+  auto counted = AggregateSamplesFile(dir.File("s.hvs"), nullptr, std::nullopt, StackDetail::kNone, {10, 1000, 1099});
+  REQUIRE(counted.has_value());
+  const Aggregate& a = counted.value();
+  REQUIRE(a.time_slices == 10);
+  REQUIRE(a.entries.size() == 2);
+  // Entries sorted by ip: 0x10 first. Each slice is 10 ns wide.
+  for (uint32_t k = 0; k < 9; ++k) CHECK(a.slice_counts[0 * 10 + k] == 10);
+  CHECK(a.slice_counts[0 * 10 + 9] == 5);
+  for (uint32_t k = 0; k < 9; ++k) CHECK(a.slice_counts[1 * 10 + k] == 0);
+  CHECK(a.slice_counts[1 * 10 + 9] == 5);
 }

@@ -23,20 +23,26 @@ struct KeySpace {
   }
 };
 
-// One run counted per key: the table's rows (first column) or the named stacks.
+// One run counted per key: the table's rows (first column) or the named stacks; with slices,
+// each key's count in each time slice too.
 struct Counted {
   uint64_t total = 0;
   std::vector<std::pair<size_t, uint64_t>> counts;  // key, samples
   std::string event;
+  uint32_t slices = 0;
+  std::vector<uint64_t> slice_totals;                       // per slice
+  std::vector<std::pair<size_t, std::vector<uint64_t>>> slice_counts;  // key, per slice
 };
 
-Result<Counted> CountTable(const Profile& profile, const DiffRun& run, KeySpace& keys) {
+Result<Counted> CountTable(const Profile& profile, const DiffRun& run, KeySpace& keys, uint32_t slices) {
   ReportOptions options = run.table;
   options.threshold = 0;
-  HVPROF_TRY(table, BuildTable(profile, options));
+  std::vector<uint32_t> row_of_entry;
+  HVPROF_TRY(table, BuildTable(profile, options, slices >= 2 ? &row_of_entry : nullptr));
   Counted counted;
   counted.total = table.columns.front().total;
   counted.event = table.columns.front().event;
+  std::vector<size_t> key_of_row;
   for (const Row& row : table.rows) {
     DiffRow named;
     named.domain = options.by_domain ? row.domain : std::string();
@@ -44,7 +50,22 @@ Result<Counted> CountTable(const Profile& profile, const DiffRun& run, KeySpace&
     named.symbol = row.symbol == kNoIndex || options.view == View::kImage ? std::string()
                                                                           : profile.symbols()[row.symbol].name;
     std::string key = named.domain + kSeparator + named.image + kSeparator + named.symbol;
-    counted.counts.emplace_back(keys.Intern(key, named), row.samples.front());
+    key_of_row.push_back(keys.Intern(key, named));
+    counted.counts.emplace_back(key_of_row.back(), row.samples.front());
+  }
+  if (slices >= 2) {
+    HVPROF_TRY(per_entry, SliceCounts(profile, slices));
+    counted.slices = slices;
+    counted.slice_totals.assign(slices, 0);
+    std::vector<std::vector<uint64_t>> per_row(table.rows.size(), std::vector<uint64_t>(slices, 0));
+    for (size_t e = 0; e < row_of_entry.size(); ++e) {
+      if (row_of_entry[e] == kNoIndex) continue;
+      for (uint32_t k = 0; k < slices; ++k) {
+        per_row[row_of_entry[e]][k] += per_entry[e * slices + k];
+        counted.slice_totals[k] += per_entry[e * slices + k];
+      }
+    }
+    for (size_t r = 0; r < per_row.size(); ++r) counted.slice_counts.emplace_back(key_of_row[r], std::move(per_row[r]));
   }
   return counted;
 }
@@ -76,13 +97,19 @@ stats::CountedRun ToRun(const Counted& counted, size_t keys) {
   run.total = counted.total;
   run.counts.assign(keys, 0);
   for (const auto& [key, count] : counted.counts) run.counts[key] += count;
+  if (counted.slices >= 2) {
+    run.slice_totals = counted.slice_totals;
+    run.slice_counts.assign(counted.slices, std::vector<uint64_t>(keys, 0));
+    for (const auto& [key, per_slice] : counted.slice_counts) {
+      for (uint32_t k = 0; k < counted.slices; ++k) run.slice_counts[k][key] += per_slice[k];
+    }
+  }
   return run;
 }
 
-// Counts every run of a side, and its slices when asked.
+// Counts every run of a side.
 struct SideCounts {
   std::vector<Counted> runs;
-  std::vector<std::vector<Counted>> slices;  // per run
 };
 
 Result<SideCounts> CountSide(const std::vector<DiffRun>& side, const DiffOptions& options, bool stacks, uint32_t slices,
@@ -92,33 +119,16 @@ Result<SideCounts> CountSide(const std::vector<DiffRun>& side, const DiffOptions
     if (stacks) {
       out.runs.push_back(CountStacks(*run.profile, run, options.root, keys));
     } else {
-      HVPROF_TRY(counted, CountTable(*run.profile, run, keys));
+      HVPROF_TRY(counted, CountTable(*run.profile, run, keys, slices));
       out.runs.push_back(std::move(counted));
     }
-    std::vector<Counted> cut;
-    if (slices >= 2) {
-      HVPROF_TRY(parts, SliceProfile(*run.profile, slices));
-      for (const Profile& part : parts) {
-        HVPROF_TRY(counted, CountTable(part, run, keys));
-        cut.push_back(std::move(counted));
-      }
-    }
-    out.slices.push_back(std::move(cut));
   }
   return out;
 }
 
 stats::CountedSide ToSide(const SideCounts& side, size_t keys) {
   stats::CountedSide out;
-  for (size_t r = 0; r < side.runs.size(); ++r) {
-    stats::CountedRun run = ToRun(side.runs[r], keys);
-    for (const Counted& slice : side.slices[r]) {
-      const stats::CountedRun part = ToRun(slice, keys);
-      run.slice_totals.push_back(part.total);
-      run.slice_counts.push_back(part.counts);
-    }
-    out.runs.push_back(std::move(run));
-  }
+  for (const Counted& run : side.runs) out.runs.push_back(ToRun(run, keys));
   return out;
 }
 

@@ -40,7 +40,7 @@ bool Matches(const std::vector<std::string>& globs, const Image& image) {
 
 }  // namespace
 
-Result<Table> BuildTable(const Profile& profile, const ReportOptions& options) {
+Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, std::vector<uint32_t>* row_of_entry) {
   const store::SessionMetadata& m = profile.metadata();
   Table table;
   table.view = options.view;
@@ -121,7 +121,11 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options) {
     }
     return symbol_shown[symbol] == 1;
   };
-  for (const Entry& entry : profile.entries()) {
+  // With row_of_entry: each entry's row before the threshold and the sort.
+  std::vector<uint32_t> first_row;
+  if (row_of_entry != nullptr) first_row.assign(profile.entries().size(), kNoIndex);
+  for (size_t e = 0; e < profile.entries().size(); ++e) {
+    const Entry& entry = profile.entries()[e];
     if (entry.event >= column_of.size() || column_of[entry.event] < 0) continue;
     if (!options.domains.empty() &&
         std::find(options.domains.begin(), options.domains.end(), entry.domain) == options.domains.end()) {
@@ -161,6 +165,7 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options) {
       if (options.view == View::kDetails) details.emplace_back();
     }
     rows[it->second].samples[column] += entry.count;
+    if (row_of_entry != nullptr && column == 0) first_row[e] = static_cast<uint32_t>(it->second);
     if (options.view == View::kDetails) {
       auto& per_address = details[it->second][entry.ip];
       if (per_address.empty()) per_address.assign(ncolumns, 0);
@@ -236,6 +241,19 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options) {
                      [](const Row& a, const Row& b) { return a.domain_id < b.domain_id; });
   }
   table.rows = std::move(rows);
+  if (row_of_entry != nullptr) {
+    // Each row found again by its key: where it was first made, and where it ended up.
+    std::vector<uint32_t> final_row(index.size(), kNoIndex);
+    for (size_t r = 0; r < table.rows.size(); ++r) {
+      const Row& row = table.rows[r];
+      const RowKey key{per_domain ? row.domain_id : uint16_t{0}, row.image, row.symbol, row.line};
+      final_row[index.at(key)] = static_cast<uint32_t>(r);
+    }
+    row_of_entry->assign(profile.entries().size(), kNoIndex);
+    for (size_t e = 0; e < first_row.size(); ++e) {
+      if (first_row[e] != kNoIndex) (*row_of_entry)[e] = final_row[first_row[e]];
+    }
+  }
 
   for (auto& [id, summary] : domains) {
     summary.name = profile.DomainName(id);

@@ -35,11 +35,12 @@ struct LoadOptions {
 
 Result<Profile> LoadProfile(const std::string& directory, const LoadOptions& options);
 
-// `profile` cut into `slices` equal spans of time, from its first sample to its last (by the
-// platform's clock each sample carries): copies of the profile whose entries count only their
-// span's samples, without stacks. The diff measures from them how much
-// more a symbol's share varies within a session than independent samples would make it, and
-// takes them as pseudo-repeats with --slices.
-Result<std::vector<Profile>> SliceProfile(const Profile& profile, uint32_t slices);
+// Each of profile.entries()'s samples in `slices` equal spans of time, from the session's first
+// sample to its last (by the platform's clock each sample carries), entry by entry:
+// counts[entry * slices + slice]. From the aggregate when hvprofd counted as many slices into
+// it, else from the raw samples in one pass. The diff measures from them how much more a row's
+// share varies within a session than independent samples would make it, and takes them as
+// pseudo-repeats with --slices.
+Result<std::vector<uint32_t>> SliceCounts(const Profile& profile, uint32_t slices);
 
 }  // namespace hvprof::report

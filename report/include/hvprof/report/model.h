@@ -163,6 +163,10 @@ class Profile {
   uint64_t total_ = 0;
   LoadTimings timings_;
   std::vector<PublishedSource> published_;
+  // The aggregate's time slices of the entries (entry-major), when it had them: SliceProfile
+  // (load.h) uses them instead of reading the samples again.
+  uint32_t time_slices_ = 0;
+  std::vector<uint32_t> slice_counts_;
 
   friend class ProfileBuilder;  // load.cpp fills it in
 };

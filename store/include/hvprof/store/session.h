@@ -184,6 +184,26 @@ struct Aggregate {
   std::span<const uint64_t> Addresses(const CountedStack& stack) const {
     return {stack_words.data() + stack.first, stack.length};
   }
+  // Each entry's count in `time_slices` equal spans of the samples' clock from slices_first_ns
+  // to slices_last_ns, entry by entry (slice_counts[entry * time_slices + slice]); 0 slices when
+  // not counted. What a diff measures dispersion with, without reading the samples again.
+  uint32_t time_slices = 0;
+  uint64_t slices_first_ns = 0;
+  uint64_t slices_last_ns = 0;
+  std::vector<uint32_t> slice_counts;
+};
+
+// The time slices hvprofd counts into aggregate.hva (and hvprof-report --diff uses by default).
+inline constexpr uint32_t kAggregateTimeSlices = 10;
+// At most this many slices are kept in an aggregate.
+inline constexpr uint32_t kMaxTimeSlices = 64;
+
+// What AggregateSamplesFile counts in time slices: `count` equal spans from first_ns to last_ns
+// (samples outside fall in the first or the last).
+struct TimeSlicing {
+  uint32_t count = 0;
+  uint64_t first_ns = 0;
+  uint64_t last_ns = 0;
 };
 
 // What AggregateSamplesFile counts besides the entries.
@@ -197,9 +217,10 @@ inline constexpr uint32_t kUnknownThread = 0xFFFFFFFF;
 
 // Builds the aggregate from the whole samples file (ignoring damaged chunks, and chunks of
 // another session than `session_id`'s when given), and its stacks as `stacks` asks.
+// With `slicing`, each entry is also counted per time slice (Aggregate::slice_counts).
 Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* summary = nullptr,
                                        std::optional<std::span<const uint8_t, 16>> session_id = std::nullopt,
-                                       StackDetail stacks = StackDetail::kNone);
+                                       StackDetail stacks = StackDetail::kNone, TimeSlicing slicing = {});
 Result<void> WriteAggregate(const std::string& path, const Aggregate& aggregate);
 Result<Aggregate> ReadAggregate(const std::string& path);
 

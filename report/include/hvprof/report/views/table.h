@@ -81,6 +81,10 @@ struct Table {
   uint64_t hidden_rows = 0;  // below the threshold
 };
 
-Result<Table> BuildTable(const Profile& profile, const ReportOptions& options);
+// With `row_of_entry`, also where each of profile.entries() went: the index of its row in the
+// table, or kNoIndex for entries the filters left out, of another column than the first, or in
+// rows under the threshold.
+Result<Table> BuildTable(const Profile& profile, const ReportOptions& options,
+                         std::vector<uint32_t>* row_of_entry = nullptr);
 
 }  // namespace hvprof::report
