@@ -35,7 +35,8 @@ constexpr const char* kUsage = R"(Usage: hvprof-report [SESSION] [options]
 
 Reports where the samples of a profiling session went: by image (the default), by symbol (-l),
 per instruction (-d), by source line (-g), or per domain (--by-domain). SESSION is a session
-directory, or the name given to `hvprof --save`; by default it is the current session.
+directory, the name given to `hvprof --save`, or archive:FILE, an archive `hvprof archive` wrote
+(reported from the images in it, wherever it is); by default it is the current session.
 
 Examples:
   hvprof-report                       images, most sampled first
@@ -43,6 +44,7 @@ Examples:
   hvprof-report -l --by-domain        symbols, domain by domain
   hvprof-report -l --domain=dom0 --mode=kernel
   hvprof-report --format=json -o report.json
+  hvprof-report archive:run1.tar -l   from an archive (`hvprof archive run1 -o run1.tar`)
   hvprof-report -c -t 2                callers and callees of each symbol above 2%
   hvprof-report --format=folded -o stacks.folded   call stacks for flame-graph tools
   hvprof-report --format=html -o flame.html        an interactive flame graph, opens offline
@@ -147,6 +149,9 @@ int main(int argc, char** argv) {
          "--push: Pyroscope's application name (its service_name): letters, digits, '_', '.' and '-'")
         ("push-tenant", po::value(&push_tenant), "--push: the tenant, sent as X-Scope-OrgID, for multi-tenant servers")
         ("image-path", po::value(&image_path), "directories to look for images that moved (comma-separated)")
+        ("no-debuginfod", "do not ask the debuginfod servers of DEBUGINFOD_URLS for images that are missing here "
+                          "(or are not the ones profiled) and for debug info (they are asked by build-id when "
+                          "DEBUGINFOD_URLS is set; the report's notes name what came from there)")
         ("verbose,V", "say why addresses could not be resolved")
         ("raw-samples", "count the raw samples again instead of using the session's aggregate")
         ("timing", "print where the time went to stderr");
@@ -277,6 +282,9 @@ int main(int argc, char** argv) {
     load.stacks = folded || callgraph || !push_url.empty();
     load.stack_threads = pprof || !push_url.empty();
     load.inlines = pprof || !push_url.empty();
+    load.build_id_roots = source.value().build_id_roots;
+    load.shown_directory = source.value().shown_directory;
+    load.debuginfod = values.count("no-debuginfod") == 0;
     const auto started = std::chrono::steady_clock::now();
     if (!image_path.empty()) {
       auto parsed = setup::SplitList(image_path, "image-path");

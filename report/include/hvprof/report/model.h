@@ -26,7 +26,9 @@ inline constexpr uint16_t kIdleDomain = 0x7FFF;
 
 struct Image {
   std::string name;       // as reports show it: xen-syms-4.17-amd64, libc.so.6, domain3-kernel
-  std::string path;       // the file symbolized against; empty when there is none
+  // The path the session recorded for the file symbolized against, wherever that file was found
+  // (an archive, --image-path, debuginfod: LoadOptions); empty when there is none.
+  std::string path;
   std::string long_name;  // -f/--long-filenames: the full path, or the name if there is none
   bool has_symbols = false;
   // Why its addresses could not be resolved, if the whole image failed (missing file,
