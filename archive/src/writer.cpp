@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -141,7 +142,10 @@ class Planner {
   void Place(const NeededImage& image, std::vector<Member>& members, std::vector<std::string>& problems) {
     std::error_code ec;
     const bool elf = image.format != "kallsyms" && image.format != "system_map";
-    if (!elf || image.build_id.empty()) {
+    // As the report looks it up (report/load.cpp): lower-case hex, else by path.
+    std::string id;
+    if (!sym::NormalizeBuildIdHex(image.build_id, &id) || id.size() <= 2) id.clear();
+    if (!elf || id.empty()) {
       auto name = ByPathName(image.path);
       if (!name) {
         problems.push_back(fmt::format("{}: not an absolute path without '.' or '..'; not archived", image.path));
@@ -170,7 +174,6 @@ class Planner {
       }
       return;
     }
-    const std::string id = image.build_id;
     const std::string name = fmt::format("{}/{}/{}", kBuildIdFolder, id.substr(0, 2), id.substr(2));
     std::string source = image.path;
     std::string from = "local";

@@ -167,7 +167,7 @@ std::string ProfileBuilder::ResolvePath(const Target& target) const {
     std::string candidate;
     if (by_id) {
       candidate = fmt::format("{}/.build-id/{}/{}", root, id.substr(0, 2), id.substr(2));
-    } else if (target.build_id.empty() && path.starts_with('/') && path.find("/..") == std::string::npos) {
+    } else if (path.starts_with('/') && path.find("/..") == std::string::npos) {
       candidate = root + "/by-path" + path;
     }
     if (!candidate.empty() && std::filesystem::is_regular_file(candidate, ec)) return candidate;

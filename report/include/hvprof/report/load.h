@@ -31,8 +31,9 @@ struct LoadOptions {
   // Directories laid out as gdb's and debuginfod's .build-id/xx/rest (images) and
   // .build-id/xx/rest.debug (separate debug files), as an archive unpacks (SessionSource):
   // an image is looked up there by the build-id the session recorded FIRST, then at its
-  // recorded path, then in image_path. An image recorded without a build-id is looked up at
-  // ROOT/by-path/RECORDED-PATH. Reports still name every image by its recorded path.
+  // recorded path, then in image_path. An image recorded without a (valid) build-id, and
+  // kallsyms and System.map texts, are looked up at ROOT/by-path/RECORDED-PATH. Reports still
+  // name every image by its recorded path.
   std::vector<std::string> build_id_roots;
   // Ask the debuginfod servers of DEBUGINFOD_URLS (by build-id) for images missing here, or
   // here but not the one profiled, and for their debug info when they have none; nothing is
