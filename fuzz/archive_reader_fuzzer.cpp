@@ -16,14 +16,19 @@ namespace {
 
 constexpr uint64_t kMaxEntryBytes = 1 << 20;
 
-// A parent of every destination: anything that appears here beside `unpack/` escaped it.
+// A parent of every destination: anything that appears here beside `unpack/` escaped it. Never
+// destroyed, so that the exit handler that removes it can still name it.
 const std::string& Parent() {
-  static const std::string parent = [] {
-    std::string pattern = std::filesystem::temp_directory_path().string() + "/hvprof-archive-fuzz-XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
-    return pattern;
+  static const std::string* const parent = [] {
+    auto* path = new std::string(std::filesystem::temp_directory_path().string() + "/hvprof-archive-fuzz-XXXXXX");
+    if (::mkdtemp(path->data()) == nullptr) std::abort();
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(Parent(), ec);
+    });
+    return path;
   }();
-  return parent;
+  return *parent;
 }
 
 }  // namespace
