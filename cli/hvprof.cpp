@@ -11,6 +11,7 @@
 
 #include "hvprof/base/escape.h"
 #include "hvprof/base/units.h"
+#include "hvprof/control/archive.h"
 #include "hvprof/control/commands.h"
 #include "hvprof/control/run.h"
 #include "hvprof/setup/setup.h"
@@ -24,6 +25,7 @@ namespace {
 constexpr const char* kUsage = R"(Usage: hvprof ACTION [options]
        hvprof run [setup options] [--duration=T] [--repeat=N] [--json=FILE]
                   [--baseline=SESSION [--fail-on-regression[=POINTS]]] -- [CMD ...]
+       hvprof archive [--session-dir=DIR] [SESSION] -o FILE.tar   (hvprof archive --help)
 
 System-wide profiling of a virtualized host: the hypervisor, dom0 and every guest.
 One action per call; every action is safe to repeat. The Xenoprof workflow:
@@ -57,6 +59,76 @@ The session directory must be changeable only by root and you (it is refused oth
 
 Actions)";
 
+constexpr const char* kArchiveUsage = R"(Usage: hvprof archive [--session-dir=DIR] [SESSION] -o FILE.tar
+
+Writes one tar file holding a session (SESSION: a saved session's name or a session directory;
+by default the current one) and every image and separate debug file its samples need, stored by
+the build-id the session recorded (.build-id/xx/rest and .build-id/xx/rest.debug, the layout of
+gdb and debuginfod); images recorded without a build-id (kallsyms, System.map) are stored by
+their path under by-path/. `hvprof-report archive:FILE.tar ...` then reports it on any machine,
+without the original files, as the session was reported here.
+
+An image that is gone, or whose build-id is not the one recorded (rebuilt or upgraded since),
+is refused, and the archive is not written: the message names each file, the build-id expected
+and the one found. Put the profiled files back, set DEBUGINFOD_URLS to a debuginfod server that
+has them (asked by build-id), or give --partial to archive without them. The format is in
+docs/session-format.md (Archives).
+
+Exit status: 0 written; 1 not written (the message says why); 2 bad usage.
+
+Options)";
+
+int ArchiveMain(int argc, char** argv) {
+  hvprof::control::ArchiveRequest request;
+  request.session_root = hvprof::store::kDefaultSessionRoot;
+  po::options_description described(kArchiveUsage);
+  described.add_options()
+      ("help,h", "show this help")
+      ("session-dir", po::value(&request.session_root)->default_value(request.session_root),
+       "the session root given to hvprof")
+      ("output,o", po::value(&request.output), "the tar file to write (replaced only once it is whole; - for "
+                                               "standard output)")
+      ("partial", "archive without the images that are missing or not the ones profiled (their samples are then "
+                  "reported as (no symbols)), saying which")
+      ("no-debuginfod", "do not ask the debuginfod servers of DEBUGINFOD_URLS for missing images and debug info");
+  po::options_description hidden;
+  hidden.add_options()("session", po::value(&request.session));
+  po::positional_options_description positional;
+  positional.add("session", 1);
+  po::options_description all;
+  all.add(described).add(hidden);
+  po::variables_map values;
+  po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), values);
+  po::notify(values);
+  if (values.count("help") != 0) {
+    std::cout << described << "\n";
+    return 0;
+  }
+  if (request.output.empty()) {
+    std::cerr << "hvprof archive: name the archive to write with -o FILE.tar\nTry 'hvprof archive --help'.\n";
+    return 2;
+  }
+  request.options.partial = values.count("partial") != 0;
+  request.options.debuginfod = values.count("no-debuginfod") == 0;
+  auto outcome = hvprof::control::Archive(request);
+  if (!outcome) {
+    // One line per image at fault, each escaped (the paths come from the session).
+    std::string_view message = outcome.error().message();
+    std::cerr << "hvprof archive: ";
+    for (size_t end = message.find('\n');; end = message.find('\n')) {
+      std::cerr << hvprof::EscapeForTerminal(message.substr(0, end)) << "\n";
+      if (end == std::string_view::npos) break;
+      message.remove_prefix(end + 1);
+    }
+    return 1;
+  }
+  for (const std::string& note : outcome.value().warnings) {
+    std::cerr << "hvprof archive: note: " << hvprof::EscapeForTerminal(note) << "\n";
+  }
+  std::cerr << hvprof::EscapeForTerminal(outcome.value().message) << "\n";
+  return 0;
+}
+
 std::string ExecutableDir() {
   char path[PATH_MAX];
   const ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
@@ -68,6 +140,17 @@ std::string ExecutableDir() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "archive") {
+    try {
+      return ArchiveMain(argc - 1, argv + 1);
+    } catch (const po::error& error) {
+      std::cerr << "hvprof archive: " << error.what() << "\nTry 'hvprof archive --help'.\n";
+      return 2;
+    } catch (const std::exception& error) {
+      std::cerr << "hvprof archive: internal error: " << error.what() << "\n";
+      return 1;
+    }
+  }
   const bool run = argc > 1 && std::string(argv[1]) == "run";
   std::vector<std::string> command;
   std::vector<char*> arguments(argv, argv + argc);

@@ -37,7 +37,8 @@ constexpr const char* kUsage = R"(Usage: hvprof-report [SESSION] [options]
 
 Reports where the samples of a profiling session went: by image (the default), by symbol (-l),
 per instruction (-d), by source line (-g), or per domain (--by-domain). SESSION is a session
-directory, or the name given to `hvprof --save`; by default it is the current session.
+directory, the name given to `hvprof --save`, or archive:FILE, an archive `hvprof archive` wrote
+(reported from the images in it, wherever it is); by default it is the current session.
 
 Examples:
   hvprof-report                       images, most sampled first
@@ -45,6 +46,7 @@ Examples:
   hvprof-report -l --by-domain        symbols, domain by domain
   hvprof-report -l --domain=dom0 --mode=kernel
   hvprof-report --format=json -o report.json
+  hvprof-report archive:run1.tar -l   from an archive (`hvprof archive run1 -o run1.tar`)
   hvprof-report -c -t 2                callers and callees of each symbol above 2%
   hvprof-report --format=folded -o stacks.folded   call stacks for flame-graph tools
   hvprof-report --format=html -o flame.html        an interactive flame graph, opens offline
@@ -200,6 +202,9 @@ int main(int argc, char** argv) {
          "--push: Pyroscope's application name (its service_name): letters, digits, '_', '.' and '-'")
         ("push-tenant", po::value(&push_tenant), "--push: the tenant, sent as X-Scope-OrgID, for multi-tenant servers")
         ("image-path", po::value(&image_path), "directories to look for images that moved (comma-separated)")
+        ("no-debuginfod", "do not ask the debuginfod servers of DEBUGINFOD_URLS for images that are missing here "
+                          "(or are not the ones profiled) and for debug info (they are asked by build-id when "
+                          "DEBUGINFOD_URLS is set; the report's notes name what came from there)")
         ("verbose,V", "say why addresses could not be resolved")
         ("diff", "compare two sides: `--diff BASE NEW`, each side a session or a comma-separated set of sessions "
                  "(or OProfile's `{ BASE... } { NEW... }`); per image (default), symbol (-l), domain (--by-domain) "
@@ -389,6 +394,7 @@ int main(int argc, char** argv) {
       request.session_root = session_root;
       request.load.demangle = demangle != "none";
       request.load.use_aggregate = values.count("raw-samples") == 0;
+      request.load.debuginfod = values.count("no-debuginfod") == 0;
       request.load.stacks = folded || callgraph;
       request.load.image_path = image_dirs;
       request.table = options;
@@ -451,6 +457,9 @@ int main(int argc, char** argv) {
     load.stacks = folded || callgraph || !push_url.empty();
     load.stack_threads = pprof || !push_url.empty();
     load.inlines = pprof || !push_url.empty();
+    load.build_id_roots = source.value().build_id_roots;
+    load.shown_directory = source.value().shown_directory;
+    load.debuginfod = values.count("no-debuginfod") == 0;
     const auto started = std::chrono::steady_clock::now();
     load.image_path = image_dirs;
     auto profile = report::LoadProfile(source.value().directory, load);

@@ -3,6 +3,10 @@
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(LIBELF REQUIRED IMPORTED_TARGET libelf)
 pkg_check_modules(LIBDW REQUIRED IMPORTED_TARGET libdw)
+# libdebuginfod-dev: images and debug info by build-id from debuginfod servers (symbolizer/).
+pkg_check_modules(LIBDEBUGINFOD REQUIRED IMPORTED_TARGET libdebuginfod)
+# libarchive-dev: hvprof archive's tar files (archive/).
+pkg_check_modules(LIBARCHIVE REQUIRED IMPORTED_TARGET libarchive)
 find_package(Boost 1.74 REQUIRED COMPONENTS program_options)
 find_package(fmt REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)

@@ -1,7 +1,8 @@
 # hvprof_add_test(NAME name SOURCES ... LIBS ...)
 # Builds a Catch2 v2 test binary into build/tests/ and registers each test case with CTest.
 # A test that needs something the machine lacks exits with code 77 under CTest, which CTest
-# reports as skipped (see tests/support/skip.h).
+# reports as skipped (see tests/support/skip.h). DEBUGINFOD_URLS is emptied: no test asks a
+# debuginfod server but the one it starts itself.
 include(Catch)
 
 function(hvprof_add_test)
@@ -15,5 +16,5 @@ function(hvprof_add_test)
   catch_discover_tests(${ARG_NAME}
     DISCOVERY_MODE PRE_TEST
     PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT ${ARG_TIMEOUT}
-               ENVIRONMENT "HVPROF_UNDER_CTEST=1;HVPROF_SOURCE_DIR=${PROJECT_SOURCE_DIR};HVPROF_BINARY_DIR=${CMAKE_BINARY_DIR}")
+               ENVIRONMENT "HVPROF_UNDER_CTEST=1;DEBUGINFOD_URLS=;HVPROF_SOURCE_DIR=${PROJECT_SOURCE_DIR};HVPROF_BINARY_DIR=${CMAKE_BINARY_DIR}")
 endfunction()

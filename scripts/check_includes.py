@@ -33,10 +33,12 @@ LAYERS = {
     "dom0-agent": ["agent-core", "setup", "store", "hypervisor-pmu", "base", "symbolizer"],
     # A guest publishes its own profile for dom0: its agent reports its own session.
     "guest-agent": ["report", "agent-core", "setup", "store", "hypervisor-pmu", "base", "symbolizer"],
-    "report": ["stats", "store", "symbolizer", "base"],
+    # Session archives: a session and its images by build-id, written and unpacked (tar).
+    "archive": ["store", "symbolizer", "base"],
+    "report": ["stats", "archive", "store", "symbolizer", "base"],
     # Sends the report's stacks (as pprof) to other tools' servers.
     "push": ["report", "store", "symbolizer", "base"],
-    "control": ["push", "report", "agent-core", "setup", "hvprof-hv/protocol", "store", "symbolizer", "hypervisor-pmu",
+    "control": ["archive", "push", "report", "agent-core", "setup", "hvprof-hv/protocol", "store", "symbolizer", "hypervisor-pmu",
                 "base"],
     "tests/fake-platform": ["hosted", "hypervisor-pmu", "base"],
 }

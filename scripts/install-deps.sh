@@ -21,6 +21,9 @@ packages=(
   golang-go          # `go tool pprof` reads the pprof files in the tests
   chromium           # headless, network off, opens the HTML flame graph in the tests
   libcurl4-openssl-dev  # --push sends profiles to Pyroscope
+  libarchive-dev     # hvprof archive writes, and hvprof-report archive:FILE reads, tar archives
+  libdebuginfod-dev  # images and debug info by build-id from debuginfod servers
+  debuginfod         # the server the debuginfod tests run on loopback
   linux-perf         # the yardstick of the linux tests and benchmarks
   libc6-dbg binutils xz-utils
   # real Xen 4.17 under QEMU's software CPU (tests/qemu): the hypervisor, its tools for dom0

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-25}
 build=build-fuzz
 targets=(elf_image_fuzzer kernel_symbols_fuzzer session_files_fuzzer published_profile_fuzzer
-         ring_reader_fuzzer scenario_fuzzer engine_ops_fuzzer)
+         ring_reader_fuzzer scenario_fuzzer engine_ops_fuzzer archive_reader_fuzzer)
 
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja \
   -DHVPROF_BUILD_FUZZERS=ON -DHVPROF_BUILD_BENCH=OFF -DBUILD_TESTING=OFF \
@@ -70,6 +70,29 @@ ops = op(0, 0, bytes(16)) + op(0, 4, struct.pack("<HHiiiQ", 1, 0, 0, 0, 0, 0)) +
 ops += op(0, 6, struct.pack("<QQQQQQQQ", 0, 100000, 1, 0x3c, 1, 1, 0, 0)) + op(0, 7) + op(0, 8) + op(0, 9)
 ops += bytes([7, 0, 1, 0, 0, 1, 0, 1]) + struct.pack("<Q", 0xffffffff81000000) + bytes([0, 0]) + op(0, 10)
 open(f"{seeds}/engine_ops_fuzzer/session", "wb").write(ops)
+# Archives: one as `hvprof archive` lays it out (pax), and hostile ones: a name with "..", an
+# absolute name, a symbolic link, a hard link, a huge size.
+import io, json, tarfile
+def tar(name, members, fmt=tarfile.PAX_FORMAT):
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=fmt) as t:
+        for info, data in members:
+            t.addfile(info, io.BytesIO(data) if data is not None else None)
+    open(f"{seeds}/archive_reader_fuzzer/{name}", "wb").write(out.getvalue())
+def member(path, data=b"", kind=tarfile.REGTYPE, link=""):
+    info = tarfile.TarInfo(path)
+    info.type, info.linkname, info.size = kind, link, len(data)
+    return info, data
+manifest = json.dumps({"hvprof_archive": 1, "session_directory": "/var/lib/hvprof/samples/x", "files": []}).encode()
+good = [member("hvprof-archive.json", manifest), member("session/session.json", b"{}"),
+        member(".build-id/ab/cdef", b"\x7fELF"), member(".build-id/ab/cdef.debug", b"\x7fELF"),
+        member("by-path/proc/kallsyms", b"ffffffff81000000 T _stext\n")]
+tar("good", good)
+tar("ustar", good, tarfile.USTAR_FORMAT)
+tar("dotdot", good + [member("session/../../escaped", b"x")])
+tar("absolute", good + [member("/tmp/escaped", b"x")])
+tar("symlink", good + [member("link", kind=tarfile.SYMTYPE, link="/tmp"), member("link/escaped", b"x")])
+tar("hardlink", good + [member("hard", kind=tarfile.LNKTYPE, link="/etc/passwd")])
 PY
 
 mkdir -p "$build/artifacts"

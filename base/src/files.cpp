@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <utility>
 #include <vector>
 
 #include "hvprof/base/scoped_fd.h"
@@ -88,19 +89,19 @@ Result<ScopedFd> OpenRegular(const std::string& path, int flags, int mode, bool 
   return fd;
 }
 
-Result<void> WriteRegular(const std::string& path, std::string_view data, const struct stat* existing) {
-  // A fresh name in the same directory (so rename is atomic), created exclusively: a link
-  // planted under any name there is never followed.
-  std::string tmp = fmt::format("{}/.{}.tmp-XXXXXX", Dirname(path), Basename(path));
-  int raw = ::mkostemp(tmp.data(), O_CLOEXEC);
+// A fresh name in the same directory as `path` (so rename is atomic), created exclusively: a
+// link planted under any name there is never followed. A replaced file's permissions (never
+// set-id bits: its owner may change) and, where root writes it, its owner are kept; a new one
+// gets what the umask allows, as open(2) would give.
+Result<ScopedFd> CreateTemporary(const std::string& path, const struct stat* existing, std::string* tmp) {
+  *tmp = fmt::format("{}/.{}.tmp-XXXXXX", Dirname(path), Basename(path));
+  int raw = ::mkostemp(tmp->data(), O_CLOEXEC);
   if (raw < 0) return ErrnoError(errno, fmt::format("cannot create a temporary file beside {}", path));
   ScopedFd fd(raw);
   auto fail = [&](Error error) {
-    ::unlink(tmp.c_str());
+    ::unlink(tmp->c_str());
     return error;
   };
-  // A replaced file keeps its permissions (never set-id bits: its owner may change) and, where
-  // root writes it, its owner; a new one gets what the umask allows, as open(2) would give.
   mode_t mode = 0;
   if (existing != nullptr) {
     mode = existing->st_mode & 0777;
@@ -110,13 +111,20 @@ Result<void> WriteRegular(const std::string& path, std::string_view data, const 
   } else {
     mode = 0666 & ~CurrentUmask();
   }
-  if (::fchmod(fd.get(), mode) != 0) return fail(ErrnoError(errno, fmt::format("cannot set the mode of {}", tmp)));
-  auto bytes = std::as_bytes(std::span(data.data(), data.size()));
-  if (auto written = WriteAll(fd.get(), bytes, path); !written) return fail(written.error());
+  if (::fchmod(fd.get(), mode) != 0) return fail(ErrnoError(errno, fmt::format("cannot set the mode of {}", *tmp)));
+  return fd;
+}
+
+// Syncs and closes the temporary file and renames it to `path`; removes it on failure.
+Result<void> InstallTemporary(ScopedFd fd, const std::string& tmp, const std::string& path, bool replace) {
+  auto fail = [&](Error error) {
+    ::unlink(tmp.c_str());
+    return error;
+  };
   if (::fsync(fd.get()) != 0) return fail(ErrnoError(errno, fmt::format("cannot sync {}", path)));
   fd.Reset();
   // Where nothing was, nothing may appear meanwhile: a link created there now is not replaced.
-  const unsigned flags = existing == nullptr ? RENAME_NOREPLACE : 0;
+  const unsigned flags = replace ? 0 : RENAME_NOREPLACE;
   int renamed = ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), flags);
   if (renamed != 0 && errno == EINVAL && flags != 0) {
     // Filesystems without RENAME_NOREPLACE (NFS, 9p, some FUSE): link() refuses an existing
@@ -132,6 +140,17 @@ Result<void> WriteRegular(const std::string& path, std::string_view data, const 
     return fail(ErrnoError(err, fmt::format("cannot rename {} to {}", tmp, path)));
   }
   return Ok();
+}
+
+Result<void> WriteRegular(const std::string& path, std::string_view data, const struct stat* existing) {
+  std::string tmp;
+  HVPROF_TRY(fd, CreateTemporary(path, existing, &tmp));
+  auto bytes = std::as_bytes(std::span(data.data(), data.size()));
+  if (auto written = WriteAll(fd.get(), bytes, path); !written) {
+    ::unlink(tmp.c_str());
+    return written.error();
+  }
+  return InstallTemporary(std::move(fd), tmp, path, existing != nullptr);
 }
 
 }  // namespace
@@ -201,16 +220,24 @@ Result<void> WriteFileAtomically(const std::string& path, std::string_view data)
   return WriteRegular(path, data, &st);
 }
 
-Result<void> WriteOutput(const std::string& path, std::string_view data) {
-  auto bytes = std::as_bytes(std::span(data.data(), data.size()));
-  if (path == "-") return WriteAll(STDOUT_FILENO, bytes, "standard output");
+Result<OutputFile> OutputFile::Open(const std::string& path) {
+  OutputFile out;
+  out.path_ = path;
+  if (path == "-") {
+    out.standard_output_ = true;
+    out.path_ = "standard output";
+    return out;
+  }
   if (path.empty()) return MakeError(ErrorKind::kInvalidArgument, "no output file named");
   struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) {
-    if (errno != ENOENT) return ErrnoError(errno, fmt::format("cannot stat {}", path));
-    return WriteRegular(path, data, nullptr);
+  const bool exists = ::lstat(path.c_str(), &st) == 0;
+  if (!exists && errno != ENOENT) return ErrnoError(errno, fmt::format("cannot stat {}", path));
+  if (!exists || S_ISREG(st.st_mode)) {
+    HVPROF_TRY(fd, CreateTemporary(path, exists ? &st : nullptr, &out.temporary_));
+    out.fd_ = std::move(fd);
+    out.replace_ = exists;
+    return out;
   }
-  if (S_ISREG(st.st_mode)) return WriteRegular(path, data, &st);
   // A device or a pipe, or a link to one (/dev/stdout, /dev/fd/N), is written in place, as a
   // shell redirection would: nothing is replaced. Anything else is refused below.
   const bool link = S_ISLNK(st.st_mode);
@@ -222,11 +249,58 @@ Result<void> WriteOutput(const std::string& path, std::string_view data) {
     if (::fstat(fd.get(), &opened) != 0 || opened.st_ino != target.st_ino || opened.st_dev != target.st_dev) {
       return MakeError(ErrorKind::kBusy, "{} changed while it was being opened; not written", path);
     }
-    return WriteAll(fd.get(), bytes, path);
+    out.fd_ = std::move(fd);
+    return out;
   }
   const std::string_view advice = S_ISLNK(st.st_mode) ? "; name the file it points to instead" : "";
   return MakeError(ErrorKind::kInvalidArgument, "{} is {}; output is not written there{}", path, KindOf(st.st_mode),
                    advice);
+}
+
+OutputFile::OutputFile(OutputFile&& other) noexcept
+    : path_(std::move(other.path_)),
+      temporary_(std::exchange(other.temporary_, {})),
+      replace_(other.replace_),
+      fd_(std::move(other.fd_)),
+      standard_output_(other.standard_output_) {}
+
+OutputFile& OutputFile::operator=(OutputFile&& other) noexcept {
+  if (this != &other) {
+    if (!temporary_.empty()) ::unlink(temporary_.c_str());
+    path_ = std::move(other.path_);
+    temporary_ = std::exchange(other.temporary_, {});
+    replace_ = other.replace_;
+    fd_ = std::move(other.fd_);
+    standard_output_ = other.standard_output_;
+  }
+  return *this;
+}
+
+OutputFile::~OutputFile() {
+  if (!temporary_.empty()) ::unlink(temporary_.c_str());
+}
+
+int OutputFile::fd() const { return standard_output_ ? STDOUT_FILENO : fd_.get(); }
+
+Result<void> OutputFile::Write(std::span<const std::byte> data) {
+  if (fd() < 0) return MakeError(ErrorKind::kInvalidArgument, "{}: written after it was closed", path_);
+  return WriteAll(fd(), data, path_);
+}
+
+Result<void> OutputFile::Commit() {
+  if (temporary_.empty()) {
+    fd_.Reset();
+    standard_output_ = false;
+    return Ok();
+  }
+  const std::string tmp = std::exchange(temporary_, {});
+  return InstallTemporary(std::move(fd_), tmp, path_, replace_);
+}
+
+Result<void> WriteOutput(const std::string& path, std::string_view data) {
+  HVPROF_TRY(out, OutputFile::Open(path));
+  HVPROF_TRYV(out.Write(std::as_bytes(std::span(data.data(), data.size()))));
+  return out.Commit();
 }
 
 Result<void> MakeDirectories(const std::string& path) {

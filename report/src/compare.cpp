@@ -62,6 +62,7 @@ Result<LoadedDiff> DiffSessions(const DiffRequest& request) {
     for (size_t i = next_index++; i < count; i = next_index++) {
       LoadOptions load = request.load;
       load.build_id_roots = out.sources[i].build_id_roots;
+      load.shown_directory = out.sources[i].shown_directory;
       loaded[i] = LoadProfile(out.sources[i].directory, load);
     }
   };

@@ -12,6 +12,7 @@
 
 #include "hvprof/base/files.h"
 #include "hvprof/report/published.h"
+#include "hvprof/symbolizer/debuginfod.h"
 #include "hvprof/symbolizer/symbolizer.h"
 
 namespace hvprof::report {
@@ -46,6 +47,13 @@ std::string KernelImageName(const store::ImageRecord& image) {
   return Basename(image.path);
 }
 
+// The symbolizer looks for separate debug files in the build-id roots (an archive's) first.
+sym::SymbolizerOptions SymbolizerOptionsFor(const LoadOptions& options) {
+  sym::SymbolizerOptions out;
+  out.debug_roots.insert(out.debug_roots.begin(), options.build_id_roots.begin(), options.build_id_roots.end());
+  return out;
+}
+
 sym::ImageFormat FormatOf(const std::string& format) {
   if (format == "kallsyms") return sym::ImageFormat::kKallsyms;
   if (format == "system_map") return sym::ImageFormat::kSystemMap;
@@ -69,7 +77,8 @@ struct CollectedStacks {
 // target in one batch, and names images and symbols.
 class ProfileBuilder {
  public:
-  ProfileBuilder(Profile& profile, const LoadOptions& options) : p_(profile), options_(options) {}
+  ProfileBuilder(Profile& profile, const LoadOptions& options)
+      : p_(profile), options_(options), symbolizer_(SymbolizerOptionsFor(options)) {}
 
   // Attributes every entry of `aggregate` into `out` (the profile's entries or its frames).
   Result<void> Build(const store::Aggregate& aggregate, std::vector<Entry>& out);
@@ -81,6 +90,8 @@ class ProfileBuilder {
   void AddPublishedSymbols(const std::vector<PublishedProfile>& published);
   // Domains whose hypervisor samples come from a published profile (named domainN-xen).
   std::vector<uint16_t> published_domains;
+  // With LoadOptions::debuginfod and servers to ask: where missing images come from.
+  std::unique_ptr<sym::Debuginfod> debuginfod;
 
   // LoadProfile: reads the session and builds its Profile.
   static Result<Profile> Load(const std::string& directory, const LoadOptions& options);
@@ -103,6 +114,8 @@ class ProfileBuilder {
     std::vector<size_t> entries;  // indexes into p_.entries_
   };
 
+  // `path` is the one the session recorded, wherever the file was found (an archive,
+  // --image-path, debuginfod): what -f, -x, JSON and pprof show and match on.
   uint32_t ImageIndex(const std::string& name, const std::string& path, bool has_symbols);
   uint32_t SymbolIndex(uint32_t image, const std::string& name, uint64_t start, bool resolved,
                        const std::string& reason);
@@ -112,7 +125,10 @@ class ProfileBuilder {
   // domain, mode and pid: all of them outside user space, else the mapping or the gap between
   // mappings that holds key.ip.
   std::pair<uint64_t, uint64_t> TargetRange(const store::AggregateKey& key) const;
-  std::string ResolvePath(const std::string& path) const;
+  std::string ResolvePath(const Target& target) const;
+  // Replaces a missing (or different) image and missing debug info with debuginfod's.
+  void AskDebuginfod(const Target& target, sym::ImageSpec& spec);
+  void NoteFromDebuginfod(const std::string& note);
   const store::DomainRecord* FindDomain(uint16_t id) const;
   const store::ImageRecord* FindImage(const std::string& role, std::optional<uint16_t> domain) const;
   void Symbolize(Target& target);
@@ -142,8 +158,21 @@ const store::ImageRecord* ProfileBuilder::FindImage(const std::string& role,
   return nullptr;
 }
 
-std::string ProfileBuilder::ResolvePath(const std::string& path) const {
+std::string ProfileBuilder::ResolvePath(const Target& target) const {
+  const std::string& path = target.path;
   std::error_code ec;
+  std::string id;
+  const bool by_id = !target.build_id.empty() && target.format == sym::ImageFormat::kElf &&
+                     sym::NormalizeBuildIdHex(target.build_id, &id) && id.size() > 2;
+  for (const std::string& root : options_.build_id_roots) {
+    std::string candidate;
+    if (by_id) {
+      candidate = fmt::format("{}/.build-id/{}/{}", root, id.substr(0, 2), id.substr(2));
+    } else if (path.starts_with('/') && path.find("/..") == std::string::npos) {
+      candidate = root + "/by-path" + path;
+    }
+    if (!candidate.empty() && std::filesystem::is_regular_file(candidate, ec)) return candidate;
+  }
   if (path.empty() || std::filesystem::exists(path, ec)) return path;
   for (const std::string& directory : options_.image_path) {
     const std::string candidate = directory + "/" + Basename(path);
@@ -152,8 +181,7 @@ std::string ProfileBuilder::ResolvePath(const std::string& path) const {
   return path;  // the symbolizer will say it is unreadable
 }
 
-uint32_t ProfileBuilder::ImageIndex(const std::string& name, const std::string& path,
-                                    bool has_symbols) {
+uint32_t ProfileBuilder::ImageIndex(const std::string& name, const std::string& path, bool has_symbols) {
   auto [it, added] = image_index_.emplace(name, static_cast<uint32_t>(p_.images_.size()));
   if (added) {
     Image image;
@@ -203,17 +231,6 @@ std::pair<uint64_t, uint64_t> ProfileBuilder::TargetRange(const store::Aggregate
   }
   return {low, high};
 }
-
-namespace {
-// Whether a mapping's path could be an image on disk: not "/memfd:...", "/SYSV...", a device,
-// or a file deleted since it was mapped.
-bool NamesAFile(std::string_view path) {
-  constexpr std::string_view kDeleted = " (deleted)";
-  if (path.empty() || path[0] != '/') return false;
-  if (path.starts_with("/memfd:") || path.starts_with("/SYSV") || path.starts_with("/dev/")) return false;
-  return !(path.size() > kDeleted.size() && path.ends_with(kDeleted));
-}
-}  // namespace
 
 ProfileBuilder::Target& ProfileBuilder::TargetFor(const store::Aggregate& aggregate, size_t e) {
   const store::AggregateEntry& entry = aggregate.entries[e];
@@ -280,7 +297,7 @@ ProfileBuilder::Target& ProfileBuilder::TargetFor(const store::Aggregate& aggreg
       if (process.pid != entry.key.pid) continue;
       for (const store::MappingRecord& mapping : process.mappings) {
         if (entry.key.ip < mapping.start || entry.key.ip >= mapping.end) continue;
-        if (!NamesAFile(mapping.path)) {
+        if (!store::MappingNamesAFile(mapping.path)) {
           // memfd, SysV shared memory and device mappings (JIT code, often): nothing to open.
           Target& t = target(fmt::format("user-nofile:{}", mapping.path));
           t.name = mapping.path.empty() || mapping.path[0] != '/' ? mapping.path : mapping.path.substr(1);
@@ -301,6 +318,36 @@ ProfileBuilder::Target& ProfileBuilder::TargetFor(const store::Aggregate& aggreg
   return t;
 }
 
+void ProfileBuilder::NoteFromDebuginfod(const std::string& note) {
+  auto& notes = p_.metadata_.notes;
+  if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
+}
+
+void ProfileBuilder::AskDebuginfod(const Target& target, sym::ImageSpec& spec) {
+  std::string id;
+  if (!sym::NormalizeBuildIdHex(target.build_id, &id) || id.empty()) return;
+  auto info = symbolizer_.Describe(spec);
+  if (!info || info.value().build_id != id) {
+    // Missing here, or here but not the file that was profiled: when no server has it either,
+    // the symbolizer says what is wrong with the one here.
+    auto fetched = debuginfod->FindExecutable(id);
+    if (!fetched) return;
+    spec.path = fetched.value();
+    NoteFromDebuginfod(fmt::format("from debuginfod: {} (build-id {}), as {}", target.path, id, spec.path));
+    info = symbolizer_.Describe(spec);
+    if (!info) return;
+  }
+  // No symbol table (stripped) or no DWARF for -g, and no debug file here: the server's.
+  const sym::ImageInfo& found = info.value();
+  if (found.debug_file.empty() && (found.symbol_table != ".symtab" || (options_.lines && !found.has_dwarf))) {
+    auto debug = debuginfod->FindDebuginfo(id);
+    if (!debug) return;
+    spec.debug_file = debug.value();
+    NoteFromDebuginfod(fmt::format("from debuginfod: the debug info of {} (build-id {}), as {}", target.path, id,
+                                   spec.debug_file));
+  }
+}
+
 void ProfileBuilder::Symbolize(Target& target) {
   const bool lines = options_.lines;
   if (target.path.empty()) {
@@ -313,10 +360,11 @@ void ProfileBuilder::Symbolize(Target& target) {
     return;
   }
   sym::ImageSpec spec;
-  spec.path = ResolvePath(target.path);
+  spec.path = ResolvePath(target);
   spec.format = target.format;
   spec.bias = target.bias;
   spec.expected_build_id = target.build_id;
+  if (debuginfod && spec.format == sym::ImageFormat::kElf && !target.build_id.empty()) AskDebuginfod(target, spec);
   std::vector<uint64_t> addresses;
   addresses.reserve(target.entries.size());
   for (size_t e : target.entries) addresses.push_back((*out_)[e].ip);
@@ -333,7 +381,7 @@ void ProfileBuilder::Symbolize(Target& target) {
   }
   const Stopwatch resolving;
   auto batch = symbolizer_.Symbolize(spec, addresses, lookup);
-  const uint32_t main_image = ImageIndex(target.name, spec.path, true);
+  const uint32_t main_image = ImageIndex(target.name, target.path, true);
   if (!batch) {
     p_.images_[main_image].has_symbols = false;
     p_.images_[main_image].problem = batch.error().message();
@@ -362,7 +410,7 @@ void ProfileBuilder::Symbolize(Target& target) {
     if (!s.module.empty() && (target.dom0_modules || !target.module_prefix.empty())) {
       const std::string name = target.module_prefix.empty() ? "[" + std::string(s.module) + "]"
                                                             : target.module_prefix;
-      image = ImageIndex(name, spec.path, true);
+      image = ImageIndex(name, target.path, true);
     }
     if (s.resolved()) {
       const sym::Frame& outer = s.frames.back();
@@ -737,6 +785,11 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
   profile.timings_.from_aggregate = from_aggregate;
   ProfileBuilder builder(profile, options);
   for (const PublishedProfile& guest : published) builder.published_domains.push_back(guest.domain);
+  if (options.debuginfod) {
+    auto client = sym::Debuginfod::FromEnvironment();
+    if (client) builder.debuginfod = std::move(client).value();
+    else profile.problems_.push_back(client.error().message() + "; no images were asked for there");
+  }
   HVPROF_TRYV(builder.Build(aggregate, profile.entries_));
   if (from_aggregate && aggregate.time_slices != 0 && published.empty()) {
     profile.time_slices_ = aggregate.time_slices;
@@ -744,6 +797,8 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
   }
   builder.AddPublishedSymbols(published);
   if (options.stacks) HVPROF_TRYV(builder.BuildStacks(CollectStacks(aggregate, options.stack_threads)));
+  profile.loaded_directory_ = profile.directory_;
+  if (!options.shown_directory.empty()) profile.directory_ = options.shown_directory;
   return profile;
 }
 
@@ -761,7 +816,7 @@ Result<std::vector<uint32_t>> ProfileBuilder::Slice(const Profile& profile, uint
   } else {
     // Equal spans of the platform's clock from the first sample to the last (the file's order
     // is the order the agent drained the rings in, a vCPU at a time: not time).
-    const std::string path = profile.directory_ + "/" + store::kSamplesFile;
+    const std::string path = profile.loaded_directory_ + "/" + store::kSamplesFile;
     const auto id = store::ParseSessionId(profile.metadata_.session_id);
     const auto session = id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt;
     uint64_t first = profile.metadata_.first_sample_ns;

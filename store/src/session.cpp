@@ -322,6 +322,13 @@ Result<SessionMetadata> ParseMetadata(std::string_view text, std::string_view or
 
 // ---- aggregate
 
+bool MappingNamesAFile(std::string_view path) {
+  constexpr std::string_view kDeleted = " (deleted)";
+  if (path.empty() || path[0] != '/') return false;
+  if (path.starts_with("/memfd:") || path.starts_with("/SYSV") || path.starts_with("/dev/")) return false;
+  return !(path.size() > kDeleted.size() && path.ends_with(kDeleted));
+}
+
 bool AggregateKey::operator<(const AggregateKey& other) const {
   return std::tie(domain, mode, event, pid, ip) <
          std::tie(other.domain, other.mode, other.event, other.pid, other.ip);

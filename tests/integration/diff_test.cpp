@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <regex>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -331,4 +332,26 @@ TEST_CASE("diff: the differential flame graph opens offline in Chromium, grown f
   }
   CHECK(grew);
   CHECK(shrank);
+}
+
+TEST_CASE("diff: an archive on either side compares as its session did", "[diff][archive]") {
+  Host first(Scenario(false), 61);
+  Host changed(Scenario(true), 62);
+  const std::string a = Profile(first, "a", 100);
+  const std::string c = Profile(changed, "c", 100);
+  const CommandResult direct = first.Report({"--diff", a, c, "-l", "--by-domain", "--format=json"});
+  REQUIRE(direct.status == 0);
+  const std::string tar = first.session_root() + "/../a.tar";
+  const CommandResult archived = hvprof::testing::RunProgram(
+      {hvprof::testing::Binary("hvprof"), "archive", "--session-dir=" + first.session_root(), "a", "-o", tar});
+  INFO(archived.err);
+  REQUIRE(archived.status == 0);
+  std::filesystem::remove_all(a);
+  const CommandResult from_archive = first.Report({"--diff", "archive:" + tar, c, "-l", "--by-domain", "--format=json"});
+  INFO(from_archive.err);
+  REQUIRE(from_archive.status == 0);
+  Json expected = Json::parse(direct.out), got = Json::parse(from_archive.out);
+  CHECK(got["rows"] == expected["rows"]);
+  CHECK(got["base"]["samples"] == expected["base"]["samples"]);
+  CHECK(got["base"]["sessions"][0] == "archive:" + tar);
 }

@@ -58,7 +58,7 @@ base_archive() {
 
 create() {
   name=$1
-  memory=${2:-256}
+  memory=${2:-512}
   [ -d "/test/guest-$name" ] || die "no /test/guest-$name: the test gives the guest's commands"
   [ -r /boot/vmlinuz ] || die "no /boot/vmlinuz in dom0's image (build-image.sh puts it there)"
   if ! pidof xenconsoled >/dev/null; then

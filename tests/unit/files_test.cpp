@@ -55,6 +55,32 @@ TEST_CASE("output: regular files are replaced whole, keeping their mode", "[base
   CHECK(std::distance(std::filesystem::directory_iterator(dir.path()), {}) == 1);
 }
 
+TEST_CASE("output in pieces: replaced only once committed, the old contents kept otherwise", "[base][files][safety]") {
+  TempDir dir;
+  const std::string path = dir.File("big.tar");
+  dir.Write("big.tar", "old");
+  auto piece = [](std::string_view text) { return std::as_bytes(std::span(text.data(), text.size())); };
+  {
+    auto out = hvprof::OutputFile::Open(path);
+    REQUIRE(out.has_value());
+    REQUIRE(out.value().Write(piece("new, ")).has_value());
+    CHECK(Contents(path) == "old");
+    // Dropped before Commit (a failure half-way): the old file stays, the temporary one goes.
+  }
+  CHECK(Contents(path) == "old");
+  CHECK(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()) == 1);
+  auto out = hvprof::OutputFile::Open(path);
+  REQUIRE(out.has_value());
+  REQUIRE(out.value().Write(piece("new, ")).has_value());
+  REQUIRE(out.value().Write(piece("whole")).has_value());
+  REQUIRE(out.value().Commit().has_value());
+  CHECK(Contents(path) == "new, whole");
+  CHECK(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()) == 1);
+  // The same refusals as WriteOutput.
+  std::filesystem::create_directory(dir.File("directory"));
+  CHECK(!hvprof::OutputFile::Open(dir.File("directory")).has_value());
+}
+
 TEST_CASE("output: device nodes are written in place, never replaced", "[base][files][safety]") {
   if (::access("/dev/full", W_OK) != 0 || ::access("/dev/null", W_OK) != 0) {
     if (hvprof::testing::SkipTest("/dev/full or /dev/null is not writable here")) return;

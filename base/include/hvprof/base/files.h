@@ -41,6 +41,37 @@ Result<void> WriteFileAtomically(const std::string& path, std::string_view data)
 //   any other symbolic link, a directory, a block device or a socket: refused, untouched.
 Result<void> WriteOutput(const std::string& path, std::string_view data);
 
+// WriteOutput for output written in pieces (an archive that may not fit in memory): the same
+// rules and the same guarantees. A regular file (or an absent one) is written to a fresh
+// temporary file beside it and renamed over it by Commit; an OutputFile dropped before Commit
+// removes its temporary file and leaves the old contents. "-", a device or a FIFO is written
+// in place.
+class OutputFile {
+ public:
+  static Result<OutputFile> Open(const std::string& path);
+  OutputFile(OutputFile&& other) noexcept;
+  OutputFile& operator=(OutputFile&& other) noexcept;
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+  ~OutputFile();
+
+  // The descriptor to write to (for libraries that write through one themselves).
+  int fd() const;
+  const std::string& path() const { return path_; }
+  Result<void> Write(std::span<const std::byte> data);
+  // Syncs and renames the temporary file over the path (regular files); after this, the
+  // OutputFile is closed.
+  Result<void> Commit();
+
+ private:
+  OutputFile() = default;
+  std::string path_;
+  std::string temporary_;  // empty when written in place
+  bool replace_ = false;   // a regular file was there: rename over it
+  ScopedFd fd_;
+  bool standard_output_ = false;
+};
+
 // Opens a file in a directory others may write (a session): never through a symbolic link,
 // never waiting on a FIFO, and only if what is there is a regular file (a FIFO, a device or a
 // link is refused with a message naming it). `flags` as open(2)'s; O_CREAT creates it.

@@ -28,9 +28,21 @@ struct LoadOptions {
   // Images: where to look for them when the recorded path is gone (like opreport's
   // --image-path), tried in order.
   std::vector<std::string> image_path;
-  // Directories laid out as .build-id/xx/rest (an archive's) where images are looked up by
-  // build-id first (report/source.h).
+  // Directories laid out as gdb's and debuginfod's .build-id/xx/rest (images) and
+  // .build-id/xx/rest.debug (separate debug files), as an archive unpacks (SessionSource):
+  // an image is looked up there by the build-id the session recorded FIRST, then at its
+  // recorded path, then in image_path. An image recorded without a (valid) build-id, and
+  // kallsyms and System.map texts, are looked up at ROOT/by-path/RECORDED-PATH. Reports still
+  // name every image by its recorded path.
   std::vector<std::string> build_id_roots;
+  // Ask the debuginfod servers of DEBUGINFOD_URLS (by build-id) for images missing here, or
+  // here but not the one profiled, and for their debug info when they have none; nothing is
+  // asked when DEBUGINFOD_URLS is unset or empty. The files that came from there are named in
+  // the profile's notes.
+  bool debuginfod = true;
+  // What the report calls the session's directory (an archive's original one); empty: the
+  // directory loaded.
+  std::string shown_directory;
 };
 
 Result<Profile> LoadProfile(const std::string& directory, const LoadOptions& options);

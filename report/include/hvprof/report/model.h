@@ -26,7 +26,9 @@ inline constexpr uint16_t kIdleDomain = 0x7FFF;
 
 struct Image {
   std::string name;       // as reports show it: xen-syms-4.17-amd64, libc.so.6, domain3-kernel
-  std::string path;       // the file symbolized against; empty when there is none
+  // The path the session recorded for the file symbolized against, wherever that file was found
+  // (an archive, --image-path, debuginfod: LoadOptions); empty when there is none.
+  std::string path;
   std::string long_name;  // -f/--long-filenames: the full path, or the name if there is none
   bool has_symbols = false;
   // Why its addresses could not be resolved, if the whole image failed (missing file,
@@ -167,6 +169,7 @@ class Profile {
   // (load.h) uses them instead of reading the samples again.
   uint32_t time_slices_ = 0;
   std::vector<uint32_t> slice_counts_;
+  std::string loaded_directory_;  // where the files are (directory_ may be an archive's original)
 
   friend class ProfileBuilder;  // load.cpp fills it in
 };

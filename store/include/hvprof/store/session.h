@@ -39,6 +39,10 @@ struct MappingRecord {
   std::string build_id;
 };
 
+// Whether a mapping's path could be an image on disk: not "/memfd:...", "/SYSV...", a device,
+// or a file deleted since it was mapped.
+bool MappingNamesAFile(std::string_view path);
+
 struct ProcessRecord {
   uint32_t pid = 0;
   std::string comm;
