@@ -333,6 +333,19 @@ TEST_CASE("xen: hvprof run profiles a workload and saves a session that matches 
   REQUIRE(summary.is_object());
   CHECK(summary["runs"][0]["exit_status"] == 0);
   CheckDomains(summary["runs"][0]["session"].get<std::string>(), truth, {0, 2});
+  // A xen session diffs like any other (against itself: every row the same, nothing flagged);
+  // its time slices are by when hvprofd read the samples, as Xen's rings carry no time.
+  const std::string session = summary["runs"][0]["session"].get<std::string>();
+  const auto diff = host.Report({"--diff", session, session, "-l", "--format=json"});
+  INFO(diff.err);
+  REQUIRE(diff.status == 0);
+  const nlohmann::json parsed = nlohmann::json::parse(diff.out);
+  CHECK(parsed["base"]["samples"] == summary["runs"][0]["samples"]);
+  REQUIRE(!parsed["rows"].empty());
+  for (const nlohmann::json& row : parsed["rows"]) {
+    CHECK_FALSE(row["significant"].get<bool>());
+    CHECK(row["change_points"].get<double>() == 0);
+  }
 }
 
 TEST_CASE("xen: call chains through xenoprof: folded, -c, pprof and html agree with the ground truth",

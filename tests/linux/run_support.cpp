@@ -26,6 +26,12 @@ CommandResult LinuxRun::Run(std::vector<std::string> args) {
   return result;
 }
 
+CommandResult LinuxRun::ReportOn(std::vector<std::string> args) {
+  std::vector<std::string> argv = {Binary("hvprof-report"), "--session-dir=" + dir_.File("sessions")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunProgram(argv);
+}
+
 CommandResult LinuxRun::SessionReport(std::vector<std::string> args) {
   const auto saved = hvprof::store::NewestSavedSession({dir_.File("sessions")});
   REQUIRE(saved.has_value());

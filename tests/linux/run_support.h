@@ -25,6 +25,8 @@ class LinuxRun {
   nlohmann::json Report(std::vector<std::string> args);
   // The saved session's call stacks (--format=folded), with extra options.
   std::string Folded(std::vector<std::string> args);
+  // hvprof-report with this run's --session-dir and `args` (any session, e.g. --diff A B).
+  CommandResult ReportOn(std::vector<std::string> args);
   // The pids of the saved session's processes whose name (comm) is `comm`.
   std::vector<uint32_t> Pids(const std::string& comm);
 

@@ -139,3 +139,34 @@ TEST_CASE("hvprof run --platform=linux: a domain map with two process trees give
   CHECK(sum_two > 1.3 * sum_one);
   CHECK(sum_two < 2.7 * sum_one);
 }
+
+TEST_CASE("hvprof run --platform=linux: a diff of two runs of the fixture finds its shares unchanged",
+          "[linux][live][run][diff]") {
+  if (!PerfUsable()) return;
+  LinuxRun run;
+  auto saved = [](const CommandResult& result) {
+    const size_t at = result.out.rfind("session saved in ");
+    REQUIRE(at != std::string::npos);
+    const std::string path = result.out.substr(at + 17, result.out.find('\n', at) - at - 17);
+    return path.substr(path.rfind('/') + 1);
+  };
+  const std::string first = saved(run.Run({"--", kFixture, "--seconds", "1"}));
+  const std::string second = saved(run.Run({"--", kFixture, "--seconds", "1"}));
+  // Within the fixture's own samples: the other processes of this host differ between any two
+  // runs (they are real differences), the fixture's design does not.
+  const CommandResult diff = run.ReportOn({"--diff", first, second, "-l", "--image=linux_hotspots", "--format=json"});
+  INFO(diff.err);
+  REQUIRE((diff.status == 0 || diff.status == 3));
+  const Json parsed = Json::parse(diff.out);
+  CHECK(parsed["test"].get<std::string>().find("dispersion") != std::string::npos);
+  std::map<std::string, double> shares;
+  for (const Json& row : parsed["rows"]) {
+    INFO(row.dump());
+    if (!kDesigned.contains(row["symbol"].get<std::string>())) continue;
+    CHECK_FALSE(row["significant"].get<bool>());
+    shares[row["symbol"].get<std::string>()] = row["new_percent"].get<double>() / 100;
+  }
+  REQUIRE(shares.size() == 3);
+  // Shares of the image's samples, of which the three take nearly all.
+  for (const auto& [name, designed] : kDesigned) CHECK(std::abs(shares[name] - designed) < 0.05);
+}
