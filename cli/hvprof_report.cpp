@@ -388,8 +388,14 @@ int main(int argc, char** argv) {
                     2);
       }
       if (alpha <= 0 || alpha >= 1) return fail(Error(ErrorKind::kInvalidArgument, "--alpha must be between 0 and 1"), 2);
-      if (values.count("slices") != 0 && (pseudo_slices < 2 || pseudo_slices > 1000)) {
-        return fail(Error(ErrorKind::kInvalidArgument, "--slices must be 2 to 1000"), 2);
+      if (values.count("slices") != 0 && (pseudo_slices < 2 || pseudo_slices > 64)) {
+        return fail(Error(ErrorKind::kInvalidArgument, "--slices must be 2 to 64"), 2);
+      }
+      if (values.count("slices") != 0 && (folded || callgraph)) {
+        return fail(Error(ErrorKind::kInvalidArgument,
+                          "--slices compares images or symbols (-l); a stack diff takes each stack's dispersion from "
+                          "its function's slices already"),
+                    2);
       }
       request.session_root = session_root;
       request.load.demangle = demangle != "none";

@@ -249,6 +249,8 @@ TEST_CASE("diff: what cannot be compared is refused with the reason", "[diff]") 
   CommandResult event = host.Report({"--diff", a, a, "--event=BR_INST_RETIRED"});
   CHECK(event.status == 2);
   CHECK(host.Report({"--fdr"}).status == 2);
+  CHECK(host.Report({"--diff", a, a, "-c", "--slices=8"}).status == 2);
+  CHECK(host.Report({"--diff", a, a, "--slices=1"}).status == 2);
   // A session against itself: every row the same, nothing significant, every ratio 1.
   const Json same = Json::parse(host.Report({"--diff", a, a, "-l", "--format=json"}).out);
   CHECK(Significant(same) == 0);
