@@ -178,10 +178,12 @@ int main(int argc, char** argv) {
     po::options_description actions(kUsage);
     actions.add_options()
         ("start-daemon", "check the setup options below, start hvprofd and set up the "
-                         "hypervisor's profiler (counters stay off)")
+                         "hypervisor's profiler (counters stay off). Again with the same options: nothing to do "
+                         "(exit 0); with others: refused until --shutdown. Other events than the current "
+                         "session's are refused unless it recorded nothing (--save or --reset it first)")
         ("start,s", "start profiling (in dom0: once every active guest has started)")
         ("stop,t", "stop profiling and write the samples; the daemon stays up")
-        ("dump,d", "write the samples collected so far")
+        ("dump,d", "write the samples collected so far (fails when no hvprofd runs: there is nothing to write)")
         ("shutdown", "stop, write the samples, release the profiler and end the daemon (opcontrol's -h is help here)")
         ("reset", "empty the current session (samples/current)")
         ("save", po::value(&save_name), "keep the current session as samples/NAME and carry on in a fresh one")

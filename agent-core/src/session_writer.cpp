@@ -125,11 +125,23 @@ Result<SessionWriter> SessionWriter::Open(const std::string& directory, store::S
                        "{} holds a damaged session ({}); run `hvprof --reset` or move it away", directory,
                        previous ? "its session_id is not 32 hex digits" : previous.error().message());
     }
-    if (!SameEvents(previous.value(), metadata)) {
+    const store::SessionMetadata& before = previous.value();
+    const store::LossRecord& l = before.losses;
+    const bool empty = before.samples_stored == 0 && before.samples_file_chunks == 0 && l.ring_full == 0 &&
+                       l.corrupt_index == 0 && l.no_ring == 0 && l.unprofiled_domain == 0 &&
+                       l.malformed_records == 0 && l.store_failed == 0 && l.platform_lost == 0;
+    if (!SameEvents(before, metadata) && !empty) {
       return MakeError(ErrorKind::kBadState,
                        "{} holds a session with other events; keep it with `hvprof --save=NAME` or "
                        "discard it with `hvprof --reset` first",
                        directory);
+    }
+    if (!SameEvents(before, metadata)) {
+      // Nothing was recorded under the old events: the session starts again with the new ones.
+      std::filesystem::remove(samples_path, ec);
+      std::filesystem::remove(directory + "/" + store::kAggregateFile, ec);
+      std::filesystem::remove(metadata_path, ec);
+      return Open(directory, std::move(metadata));
     }
     // Continue it: same id, keep what it recorded so far.
     const store::SessionMetadata& old = previous.value();

@@ -110,10 +110,15 @@ Result<Outcome> StartDaemon(const setup::SetupOptions& setup, const std::string&
   store::SessionPaths paths{setup.session_root};
   const AgentProcess existing = FindAgent(paths);
   if (existing.running) {
+    // The same setup again is already in effect; another one needs a new daemon.
+    auto running = ReadFileToString(paths.setup(), size_t{1} << 20, Links::kRefuse);
+    if (running && running.value() == setup.ToJson().dump(1) + "\n") {
+      return Outcome{fmt::format("hvprofd is already running (pid {}) for {} with these settings; nothing to do",
+                                 existing.pid, paths.root)};
+    }
     return MakeError(ErrorKind::kBadState,
-                     "hvprofd is already running (pid {}) for {}; `hvprof --start` starts "
-                     "profiling, and `hvprof --shutdown` stops it before a new --start-daemon "
-                     "with other options",
+                     "hvprofd is already running (pid {}) for {} with other settings; `hvprof --status` shows "
+                     "them, and `hvprof --shutdown` stops it before a --start-daemon with new ones",
                      existing.pid, paths.root);
   }
   std::string warning;
@@ -253,7 +258,10 @@ Result<Outcome> Dump(const store::SessionPaths& paths) {
   auto response = Send(paths, Json{{"action", "dump"}});
   if (!response) {
     if (response.error().message().rfind("hvprofd is not running", 0) == 0) {
-      return Outcome{NotRunning(paths) + "; the session on disk is complete"};
+      return MakeError(ErrorKind::kBadState,
+                       "nothing to dump: hvprofd is not running for {}, and the session on disk is as it last "
+                       "wrote it (`hvprof-report` reads it; `hvprof --start-daemon` starts profiling again)",
+                       paths.root);
     }
     return response.error();
   }

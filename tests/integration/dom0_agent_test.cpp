@@ -268,9 +268,15 @@ TEST_CASE("every wrong order of use has its own message", "[agent][usage]") {
   CHECK(not_ready.err.find("hvprof --domain=1 --start-daemon && hvprof --domain=1 --start") != std::string::npos);
   CHECK(not_ready.err.find("hvprof --domain=3 --start-daemon") != std::string::npos);
 
-  auto twice = host.Hvprof({"--start-daemon"});
-  CHECK(twice.status == 1);
-  CHECK(twice.err.find("already running") != std::string::npos);
+  // The same --start-daemon again is in effect already; other settings need a new daemon.
+  auto twice = host.Hvprof({"--start-daemon", "--active-domains=1,guest3"});
+  CHECK(twice.status == 0);
+  CHECK(twice.out.find("already running") != std::string::npos);
+  CHECK(twice.out.find("nothing to do") != std::string::npos);
+  auto other = host.Hvprof({"--start-daemon"});
+  CHECK(other.status == 1);
+  CHECK(other.err.find("with other settings") != std::string::npos);
+  CHECK(other.err.find("hvprof --shutdown") != std::string::npos);
 
   auto stop_idle = host.Hvprof({"--stop"});
   CHECK(stop_idle.status == 0);
@@ -282,6 +288,18 @@ TEST_CASE("every wrong order of use has its own message", "[agent][usage]") {
   auto second = host.Hvprof({"--shutdown"});
   CHECK(second.status == 0);
   CHECK(second.out.find("nothing to shut down") != std::string::npos);
+  // Nothing to dump without a daemon: a failure that says what to do, not "complete".
+  auto dump = host.Hvprof({"--dump"});
+  CHECK(dump.status == 1);
+  CHECK(dump.err.find("nothing to dump") != std::string::npos);
+  CHECK(dump.err.find("hvprof --start-daemon") != std::string::npos);
+  // Other events on a current session that recorded nothing: it starts again with them.
+  REQUIRE(host.Hvprof({"--start-daemon", "--event=CPU_CLK_UNHALTED:50000"}).status == 0);
+  REQUIRE(host.Hvprof({"--shutdown"}).status == 0);
+  auto changed = host.Hvprof({"--start-daemon", "--event=LLC_MISSES:7000"});
+  INFO(changed.err);
+  CHECK(changed.status == 0);
+  REQUIRE(host.Hvprof({"--shutdown"}).status == 0);
   // The hypervisor's profiler is free again.
   CHECK(host.Hvprof({"--start-daemon"}).status == 0);
 }
