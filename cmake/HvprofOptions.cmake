@@ -4,7 +4,16 @@ set(HVPROF_SANITIZE "" CACHE STRING "Sanitizers: empty, 'address,undefined' or '
 option(HVPROF_BUILD_BENCH "Build the benchmarks in bench/" ON)
 option(HVPROF_BUILD_FUZZERS "Build libFuzzer targets (needs clang)" OFF)
 
-add_compile_options(-Wall -Wextra -Werror -Wshadow -Wnon-virtual-dtor -Wimplicit-fallthrough)
+# Warnings are errors where the project asks for it: scripts/run-tests.sh, scripts/demo.sh and
+# scripts/run-fuzz.sh (so CI and developers) turn HVPROF_WERROR on. A user's own
+# `cmake -B build` shows warnings without failing on them: another compiler's new warning must
+# not stop a build.
+option(HVPROF_WERROR "Treat warnings as errors (the project's scripts and CI turn it on)" OFF)
+set(HVPROF_WARNINGS -Wall -Wextra)
+if(HVPROF_WERROR)
+  list(APPEND HVPROF_WARNINGS -Werror)
+endif()
+add_compile_options(${HVPROF_WARNINGS} -Wshadow -Wnon-virtual-dtor -Wimplicit-fallthrough)
 
 if(HVPROF_SANITIZE STREQUAL "address,undefined")
   add_compile_options(-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)

@@ -13,7 +13,7 @@ targets=(elf_image_fuzzer kernel_symbols_fuzzer session_files_fuzzer published_p
 
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja \
   -DHVPROF_BUILD_FUZZERS=ON -DHVPROF_BUILD_BENCH=OFF -DBUILD_TESTING=OFF \
-  -DHVPROF_SANITIZE=address,undefined \
+  -DHVPROF_SANITIZE=address,undefined -DHVPROF_WERROR=ON \
   -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link -Wno-unknown-warning-option" \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link -Wno-unknown-warning-option" \
   >/dev/null

@@ -8,10 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build_dir=build
-cmake_args=()
+cmake_args=(-DHVPROF_WERROR=ON)
 case "${1:-}" in
-  --asan) build_dir=build-asan; cmake_args=(-DHVPROF_SANITIZE=address,undefined -DHVPROF_BUILD_BENCH=OFF); shift ;;
-  --tsan) build_dir=build-tsan; cmake_args=(-DHVPROF_SANITIZE=thread -DHVPROF_BUILD_BENCH=OFF); shift ;;
+  --asan) build_dir=build-asan; cmake_args+=(-DHVPROF_SANITIZE=address,undefined -DHVPROF_BUILD_BENCH=OFF); shift ;;
+  --tsan) build_dir=build-tsan; cmake_args+=(-DHVPROF_SANITIZE=thread -DHVPROF_BUILD_BENCH=OFF); shift ;;
 esac
 [ "${1:-}" = "--" ] && shift
 
