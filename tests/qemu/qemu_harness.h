@@ -87,6 +87,9 @@ struct XenBoot {
   std::vector<std::string> xen_lines;  // every "(XEN) " line of the console
   std::string image_info;           // build-image.sh's image.info
   std::string problem;              // what went wrong with the boot itself, if anything
+  // Commands whose end frame the result channel lost, their status read from the console's
+  // copy of it instead (the two ports lose bytes independently), for the failure message.
+  std::string recovered;
   std::shared_ptr<TempDir> dir;     // console.log, results.log, initrd.img live here
 
   const Dom0Result& at(size_t i) const { return results.at(i); }
