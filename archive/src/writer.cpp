@@ -32,7 +32,6 @@ namespace {
 
 constexpr uint8_t kKernel = 1;
 constexpr uint8_t kHypervisor = 2;
-constexpr uint16_t kIdleDomain = 0x7FFF;
 
 void FreeWriter(struct archive* writer) { archive_write_free(writer); }
 using Writer = UniqueResource<struct archive*, &FreeWriter, nullptr>;
@@ -52,16 +51,6 @@ struct NeededImage {
   std::string build_id;
   std::string format;  // "elf", "kallsyms", "system_map"
 };
-
-std::string Basename(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-std::string Dirname(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? std::string() : path.substr(0, slash);
-}
 
 // by-path/RECORDED/PATH, or nothing for a path that could name something outside it.
 std::optional<std::string> ByPathName(const std::string& path) {
@@ -84,7 +73,7 @@ class Needs {
   explicit Needs(const store::SessionMetadata& m) : m_(m) {}
 
   void Visit(uint16_t domain, uint8_t mode, uint32_t pid, uint64_t ip) {
-    if (mode == kHypervisor || domain == kIdleDomain) {
+    if (mode == kHypervisor || domain == store::kIdleDomain) {
       if (hypervisor_done_) return;
       hypervisor_done_ = true;
       for (const store::ImageRecord& image : m_.images) {

@@ -21,20 +21,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# shellcheck source=bench/report/record_sim.sh
+. bench/report/record_sim.sh
 record() {  # seed, name
-  "$bin/hvprof-hv" --platform=sim --scenario=bench/data/throughput.json --speed=max --seed="$1" \
-    --run-dir="$work/run" --log-level=warning &
-  hv_pid=$!
-  for _ in $(seq 200); do [ -S "$work/run/domain-0.sock" ] && break; sleep 0.05; done
-  hv() { "$bin/hvprof" --session-dir="$work/s" --run-dir="$work/run" "$@" >/dev/null; }
-  hv --start-daemon --passive-domains=1,2,3 -e CPU_CLK_UNHALTED:6000
-  hv --start
-  # 8 busy CPUs at 3 GHz, one sample per 6000 cycles: 4M samples per simulated second.
-  hv --run-sim="$(( samples / 4000 ))ms"
-  hv --stop
-  hv --save="$2"
-  hv --shutdown
-  kill "$hv_pid"; wait "$hv_pid" 2>/dev/null || true; hv_pid=
+  record_sim bench/data/throughput.json "$samples" "$1"
+  mv "$work/s/samples/current" "$work/s/samples/$2"
 }
 echo "== recording two sessions of about $samples samples (sim, max speed, seeds 1 and 2)"
 record 1 a

@@ -43,18 +43,9 @@ json.dump(scenario, open(sys.argv[2], "w"), indent=1)
 PY
 
 echo "== hvprof: recording a session of $samples samples (sim, max speed)"
-"$bin/hvprof-hv" --platform=sim --scenario="$work/scenario.json" --speed=max \
-  --run-dir="$work/run" --log-level=warning &
-hv_pid=$!
-for _ in $(seq 200); do [ -S "$work/run/domain-0.sock" ] && break; sleep 0.05; done
-hv() { "$bin/hvprof" --session-dir="$work/s" --run-dir="$work/run" "$@" >/dev/null; }
-hv --start-daemon --passive-domains=1,2,3 -e CPU_CLK_UNHALTED:6000
-hv --start
-# 8 busy CPUs at 3 GHz, one sample per 6000 cycles: 4M samples per simulated second.
-hv --run-sim="$(( samples / 4000 ))ms"
-hv --stop
-hv --shutdown
-kill "$hv_pid"; wait "$hv_pid" 2>/dev/null || true; hv_pid=
+# shellcheck source=bench/report/record_sim.sh
+. bench/report/record_sim.sh
+record_sim "$work/scenario.json" "$samples"
 session=$work/s/samples/current
 
 report() {  # label, extra options

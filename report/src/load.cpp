@@ -35,11 +35,6 @@ class Stopwatch {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
-std::string Basename(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 // How reports name a kernel image: as perf and opreport do.
 std::string KernelImageName(const store::ImageRecord& image) {
   if (image.format == "kallsyms") return "[kernel.kallsyms]";

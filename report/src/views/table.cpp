@@ -260,7 +260,7 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, s
     for (const auto& record : m.domains) {
       if (record.id == id) summary.role = record.role;
     }
-    if (id == 0x7FFF) summary.role = "idle";
+    if (id == kIdleDomain) summary.role = "idle";
     table.domains.push_back(summary);
   }
   return table;

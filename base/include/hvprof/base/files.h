@@ -75,6 +75,11 @@ class OutputFile {
 // Opens a file in a directory others may write (a session): never through a symbolic link,
 // never waiting on a FIFO, and only if what is there is a regular file (a FIFO, a device or a
 // link is refused with a message naming it). `flags` as open(2)'s; O_CREAT creates it.
+// The last component of a path, and what is before it ("." when there is no slash, "/" for
+// a file at the root).
+std::string Basename(const std::string& path);
+std::string Dirname(const std::string& path);
+
 Result<ScopedFd> OpenRegularFile(const std::string& path, int flags, int mode = 0644);
 
 // Writes all of `data` to fd, retrying on EINTR and short writes.

@@ -22,7 +22,7 @@ namespace hvprof::report {
 
 inline constexpr uint32_t kNoIndex = 0xFFFFFFFF;
 // The domain id samples of idle CPUs are recorded under (the hypervisor's idle domain).
-inline constexpr uint16_t kIdleDomain = 0x7FFF;
+inline constexpr uint16_t kIdleDomain = store::kIdleDomain;
 
 struct Image {
   std::string name;       // as reports show it: xen-syms-4.17-amd64, libc.so.6, domain3-kernel

@@ -217,6 +217,8 @@ enum class StackDetail {
   kStacksByThread,  // the stacks of each thread on each vCPU and pCPU, as the aggregate keeps them
 };
 inline constexpr uint16_t kUnknownCpu = 0xFFFF;
+// The domain samples of idle CPUs are recorded under (the hypervisor's idle domain, DOMID_IDLE).
+inline constexpr uint16_t kIdleDomain = 0x7FFF;
 inline constexpr uint32_t kUnknownThread = 0xFFFFFFFF;
 
 // Builds the aggregate from the whole samples file (ignoring damaged chunks, and chunks of
