@@ -10,9 +10,11 @@
 #include <boost/program_options.hpp>
 
 #include "hvprof/base/escape.h"
+#include "hvprof/base/files.h"
 #include "hvprof/base/units.h"
 #include "hvprof/control/archive.h"
 #include "hvprof/control/commands.h"
+#include "hvprof/control/hypervisor.h"
 #include "hvprof/control/run.h"
 #include "hvprof/setup/setup.h"
 #include "hvprof/xen/xen_link.h"
@@ -42,13 +44,15 @@ One action per call; every action is safe to repeat. The Xenoprof workflow:
   in a guest: hvprof --publish      (its symbolized profile, for dom0's `hvprof-report --all-domains`)
 
 `hvprof run` does all of that for one workload, saves the session and prints the report;
-its exit status is CMD's. On a simulated machine it runs the machine for --duration. On this
-host (as root): `hvprof run --platform=linux --session-dir=DIR -- CMD ARGS...`.
+its exit status is CMD's. `hvprof run --platform=sim` simulates the machine of --scenario for
+--duration (its guests profiled from dom0). On this host (as root):
+`hvprof run --platform=linux --session-dir=DIR -- CMD ARGS...`.
 As a gate in benchmark scripts: `hvprof run --repeat=5 --baseline=before --fail-on-regression=1
 -- CMD` diffs the runs against the saved session `before` (hvprof-report --diff) and exits 5
 when a symbol's share grew significantly by 1 point or more (CMD's own failure wins).
 
-On a host without our hypervisor, run hvprof-hv first (hvprof-hv --help).
+The sim and linux platforms run under hvprof-hv (hvprof-hv --help): dom0's --start-daemon and
+`hvprof run` start one when none serves --run-dir, and --shutdown (or the run's end) ends it.
 
 Exit status: 0 done; 1 failed (the message says why and what to do); 2 bad usage; 3 done, but
 samples were lost on the way (a full disk, a peer that died; --stop, --dump and --shutdown
@@ -129,13 +133,6 @@ int ArchiveMain(int argc, char** argv) {
   return 0;
 }
 
-std::string ExecutableDir() {
-  char path[PATH_MAX];
-  const ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
-  if (n <= 0) return ".";
-  path[n] = '\0';
-  return std::filesystem::path(path).parent_path().string();
-}
 
 }  // namespace
 
@@ -172,6 +169,7 @@ int main(int argc, char** argv) {
     std::string save_name;
     std::string run_sim;
     std::string cpu_type;
+    std::string scenario;
     std::string active, passive, passive_images;
     // Read wide, so that a negative or huge value is refused with its range, not wrapped.
     std::map<std::string, int64_t> numbers{{"buffer-size", 0}, {"callgraph", 0}, {"poll-interval", 0}};
@@ -195,15 +193,19 @@ int main(int argc, char** argv) {
         ("help,h", "show this help");
     po::options_description options("Setup options (with --start-daemon)");
     options.add_options()
-        ("platform", po::value(&setup.platform)->default_value("sim"),
-         "sim (hvprof-hv's simulated machine), linux (this host through perf_event_open; `hvprof run` "
-         "starts hvprof-hv --platform=linux itself when none runs) or xen (Xen 4.17's xenoprof, from a PV "
-         "dom0 or PV guest as root; docs/xen.md)")
+        ("platform", po::value(&setup.platform),
+         "sim (a simulated machine), linux (this host through perf_event_open) or xen (Xen 4.17's xenoprof, from a "
+         "PV dom0 or PV guest as root; docs/xen.md). sim and linux run under hvprof-hv: dom0's --start-daemon and "
+         "`hvprof run` start one when none serves --run-dir (--start-daemon's ends at --shutdown, run's with the "
+         "run). Default: the platform of the hvprof-hv serving --run-dir, else xen on a Xen host, else linux; "
+         "the choice is printed")
+        ("scenario", po::value(&scenario), "sim: the simulated machine of the hvprof-hv started for it, a scenario "
+                     "file or the name of one of hvprof's own (hvprof-hv --help; default: default)")
         ("xen", po::value(&setup.xen_image), "the hypervisor image (xen-syms) to symbolize hypervisor samples with; default: what the platform reports")
         ("vmlinux", po::value(&setup.vmlinux), "dom0's kernel image (vmlinux, System.map); default: what the platform reports, else /proc/kallsyms")
         ("no-vmlinux", "do not symbolize dom0's kernel samples")
         ("active-domains", po::value(&active), "domains (ids or names, comma-separated) that run their own agent; dom0 always does")
-        ("passive-domains", po::value(&passive), "domains profiled from dom0 without an agent inside (e.g. HVM guests)")
+        ("passive-domains", po::value(&passive), "domains profiled from dom0 without an agent inside (e.g. HVM guests); all: every domain but dom0 and the active ones")
         ("passive-images", po::value(&passive_images), "kernel images of the passive domains, in the same order")
         ("event,e", po::value(&setup.events), "NAME:COUNT[:UNITMASK[:KERNEL[:USER]]] or 'default'; repeat for more counters")
         ("buffer-size", po::value(&numbers["buffer-size"]), "samples per ring (a power of two from 64 to 1048576, default 16384; on xen any size Xen allows)")
@@ -227,7 +229,8 @@ int main(int argc, char** argv) {
         ("duration", po::value(&duration), "how long to run a simulated machine, or to profile a real one "
                                            "when no command is given (default 1s)")
         ("domain-map", po::value(&run_options.domain_map), "linux: domains for process trees, cgroups and VMs "
-                                                           "(hvprof-hv --help), for the hvprof-hv `hvprof run` starts")
+                                                           "(hvprof-hv --help), for the hvprof-hv that `hvprof run` "
+                                                           "or --start-daemon starts")
         ("repeat", po::value(&run_options.repeat)->default_value(1), "profile the workload N times and report the spread of each symbol's share")
         ("json", po::value(&run_options.json_path), "write a JSON summary here (samples, losses, top symbols, wall time, exit status)")
         ("baseline", po::value(&run_options.baseline),
@@ -248,6 +251,18 @@ int main(int argc, char** argv) {
     po::variables_map values;
     po::store(po::parse_command_line(argc, argv, all), values);
     po::notify(values);
+    // Which platform, for the actions that set one up; the others do not need it.
+    if ((run || values.count("start-daemon") != 0) && values.count("help") == 0 && values.count("platform") == 0) {
+      const auto chosen = hvprof::control::ChoosePlatform(setup.hv_run_dir, static_cast<uint16_t>(setup.domain),
+                                                          hvprof::xen::DetectXen().is_xen);
+      setup.platform = chosen.platform;
+      std::cerr << (run ? "hvprof run" : "hvprof") << ": --platform=" << chosen.platform << ": "
+                << hvprof::EscapeForTerminal(chosen.why) << "\n";
+    }
+    if (values.count("scenario") != 0 && setup.platform != "sim") {
+      std::cerr << "hvprof: --scenario is for --platform=sim\n";
+      return 2;
+    }
     for (auto [option, field] : {std::pair{"buffer-size", &setup.buffer_size}, std::pair{"callgraph", &setup.callgraph},
                                  std::pair{"poll-interval", &setup.poll_interval_ms}}) {
       auto checked = hvprof::setup::CheckNumber(option, numbers[option], setup.platform);
@@ -317,9 +332,10 @@ int main(int argc, char** argv) {
         return 2;
       }
       run_options.setup = setup;
+      run_options.scenario = scenario;
       run_options.command = command;
-      run_options.hvprofd_path = ExecutableDir() + "/hvprofd";
-      run_options.hv_path = ExecutableDir() + "/hvprof-hv";
+      run_options.hvprofd_path = hvprof::ExecutableDirectory() + "/hvprofd";
+      run_options.hv_path = hvprof::ExecutableDirectory() + "/hvprof-hv";
       auto outcome = hvprof::control::RunProfile(run_options);
       if (!outcome) {
         std::cerr << "hvprof run: " << outcome.error().message() << "\n";
@@ -351,7 +367,7 @@ int main(int argc, char** argv) {
     const std::string action = chosen[0];
     for (const char* setup_only : {"xen", "vmlinux", "no-vmlinux", "active-domains", "passive-domains",
                                    "passive-images", "event", "buffer-size", "callgraph", "poll-interval",
-                                   "verbose"}) {
+                                   "verbose", "scenario"}) {
       if (values.count(setup_only) != 0 && action != "--start-daemon") {
         std::cerr << "hvprof: --" << setup_only << " is a setup option; it only goes with --start-daemon\n";
         return 2;
@@ -372,7 +388,15 @@ int main(int argc, char** argv) {
     else if (auto ok3 = split(passive_images, "passive-images", &setup.passive_images); !ok3) outcome = ok3.error();
     else {
       const hvprof::store::SessionPaths paths{setup.session_root};
-      if (action == "--start-daemon") outcome = hvprof::control::StartDaemon(setup, ExecutableDir() + "/hvprofd");
+      if (action == "--start-daemon") {
+        hvprof::control::HypervisorSpec own;
+        own.hv_path = hvprof::ExecutableDirectory() + "/hvprof-hv";
+        own.platform = setup.platform;
+        own.scenario = scenario;
+        own.domain_map = run_options.domain_map;
+        own.log_path = paths.root + "/hvprof-hv.log";
+        outcome = hvprof::control::StartDaemon(setup, hvprof::ExecutableDirectory() + "/hvprofd", &own);
+      }
       else if (action == "--start") outcome = hvprof::control::Start(paths);
       else if (action == "--stop") outcome = hvprof::control::Stop(paths);
       else if (action == "--dump") outcome = hvprof::control::Dump(paths);

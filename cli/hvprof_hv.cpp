@@ -8,15 +8,17 @@
 
 #include <boost/program_options.hpp>
 
+#include "hvprof/base/files.h"
 #include "hvprof/base/log.h"
 #include "hvprof/base/units.h"
 #include "hvprof/hv/daemon.h"
+#include "hvprof/sim/scenario.h"
 
 namespace po = boost::program_options;
 
 namespace {
 
-constexpr const char* kUsage = R"(Usage: hvprof-hv --platform=sim --scenario=FILE [options]
+constexpr const char* kUsage = R"(Usage: hvprof-hv --platform=sim [--scenario=FILE|NAME] [options]
        hvprof-hv --platform=linux [--domain-map=MAP] [options]
 
 Runs hvprof's hypervisor-side profiling engine and serves the profiling operations to each
@@ -24,14 +26,15 @@ domain over that domain's own Unix socket (RUN_DIR/domain-N.sock). Start it firs
 `hvprof --start-daemon` as dom0. It runs in the foreground until SIGTERM or Ctrl-C.
 
   sim    a simulated machine running real images (docs/sim-scenarios.md), with exact
-         ground truth
+         ground truth; `hvprof run --platform=sim` starts one for you
   linux  this host, sampled through perf_event_open (root, or kernel.perf_event_paranoid
          <= 0). The host kernel is the "hypervisor"; host processes are dom0 unless
          --domain-map gives a process tree or a cgroup a domain of its own; KVM guests are
          domains of their own. `hvprof run --platform=linux -- CMD` starts one for you.
 
 Examples:
-  hvprof-hv --platform=sim --scenario=examples/default.json &
+  hvprof-hv --platform=sim &                       # the scenario named default
+  hvprof-hv --platform=sim --scenario=my-host.json &
   hvprof --start-daemon --active-domains=1,2 --passive-domains=3
 
   hvprof-hv --platform=linux --domain-map=pid:4242=1,cgroup:/machine.slice/vm.scope=2 &
@@ -59,7 +62,9 @@ int main(int argc, char** argv) {
          "cgroup:/PATH=ID, kvm:VMM_PID=ID, comma-separated")
         ("software-events", "linux: sample with the cpu-clock timer even where a hardware PMU exists")
         ("scenario", po::value(&options.scenario_path),
-         "the simulated machine: a JSON scenario (docs/sim-scenarios.md)")
+         "the simulated machine: a JSON scenario file (docs/sim-scenarios.md), or the NAME of one of hvprof's own "
+         "(NAME.json in $HVPROF_SCENARIO_PATH, then in share/hvprof/scenarios beside this program's bin/); "
+         "default: default")
         ("run-dir", po::value(&options.run_dir),
          "where the domain sockets go (default: /run/hvprof for root, else "
          "$XDG_RUNTIME_DIR/hvprof or /tmp/hvprof-UID)")
@@ -93,6 +98,16 @@ int main(int argc, char** argv) {
       }
     } else if (values.count("domain-map") != 0 || options.force_software) {
       throw po::error("--domain-map and --software-events are for --platform=linux");
+    }
+    if (options.platform == "sim") {
+      auto found = hvprof::sim::FindScenario(
+          options.scenario_path.empty() ? hvprof::sim::kDefaultScenario : options.scenario_path,
+          hvprof::sim::ScenarioDirectories(hvprof::ExecutableDirectory()));
+      if (!found) {
+        hvprof::Log(hvprof::LogLevel::kError, "{}", found.error().message());
+        return 1;
+      }
+      options.scenario_path = found.value();
     }
     if (!speed.empty()) {
       if (speed == "max") {

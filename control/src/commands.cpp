@@ -104,7 +104,13 @@ AgentProcess FindAgent(const store::SessionPaths& paths) {
   return agent;
 }
 
-Result<Outcome> StartDaemon(const setup::SetupOptions& setup, const std::string& hvprofd_path) {
+namespace {
+Result<std::string> Launch(const setup::SetupOptions& setup, const std::string& hvprofd_path,
+                           const store::SessionPaths& paths);
+}  // namespace
+
+Result<Outcome> StartDaemon(const setup::SetupOptions& setup, const std::string& hvprofd_path,
+                            const HypervisorSpec* own_hypervisor) {
   // Refused before anything starts, so a refusal leaves nothing behind.
   HVPROF_TRYV(setup.CheckNumbers());
   store::SessionPaths paths{setup.session_root};
@@ -165,6 +171,42 @@ Result<Outcome> StartDaemon(const setup::SetupOptions& setup, const std::string&
   }
   HVPROF_TRYV(MakeDirectories(paths.samples_dir()));
   HVPROF_TRYV(CheckSessionDirectories(paths));
+
+  // sim and linux run under hvprof-hv: dom0 starts one when none serves the run directory, and
+  // ends it again if the daemon does not start.
+  std::string started;
+  if (own_hypervisor != nullptr && !guest && NeedsHostedHypervisor(setup.platform)) {
+    const std::string serving = ServingPlatform(setup.hv_run_dir);
+    if (serving.empty()) {
+      HVPROF_TRY(pid, StartOwnHypervisor(*own_hypervisor, setup.hv_run_dir, paths));
+      started = fmt::format("started hvprof-hv --platform={}{} (pid {}; `hvprof --shutdown` ends it)\n",
+                            setup.platform,
+                            setup.platform == "sim" && !own_hypervisor->scenario.empty()
+                                ? " --scenario=" + EscapeForTerminal(own_hypervisor->scenario)
+                                : std::string(),
+                            pid);
+    } else if (serving != setup.platform) {
+      return MakeError(ErrorKind::kBadState,
+                       "the hvprof-hv serving {} runs --platform={}, not {}: stop it, give this daemon another "
+                       "--run-dir, or leave out --platform to use it",
+                       setup.hv_run_dir.empty() ? std::string("the default run directory") : setup.hv_run_dir,
+                       serving, setup.platform);
+    }
+  }
+  auto launched = Launch(setup, hvprofd_path, paths);
+  if (!launched) {
+    if (!started.empty()) (void)StopOwnHypervisor(paths);
+    return launched.error();
+  }
+  return Outcome{warning + started + launched.value()};
+}
+
+namespace {
+
+// hvprofd, detached, set up as `setup` says: what it said when it was ready.
+Result<std::string> Launch(const setup::SetupOptions& setup, const std::string& hvprofd_path,
+                           const store::SessionPaths& paths) {
+  const bool guest = setup.domain != 0;
   HVPROF_TRYV(WriteFileAtomically(paths.setup(), setup.ToJson().dump(1) + "\n"));
 
   // Start hvprofd detached, with a pipe on which it reports whether the setup worked.
@@ -221,8 +263,10 @@ Result<Outcome> StartDaemon(const setup::SetupOptions& setup, const std::string&
                                               "--start-daemon --active-domains={}`",
                                               setup.domain, setup.domain)
                                  : std::string("\nnow run `hvprof --start`");
-  return Outcome{warning + result.value("message", "hvprofd started") + next};
+  return result.value("message", "hvprofd started") + next;
 }
+
+}  // namespace
 
 Result<Outcome> Start(const store::SessionPaths& paths) {
   auto response = Send(paths, Json{{"action", "start"}});
@@ -336,7 +380,9 @@ Result<Outcome> Terminate(const store::SessionPaths& paths, int pid) {
 
 }  // namespace
 
-Result<Outcome> Shutdown(const store::SessionPaths& paths) {
+namespace {
+
+Result<Outcome> ShutdownAgent(const store::SessionPaths& paths) {
   AgentProcess agent = FindAgent(paths);
   if (!agent.running) {
     return Outcome{fmt::format("hvprofd is not running for {}; nothing to shut down{}", paths.root,
@@ -369,6 +415,21 @@ Result<Outcome> Shutdown(const store::SessionPaths& paths) {
                                   Plural(response.value().value("samples", uint64_t{0}), "sample"),
                                   response.value().value("session", paths.current())),
                       response.value());
+}
+
+}  // namespace
+
+Result<Outcome> Shutdown(const store::SessionPaths& paths) {
+  auto outcome = ShutdownAgent(paths);
+  // The hvprof-hv of this daemon goes after it, so that hvprofd's last drain still has it.
+  auto stopped = StopOwnHypervisor(paths);
+  if (!outcome) return outcome;
+  if (!stopped) {
+    outcome.value().message += fmt::format("\nwarning: the hvprof-hv --start-daemon started: {}", stopped.error().message());
+  } else if (!stopped.value().empty()) {
+    outcome.value().message += "\n" + stopped.value();
+  }
+  return outcome;
 }
 
 Result<Outcome> Reset(const store::SessionPaths& paths) {

@@ -17,6 +17,7 @@
 #include "hvprof/agent/hypervisor_link.h"
 #include "hvprof/base/escape.h"
 #include "hvprof/base/files.h"
+#include "hvprof/control/hypervisor.h"
 #include "hvprof/hv/protocol.h"
 #include "hvprof/push/profile.h"
 #include "hvprof/report/compare.h"
@@ -62,73 +63,6 @@ Result<int> RunCommand(const std::vector<std::string>& command) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return 128 + WTERMSIG(status);
 }
-
-// An hvprof-hv of our own for a linux run, when none serves the run directory: started in a
-// private run directory and stopped (SIGTERM) when the run ends.
-class OwnHypervisor {
- public:
-  static Result<std::unique_ptr<OwnHypervisor>> Start(const std::string& hv_path, const std::string& domain_map,
-                                                      const std::string& log_path) {
-    std::string pattern = std::filesystem::temp_directory_path().string() + "/hvprof-run-XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) return ErrnoError(errno, "mkdtemp");
-    auto own = std::unique_ptr<OwnHypervisor>(new OwnHypervisor(pattern));
-    const pid_t child = ::fork();
-    if (child < 0) return ErrnoError(errno, "fork");
-    if (child == 0) {
-      // It dies with this process, and holds none of its output: a caller reading our stdout
-      // to its end must not wait on an orphaned hvprof-hv.
-      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (::getppid() == 1) ::_exit(127);
-      const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
-      const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-      if (null >= 0) ::dup2(null, STDIN_FILENO);
-      const int out = log >= 0 ? log : null;
-      if (out >= 0) {
-        ::dup2(out, STDOUT_FILENO);
-        ::dup2(out, STDERR_FILENO);
-      }
-      const std::string run_arg = "--run-dir=" + pattern;
-      const std::string map_arg = "--domain-map=" + domain_map;
-      const char* argv[] = {hv_path.c_str(), "--platform=linux", run_arg.c_str(),
-                            domain_map.empty() ? nullptr : map_arg.c_str(), nullptr};
-      ::execv(hv_path.c_str(), const_cast<char**>(argv));
-      ::_exit(127);
-    }
-    own->pid_ = child;
-    const std::string socket = hvprof::hv::DomainSocketPath(pattern, 0);
-    for (int i = 0; i < 1000; ++i) {
-      if (std::filesystem::exists(socket)) return own;
-      int status = 0;
-      if (::waitpid(child, &status, WNOHANG) == child) {
-        own->pid_ = 0;
-        auto log = ReadFileToString(log_path, size_t{16} << 20, Links::kRefuse);
-        std::string last = log ? log.value() : "";
-        if (const size_t cut = last.rfind('\n', last.size() >= 2 ? last.size() - 2 : 0); cut != std::string::npos) {
-          last = last.substr(cut + 1);
-        }
-        return MakeError(ErrorKind::kUnsupported, "hvprof-hv --platform=linux could not start: {}",
-                         last.empty() ? std::string("see ") + log_path : last);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return MakeError(ErrorKind::kIo, "hvprof-hv --platform=linux did not start within 10 s; see {}", log_path);
-  }
-  ~OwnHypervisor() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGTERM);
-      while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
-      }
-    }
-    std::error_code ignored;
-    std::filesystem::remove_all(run_dir_, ignored);
-  }
-  const std::string& run_dir() const { return run_dir_; }
-
- private:
-  explicit OwnHypervisor(std::string run_dir) : run_dir_(std::move(run_dir)) {}
-  std::string run_dir_;
-  pid_t pid_ = 0;
-};
 
 std::string Timestamp() {
   const std::time_t now = std::time(nullptr);
@@ -220,20 +154,31 @@ Result<Outcome> RunProfile(const RunOptions& options) {
   ::sigaction(SIGINT, &action, &old_int);
   ::sigaction(SIGTERM, &action, &old_term);
 
-  // A linux run needs an hvprof-hv on this host: use the one serving the run directory, or
-  // start one for the run.
+  // sim and linux run under hvprof-hv: use the one serving the run directory, or start one for
+  // the run (a simulated machine then runs only while the run asks, as fast as it can).
   RunOptions effective = options;
-  std::unique_ptr<OwnHypervisor> own_hypervisor;
-  if (options.setup.platform == "linux") {
-    auto serving = agent::ConnectHostedDomain(options.setup.hv_run_dir, 0);
-    if (!serving || serving.value()->platform_name() != "linux") {
+  std::unique_ptr<ScopedHypervisor> own_hypervisor;
+  if (NeedsHostedHypervisor(options.setup.platform)) {
+    if (ServingPlatform(options.setup.hv_run_dir) != options.setup.platform) {
       HVPROF_TRYV(MakeDirectories(paths.root));
-      HVPROF_TRY(started, OwnHypervisor::Start(options.hv_path, options.domain_map, paths.root + "/hvprof-hv.log"));
+      HypervisorSpec spec{.hv_path = options.hv_path,
+                          .platform = options.setup.platform,
+                          .scenario = options.scenario,
+                          .domain_map = options.domain_map,
+                          .advance_on_demand = true,
+                          .log_path = paths.root + "/hvprof-hv.log"};
+      HVPROF_TRY(started, ScopedHypervisor::Start(spec));
       own_hypervisor = std::move(started);
       effective.setup.hv_run_dir = own_hypervisor->run_dir();
-    } else if (!options.domain_map.empty()) {
+      // Nobody runs an agent inside a machine of the run's own: profile its guests from dom0.
+      if (options.setup.platform == "sim" && options.setup.active_domains.empty() &&
+          options.setup.passive_domains.empty()) {
+        effective.setup.passive_domains = {std::string(setup::kAllDomains)};
+      }
+    } else if (!options.domain_map.empty() || !options.scenario.empty()) {
       return MakeError(ErrorKind::kInvalidArgument,
-                       "--domain-map is given to hvprof-hv when it starts; the one already serving {} has its own",
+                       "{} is given to hvprof-hv when it starts; the one already serving {} has its own",
+                       options.domain_map.empty() ? "--scenario" : "--domain-map",
                        options.setup.hv_run_dir.empty() ? std::string("the default run directory") : options.setup.hv_run_dir);
     }
   }
@@ -297,32 +242,44 @@ Result<Outcome> RunProfile(const RunOptions& options) {
   if (!failure) return failure.error();
   if (runs.empty()) return MakeError(ErrorKind::kBadState, "interrupted before the first run finished");
 
-  // Across repeats: mean and spread of each top symbol's share.
+  // Across repeats: mean and spread of each symbol's share, the largest mean first.
   Json across = Json::array();
   std::string spread_text;
   if (runs.size() > 1) {
-    std::vector<std::pair<double, std::string>> order;
-    for (const auto& [key, share] : runs.back().shares) order.emplace_back(share, key);
-    std::sort(order.rbegin(), order.rend());
-    spread_text = fmt::format("\nAcross {} runs, share of {} (mean, standard deviation, min, max):\n",
-                              runs.size(), EscapeForTerminal(runs.back().summary.value("event", "samples")));
-    for (size_t i = 0; i < order.size() && i < options.top; ++i) {
-      const std::string& key = order[i].second;
-      double sum = 0, sum_sq = 0, low = 1, high = 0;
+    struct Spread {
+      std::string key;
+      double mean = 0, deviation = 0, low = 1, high = 0;
+    };
+    std::map<std::string, Spread> by_key;
+    for (const RunResult& run : runs) {
+      for (const auto& [key, share] : run.shares) by_key[key].key = key;
+    }
+    std::vector<Spread> spreads;
+    const double n = static_cast<double>(runs.size());
+    for (auto& [key, spread] : by_key) {
+      double sum = 0, sum_sq = 0;
       for (const RunResult& run : runs) {
         const auto it = run.shares.find(key);
-        const double share = it == run.shares.end() ? 0.0 : it->second;
+        const double share = it == run.shares.end() ? 0.0 : it->second;  // absent from a run: 0 there
         sum += share;
         sum_sq += share * share;
-        low = std::min(low, share);
-        high = std::max(high, share);
+        spread.low = std::min(spread.low, share);
+        spread.high = std::max(spread.high, share);
       }
-      const double n = static_cast<double>(runs.size());
-      const double mean = sum / n;
-      const double deviation = std::sqrt(std::max(0.0, sum_sq / n - mean * mean) * n / (n - 1));
-      across.push_back({{"symbol", key}, {"mean", mean}, {"stddev", deviation}, {"min", low}, {"max", high}});
-      spread_text += fmt::format("  {:7.3f}% {:7.3f} {:7.3f}% {:7.3f}%  {}\n", 100 * mean, 100 * deviation,
-                                 100 * low, 100 * high, EscapeForTerminal(key));
+      spread.mean = sum / n;
+      spread.deviation = std::sqrt(std::max(0.0, sum_sq / n - spread.mean * spread.mean) * n / (n - 1));
+      spreads.push_back(std::move(spread));
+    }
+    std::stable_sort(spreads.begin(), spreads.end(), [](const Spread& a, const Spread& b) { return a.mean > b.mean; });
+    if (spreads.size() > options.top) spreads.resize(options.top);
+    spread_text = fmt::format("\nAcross {} runs, share of {}, by mean:\n  {:>8} {:>8} {:>8} {:>8}  symbol\n", runs.size(),
+                              EscapeForTerminal(runs.back().summary.value("event", "samples")), "mean", "stddev", "min",
+                              "max");
+    for (const Spread& spread : spreads) {
+      across.push_back({{"symbol", spread.key}, {"mean", spread.mean}, {"stddev", spread.deviation},
+                        {"min", spread.low}, {"max", spread.high}});
+      spread_text += fmt::format("  {:7.3f}% {:8.3f} {:7.3f}% {:7.3f}%  {}\n", 100 * spread.mean, 100 * spread.deviation,
+                                 100 * spread.low, 100 * spread.high, EscapeForTerminal(spread.key));
     }
   }
   std::vector<std::string> warnings;

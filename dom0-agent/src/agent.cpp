@@ -173,7 +173,7 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
   HVPROF_TRY(domains, setup::ParseDomainList(domain_text));
   domains_ = std::move(domains);
   HVPROF_TRY(active, setup::ResolveDomains(setup_.active_domains, domains_, "active-domains"));
-  HVPROF_TRY(passive, setup::ResolveDomains(setup_.passive_domains, domains_, "passive-domains"));
+  HVPROF_TRY(passive, setup::ResolveDomains(setup_.passive_domains, domains_, "passive-domains", active));
   for (uint16_t id : passive) {
     if (id == 0) {
       return MakeError(ErrorKind::kInvalidArgument, "--passive-domains: dom0 is always active");

@@ -336,8 +336,14 @@ Result<std::vector<DomainInfo>> ParseDomainList(std::string_view text) {
 
 Result<std::vector<uint16_t>> ResolveDomains(const std::vector<std::string>& items,
                                              const std::vector<DomainInfo>& domains,
-                                             std::string_view option) {
+                                             std::string_view option, const std::vector<uint16_t>& others) {
   std::vector<uint16_t> ids;
+  if (items.size() == 1 && items[0] == kAllDomains) {
+    for (const DomainInfo& domain : domains) {
+      if (domain.id != 0 && std::find(others.begin(), others.end(), domain.id) == others.end()) ids.push_back(domain.id);
+    }
+    return ids;
+  }
   for (const std::string& item : items) {
     std::optional<uint16_t> found;
     for (const DomainInfo& domain : domains) {

@@ -1,7 +1,10 @@
 #include "hvprof/sim/scenario.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -472,6 +475,48 @@ Result<Scenario> LoadScenario(const std::string& path) {
   auto text = hvprof::ReadFileToString(path);
   if (!text) return text.error().WithContext("cannot load scenario");
   return ParseScenario(text.value(), path);
+}
+
+Result<std::string> FindScenario(const std::string& name_or_path, const std::vector<std::string>& directories) {
+  namespace fs = std::filesystem;
+  if (name_or_path.empty()) return MakeError(ErrorKind::kInvalidArgument, "--scenario: empty");
+  if (name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".json")) return name_or_path;
+  std::error_code ec;
+  for (const std::string& directory : directories) {
+    const std::string candidate = directory + "/" + name_or_path + ".json";
+    if (fs::is_regular_file(candidate, ec)) return candidate;
+  }
+  std::string searched;
+  std::set<std::string> found;
+  for (const std::string& directory : directories) {
+    searched += (searched.empty() ? "" : ", ") + directory;
+    for (fs::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec)) {
+      if (it->path().extension() == ".json") found.insert(it->path().stem().string());
+    }
+    ec.clear();
+  }
+  std::string names;
+  for (const std::string& name : found) names += (names.empty() ? "" : ", ") + name;
+  return MakeError(ErrorKind::kNotFound,
+                   "no scenario named '{}' (looked in {}; {}); give a scenario file's path, or a directory of them in "
+                   "HVPROF_SCENARIO_PATH",
+                   name_or_path, searched.empty() ? "no directory" : searched,
+                   names.empty() ? "none found there" : "there are: " + names);
+}
+
+std::vector<std::string> ScenarioDirectories(const std::string& executable_dir) {
+  std::vector<std::string> directories;
+  if (const char* path = std::getenv("HVPROF_SCENARIO_PATH"); path != nullptr) {
+    std::string_view rest = path;
+    while (!rest.empty()) {
+      const size_t colon = rest.find(':');
+      if (colon != 0) directories.emplace_back(rest.substr(0, colon));
+      if (colon == std::string_view::npos) break;
+      rest.remove_prefix(colon + 1);
+    }
+  }
+  directories.push_back(std::filesystem::path(executable_dir).parent_path().string() + "/share/hvprof/scenarios");
+  return directories;
 }
 
 }  // namespace hvprof::sim

@@ -1,7 +1,10 @@
 // Scenario validation: every mistake gets a message that names the field and the problem.
+#include <stdlib.h>
+
 #include <catch2/catch.hpp>
 
 #include "sim_harness.h"
+#include "temp_dir.h"
 
 using hvprof::testing::SimHost;
 using hvprof::testing::TestScenario;
@@ -254,4 +257,31 @@ TEST_CASE("a scenario cannot give two things one identity or one address", "[sim
   twice["domains"][0]["processes"][1]["pid"] = 101;
   twice["domains"][0]["processes"][1]["mappings"][0]["start"] = "0x7f0000000000";
   CHECK(BuildError(twice).empty());
+}
+
+TEST_CASE("scenarios by file or by name, looked up in order", "[scenario]") {
+  hvprof::testing::TempDir first, second;
+  second.Write("web.json", "{}");
+  second.Write("default.json", "{}");
+  first.Write("default.json", "{}");
+  const std::vector<std::string> directories{first.path() + "/absent", first.path(), second.path()};
+  using hvprof::sim::FindScenario;
+  // A path is a path, found or not: the loader says what is wrong with it.
+  CHECK(FindScenario("my/host.json", directories).value() == "my/host.json");
+  CHECK(FindScenario("host.json", directories).value() == "host.json");
+  // A name is the first directory's NAME.json.
+  CHECK(FindScenario("default", directories).value() == first.File("default.json"));
+  CHECK(FindScenario("web", directories).value() == second.File("web.json"));
+  auto missing = FindScenario("mail", directories);
+  REQUIRE_FALSE(missing.has_value());
+  const std::string message = missing.error().message();
+  CHECK(message.find("no scenario named 'mail' (looked in " + first.path() + "/absent, " + first.path()) == 0);
+  CHECK(message.find("; there are: default, web); give") != std::string::npos);
+  CHECK(message.find("HVPROF_SCENARIO_PATH") != std::string::npos);
+
+  // HVPROF_SCENARIO_PATH first, then share/hvprof/scenarios beside bin/.
+  ::setenv("HVPROF_SCENARIO_PATH", (first.path() + "::" + second.path()).c_str(), 1);
+  const auto searched = hvprof::sim::ScenarioDirectories("/opt/hvprof/bin");
+  ::unsetenv("HVPROF_SCENARIO_PATH");
+  CHECK(searched == std::vector<std::string>{first.path(), second.path(), "/opt/hvprof/share/hvprof/scenarios"});
 }

@@ -40,3 +40,21 @@ TEST_CASE("numeric options: ranges by platform, nearest good values", "[setup][b
         "--callgraph=65: call chains can be 0 to 64 frames deep; the nearest is 64");
   CHECK(CheckNumber("poll-interval", -3, "sim").error().message().find("the nearest is 0") != std::string::npos);
 }
+
+TEST_CASE("domains by id or name, and `all` for every other guest", "[setup]") {
+  using hvprof::setup::DomainInfo;
+  using hvprof::setup::ResolveDomains;
+  const std::vector<DomainInfo> domains{{0, "dom0", "pv", 2, ""}, {1, "web", "pv", 1, ""}, {2, "db", "hvm", 2, ""},
+                                        {5, "build", "pv", 4, ""}};
+  auto named = ResolveDomains({"db", "1"}, domains, "passive-domains");
+  REQUIRE(named.has_value());
+  CHECK(named.value() == std::vector<uint16_t>{2, 1});
+  // `all`: every domain but dom0 and those profiled the other way, in the platform's order.
+  auto all = ResolveDomains({"all"}, domains, "passive-domains", {0, 5});
+  REQUIRE(all.has_value());
+  CHECK(all.value() == std::vector<uint16_t>{1, 2});
+  auto missing = ResolveDomains({"mail"}, domains, "passive-domains");
+  REQUIRE_FALSE(missing.has_value());
+  CHECK(missing.error().message() ==
+        "--passive-domains: no domain 'mail' on this host; it has 0 (dom0), 1 (web), 2 (db), 5 (build)");
+}

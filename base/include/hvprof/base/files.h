@@ -79,6 +79,9 @@ class OutputFile {
 // a file at the root).
 std::string Basename(const std::string& path);
 std::string Dirname(const std::string& path);
+// The directory of the running program (/proc/self/exe), where hvprof's programs find each
+// other; "." if it cannot be read.
+std::string ExecutableDirectory();
 
 Result<ScopedFd> OpenRegularFile(const std::string& path, int flags, int mode = 0644);
 

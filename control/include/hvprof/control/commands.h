@@ -7,6 +7,7 @@
 
 #include "hvprof/base/error.h"
 #include "hvprof/agent/control_channel.h"
+#include "hvprof/control/hypervisor.h"
 #include "hvprof/setup/setup.h"
 #include "hvprof/store/session.h"
 
@@ -32,11 +33,13 @@ struct AgentProcess {
 AgentProcess FindAgent(const store::SessionPaths& paths);
 
 // --start-daemon: checks the setup, writes daemonrc.json, starts `hvprofd_path` and waits for
-// it to report that profiling is set up (or why not).
-Result<Outcome> StartDaemon(const setup::SetupOptions& setup, const std::string& hvprofd_path);
+// it to report that profiling is set up (or why not). With `own_hypervisor`, a dom0 on sim or
+// linux that no hvprof-hv serves starts one as it says (hypervisor.h), which --shutdown ends.
+Result<Outcome> StartDaemon(const setup::SetupOptions& setup, const std::string& hvprofd_path,
+                            const HypervisorSpec* own_hypervisor = nullptr);
 // --start, --stop, --dump, --shutdown, --reset, --save=NAME, --status. --shutdown finishes in
 // bounded time: an hvprofd that does not answer within 5 s is terminated (SIGTERM, then
-// SIGKILL), keeping what it had written.
+// SIGKILL), keeping what it had written; then the hvprof-hv --start-daemon started, if any, ends.
 Result<Outcome> Start(const store::SessionPaths& paths);
 Result<Outcome> Stop(const store::SessionPaths& paths);
 Result<Outcome> Dump(const store::SessionPaths& paths);

@@ -13,8 +13,11 @@ namespace hvprof::control {
 struct RunOptions {
   setup::SetupOptions setup;
   std::string hvprofd_path;
-  std::string hv_path;                   // hvprof-hv, started for a linux run when none serves
+  std::string hv_path;                   // hvprof-hv, started for a sim or linux run when none serves
   std::string domain_map;                // linux: given to that hvprof-hv
+  std::string scenario;                  // sim: given to that hvprof-hv (a file or a name; empty: its
+                                         // default). Its guests are profiled passively unless the
+                                         // setup names domains
   uint64_t duration_ns = 1'000'000'000;  // how long to run a simulated machine, or to profile
                                          // a real one when there is no command
   uint32_t repeat = 1;

@@ -98,10 +98,12 @@ struct DomainInfo {
   std::string kernel; // the kernel image the platform runs there, if it knows (the sim)
 };
 Result<std::vector<DomainInfo>> ParseDomainList(std::string_view json);
-// Resolves ids or names against the platform's domains.
+// Resolves ids or names against the platform's domains. The one item kAllDomains is every
+// domain but dom0 and those in `others` (the domains profiled another way).
 Result<std::vector<uint16_t>> ResolveDomains(const std::vector<std::string>& items,
                                              const std::vector<DomainInfo>& domains,
-                                             std::string_view option);
+                                             std::string_view option, const std::vector<uint16_t>& others = {});
+inline constexpr std::string_view kAllDomains = "all";
 
 // Checks an image before profiling starts: it exists, is an uncompressed ELF or a symbol map,
 // and has symbols. Returns what the session records about it (format, build-id).

@@ -154,4 +154,15 @@ struct Scenario {
 hvprof::Result<Scenario> ParseScenario(std::string_view json, std::string_view origin);
 hvprof::Result<Scenario> LoadScenario(const std::string& path);
 
+// The file a --scenario value names: a path (it has a '/' or ends in .json) as it is, or a
+// scenario's NAME, found as NAME.json in the first of `directories` that has it. The error lists
+// the directories searched and the names they hold.
+hvprof::Result<std::string> FindScenario(const std::string& name_or_path, const std::vector<std::string>& directories);
+// Where named scenarios are looked for: each directory of $HVPROF_SCENARIO_PATH (colon-separated),
+// then share/hvprof/scenarios beside the directory of the executable (`executable_dir`/..), where
+// both the build tree and an installation keep the scenarios in examples/.
+std::vector<std::string> ScenarioDirectories(const std::string& executable_dir);
+// The scenario hvprof-hv and `hvprof run` simulate when none is named.
+inline constexpr const char* kDefaultScenario = "default";
+
 }  // namespace hvprof::sim

@@ -1,0 +1,197 @@
+// The first hour of a new user, run as they would run it: every platform starts the hvprof-hv
+// it needs and ends it again, the platform is chosen and said, repeated runs are tabled by
+// their mean.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+
+#include <catch2/catch.hpp>
+
+#include "hvprof/base/files.h"
+#include "hvprof/control/hypervisor.h"
+#include "hvprof/store/session.h"
+#include "host_harness.h"
+#include "sim_harness.h"
+
+using namespace hvprof;
+using hvprof::testing::Binary;
+using hvprof::testing::Host;
+using hvprof::testing::RunProgram;
+using hvprof::testing::TempDir;
+using hvprof::testing::TestScenario;
+using Json = nlohmann::json;
+
+namespace {
+
+Json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  return Json::parse(in, nullptr, false);
+}
+
+// The run directory an hvprof-hv said it served, from its log.
+std::string ServedRunDir(const std::string& log_path) {
+  auto log = ReadFileToString(log_path);
+  if (!log) return "";
+  std::smatch match;
+  const std::regex served("serving [0-9]+ domain sockets in (\\S+)");
+  return std::regex_search(log.value(), match, served) ? match[1].str() : "";
+}
+
+bool Alive(int pid) { return ::kill(pid, 0) == 0 || errno != ESRCH; }
+
+std::set<uint16_t> ScenarioDomains(const Json& scenario) {
+  std::set<uint16_t> ids;
+  for (const Json& domain : scenario["domains"]) ids.insert(domain["id"].get<uint16_t>());
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("hvprof run --platform=sim starts its own simulated machine and ends it", "[run][first-hour]") {
+  TempDir dir;
+  const Json scenario = TestScenario("intel-arch-v4", 11);
+  dir.Write("host.json", scenario.dump());
+  const std::string root = dir.File("sessions");
+  auto run = RunProgram({Binary("hvprof"), "run", "--platform=sim", "--scenario=" + dir.File("host.json"),
+                         "--session-dir=" + root, "--duration=100ms", "--json=" + dir.File("summary.json")});
+  INFO(run.out << run.err);
+  REQUIRE(run.status == 0);
+  const Json summary = ReadJson(dir.File("summary.json"));
+  REQUIRE(!summary.is_discarded());
+  // With no roles given, every guest of its own machine is profiled (passively, from dom0).
+  std::set<uint16_t> sampled;
+  for (const Json& domain : summary["runs"][0]["domains"]) {
+    const uint64_t samples = domain["user"].get<uint64_t>() + domain["kernel"].get<uint64_t>() +
+                             domain["hypervisor"].get<uint64_t>();
+    if (samples > 0 && domain["id"].get<uint16_t>() != store::kIdleDomain) sampled.insert(domain["id"].get<uint16_t>());
+  }
+  CHECK(sampled == ScenarioDomains(scenario));
+  // Its machine ran in a directory of its own, gone with it.
+  const std::string served = ServedRunDir(root + "/hvprof-hv.log");
+  REQUIRE_FALSE(served.empty());
+  CHECK_FALSE(std::filesystem::exists(served));
+
+  // Three runs, tabled by the mean share, largest first.
+  auto repeated = RunProgram({Binary("hvprof"), "run", "--platform=sim", "--scenario=" + dir.File("host.json"),
+                              "--session-dir=" + root, "--duration=50ms", "--repeat=3", "--top=8"});
+  REQUIRE(repeated.status == 0);
+  const size_t table = repeated.out.find("Across 3 runs");
+  REQUIRE(table != std::string::npos);
+  std::vector<double> means;
+  const std::regex row("\\n +([0-9.]+)% +[0-9.]+ +[0-9.]+% +[0-9.]+% ");
+  for (std::sregex_iterator it(repeated.out.begin() + static_cast<std::ptrdiff_t>(table), repeated.out.end(), row), end;
+       it != end; ++it) {
+    means.push_back(std::stod((*it)[1].str()));
+  }
+  CHECK(means.size() == 8);
+  CHECK(std::is_sorted(means.rbegin(), means.rend()));
+}
+
+TEST_CASE("hvprof run finds the named default scenario", "[run][first-hour]") {
+  TempDir dir;
+  std::ifstream in(std::string(HVPROF_SOURCE_DIR) + "/examples/default.json");
+  const Json scenario = Json::parse(in, nullptr, false);
+  REQUIRE(!scenario.is_discarded());
+  auto run = RunProgram({Binary("hvprof"), "run", "--platform=sim", "--session-dir=" + dir.File("s"),
+                         "--duration=50ms", "--json=" + dir.File("summary.json")});
+  INFO(run.out << run.err);
+  REQUIRE(run.status == 0);
+  const Json summary = ReadJson(dir.File("summary.json"));
+  std::set<uint16_t> seen;
+  for (const Json& domain : summary["runs"][0]["domains"]) {
+    if (domain["id"].get<uint16_t>() != store::kIdleDomain) seen.insert(domain["id"].get<uint16_t>());
+  }
+  CHECK(seen == ScenarioDomains(scenario));
+
+  // A name that is none: the message lists the ones there are.
+  auto unknown = RunProgram({Binary("hvprof"), "run", "--platform=sim", "--scenario=no-such-host",
+                             "--session-dir=" + dir.File("s"), "--duration=50ms"});
+  CHECK(unknown.status == 1);
+  CHECK(unknown.err.find("no scenario named 'no-such-host'") != std::string::npos);
+  CHECK(unknown.err.find("there are: default") != std::string::npos);
+  // --scenario is the sim's.
+  auto misplaced = RunProgram({Binary("hvprof"), "run", "--platform=linux", "--scenario=default",
+                               "--session-dir=" + dir.File("s")});
+  CHECK(misplaced.status == 2);
+  CHECK(misplaced.err.find("--scenario is for --platform=sim") != std::string::npos);
+}
+
+TEST_CASE("hvprof --start-daemon --platform=sim starts a machine that --shutdown ends", "[lifecycle][first-hour]") {
+  TempDir dir;
+  dir.Write("host.json", TestScenario("intel-arch-v4", 12).dump());
+  const std::vector<std::string> where{"--session-dir=" + dir.File("sessions"), "--run-dir=" + dir.File("run")};
+  auto hvprof = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), Binary("hvprof"));
+    args.insert(args.end(), where.begin(), where.end());
+    return RunProgram(args);
+  };
+  auto started = hvprof({"--start-daemon", "--platform=sim", "--scenario=" + dir.File("host.json"),
+                         "--passive-domains=all"});
+  INFO(started.out << started.err);
+  REQUIRE(started.status == 0);
+  CHECK(started.out.find("started hvprof-hv --platform=sim") != std::string::npos);
+  CHECK(started.out.find("passive 1 (guest1), 2 (guest2), 3 (guest3)") != std::string::npos);
+  const Json record = ReadJson(dir.File("sessions") + "/" + control::kOwnHypervisorFile);
+  REQUIRE(!record.is_discarded());
+  const int pid = record["pid"].get<int>();
+  CHECK(Alive(pid));
+  CHECK(control::ServingPlatform(dir.File("run")) == "sim");
+
+  // The same again: nothing to do, and no second machine.
+  auto again = hvprof({"--start-daemon", "--platform=sim", "--scenario=" + dir.File("host.json"),
+                       "--passive-domains=all"});
+  CHECK(again.status == 0);
+  CHECK(again.out.find("nothing to do") != std::string::npos);
+  CHECK(ReadJson(dir.File("sessions") + "/" + control::kOwnHypervisorFile)["pid"].get<int>() == pid);
+
+  REQUIRE(hvprof({"--start"}).status == 0);
+  REQUIRE(hvprof({"--run-sim=50ms"}).status == 0);
+  auto down = hvprof({"--shutdown"});
+  INFO(down.out << down.err);
+  CHECK(down.status == 0);
+  CHECK(down.out.find("which --start-daemon started, has ended") != std::string::npos);
+  CHECK_FALSE(Alive(pid));
+  CHECK_FALSE(std::filesystem::exists(dir.File("sessions") + "/" + control::kOwnHypervisorFile));
+  CHECK(control::ServingPlatform(dir.File("run")).empty());
+  // --shutdown again: nothing left to end.
+  auto twice = hvprof({"--shutdown"});
+  CHECK(twice.status == 0);
+  CHECK(twice.out.find("nothing to shut down") != std::string::npos);
+}
+
+TEST_CASE("without --platform, the serving hvprof-hv's platform, else this host's, and it is said",
+          "[platform][first-hour]") {
+  Host host(TestScenario("intel-arch-v4", 13));
+  auto started = host.Hvprof({"--start-daemon"});
+  INFO(started.out << started.err);
+  REQUIRE(started.status == 0);
+  CHECK(started.err.find("hvprof: --platform=sim: the hvprof-hv serving " + host.run_dir() + " runs it") !=
+        std::string::npos);
+  CHECK(host.Hvprof({"--shutdown"}).status == 0);
+
+  // Nothing serves this run directory: this host's own platform (it may not be profilable
+  // here; the choice is said first either way). A Xen host (HVPROF_XEN_ROOT stands in for /):
+  // xen.
+  TempDir dir;
+  TempDir xen_root;
+  std::filesystem::create_directories(xen_root.File("sys/hypervisor"));
+  xen_root.Write("sys/hypervisor/type", "xen\n");
+  auto on_xen = RunProgram({Binary("hvprof"), "--start-daemon", "--run-dir=" + dir.File("run"),
+                            "--session-dir=" + dir.File("x")},
+                           {"HVPROF_XEN_ROOT=" + xen_root.path()});
+  CHECK(on_xen.err.rfind("hvprof: --platform=xen: this is a Xen host\n", 0) == 0);
+  CHECK(on_xen.status != 0);  // a Xen guest without --domain, or no Xen libraries answering
+
+  auto run = RunProgram({Binary("hvprof"), "run", "--run-dir=" + dir.File("run"), "--session-dir=" + dir.File("s"),
+                         "--duration=20ms"},
+                        {"HVPROF_XEN_ROOT=" + dir.File("no-such-root")});
+  CHECK(run.err.rfind("hvprof run: --platform=linux: this host, through perf_event_open (no hvprof-hv serves " +
+                          dir.File("run") + ", and this is not a Xen host",
+                      0) == 0);
+}
