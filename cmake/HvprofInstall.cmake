@@ -2,7 +2,7 @@
 # builds from the same rules (README, Install; scripts/test-package.sh tests both):
 #   bin/                              the five programs (install(TARGETS) in cli/CMakeLists.txt)
 #   share/hvprof/scenarios/           the simulator's scenarios, examples/*.json
-#   share/man/man1, man8              a man page per program, made from its --help by help2man
+#   share/man/man1, man8              a man page per program (and hvprof-archive), made from its --help by help2man
 #   share/bash-completion/completions packaging/bash-completion/hvprof, under each program's name
 #   lib/systemd/system                hvprofd.service and hvprof-hv.service (packaging/systemd/)
 #   share/doc/hvprof                  README.md, LICENSE and docs/
@@ -17,25 +17,33 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/examples/ DESTINATION ${CMAKE_INSTALL_DA
 install(FILES ${PROJECT_SOURCE_DIR}/README.md ${PROJECT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs)
 
-# Man pages: help2man runs each built program with --help and --version. Without help2man the
-# build goes on without them.
+# Man pages: help2man runs each built program with --help and --version, and `hvprof archive`
+# (hvprof-archive(1), as git names its commands' pages) with --help. Without help2man the build
+# goes on without them.
 find_program(HVPROF_HELP2MAN help2man)
 find_program(HVPROF_GZIP gzip)
 if(HVPROF_HELP2MAN AND HVPROF_GZIP)
   set(pages)
-  foreach(entry IN LISTS HVPROF_PROGRAMS)
+  foreach(entry IN LISTS HVPROF_PROGRAMS ITEMS hvprof-archive:1)
     string(REPLACE ":" ";" entry ${entry})
-    list(GET entry 0 program)
+    list(GET entry 0 name)
     list(GET entry 1 section)
-    set(page ${CMAKE_BINARY_DIR}/man/man${section}/${program}.${section})
+    if(name STREQUAL "hvprof-archive")
+      set(target hvprof)
+      set(command "$<TARGET_FILE:hvprof> archive" "--version-string=${name} (hvprof) ${PROJECT_VERSION}")
+    else()
+      set(target ${name})
+      set(command $<TARGET_FILE:${name}>)
+    endif()
+    set(page ${CMAKE_BINARY_DIR}/man/man${section}/${name}.${section})
     add_custom_command(
       OUTPUT ${page}.gz
       COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/man/man${section}
-      COMMAND ${HVPROF_HELP2MAN} --no-info --section=${section} --include=${HVPROF_PACKAGING}/man/${program}.h2m
-              --output=${page} $<TARGET_FILE:${program}>
+      COMMAND ${HVPROF_HELP2MAN} --no-info --section=${section} --include=${HVPROF_PACKAGING}/man/${name}.h2m
+              --output=${page} ${command}
       COMMAND ${HVPROF_GZIP} -9 -n -f ${page}
-      DEPENDS ${program} ${HVPROF_PACKAGING}/man/${program}.h2m
-      COMMENT "Writing the man page ${program}(${section}) from ${program} --help"
+      DEPENDS ${target} ${HVPROF_PACKAGING}/man/${name}.h2m
+      COMMENT "Writing the man page ${name}(${section}) from its --help"
       VERBATIM)
     list(APPEND pages ${page}.gz)
     install(FILES ${page}.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man${section})

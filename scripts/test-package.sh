@@ -43,6 +43,7 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM HUP  # through cleanup
 
 # 1. The package, from what is built (cmake --build first, so a build error shows as one).
 cmake --build "$build" >"$work/build.log" 2>&1 || { tail -n 30 "$work/build.log" >&2; fail "building $build failed"; }
@@ -74,9 +75,11 @@ for unit in hvprofd hvprof-hv; do
   fi
 done
 
-# 3. Man pages: one per program; groff renders each without a warning, and every long option
-# of the program's --help is in its page.
-for program in "${programs[@]}"; do
+# 3. Man pages: one per program and hvprof-archive; groff renders each without a warning, and
+# every long option of the program's --help is in its page.
+for program in "${programs[@]}" hvprof-archive; do
+  help=("/usr/bin/$program" --help)
+  [ "$program" = hvprof-archive ] && help=(/usr/bin/hvprof archive --help)
   page=$(ls /usr/share/man/man[18]/"$program".[18].gz 2>/dev/null | head -n 1)
   [ -n "$page" ] || fail "no man page for $program in /usr/share/man"
   # Hyphenation off, wide lines: each option stays whole in the text.
@@ -88,8 +91,8 @@ for program in "${programs[@]}"; do
   missing=()
   while read -r option; do
     grep -qF -- "$option" "$work/$program.man" || missing+=("$option")
-  done < <("/usr/bin/$program" --help | grep -oE -- '--[a-z][a-z0-9-]*' | sort -u)
-  [ ${#missing[@]} -eq 0 ] || fail "$page lacks these options of $program --help: ${missing[*]}"
+  done < <("${help[@]}" | grep -oE -- '--[a-z][a-z0-9-]*' | sort -u)
+  [ ${#missing[@]} -eq 0 ] || fail "$page lacks these options of ${help[*]}: ${missing[*]}"
 done
 echo "test-package: installed; man pages render and list every option"
 
