@@ -19,10 +19,13 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR
 
 # Man pages: help2man runs each built program with --help and --version, and `hvprof archive`
 # (hvprof-archive(1), as git names its commands' pages) with --help. Without help2man the build
-# goes on without them.
+# goes on without them; sanitized and cross builds (not what is installed, and their programs
+# may not run here as the build runs them) make none.
 find_program(HVPROF_HELP2MAN help2man)
 find_program(HVPROF_GZIP gzip)
-if(HVPROF_HELP2MAN AND HVPROF_GZIP)
+if(NOT HVPROF_SANITIZE STREQUAL "" OR CMAKE_CROSSCOMPILING)
+  message(STATUS "man pages are not made in sanitized or cross builds")
+elseif(HVPROF_HELP2MAN AND HVPROF_GZIP)
   set(pages)
   foreach(entry IN LISTS HVPROF_PROGRAMS ITEMS hvprof-archive:1)
     string(REPLACE ":" ";" entry ${entry})
