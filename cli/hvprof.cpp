@@ -12,6 +12,7 @@
 #include "hvprof/base/escape.h"
 #include "hvprof/base/files.h"
 #include "hvprof/base/units.h"
+#include "hvprof/base/version.h"
 #include "hvprof/control/archive.h"
 #include "hvprof/control/commands.h"
 #include "hvprof/control/hypervisor.h"
@@ -190,7 +191,8 @@ int main(int argc, char** argv) {
         ("publish", "in an active guest: hand this domain's symbolized profile to dom0 for its whole-host report "
                     "(hvprof-report --all-domains)")
         ("run-sim", po::value(&run_sim), "simulated machines: advance the clock by DURATION (e.g. 2s) while draining")
-        ("help,h", "show this help");
+        ("help,h", "show this help")
+        ("version", "print hvprof's version");
     po::options_description options("Setup options (with --start-daemon)");
     options.add_options()
         ("platform", po::value(&setup.platform),
@@ -275,6 +277,10 @@ int main(int argc, char** argv) {
     // On the sim every domain's commands run on one host: keep each guest's sessions apart.
     if (setup.domain != 0 && values["session-dir"].defaulted()) {
       setup.session_root = std::string(hvprof::store::kDefaultSessionRoot) + "/domain-" + std::to_string(setup.domain);
+    }
+    if (values.count("version") != 0) {
+      std::cout << "hvprof (hvprof) " << hvprof::kVersion << "\n";
+      return 0;
     }
     if (values.count("help") != 0 || (argc == 1 && !run)) {
       std::cout << all << "\n";

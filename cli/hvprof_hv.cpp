@@ -11,6 +11,7 @@
 #include "hvprof/base/files.h"
 #include "hvprof/base/log.h"
 #include "hvprof/base/units.h"
+#include "hvprof/base/version.h"
 #include "hvprof/hv/daemon.h"
 #include "hvprof/sim/scenario.h"
 
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
     po::options_description described(kUsage);
     described.add_options()
         ("help,h", "show this help")
+        ("version", "print hvprof's version")
         ("platform", po::value(&options.platform)->default_value("sim"),
          "the machine to run on: sim (a simulated machine described by --scenario) or linux (this host)")
         ("domain-map", po::value(&options.domain_map),
@@ -84,6 +86,10 @@ int main(int argc, char** argv) {
     po::notify(values);
     if (values.count("help") != 0) {
       std::cout << described << "\n";
+      return 0;
+    }
+    if (values.count("version") != 0) {
+      std::cout << "hvprof-hv (hvprof) " << hvprof::kVersion << "\n";
       return 0;
     }
     if (log_level == "debug") hvprof::SetLogLevel(hvprof::LogLevel::kDebug);

@@ -10,6 +10,7 @@
 
 #include "hvprof/base/escape.h"
 #include "hvprof/base/files.h"
+#include "hvprof/base/version.h"
 #include "hvprof/push/profile.h"
 #include "hvprof/setup/setup.h"
 #include "hvprof/report/views/callgraph.h"
@@ -157,6 +158,7 @@ int main(int argc, char** argv) {
     po::options_description described(kUsage);
     described.add_options()
         ("help,h", "show this help")
+        ("version", "print hvprof's version")
         ("session-dir", po::value(&session_root)->default_value(session_root), "the session root given to hvprof")
         ("symbols,l", "list symbols, not only images")
         ("details,d", "per-instruction counts of each symbol")
@@ -231,6 +233,10 @@ int main(int argc, char** argv) {
     po::notify(values);
     if (values.count("help") != 0) {
       std::cout << described << "\n";
+      return 0;
+    }
+    if (values.count("version") != 0) {
+      std::cout << "hvprof-report (hvprof) " << kVersion << "\n";
       return 0;
     }
 

@@ -20,6 +20,7 @@
 
 #include "hvprof/base/error.h"
 #include "hvprof/base/log.h"
+#include "hvprof/base/version.h"
 #include "hvprof/symbolizer/output.h"
 #include "hvprof/symbolizer/symbolizer.h"
 
@@ -56,7 +57,7 @@ hvprof::Result<uint64_t> ParseNumber(const std::string& option, const std::strin
                            "--{}: '{}' is not a number (write hex with 0x)", option, text);
 }
 
-// Fills CliOptions from argv. Returns nullopt after printing help.
+// Fills CliOptions from argv. Returns nullopt after printing help or the version.
 hvprof::Result<std::optional<CliOptions>> ParseArguments(int argc, char** argv) {
   CliOptions o;
   std::string kaslr;
@@ -71,6 +72,7 @@ hvprof::Result<std::optional<CliOptions>> ParseArguments(int argc, char** argv) 
       "Options");
   desc.add_options()
       ("help,h", "show this help")
+      ("version", "print hvprof's version")
       ("exe,e", po::value(&o.image), "ELF image: executable, shared library, vmlinux, xen-syms")
       ("kallsyms", po::value(&o.kallsyms), "a /proc/kallsyms text (alone, or for what -e lacks)")
       ("system-map", po::value(&o.system_map), "a System.map text (alone, or for what -e lacks)")
@@ -98,6 +100,10 @@ hvprof::Result<std::optional<CliOptions>> ParseArguments(int argc, char** argv) 
   }
   if (vm.count("help") != 0) {
     std::cout << desc << "\n";
+    return std::optional<CliOptions>();
+  }
+  if (vm.count("version") != 0) {
+    std::cout << "hvprof-symbolize (hvprof) " << hvprof::kVersion << "\n";
     return std::optional<CliOptions>();
   }
   if (o.image.empty() && o.kallsyms.empty() && o.system_map.empty()) {

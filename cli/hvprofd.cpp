@@ -10,6 +10,7 @@
 #include "hvprof/base/files.h"
 #include "hvprof/base/log.h"
 #include "hvprof/base/scoped_fd.h"
+#include "hvprof/base/version.h"
 #include "hvprof/agent/control_channel.h"
 #include "hvprof/setup/setup.h"
 #include "hvprof/dom0/agent.h"
@@ -19,8 +20,6 @@
 namespace po = boost::program_options;
 
 namespace {
-
-constexpr const char* kVersion = "0.1.0";
 
 // Tells the waiting `hvprof --start-daemon` how the setup went.
 void Report(int fd, const hvprof::agent::Json& message) {
@@ -58,7 +57,7 @@ int main(int argc, char** argv) {
     po::options_description described(
         "Usage: hvprofd --role=dom0|guest --setup=FILE [--ready-fd=N]\n\n"
         "The hvprof agent. `hvprof --start-daemon` starts it with the setup it wrote; use that.\n\nOptions");
-    described.add_options()("help,h", "show this help")(
+    described.add_options()("help,h", "show this help")("version", "print hvprof's version")(
         "role", po::value(&role), "dom0 (the primary profiler) or guest (an active domain's agent)")(
         "setup", po::value(&setup_path), "the setup file (SESSION_DIR/daemonrc.json)")(
         "ready-fd", po::value(&ready_fd), "report the outcome of the setup on this descriptor")(
@@ -68,6 +67,10 @@ int main(int argc, char** argv) {
     po::notify(values);
     if (values.count("help") != 0) {
       std::cout << described << "\n";
+      return 0;
+    }
+    if (values.count("version") != 0) {
+      std::cout << "hvprofd (hvprof) " << hvprof::kVersion << "\n";
       return 0;
     }
     if (role != "dom0" && role != "guest") {
@@ -105,11 +108,11 @@ int main(int argc, char** argv) {
     if (!link) return fail_setup(link.error());
     std::unique_ptr<hvprof::agent::AgentDaemon> agent;
     if (role == "dom0") {
-      auto created = hvprof::dom0::Dom0Agent::Create(setup.value(), kVersion, std::move(link).value());
+      auto created = hvprof::dom0::Dom0Agent::Create(setup.value(), hvprof::kVersion, std::move(link).value());
       if (!created) return fail_setup(created.error());
       agent = std::move(created).value();
     } else {
-      auto created = hvprof::guest::GuestAgent::Create(setup.value(), kVersion, std::move(link).value());
+      auto created = hvprof::guest::GuestAgent::Create(setup.value(), hvprof::kVersion, std::move(link).value());
       if (!created) return fail_setup(created.error());
       agent = std::move(created).value();
     }

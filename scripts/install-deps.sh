@@ -26,6 +26,10 @@ packages=(
   debuginfod         # the server the debuginfod tests run on loopback
   linux-perf         # the yardstick of the linux tests and benchmarks
   libc6-dbg binutils xz-utils
+  # packaging (cmake/HvprofInstall.cmake, scripts/test-package.sh): man pages made from --help,
+  # the .deb's library dependencies (dpkg-shlibdeps), and what the package test checks with:
+  # man and groff render the pages, bash-completion loads the completion, file sees stripping
+  help2man dpkg-dev man-db groff-base bash-completion file
   # real Xen 4.17 under QEMU's software CPU (tests/qemu): the hypervisor, its tools for dom0
   # (xenstored, xl), the emulator, and busybox and cpio for dom0's initramfs. dom0's kernel is
   # fetched by tests/qemu/build-image.sh with `apt-get download`, never installed

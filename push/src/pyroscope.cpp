@@ -13,10 +13,7 @@
 
 #include "hvprof/base/escape.h"
 #include "hvprof/base/utf8.h"
-
-#ifndef HVPROF_VERSION
-#define HVPROF_VERSION "unknown"
-#endif
+#include "hvprof/base/version.h"
 
 namespace hvprof::push {
 
@@ -531,7 +528,8 @@ Result<PushSummary> PushToPyroscope(const PushOptions& options, std::span<const 
   HVPROF_TRYV(SetOption(curl, CURLOPT_TIMEOUT_MS, timeout_ms));
   HVPROF_TRYV(SetOption(curl, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms));
   HVPROF_TRYV(SetOption(curl, CURLOPT_HTTPHEADER, headers.get()));
-  HVPROF_TRYV(SetOption(curl, CURLOPT_USERAGENT, "hvprof/" HVPROF_VERSION));
+  const std::string user_agent = std::string("hvprof/") + kVersion;  // libcurl copies it
+  HVPROF_TRYV(SetOption(curl, CURLOPT_USERAGENT, user_agent.c_str()));
   HVPROF_TRYV(SetOption(curl, CURLOPT_ERRORBUFFER, detail));
   HVPROF_TRYV(SetOption(curl, CURLOPT_WRITEFUNCTION, &KeepBody));
   HVPROF_TRYV(SetOption(curl, CURLOPT_WRITEDATA, static_cast<void*>(&answer)));

@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include "hvprof/base/files.h"
+#include "hvprof/base/version.h"
 #include "hvprof/control/commands.h"
 #include "hvprof/report/load.h"
 #include "hvprof/report/views/table.h"
@@ -350,7 +351,20 @@ TEST_CASE("hvprof run returns the command's status and leaves no daemon behind",
   }
 }
 
-TEST_CASE("-h is help in every program, never an action", "[cli][safety]") {
+// help2man makes the man pages from --help and --version (cmake/HvprofInstall.cmake): the
+// version line must be GNU's "NAME (PACKAGE) VERSION" for it.
+TEST_CASE("Every program's --version names it and hvprof's version, as help2man reads it", "[cli]") {
+  for (const char* program : {"hvprof", "hvprof-report", "hvprof-hv", "hvprofd", "hvprof-symbolize"}) {
+    auto result = testing::RunProgram({testing::Binary(program), "--version"});
+    INFO(program << ": " << result.err);
+    CHECK(result.status == 0);
+    CHECK(result.out == std::string(program) + " (hvprof) " + kVersion + "\n");
+    CHECK(result.err.empty());
+  }
+}
+
+// Not named "-h ...": CTest would pass the name to Catch as its -h, and the test would not run.
+TEST_CASE("Every program takes -h as help, never as an action", "[cli][safety]") {
   for (const char* program : {"hvprof", "hvprof-report", "hvprof-hv", "hvprofd", "hvprof-symbolize"}) {
     for (const char* flag : {"-h", "--help"}) {
       auto result = testing::RunProgram({testing::Binary(program), flag});
