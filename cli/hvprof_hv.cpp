@@ -114,6 +114,7 @@ int main(int argc, char** argv) {
         return 1;
       }
       options.scenario_path = found.value();
+      hvprof::Log(hvprof::LogLevel::kInfo, "scenario {}", options.scenario_path);
     }
     if (!speed.empty()) {
       if (speed == "max") {
