@@ -533,6 +533,7 @@ int main(int argc, char** argv) {
     }
     stack_filter.domains = options.domains;
     stack_filter.modes = options.modes;
+    stack_filter.include_idle = options.include_idle;
     if (callgraph) {
       report::CallgraphOptions graph_options;
       graph_options.filter = stack_filter;
