@@ -204,7 +204,7 @@ TEST_CASE("diff: stacks as differential folded input and as a coloured flame gra
     REQUIRE(first_space != std::string::npos);
     base_sum += std::stoull(line.substr(first_space + 1, second - first_space - 1));
     new_sum += std::stoull(line.substr(second + 1));
-    found |= line.rfind("1 (guest1)", 0) == 0 && line.find(";do_mmu_update ") != std::string::npos;
+    found |= line.rfind("dom1 (guest1)", 0) == 0 && line.find(";do_mmu_update ") != std::string::npos;
   }
   CHECK(found);
   const Json stacks = Json::parse(first.Report({"--diff", a, c, "--format=json", "-c"}).out);
@@ -319,7 +319,7 @@ TEST_CASE("diff: the differential flame graph opens offline in Chromium, grown f
   bool grew = false, shrank = false;
   bool in_guest1 = false;
   for (const hvprof::testing::Frame& frame : hvprof::testing::Frames(page.dom)) {
-    if (frame.depth == 1) in_guest1 = frame.name == "1 (guest1)";
+    if (frame.depth == 1) in_guest1 = frame.name == "dom1 (guest1)";
     if (!in_guest1 || frame.depth != 3) continue;
     const auto colour = rgb(frame.background);
     INFO(frame.name << " " << frame.background);

@@ -28,7 +28,7 @@ using Json = nlohmann::json;
 
 namespace {
 
-// Samples per domain id, from folded output rooted at the domain ("dom0", "1 (build-vm)").
+// Samples per domain id, from folded output rooted at the domain ("dom0", "dom1 (build-vm)").
 std::map<std::string, uint64_t> FoldedByDomain(const std::string& folded) {
   std::map<std::string, uint64_t> totals;
   std::istringstream in(folded);

@@ -46,7 +46,7 @@ void CheckAgainstTruth(uint32_t depth) {
   std::map<std::string, uint64_t> seen, expected;
   for (const auto& [stack, count] : ParseFolded(folded.out)) seen[Bucket(stack, named)] += count;
   for (const auto& [stack, count] : TruthStacks(truth, FirstCounter(host), depth,
-                                                {{0, "dom0"}, {1, "1 (build-vm)"}, {2, "2 (web-vm)"}, {0x7FFF, "idle"}})) {
+                                                {{0, "dom0"}, {1, "dom1 (build-vm)"}, {2, "dom2 (web-vm)"}, {0x7FFF, "idle"}})) {
     expected[Bucket(stack, named)] += count;
   }
   REQUIRE(expected.size() > 10);
