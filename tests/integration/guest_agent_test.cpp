@@ -206,7 +206,7 @@ TEST_CASE("every wrong order of the multi-domain steps has its own message", "[g
   REQUIRE(not_active.status == 0);
   auto refused = host.GuestHvprof(2, {"--start"});
   CHECK(refused.status == 1);
-  CHECK(refused.err.find("did not list domain dom2 (guest2) as an active domain") != std::string::npos);
+  CHECK(refused.err.find("did not list dom2 (guest2) as an active domain") != std::string::npos);
 
   auto dom0_options = host.GuestHvprof(2, {"--start-daemon", "--passive-domains=3"});
   CHECK(dom0_options.status != 0);

@@ -39,7 +39,8 @@ void CheckAgainstTruth(uint32_t depth) {
   Host host(DefaultScenario());
   ProfileWithChains(host, depth);
   const Json truth = host.GroundTruth(false);
-  const CommandResult folded = host.Report({"--format=folded"});
+  // Every stack of the truth, the idle loop's included.
+  const CommandResult folded = host.Report({"--format=folded", "--include-idle"});
   INFO(folded.err);
   REQUIRE(folded.status == 0);
   const std::set<std::string> named = NamedFunctions(DefaultScenario());
