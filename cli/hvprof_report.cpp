@@ -10,6 +10,7 @@
 
 #include "hvprof/base/escape.h"
 #include "hvprof/base/files.h"
+#include "hvprof/base/terminal.h"
 #include "hvprof/base/version.h"
 #include "hvprof/push/profile.h"
 #include "hvprof/setup/setup.h"
@@ -21,6 +22,7 @@
 #include "hvprof/report/writers/flamegraph.h"
 #include "hvprof/report/writers/folded.h"
 #include "hvprof/report/writers/pprof.h"
+#include "hvprof/report/writers/sessions.h"
 #include "hvprof/report/writers/json.h"
 #include "hvprof/report/writers/text.h"
 #include "hvprof/report/compare.h"
@@ -39,10 +41,17 @@ constexpr const char* kUsage = R"(Usage: hvprof-report [SESSION] [options]
 Reports where the samples of a profiling session went: by image (the default), by symbol (-l),
 per instruction (-d), by source line (-g), or per domain (--by-domain). SESSION is a session
 directory, the name given to `hvprof --save`, or archive:FILE, an archive `hvprof archive` wrote
-(reported from the images in it, wherever it is); by default it is the current session.
+(reported from the images in it, wherever it is). Without SESSION it is the current session if
+that has samples, else the newest saved session with samples (a note on stderr says which);
+`hvprof-report --list` lists the sessions.
+
+Samples in the idle loop (the hypervisor's idle domain, on linux the idle task, and kernel or
+hypervisor samples in idle functions such as default_idle or mwait_idle) are left out of the
+rows and shares; the header says how idle each CPU was. --include-idle keeps them.
 
 Examples:
   hvprof-report                       images, most sampled first
+  hvprof-report --list                the sessions: date, platform, time sampled, samples, losses
   hvprof-report -l -t 1               symbols above 1% of the samples
   hvprof-report -l --by-domain        symbols, domain by domain
   hvprof-report -l --domain=dom0 --mode=kernel
@@ -151,6 +160,7 @@ int main(int argc, char** argv) {
     std::string session_root = store::kDefaultSessionRoot;
     std::string domains, modes, images, symbols, events, sort, merge, demangle = "smart", format = "text", output;
     std::string stack_root = "domain";
+    std::string color = "auto";
     std::string push_url, push_app, push_tenant;
     std::string image_path;
     double threshold = 0.0;
@@ -160,6 +170,12 @@ int main(int argc, char** argv) {
         ("help,h", "show this help")
         ("version", "print hvprof's version")
         ("session-dir", po::value(&session_root)->default_value(session_root), "the session root given to hvprof")
+        ("list", "list the sessions of the session root, oldest first (created, platform, time sampled, samples, "
+                 "lost, state); '*' marks the one a report takes when none is named; --format=json too")
+        ("include-idle", "keep the idle loop's samples in the rows and shares (by default they are left out and "
+                         "the header gives each CPU's idle share)")
+        ("color", po::value(&color)->default_value("auto"),
+         "colour the text report: auto (on a terminal, unless NO_COLOR is set), always or never")
         ("symbols,l", "list symbols, not only images")
         ("details,d", "per-instruction counts of each symbol")
         ("debug-info,g", "counts per source file:line (needs DWARF)")
@@ -170,7 +186,7 @@ int main(int argc, char** argv) {
         ("by-domain", "break every row down by domain")
         ("all-domains", "dom0's session plus the profiles its active guests published (`hvprof --publish` in "
                         "each): the whole host in one report")
-        ("domain", po::value(&domains), "only these domains (ids or names, comma-separated; idle for the idle loop)")
+        ("domain", po::value(&domains), "only these domains (ids, names or domN, comma-separated; idle for the idle loop, whose samples it keeps)")
         ("mode", po::value(&modes), "only these modes: user, kernel, hypervisor")
         ("image", po::value(&images), "only images whose name or path matches these globs")
         ("event", po::value(&events), "only these events (names)")
@@ -276,12 +292,36 @@ int main(int argc, char** argv) {
     options.exclude_dependent = values.count("exclude-dependent") != 0;
     options.no_header = values.count("no-header") != 0;
     options.verbose = values.count("verbose") != 0;
+    options.include_idle = values.count("include-idle") != 0;
+    {
+      // Colour only what goes to this terminal (or wherever `always` says).
+      auto colored = UseColor(color, output.empty() || output == "-" ? STDOUT_FILENO : -1);
+      if (!colored) return fail(colored.error(), 2);
+      options.color = colored.value() && format == "text";
+    }
     if (threshold < 0 || threshold > 100) return fail(Error(ErrorKind::kInvalidArgument, "--threshold must be 0-100"), 2);
     if (format != "text" && format != "csv" && format != "json" && format != "folded" && format != "pprof" &&
         format != "html") {
       return fail(
           MakeError(ErrorKind::kInvalidArgument, "--format: '{}' is not text, csv, json, folded, pprof or html", format),
           2);
+    }
+    if (values.count("list") != 0) {
+      if (format != "text" && format != "json") {
+        return fail(Error(ErrorKind::kInvalidArgument, "--list prints text or json"), 2);
+      }
+      if (!session_args.empty() || diffing) {
+        return fail(Error(ErrorKind::kInvalidArgument, "--list lists every session: name none"), 2);
+      }
+      const auto sessions = report::ListSessions(session_root);
+      const std::string text = format == "json" ? report::FormatSessionListJson(session_root, sessions)
+                                                : report::FormatSessionList(session_root, sessions, options.color);
+      if (!output.empty()) {
+        if (auto written = WriteOutput(output, text); !written) return fail(written.error(), 1);
+      } else {
+        std::cout << text << std::flush;
+      }
+      return 0;
     }
     const bool pprof = format == "pprof";
     const bool html = format == "html";
@@ -457,9 +497,16 @@ int main(int argc, char** argv) {
       return diff.warnings.empty() ? 0 : kIncomplete;
     }
 
-    // The session: a directory, a saved name, or the current one.
-    store::SessionPaths paths{session_root};
-    auto source = report::OpenSessionSource(session_arg, session_root);
+    // The session: a directory, a saved name, or (none named) the one with samples.
+    Result<report::SessionSource> source = Error(ErrorKind::kNotFound, "no session");
+    if (session_arg.empty()) {
+      auto chosen = report::ChooseSession(session_root);
+      if (!chosen) return fail(chosen.error(), 1);
+      if (!chosen.value().note.empty()) std::cerr << "hvprof-report: " << EscapeForTerminal(chosen.value().note) << "\n";
+      source = std::move(chosen.value().source);
+    } else {
+      source = report::OpenSessionSource(session_arg, session_root);
+    }
     if (!source) return fail(source.error(), 1);
     report::LoadOptions load;
     load.demangle = demangle != "none";
@@ -492,6 +539,7 @@ int main(int argc, char** argv) {
     }
     stack_filter.domains = options.domains;
     stack_filter.modes = options.modes;
+    stack_filter.include_idle = options.include_idle;
     if (callgraph) {
       report::CallgraphOptions graph_options;
       graph_options.filter = stack_filter;
@@ -551,13 +599,6 @@ int main(int argc, char** argv) {
           t.read_seconds, t.symbol_tables_seconds, t.attribute_seconds, t.resolve_seconds,
           total - t.read_seconds - t.symbol_tables_seconds - t.attribute_seconds - t.resolve_seconds, total,
           total - t.symbol_tables_seconds);
-    }
-    if (session_arg.empty() && profile.value().total_samples() == 0) {
-      if (auto newest = store::NewestSavedSession(paths)) {
-        std::cerr << fmt::format("hvprof-report: the current session has no samples; the newest saved one is "
-                                 "'{0}' (`hvprof-report {0}`, or `hvprof-report --help` for how to pick one)\n",
-                                 *newest);
-      }
     }
     if (!push_url.empty()) {
       // An https server closing early must not kill the report with SIGPIPE.

@@ -166,7 +166,10 @@ Result<SessionWriter> SessionWriter::Open(const std::string& directory, store::S
     }
     std::vector<std::string> notes = old.notes;
     notes.push_back("the session was continued by a new hvprofd");
-    notes.insert(notes.end(), metadata.notes.begin(), metadata.notes.end());
+    // The new hvprofd mostly says again what the first one said: each note once.
+    for (const std::string& note : metadata.notes) {
+      if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
+    }
     metadata.notes = std::move(notes);
   } else {
     metadata.session_id = store::SessionIdHex(id);

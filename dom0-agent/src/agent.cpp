@@ -27,9 +27,9 @@ Dom0Agent::Dom0Agent(setup::SetupOptions setup, std::unique_ptr<agent::Hyperviso
 
 std::string Dom0Agent::DomainLabel(uint16_t id) const {
   for (const auto& domain : domains_) {
-    if (domain.id == id) return fmt::format("{} ({})", id, domain.name);
+    if (domain.id == id) return store::DomainName(id, domain.name);
   }
-  return id == hvpmu::kDomainIdle ? "idle" : std::to_string(id);
+  return store::DomainName(id, "");
 }
 
 Result<std::unique_ptr<Dom0Agent>> Dom0Agent::Create(const setup::SetupOptions& setup,

@@ -61,7 +61,7 @@ Result<std::unique_ptr<GuestAgent>> GuestAgent::Create(const setup::SetupOptions
 }
 
 std::string GuestAgent::Label() const {
-  return name_.empty() ? fmt::format("domain {}", setup_.domain) : fmt::format("domain {} ({})", setup_.domain, name_);
+  return store::DomainName(setup_.domain, name_);
 }
 
 std::string GuestAgent::Describe() const {

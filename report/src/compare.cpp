@@ -16,7 +16,9 @@ Result<void> ResolveNamedFilters(const Profile& profile, const std::vector<std::
     bool found = item == "idle";
     if (found) options->domains.push_back(kIdleDomain);
     for (const auto& record : profile.metadata().domains) {
-      if (record.name == item || std::to_string(record.id) == item) {
+      // The domain's own name, its number, or the name reports print (dom0, dom3, "dom3 (web-1)").
+      if (record.name == item || std::to_string(record.id) == item || fmt::format("dom{}", record.id) == item ||
+          store::DomainName(record.id, record.name) == item) {
         options->domains.push_back(record.id);
         found = true;
       }
@@ -94,6 +96,7 @@ Result<LoadedDiff> DiffSessions(const DiffRequest& request) {
       run.stacks.events = std::move(events);
       run.stacks.domains = run.table.domains;
       run.stacks.modes = run.table.modes;
+      run.stacks.include_idle = run.table.include_idle;
     }
     (is_base ? base : next).push_back(std::move(run));
   }

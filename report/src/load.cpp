@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "hvprof/base/files.h"
+#include "hvprof/base/progress.h"
 #include "hvprof/report/published.h"
 #include "hvprof/symbolizer/debuginfod.h"
 #include "hvprof/symbolizer/symbolizer.h"
@@ -81,6 +82,12 @@ class ProfileBuilder {
   Result<void> BuildStacks(const CollectedStacks& collected);
   // Names the images whose chains mostly stop at the sampled function (no frame pointers).
   void NoteShallowImages();
+  // Marks the entries taken in the idle loop (Entry::idle), and counts samples and idle samples
+  // per physical CPU from the aggregate's stacks where they say on which CPU (Profile::cpu_idle).
+  void MarkIdle(const store::Aggregate& aggregate);
+  void MarkIdleEntry(Entry& entry) const;
+  // The same for the stacks and their frames, once BuildStacks made them.
+  void MarkIdleStacks();
   // Adds the user and kernel rows the guests symbolized themselves.
   void AddPublishedSymbols(const std::vector<PublishedProfile>& published);
   // Domains whose hypervisor samples come from a published profile (named domainN-xen).
@@ -477,7 +484,13 @@ Result<void> ProfileBuilder::Build(const store::Aggregate& aggregate, std::vecto
     last_target->entries.push_back(e);
   }
   p_.timings_.attribute_seconds += attributing.Seconds();
-  for (auto& [key, target] : targets_) Symbolize(target);
+  // Symbolizing a large session's images can take a while: a progress line on a terminal.
+  Progress progress(out_ == &p_.frames_ ? "hvprof-report: symbolizing call-stack frames, images" : "hvprof-report: symbolizing images",
+                    targets_.size());
+  for (auto& [key, target] : targets_) {
+    Symbolize(target);
+    progress.Advance();
+  }
   return Ok();
 }
 
@@ -655,6 +668,41 @@ Result<void> ProfileBuilder::BuildStacks(const CollectedStacks& collected) {
   return Ok();
 }
 
+void ProfileBuilder::MarkIdleEntry(Entry& entry) const {
+  const std::string_view symbol =
+      entry.symbol < p_.symbols_.size() ? std::string_view(p_.symbols_[entry.symbol].name) : std::string_view();
+  entry.idle = IsIdleSample(entry.domain, entry.mode, symbol);
+}
+
+void ProfileBuilder::MarkIdle(const store::Aggregate& aggregate) {
+  for (Entry& entry : p_.entries_) MarkIdleEntry(entry);
+  if (!aggregate.has_stacks || aggregate.entries.size() != p_.entries_.size()) return;
+  // The stacks' sampled addresses, found among the entries (both keyed alike, the entries sorted).
+  std::map<std::pair<uint16_t, uint8_t>, CpuIdle> per_cpu;
+  for (const store::CountedStack& stack : aggregate.stacks) {
+    if (stack.key.pcpu == store::kUnknownCpu || stack.length == 0) continue;
+    const store::AggregateKey key{aggregate.Addresses(stack)[0], stack.key.pid, stack.key.domain, stack.key.mode,
+                                  stack.key.event};
+    const auto it = std::lower_bound(aggregate.entries.begin(), aggregate.entries.end(), key,
+                                     [](const store::AggregateEntry& e, const store::AggregateKey& k) { return e.key < k; });
+    CpuIdle& cpu = per_cpu[{stack.key.pcpu, stack.key.event}];
+    cpu.cpu = stack.key.pcpu;
+    cpu.event = stack.key.event;
+    cpu.samples += stack.count;
+    if (it != aggregate.entries.end() && it->key == key && p_.entries_[it - aggregate.entries.begin()].idle) {
+      cpu.idle += stack.count;
+    }
+  }
+  for (const auto& [key, cpu] : per_cpu) p_.cpu_idle_.push_back(cpu);
+}
+
+void ProfileBuilder::MarkIdleStacks() {
+  for (Entry& frame : p_.frames_) MarkIdleEntry(frame);
+  for (Stack& stack : p_.stacks_) {
+    stack.idle = stack.domain == kIdleDomain || (!stack.frames.empty() && p_.frames_[stack.frames[0]].idle);
+  }
+}
+
 void ProfileBuilder::NoteShallowImages() {
   // On a real machine every sampled function but a thread's first has a caller. When most of an
   // image's chains stop at the sampled function, the frame-pointer walk found no frame there:
@@ -690,6 +738,13 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
   Profile profile;
   profile.metadata_ = std::move(session.metadata);
   profile.directory_ = session.directory;
+  // Each note once: sessions written before hvprofd kept them apart said some twice (a
+  // continued session carried its first hvprofd's notes, and the new one said them again).
+  std::vector<std::string> notes;
+  for (std::string& note : profile.metadata_.notes) {
+    if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(std::move(note));
+  }
+  profile.metadata_.notes = std::move(notes);
   const std::string samples = profile.directory_ + "/" + store::kSamplesFile;
   const std::string aggregate_path = profile.directory_ + "/" + store::kAggregateFile;
   struct stat st {};
@@ -791,7 +846,11 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
     profile.slice_counts_ = std::move(aggregate.slice_counts);
   }
   builder.AddPublishedSymbols(published);
-  if (options.stacks) HVPROF_TRYV(builder.BuildStacks(CollectStacks(aggregate, options.stack_threads)));
+  builder.MarkIdle(aggregate);
+  if (options.stacks) {
+    HVPROF_TRYV(builder.BuildStacks(CollectStacks(aggregate, options.stack_threads)));
+    builder.MarkIdleStacks();
+  }
   profile.loaded_directory_ = profile.directory_;
   if (!options.shown_directory.empty()) profile.directory_ = options.shown_directory;
   return profile;

@@ -1,5 +1,8 @@
 #include "hvprof/report/model.h"
 
+#include <algorithm>
+#include <array>
+
 namespace hvprof::report {
 
 std::vector<std::string> Profile::Warnings() const {
@@ -17,14 +20,40 @@ std::vector<std::string> Profile::Warnings() const {
 }
 
 std::string Profile::DomainName(uint16_t domain) const {
-  if (domain == kIdleDomain) return "idle";
   for (const auto& record : metadata_.domains) {
-    if (record.id == domain) {
-      if (record.name.empty()) return std::to_string(domain);
-      return domain == 0 ? record.name : fmt::format("{} ({})", domain, record.name);
-    }
+    if (record.id == domain) return store::DomainName(domain, record.name);
   }
-  return std::to_string(domain);
+  return store::DomainName(domain, "");
+}
+
+namespace {
+
+// Linux's idle loop and its drivers (kernel/sched/idle.c, arch/x86/kernel/process.c,
+// drivers/idle/, drivers/acpi/processor_idle.c, drivers/cpuidle/poll_state.c) and Xen's
+// (xen/arch/x86/domain.c, cpu/mwait-idle.c, acpi/cpu_idle.c).
+constexpr std::array<std::string_view, 17> kIdleFunctions = {
+    "default_idle",     "default_idle_call",  "arch_cpu_idle",      "arch_safe_halt",
+    "cpu_idle_poll",    "poll_idle",          "do_idle",            "native_safe_halt",
+    "pv_native_safe_halt", "xen_safe_halt",   "acpi_safe_halt",     "acpi_processor_idle",
+    "acpi_processor_ffh_cstate_enter",        "amd_e400_idle",      "idle_loop",
+    "hlt_play_dead",    "cpuidle_idle_call",
+};
+// Families with many members: intel_idle, intel_idle_irq, mwait_idle_with_hints, acpi_idle_enter...
+constexpr std::array<std::string_view, 3> kIdlePrefixes = {"intel_idle", "mwait_idle", "acpi_idle_"};
+
+}  // namespace
+
+bool IsIdleFunction(std::string_view name) {
+  // GCC's clones (default_idle.constprop.0, poll_idle.isra.0) are the same function.
+  name = name.substr(0, name.find('.'));
+  if (std::find(kIdleFunctions.begin(), kIdleFunctions.end(), name) != kIdleFunctions.end()) return true;
+  return std::any_of(kIdlePrefixes.begin(), kIdlePrefixes.end(),
+                     [&](std::string_view prefix) { return name.starts_with(prefix); });
+}
+
+bool IsIdleSample(uint16_t domain, uint8_t mode, std::string_view symbol) {
+  if (domain == kIdleDomain) return true;
+  return mode != 0 && IsIdleFunction(symbol);
 }
 
 }  // namespace hvprof::report

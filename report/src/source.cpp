@@ -4,7 +4,9 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "hvprof/archive/reader.h"
 #include "hvprof/store/session.h"
@@ -54,6 +56,97 @@ Result<SessionSource> OpenSessionSource(const std::string& argument, const std::
     source.directory = paths.Saved(argument);
   }
   return source;
+}
+
+namespace {
+
+SessionSummary Summarize(const std::string& name, const std::string& directory, bool current) {
+  SessionSummary summary;
+  summary.name = name;
+  summary.directory = directory;
+  summary.current = current;
+  auto opened = store::OpenSession(directory);
+  if (!opened) {
+    summary.state = "damaged";
+    summary.problem = opened.error().message();
+    return summary;
+  }
+  const store::SessionMetadata& m = opened.value().metadata;
+  summary.created_ns = m.created_ns;
+  summary.platform = m.platform;
+  summary.machine = m.machine;
+  summary.sampled_ns = m.last_sample_ns > m.first_sample_ns ? m.last_sample_ns - m.first_sample_ns : 0;
+  summary.samples = m.samples_stored;
+  for (const store::LossField& field : store::kLossFields) {
+    if (field.member != &store::LossRecord::unprofiled_domain) summary.lost += m.losses.*field.member;
+  }
+  const bool running = !m.profiling.empty() && m.profiling.back().stop_ns == 0;
+  if (!m.incomplete.empty()) {
+    summary.state = "incomplete";
+    summary.problem = m.incomplete.front();
+  } else if (running && store::SessionWriterAlive(opened.value().directory)) {
+    summary.state = "running";
+  } else if (running) {
+    summary.state = "incomplete";
+    summary.problem = "profiling was never stopped, and no hvprofd is writing it";
+  } else {
+    summary.state = "complete";
+  }
+  return summary;
+}
+
+}  // namespace
+
+std::vector<SessionSummary> ListSessions(const std::string& session_root) {
+  const store::SessionPaths paths{session_root};
+  std::vector<SessionSummary> sessions;
+  std::error_code error;
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(paths.samples_dir(), error)) {
+    const std::string name = entry.path().filename().string();
+    if (name != "current" && store::ValidateSessionName(name) && entry.is_directory(error)) names.push_back(name);
+  }
+  for (const std::string& name : names) sessions.push_back(Summarize(name, paths.Saved(name), false));
+  if (std::filesystem::exists(paths.current() + "/" + store::kMetadataFile, error)) {
+    sessions.push_back(Summarize("current", paths.current(), true));
+  }
+  std::stable_sort(sessions.begin(), sessions.end(), [](const SessionSummary& a, const SessionSummary& b) {
+    if (a.created_ns != b.created_ns) return a.created_ns < b.created_ns;
+    if (a.current != b.current) return b.current;
+    return a.name < b.name;
+  });
+  // What a report takes when no session is named (ChooseSession): the current session if it has
+  // samples, else the newest saved one with samples, else the current one.
+  std::optional<size_t> current, newest_saved;
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    if (sessions[i].current) current = i;
+    else if (sessions[i].samples > 0) newest_saved = i;  // oldest first: the last one is the newest
+  }
+  const std::optional<size_t> chosen =
+      current && sessions[*current].samples > 0 ? current : newest_saved ? newest_saved : current;
+  if (chosen) sessions[*chosen].chosen = true;
+  return sessions;
+}
+
+Result<ChosenSession> ChooseSession(const std::string& session_root) {
+  ChosenSession chosen;
+  chosen.name = "current";
+  for (const SessionSummary& session : ListSessions(session_root)) {
+    if (session.chosen && !session.current) {
+      chosen.name = session.name;
+      chosen.note = fmt::format(
+          "the current session has no samples: reporting '{0}', the newest saved session with samples "
+          "(`hvprof-report SESSION` names another; `hvprof-report --list` lists them)",
+          session.name);
+      HVPROF_TRY(source, OpenSessionSource(session.directory, session_root));
+      source.argument = session.name;
+      chosen.source = std::move(source);
+      return chosen;
+    }
+  }
+  HVPROF_TRY(source, OpenSessionSource("", session_root));
+  chosen.source = std::move(source);
+  return chosen;
 }
 
 }  // namespace hvprof::report

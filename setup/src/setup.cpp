@@ -352,7 +352,7 @@ Result<std::vector<uint16_t>> ResolveDomains(const std::vector<std::string>& ite
     if (!found) {
       std::string known;
       for (const DomainInfo& domain : domains) {
-        known += fmt::format("{}{} ({})", known.empty() ? "" : ", ", domain.id, domain.name);
+        known += fmt::format("{}{}", known.empty() ? "" : ", ", store::DomainName(domain.id, domain.name));
       }
       return MakeError(ErrorKind::kNotFound, "--{}: no domain '{}' on this host; it has {}",
                        option, item, known);

@@ -646,6 +646,13 @@ Result<Aggregate> ReadAggregate(const std::string& path) {
   return aggregate;
 }
 
+std::string DomainName(uint16_t id, std::string_view name) {
+  if (id == kIdleDomain) return "idle";
+  const std::string plain = fmt::format("dom{}", id);
+  if (id == 0 || name.empty() || name == plain) return plain;
+  return fmt::format("{} ({})", plain, name);
+}
+
 // ---- session directories
 
 std::optional<std::string> NewestSavedSession(const SessionPaths& paths) {

@@ -262,8 +262,8 @@ TEST_CASE("every wrong order of use has its own message", "[agent][usage]") {
   REQUIRE(host.Hvprof({"--start-daemon", "--active-domains=1,guest3"}).status == 0);
   auto not_ready = host.Hvprof({"--start"});
   CHECK(not_ready.status == 1);
-  CHECK(not_ready.err.find("1 (guest1)") != std::string::npos);
-  CHECK(not_ready.err.find("3 (guest3)") != std::string::npos);
+  CHECK(not_ready.err.find("dom1 (guest1)") != std::string::npos);
+  CHECK(not_ready.err.find("dom3 (guest3)") != std::string::npos);
   CHECK(not_ready.err.find("have not joined profiling") != std::string::npos);
   CHECK(not_ready.err.find("hvprof --domain=1 --start-daemon && hvprof --domain=1 --start") != std::string::npos);
   CHECK(not_ready.err.find("hvprof --domain=3 --start-daemon") != std::string::npos);
@@ -324,7 +324,7 @@ TEST_CASE("every bad option has its own message, and leaves nothing running", "[
       {{"--xen=/nonexistent/xen-syms"}, {"hypervisor image /nonexistent/xen-syms"}},
       {{"--xen=" + gzipped}, {"hypervisor image", "uncompressed"}},
       {{"--vmlinux=/etc/hostname"}, {"kernel image /etc/hostname"}},
-      {{"--active-domains=nosuch"}, {"no domain 'nosuch'", "0 (dom0)", "1 (guest1)"}},
+      {{"--active-domains=nosuch"}, {"no domain 'nosuch'", "dom0", "dom1 (guest1)"}},
       {{"--active-domains=1", "--passive-domains=1"}, {"both --active-domains and --passive-domains"}},
       {{"--passive-domains=guest2,guest3", "--passive-images=/usr/lib/debug/boot/xen-syms-4.17-amd64.map"},
        {"--passive-images has 1 images for 2 passive domains"}},

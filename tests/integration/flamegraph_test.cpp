@@ -120,8 +120,8 @@ TEST_CASE("the HTML flame graph opens offline in headless Chromium and draws wha
     INFO(name);
     CHECK(roots[name] == count);
   }
-  CHECK(drawn_roots.count(hvprof::EscapeForTerminal(std::string("2 (") + kMarkupName + ")")) == 1);
-  CHECK(page.dom.find(std::string("data-name=\"2 (web&lt;svg\fonload=document.body.dataset.injected=1&gt;)\"")) !=
+  CHECK(drawn_roots.count(hvprof::EscapeForTerminal(std::string("dom2 (") + kMarkupName + ")")) == 1);
+  CHECK(page.dom.find(std::string("data-name=\"dom2 (web&lt;svg\fonload=document.body.dataset.injected=1&gt;)\"")) !=
         std::string::npos);
   CHECK(drawn_dom0_modes == dom0_modes);
 

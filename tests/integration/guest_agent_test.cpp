@@ -126,7 +126,7 @@ TEST_CASE("two active guests and a passive one: every report matches the ground 
   SECTION("published profiles make one whole-host report that matches the ground truth") {
     auto incomplete = host.Report({"--all-domains", "-l"});
     CHECK(incomplete.status == 3);  // the guests have not published yet: it says so
-    CHECK(incomplete.out.find("Warning: active domain 1 (guest1) has not published") != std::string::npos);
+    CHECK(incomplete.out.find("Warning: active domain dom1 (guest1) has not published") != std::string::npos);
     for (uint16_t guest : {1, 2}) {
       auto published = host.GuestHvprof(guest, {"--publish"});
       INFO(published.err);
@@ -199,14 +199,14 @@ TEST_CASE("every wrong order of the multi-domain steps has its own message", "[g
   REQUIRE(host.Hvprof({"--start-daemon", "--active-domains=1", "--passive-domains=3"}).status == 0);
   auto not_joined = host.Hvprof({"--start"});
   CHECK(not_joined.status == 1);
-  CHECK(not_joined.err.find("1 (guest1) has not joined") != std::string::npos);
+  CHECK(not_joined.err.find("dom1 (guest1) has not joined") != std::string::npos);
   CHECK(not_joined.err.find("hvprof --domain=1 --start") != std::string::npos);
 
   auto not_active = host.GuestHvprof(2, {"--start-daemon"});
   REQUIRE(not_active.status == 0);
   auto refused = host.GuestHvprof(2, {"--start"});
   CHECK(refused.status == 1);
-  CHECK(refused.err.find("did not list domain 2 (guest2) as an active domain") != std::string::npos);
+  CHECK(refused.err.find("did not list dom2 (guest2) as an active domain") != std::string::npos);
 
   auto dom0_options = host.GuestHvprof(2, {"--start-daemon", "--passive-domains=3"});
   CHECK(dom0_options.status != 0);
@@ -222,13 +222,13 @@ TEST_CASE("every wrong order of the multi-domain steps has its own message", "[g
   REQUIRE(host.Hvprof({"--run-sim=20ms"}).status == 0);
 
   auto status = host.Hvprof({"--status"});
-  CHECK(status.out.find("1 (guest1)") != std::string::npos);
-  CHECK(status.out.find("3 (guest3)") != std::string::npos);
+  CHECK(status.out.find("dom1 (guest1)") != std::string::npos);
+  CHECK(status.out.find("dom3 (guest3)") != std::string::npos);
   CHECK(status.out.find("passive") != std::string::npos);
   auto guest_status = host.GuestHvprof(1, {"--status"});
   CHECK(guest_status.out.find("joined profiling") != std::string::npos);
   CHECK(guest_status.out.find("counters running") != std::string::npos);
-  CHECK(guest_status.out.find("3 (guest3)") == std::string::npos);  // a guest sees only itself
+  CHECK(guest_status.out.find("dom3 (guest3)") == std::string::npos);  // a guest sees only itself
 
   CHECK(host.GuestHvprof(1, {"--run-sim=10ms"}).err.find("only dom0 drives") != std::string::npos);
 

@@ -28,13 +28,13 @@ using Json = nlohmann::json;
 
 namespace {
 
-// Samples per domain id, from folded output rooted at the domain ("dom0", "1 (build-vm)").
+// Samples per domain id, from folded output rooted at the domain ("dom0", "dom1 (build-vm)").
 std::map<std::string, uint64_t> FoldedByDomain(const std::string& folded) {
   std::map<std::string, uint64_t> totals;
   std::istringstream in(folded);
   for (std::string line; std::getline(in, line);) {
     const std::string root = line.substr(0, line.find(';'));
-    const std::string id = root == "dom0" ? "0" : root == "idle" ? "32767" : root.substr(0, root.find(' '));
+    const std::string id = root == "idle" ? "32767" : root.substr(3, root.find(' ') - 3);
     totals[id] += std::stoull(line.substr(line.rfind(' ') + 1));
   }
   return totals;

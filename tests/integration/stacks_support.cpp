@@ -54,7 +54,7 @@ std::set<std::string> NamedFunctions(const nlohmann::json& scenario) {
 }
 
 std::string Bucket(const std::string& stack, const std::set<std::string>& named) {
-  const bool passive_user = stack.rfind("1 (build-vm);[user];", 0) == 0 || stack.rfind("2 (web-vm);[user];", 0) == 0;
+  const bool passive_user = stack.rfind("dom1 (build-vm);[user];", 0) == 0 || stack.rfind("dom2 (web-vm);[user];", 0) == 0;
   const std::string leaf = stack.substr(stack.rfind(';') + 1);
   if (!passive_user && named.count(leaf) != 0) return stack;
   const size_t mode_end = stack.find("];");

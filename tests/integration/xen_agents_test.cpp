@@ -135,7 +135,7 @@ TEST_CASE("xen: dom0, an active PV guest and a passive HVM guest match the groun
   // Xen refuses start until every active domain has joined, and cannot say which has not.
   const auto refused = host.Hvprof({"--start"}, dom0);
   CHECK(refused.status != 0);
-  CHECK(refused.err.find("every active domain has joined (1 (guest1))") != std::string::npos);
+  CHECK(refused.err.find("every active domain has joined (dom1 (guest1))") != std::string::npos);
 
   Require(host.GuestHvprof(1, {"--start"}, guest));
   Require(host.Hvprof({"--start"}, dom0));

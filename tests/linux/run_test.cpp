@@ -170,3 +170,39 @@ TEST_CASE("hvprof run --platform=linux: a diff of two runs of the fixture finds 
   // Shares of the image's samples, of which the three take nearly all.
   for (const auto& [name, designed] : kDesigned) CHECK(std::abs(shares[name] - designed) < 0.05);
 }
+
+TEST_CASE("an idle machine's report is not dominated by a halt function", "[linux][live][idle]") {
+  if (!PerfUsable()) return;
+  LinuxRun run;
+  // Mostly idle: one second of sleep is all the command does.
+  run.Run({"--", "/bin/sleep", "1"});
+  const Json left_out = run.Report({});
+  const Json kept = run.Report({"--include-idle"});
+  REQUIRE(left_out["idle"]["included"] == false);
+  REQUIRE(kept["idle"]["included"] == true);
+  const Json& event = left_out["idle"]["events"][0];
+  // The idle loop is counted apart, not as rows: no row of the default report is in the idle
+  // domain or names a halt or idle function, and what was left out comes back with --include-idle.
+  for (const Json& row : left_out["rows"]) {
+    const std::string symbol = row["symbol"].get<std::string>();
+    INFO(symbol);
+    CHECK(symbol.find("safe_halt") == std::string::npos);
+    CHECK(symbol != "default_idle");
+    CHECK(symbol.rfind("intel_idle", 0) == std::string::npos);
+    CHECK(symbol != "cpu_idle_poll");
+  }
+  const uint64_t shown = left_out["events"][0]["samples"].get<uint64_t>();
+  CHECK(left_out["events"][0]["idle"].get<uint64_t>() == event["idle"].get<uint64_t>());
+  CHECK(kept["events"][0]["samples"].get<uint64_t>() == shown + event["idle"].get<uint64_t>());
+  CHECK(event["samples"].get<uint64_t>() == shown + event["idle"].get<uint64_t>());
+  // The per-CPU idle shares add up to the event's.
+  uint64_t cpu_samples = 0, cpu_idle = 0;
+  for (const Json& cpu : event["cpus"]) {
+    cpu_samples += cpu["samples"].get<uint64_t>();
+    cpu_idle += cpu["idle"].get<uint64_t>();
+  }
+  if (!event["cpus"].empty()) {
+    CHECK(cpu_samples == event["samples"].get<uint64_t>());
+    CHECK(cpu_idle == event["idle"].get<uint64_t>());
+  }
+}

@@ -303,7 +303,7 @@ TEST_CASE("qemu_xen_guest") {
   CHECK(Contains(boot->at(2).output, "passive"));
   // Active: Xen refuses start until the guest's agent has joined, and dom0 names who it waits for.
   CHECK(boot->at(6).status != 0);
-  CHECK(Contains(boot->at(6).output, "every active domain has joined (1 (g1))"));
+  CHECK(Contains(boot->at(6).output, "every active domain has joined (dom1 (g1))"));
   CHECK(Contains(boot->at(8).output, "profiling started"));
   CHECK(Contains(boot->at(9).output, "profiling on"));
   CHECK(Contains(boot->at(11).output, "profiling stopped"));
@@ -319,8 +319,8 @@ TEST_CASE("qemu_xen_guest") {
   CHECK(run.at(0).status != 0);
   CHECK(Contains(run.at(0).output, "lets no hypercall through /dev/xen/privcmd"));
   CHECK(Contains(run.at(0).output, "xen_privcmd.unrestricted=1"));
-  CHECK(Contains(run.at(2).output, "guest agent ready in domain 1 (g1) on Xen 4.17"));
-  CHECK(Contains(run.at(3).output, "domain 1 (g1) joined profiling"));
+  CHECK(Contains(run.at(2).output, "guest agent ready in dom1 (g1) on Xen 4.17"));
+  CHECK(Contains(run.at(3).output, "dom1 (g1) joined profiling"));
   // Xen refuses the guest's disable_virq while dom0 profiles; the agent stays and says why.
   CHECK(run.at(5).status != 0);
   CHECK(Contains(run.at(5).output, "dom0 is still profiling"));
@@ -347,7 +347,7 @@ TEST_CASE("qemu_xen_guest") {
   // fake plays it the same way): Xen stops recording its samples, and now lets it leave while
   // dom0 still profiles.
   CHECK(run.at(10).status == 0);
-  CHECK(Contains(run.at(10).output, "profiling shut down in domain 1 (g1)"));
+  CHECK(Contains(run.at(10).output, "profiling shut down in dom1 (g1)"));
   // Its own report: the session it wrote when it left, with dom0's event named.
   CHECK(Contains(run.at(13).output, "Platform: xen (Xen 4.17)"));
   CHECK(Contains(run.at(13).output, "Counted CPU_CLK_UNHALTED events"));

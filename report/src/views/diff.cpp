@@ -309,6 +309,18 @@ Result<Diff> BuildDiff(const std::vector<DiffRun>& base, const std::vector<DiffR
         "are tested; add runs, or raise -t to test fewer rows",
         diff.summary.smallest_possible_p, diff.summary.family));
   }
+  // The idle loop is left out of the shares of both sides, as in the flat views.
+  uint64_t idle = 0;
+  for (const auto* side : {&base, &next}) {
+    for (const DiffRun& run : *side) {
+      if (KeepsIdle(run.table)) continue;
+      for (const Entry& entry : run.profile->entries()) idle += entry.idle ? entry.count : 0;
+    }
+  }
+  if (idle != 0) {
+    diff.notes.push_back(fmt::format("{} samples of the idle loop are left out of the shares (--include-idle keeps them)",
+                                     idle));
+  }
   for (const auto* side : {&base, &next}) {
     for (const DiffRun& run : *side) {
       for (const std::string& warning : run.profile->Warnings()) diff.warnings.push_back(run.label + ": " + warning);

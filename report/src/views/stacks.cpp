@@ -25,7 +25,9 @@ bool StackFilter::SelectsEvent(uint32_t counter) const {
 }
 
 bool StackFilter::Selects(const Stack& stack) const {
-  return SelectsEvent(stack.event) &&
+  // The idle loop's stacks stay out unless asked for (--include-idle, or --domain=idle).
+  const bool idle_kept = include_idle || std::find(domains.begin(), domains.end(), kIdleDomain) != domains.end();
+  return SelectsEvent(stack.event) && (idle_kept || !stack.idle) &&
          (domains.empty() || std::find(domains.begin(), domains.end(), stack.domain) != domains.end()) &&
          (modes.empty() || std::find(modes.begin(), modes.end(), stack.mode) != modes.end());
 }

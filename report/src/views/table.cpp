@@ -40,6 +40,30 @@ bool Matches(const std::vector<std::string>& globs, const Image& image) {
 
 }  // namespace
 
+bool KeepsIdle(const ReportOptions& options) {
+  return options.include_idle ||
+         std::find(options.domains.begin(), options.domains.end(), kIdleDomain) != options.domains.end();
+}
+
+std::vector<EventIdle> IdleByEvent(const Profile& profile) {
+  std::vector<EventIdle> out;
+  for (const store::EventRecord& event : profile.metadata().events) {
+    EventIdle counted;
+    counted.event = event.name;
+    counted.counter = event.counter;
+    for (const Entry& entry : profile.entries()) {
+      if (entry.event != event.counter) continue;
+      counted.samples += entry.count;
+      if (entry.idle) counted.idle += entry.count;
+    }
+    for (const CpuIdle& cpu : profile.cpu_idle()) {
+      if (cpu.event == event.counter) counted.cpus.push_back(cpu);
+    }
+    out.push_back(std::move(counted));
+  }
+  return out;
+}
+
 Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, std::vector<uint32_t>* row_of_entry) {
   const store::SessionMetadata& m = profile.metadata();
   Table table;
@@ -110,6 +134,7 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, s
   std::vector<std::unordered_map<uint64_t, std::vector<uint64_t>>> details;
   const bool per_domain = options.by_domain;
   // --symbol, decided once per symbol.
+  const bool keep_idle = KeepsIdle(options);
   std::vector<int8_t> symbol_shown(options.symbols.empty() ? 0 : profile.symbols().size(), -1);
   auto SymbolShown = [&](uint32_t symbol) {
     if (symbol >= symbol_shown.size()) return false;
@@ -139,6 +164,10 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, s
     if (!options.images.empty() && !Matches(options.images, image)) continue;
     if (options.exclude_dependent && (entry.mode != 0 || main_images.count(image.path) == 0)) continue;
     const size_t column = static_cast<size_t>(column_of[entry.event]);
+    if (entry.idle && !keep_idle) {
+      table.columns[column].idle += entry.count;
+      continue;
+    }
     table.columns[column].total += entry.count;
 
     DomainSummary& summary = domains[entry.domain];

@@ -29,9 +29,22 @@ std::string FormatJson(const Profile& profile, const Table& table, const ReportO
   Json events = Json::array();
   for (const Column& column : table.columns) {
     events.push_back({{"name", column.event}, {"unit_mask", column.unit_mask}, {"count", column.count},
-                      {"counters", column.counters}, {"samples", column.total}});
+                      {"counters", column.counters}, {"samples", column.total}, {"idle", column.idle}});
   }
   out["events"] = events;
+  // The idle loop per event of the session (all its samples, before filters) and per CPU where
+  // the session says on which CPU: what the text header's "CPU idle" line says.
+  Json idle_events = Json::array();
+  for (const EventIdle& event : IdleByEvent(profile)) {
+    Json cpus = Json::array();
+    for (const CpuIdle& cpu : event.cpus) {
+      cpus.push_back({{"cpu", cpu.cpu}, {"samples", cpu.samples}, {"idle", cpu.idle},
+                      {"percent", Percent(cpu.idle, cpu.samples)}});
+    }
+    idle_events.push_back({{"name", event.event}, {"counter", event.counter}, {"samples", event.samples},
+                           {"idle", event.idle}, {"percent", Percent(event.idle, event.samples)}, {"cpus", cpus}});
+  }
+  out["idle"] = {{"included", KeepsIdle(options)}, {"events", idle_events}};
   Json domains = Json::array();
   for (const DomainSummary& d : table.domains) {
     domains.push_back({{"id", d.domain}, {"name", d.name}, {"role", d.role},

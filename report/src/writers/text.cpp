@@ -6,10 +6,48 @@
 
 namespace hvprof::report {
 
-std::string FormatHeader(const Profile& profile, const Table& table, const ReportOptions&) {
+namespace {
+
+// ANSI SGR sequences for --color.
+constexpr const char* kBold = "\x1b[1m";
+constexpr const char* kYellow = "\x1b[33m";
+constexpr const char* kRed = "\x1b[31m";
+constexpr const char* kReset = "\x1b[0m";
+
+std::string Paint(bool color, const char* style, const std::string& text) {
+  return color ? style + text + kReset : text;
+}
+
+// Rows at or above this share of the first column stand out in colour.
+constexpr double kLargeShare = 5.0;
+
+std::string IdleLines(const Profile& profile, const ReportOptions& options) {
+  std::string out;
+  bool any = false;
+  for (const EventIdle& event : IdleByEvent(profile)) {
+    if (event.idle == 0) continue;
+    any = true;
+    std::string cpus;
+    for (const CpuIdle& cpu : event.cpus) {
+      cpus += fmt::format("{}cpu{} {:.1f}%", cpus.empty() ? "" : ", ", cpu.cpu, Percent(cpu.idle, cpu.samples));
+    }
+    out += fmt::format("CPU idle {:.1f}% of {} samples ({} of {}){}\n", Percent(event.idle, event.samples),
+                       Safe(event.event), event.idle, event.samples, cpus.empty() ? "" : "; per CPU: " + cpus);
+  }
+  if (any) {
+    out += KeepsIdle(options) ? "  the idle loop's samples are kept in the rows and shares below\n"
+                              : "  the idle loop's samples are left out of the rows and shares below (--include-idle "
+                                "keeps them)\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string FormatHeader(const Profile& profile, const Table& table, const ReportOptions& options) {
   const store::SessionMetadata& m = profile.metadata();
   std::string out;
-  out += fmt::format("Session: {}\n", Safe(profile.directory()));
+  out += Paint(options.color, kBold, fmt::format("Session: {}", Safe(profile.directory()))) + "\n";
   out += fmt::format("Platform: {}{}; CPU: {}, {} CPUs\n", Safe(m.platform),
                      m.machine.empty() ? "" : " (" + Safe(m.machine) + ")", Safe(m.cpu_type), m.num_cpus);
   const double seconds = static_cast<double>(SampledNs(m)) / 1e9;
@@ -34,20 +72,28 @@ std::string FormatHeader(const Profile& profile, const Table& table, const Repor
                      m.rings.size(), m.ring_capacity, m.ring_format.empty() ? "?" : Safe(m.ring_format),
                      m.ring_watermark, m.poll_interval_ms);
 
+  out += IdleLines(profile, options);
   if (!table.domains.empty()) {
     out += fmt::format("Samples of {} by domain and mode:\n", Safe(table.columns[0].event));
-    out += fmt::format("  {:<22} {:>10} {:>10} {:>10}\n", "domain", "user", "kernel", "hypervisor");
+    // The domain column fits the longest name.
+    std::vector<std::string> names;
+    size_t width = 22;
     for (const DomainSummary& d : table.domains) {
-      out += fmt::format("  {:<22} {:>10} {:>10} {:>10}\n", Safe(d.name + (d.role.empty() ? "" : " [" + d.role + "]")),
-                         d.samples[0], d.samples[1], d.samples[2]);
+      names.push_back(Safe(d.name + (d.role.empty() ? "" : " [" + d.role + "]")));
+      width = std::max(width, names.back().size());
+    }
+    out += fmt::format("  {:<{}} {:>10} {:>10} {:>10}\n", "domain", width, "user", "kernel", "hypervisor");
+    for (size_t i = 0; i < table.domains.size(); ++i) {
+      const DomainSummary& d = table.domains[i];
+      out += fmt::format("  {:<{}} {:>10} {:>10} {:>10}\n", names[i], width, d.samples[0], d.samples[1], d.samples[2]);
     }
   }
   for (const PublishedSource& guest : profile.published()) {
     const uint64_t lost = guest.losses.ring_full + guest.losses.corrupt_index + guest.losses.no_ring +
                           guest.losses.malformed_records + guest.losses.store_failed;
-    out += fmt::format("Merged: {} samples published by domain {}{} (user and kernel symbolized there, hypervisor "
+    out += fmt::format("Merged: {} samples published by {} (user and kernel symbolized there, hypervisor "
                        "addresses here){}\n",
-                       guest.samples, guest.domain, guest.name.empty() ? "" : " (" + Safe(guest.name) + ")",
+                       guest.samples, Safe(store::DomainName(guest.domain, guest.name)),
                        lost == 0 ? "" : fmt::format("; it lost {} samples", lost));
   }
   const auto losses = Losses(m);
@@ -55,8 +101,9 @@ std::string FormatHeader(const Profile& profile, const Table& table, const Repor
     out += "Lost samples: none\n";
   } else {
     const uint64_t lost = TotalLost(losses);
-    out += fmt::format("Lost samples: {} ({:.2f}% of what was sampled)\n", lost,
-                       Percent(lost, lost + m.samples_stored));
+    out += Paint(options.color, kYellow,
+                 fmt::format("Lost samples: {} ({:.2f}% of what was sampled)", lost, Percent(lost, lost + m.samples_stored))) +
+           "\n";
     for (const LossLine& line : losses) {
       out += fmt::format("  {} {} ({}): {}\n", line.count, line.cause, line.layer, line.advice);
     }
@@ -66,7 +113,9 @@ std::string FormatHeader(const Profile& profile, const Table& table, const Repor
                        "--active-domains or --passive-domains to see them)\n",
                        m.losses.unprofiled_domain);
   }
-  for (const std::string& warning : profile.Warnings()) out += fmt::format("Warning: {}\n", Safe(warning));
+  for (const std::string& warning : profile.Warnings()) {
+    out += Paint(options.color, kRed, fmt::format("Warning: {}", Safe(warning))) + "\n";
+  }
   for (const std::string& note : m.notes) out += fmt::format("Note: {}\n", Safe(note));
   return out;
 }
@@ -84,24 +133,29 @@ std::string FormatText(const Profile& profile, const Table& table, const ReportO
                        fmt::join(names, ", "), profile.total_samples());
     return out;
   }
-  // Heading: per column "samples %" (and "cum. %") under the event's name, then the keys.
+  // Heading: per column "samples %" (and "cum. %") under the event's name, then the keys. A
+  // column is as wide as its event's name, never cut: the counts are right-aligned under it.
   std::string heading;
   std::string units;
+  std::vector<size_t> widths;
   for (const Column& column : table.columns) {
-    const std::string block = options.accumulated ? fmt::format("{:>9} {:>8} {:>8}|", "samples", "%", "cum. %")
-                                                  : fmt::format("{:>9} {:>8}|", "samples", "%");
-    std::string label = Safe(column.event) + ":" + (column.count ? std::to_string(column.count) : std::string("*"));
-    if (label.size() > block.size() - 1) label = label.substr(0, block.size() - 4) + "...";
-    heading += fmt::format("{:<{}}|", label, block.size() - 1);
-    units += block;
+    const std::string block = options.accumulated ? fmt::format("{:>9} {:>8} {:>8}", "samples", "%", "cum. %")
+                                                  : fmt::format("{:>9} {:>8}", "samples", "%");
+    const std::string label = Safe(column.event) + ":" + (column.count ? std::to_string(column.count) : std::string("*"));
+    const size_t width = std::max(block.size(), label.size());
+    widths.push_back(width);
+    heading += fmt::format("{:<{}}|", label, width);
+    units += fmt::format("{:>{}}|", block, width);
   }
   const bool symbols = table.view != View::kImage;
   std::string keys;
-  if (options.by_domain) keys += fmt::format("{:<20} ", "domain");
+  size_t domain_width = 20;
+  for (const Row& row : table.rows) domain_width = std::max(domain_width, Safe(row.domain).size());
+  if (options.by_domain) keys += fmt::format("{:<{}} ", "domain", domain_width);
   if (options.show_address && symbols) keys += fmt::format("{:<18} ", "vma");
   if (table.view == View::kDebugInfo) keys += fmt::format("{:<32} ", "linenr info");
   keys += symbols ? fmt::format("{:<28} {}", "image name", "symbol name") : "image name";
-  out += heading + "\n" + units + " " + keys + "\n";
+  out += Paint(options.color, kBold, heading) + "\n" + Paint(options.color, kBold, units + " " + keys) + "\n";
   out += std::string(units.size() + 1 + keys.size(), '-') + "\n";
 
   std::vector<uint64_t> cumulative(columns, 0);
@@ -109,18 +163,18 @@ std::string FormatText(const Profile& profile, const Table& table, const ReportO
     std::string text;
     for (size_t c = 0; c < columns; ++c) {
       const uint64_t whole = base != nullptr ? (*base)[c] : table.columns[c].total;
-      text += fmt::format("{:>9} {:>8.4f}", row.samples[c], Percent(row.samples[c], whole));
+      std::string cell = fmt::format("{:>9} {:>8.4f}", row.samples[c], Percent(row.samples[c], whole));
       if (options.accumulated) {
         if (accumulate) cumulative[c] += row.samples[c];
-        text += fmt::format(" {:>8.4f}", Percent(cumulative[c], table.columns[c].total));
+        cell += fmt::format(" {:>8.4f}", Percent(cumulative[c], table.columns[c].total));
       }
-      text += " ";
+      text += fmt::format("{:>{}} ", cell, widths[c]);
     }
     return text;
   };
   for (const Row& row : table.rows) {
     std::string line = counts(row, nullptr, true) + " ";
-    if (options.by_domain) line += fmt::format("{:<20} ", Safe(row.domain));
+    if (options.by_domain) line += fmt::format("{:<{}} ", Safe(row.domain), domain_width);
     if (options.show_address && symbols) line += fmt::format("{:<18} ", fmt::format("{:016x}", row.address));
     if (table.view == View::kDebugInfo) line += fmt::format("{:<32} ", Safe(SourceOf(profile, row)));
     if (symbols) {
@@ -132,7 +186,8 @@ std::string FormatText(const Profile& profile, const Table& table, const ReportO
     } else {
       line += Safe(ImageName(profile, row.image, options));
     }
-    out += line + "\n";
+    const bool large = Percent(row.samples[0], table.columns[0].total) >= kLargeShare;
+    out += (large ? Paint(options.color, kYellow, line) : line) + "\n";
     for (const Row& detail : row.details) {
       // Per-address percentages are of the symbol's samples, or of all with -%.
       out += "  " + counts(detail, options.global_percent ? nullptr : &row.samples, false) +

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hvprof/base/error.h"
@@ -64,6 +65,8 @@ struct Entry {
   // With LoadOptions::inlines, for frames: the functions inlined at this address, an index
   // into Profile::inline_chains(); kNoIndex when none (or not asked).
   uint32_t inlined = kNoIndex;
+  // Taken in the idle loop (IsIdleSample): left out of shares unless --include-idle.
+  bool idle = false;
 };
 
 // A function inlined at an address, and where in it the address is.
@@ -96,7 +99,30 @@ struct Stack {
   uint32_t tid = kUnknownThread;
   uint64_t count = 0;
   std::vector<uint32_t> frames;
+  bool idle = false;  // sampled in the idle loop (IsIdleSample of its first frame)
 };
+
+// Samples of one event on one physical CPU, and how many of them were idle, where the session
+// says on which CPU each sample was taken (the aggregate's stacks).
+struct CpuIdle {
+  uint16_t cpu = 0;
+  uint8_t event = 0;
+  uint64_t samples = 0;
+  uint64_t idle = 0;
+};
+
+// The kernel and hypervisor functions of the idle loop (halt, mwait, poll): docs/report-formats.md
+// lists them. Exact names, or prefixes where a family has many members (intel_idle*).
+bool IsIdleFunction(std::string_view name);
+
+// Whether a sample was taken in the idle loop: in the hypervisor's idle domain (kIdleDomain:
+// Xen's idle vCPU, the sim's idle loop, and on linux the idle task, pid 0, which hvprof-hv
+// records there, interrupts it served included, as perf's "swapper" counts them), or, in any
+// other domain, a kernel or hypervisor sample in an idle function (IsIdleFunction: a guest
+// kernel's halt, dom0's safe_halt). The domain wins: every sample of the idle domain is idle,
+// whatever its function. User-mode samples of other domains are never idle (a program spinning
+// in a function named like one is working).
+bool IsIdleSample(uint16_t domain, uint8_t mode, std::string_view symbol);
 
 // Where LoadProfile spent its time (hvprof-report --timing).
 struct LoadTimings {
@@ -134,6 +160,8 @@ class Profile {
   // Samples recorded without a call chain while stacks were read (--callgraph was 0, or the
   // platform gives none): their stacks hold only the sampled address.
   uint64_t samples_without_chain() const { return samples_without_chain_; }
+  // Per physical CPU and event, where the data has the CPU: samples and idle samples.
+  const std::vector<CpuIdle>& cpu_idle() const { return cpu_idle_; }
   // What went wrong reading the session (damaged chunks, missing metadata fields...).
   const std::vector<std::string>& problems() const { return problems_; }
   // With LoadOptions::stacks: images whose chains mostly stop at the sampled function (built
@@ -143,7 +171,8 @@ class Profile {
   const LoadTimings& timings() const { return timings_; }
   // With LoadOptions::all_domains (load.h): the guests' profiles that were merged.
   const std::vector<PublishedSource>& published() const { return published_; }
-  // The name of a domain: "dom0", "3 (db-hvm)", "idle".
+  // The name of a domain, as every view prints it (store::DomainName): "dom0", "dom3 (db-hvm)",
+  // "idle".
   std::string DomainName(uint16_t domain) const;
   // Everything a reader of any view must be told, unescaped: images that could not be used
   // (not the one profiled, unreadable), then the problems, then the stack notes.
@@ -158,6 +187,7 @@ class Profile {
   std::vector<Entry> entries_;
   std::vector<Stack> stacks_;
   std::vector<Entry> frames_;
+  std::vector<CpuIdle> cpu_idle_;
   uint64_t samples_without_chain_ = 0;
   std::vector<std::string> problems_;
   std::vector<std::string> stack_notes_;

@@ -221,6 +221,12 @@ inline constexpr uint16_t kUnknownCpu = 0xFFFF;
 inline constexpr uint16_t kIdleDomain = 0x7FFF;
 inline constexpr uint32_t kUnknownThread = 0xFFFFFFFF;
 
+// The one name of a domain that every command prints (reports, --status, the agents' notes):
+// "dom0" for domain 0 whatever its own name (Xen's "Domain-0"), "domN (NAME)" for another with a
+// name ("dom3 (web-1)"), "domN" without one (or when NAME is just that), and "idle" for the idle
+// domain. Unescaped: NAME is the guest's choice, so text output escapes the result.
+std::string DomainName(uint16_t id, std::string_view name);
+
 // Builds the aggregate from the whole samples file (ignoring damaged chunks, and chunks of
 // another session than `session_id`'s when given), and its stacks as `stacks` asks.
 // With `slicing`, each entry is also counted per time slice (Aggregate::slice_counts).

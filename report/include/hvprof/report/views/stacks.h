@@ -14,7 +14,7 @@ namespace hvprof::report {
 
 // What the root of every stack is, so that one graph can show the whole host.
 enum class StackRoot {
-  kDomain,  // the domain's name ("dom0", "1 (build-vm)"), then the mode
+  kDomain,  // the domain's name ("dom0", "dom1 (build-vm)"), then the mode
   kMode,    // the mode ("[user]", "[kernel]", "[hypervisor]")
   kNone,    // the outermost caller
 };
@@ -25,6 +25,8 @@ struct StackFilter {
   std::vector<uint32_t> events;   // the logical counters whose samples are counted
   std::vector<uint16_t> domains;  // only these (all when empty)
   std::vector<uint8_t> modes;     // only these (all when empty)
+  // Keep the idle loop's stacks (Stack::idle): --include-idle, or --domain names idle.
+  bool include_idle = false;
   bool Selects(const Stack& stack) const;
   bool SelectsEvent(uint32_t counter) const;
 };

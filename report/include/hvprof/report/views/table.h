@@ -44,6 +44,10 @@ struct ReportOptions {
   bool exclude_dependent = false;   // -x: only the applications' own images
   bool no_header = false;           // -n
   bool verbose = false;             // -V: reasons for unresolved addresses
+  // --include-idle: keep the idle loop's samples (Entry::idle) as rows and in the shares. By
+  // default they are counted apart (Column::idle) and left out, unless --domain names idle.
+  bool include_idle = false;
+  bool color = false;               // text: ANSI colours (--color)
 };
 
 struct Column {
@@ -52,6 +56,8 @@ struct Column {
   std::vector<uint32_t> counters;
   uint64_t count = 0;     // events per sample (0 when merged from different counts)
   uint64_t total = 0;     // samples in this column after filters
+  // Idle samples the filters kept, left out of `total` and the rows (0 with include_idle).
+  uint64_t idle = 0;
 };
 
 struct Row {
@@ -64,6 +70,20 @@ struct Row {
   std::vector<uint64_t> samples;  // per column
   std::vector<Row> details;       // -d: sampled addresses of a symbol
 };
+
+// Whether the idle loop's samples stay in the shares: --include-idle, or --domain names idle.
+bool KeepsIdle(const ReportOptions& options);
+
+// The idle loop's share of one event of the session, over all its samples (before any filter),
+// and per physical CPU where the session says on which CPU each sample was taken.
+struct EventIdle {
+  std::string event;
+  uint32_t counter = 0;
+  uint64_t samples = 0;
+  uint64_t idle = 0;
+  std::vector<CpuIdle> cpus;
+};
+std::vector<EventIdle> IdleByEvent(const Profile& profile);
 
 // Samples per domain and mode, for the header and --by-domain summaries.
 struct DomainSummary {

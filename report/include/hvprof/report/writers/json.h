@@ -8,7 +8,7 @@
 
 namespace hvprof::report {
 
-inline constexpr int kJsonSchemaVersion = 1;
+inline constexpr int kJsonSchemaVersion = 2;
 
 std::string FormatJson(const Profile& profile, const Table& table, const ReportOptions& options);
 
