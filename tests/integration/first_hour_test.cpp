@@ -136,7 +136,7 @@ TEST_CASE("hvprof --start-daemon --platform=sim starts a machine that --shutdown
   INFO(started.out << started.err);
   REQUIRE(started.status == 0);
   CHECK(started.out.find("started hvprof-hv --platform=sim") != std::string::npos);
-  CHECK(started.out.find("passive 1 (guest1), 2 (guest2), 3 (guest3)") != std::string::npos);
+  CHECK(started.out.find("passive dom1 (guest1), dom2 (guest2), dom3 (guest3)") != std::string::npos);
   const Json record = ReadJson(dir.File("sessions") + "/" + control::kOwnHypervisorFile);
   REQUIRE(!record.is_discarded());
   const int pid = record["pid"].get<int>();

@@ -56,5 +56,5 @@ TEST_CASE("domains by id or name, and `all` for every other guest", "[setup]") {
   auto missing = ResolveDomains({"mail"}, domains, "passive-domains");
   REQUIRE_FALSE(missing.has_value());
   CHECK(missing.error().message() ==
-        "--passive-domains: no domain 'mail' on this host; it has 0 (dom0), 1 (web), 2 (db), 5 (build)");
+        "--passive-domains: no domain 'mail' on this host; it has dom0, dom1 (web), dom2 (db), dom5 (build)");
 }
