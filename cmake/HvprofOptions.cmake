@@ -2,7 +2,7 @@
 
 set(HVPROF_SANITIZE "" CACHE STRING "Sanitizers: empty, 'address,undefined' or 'thread'")
 option(HVPROF_BUILD_BENCH "Build the benchmarks in bench/" ON)
-option(HVPROF_BUILD_FUZZERS "Build libFuzzer targets (needs clang)" OFF)
+option(HVPROF_BUILD_FUZZERS "Build libFuzzer targets (needs clang); all code gets libFuzzer's coverage" OFF)
 
 # Warnings are errors where the project asks for it: scripts/run-tests.sh, scripts/demo.sh and
 # scripts/run-fuzz.sh (so CI and developers) turn HVPROF_WERROR on. A user's own
@@ -26,6 +26,15 @@ if(HVPROF_SANITIZE STREQUAL "address,undefined")
   # would build it) does not emit; every other UBSan check stays on.
   add_compile_options(-fno-sanitize=vptr)
   add_link_options(-fsanitize=address,undefined)
+  # The runtime as a shared library, as GCC links it: the fake Xen libraries of the tests are
+  # preloaded into programs that are not sanitized (the workloads of `hvprof run`), and find the
+  # runtime (and the coverage counters' symbols) only that way.
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=libclang_rt.asan-x86_64.so
+                    OUTPUT_VARIABLE hvprof_asan_runtime OUTPUT_STRIP_TRAILING_WHITESPACE)
+    cmake_path(GET hvprof_asan_runtime PARENT_PATH hvprof_asan_runtime_dir)
+    add_link_options(-shared-libsan -Wl,-rpath,${hvprof_asan_runtime_dir})
+  endif()
   # -O1 with line tables only: what the sanitizers' reports need, and the build takes less than
   # half the time of -O2 -g (nlohmann::json's parser, instantiated in many files, dominates).
   set(CMAKE_C_FLAGS_RELWITHDEBINFO "-O1 -g1 -DNDEBUG" CACHE STRING "" FORCE)
@@ -35,4 +44,11 @@ elseif(HVPROF_SANITIZE STREQUAL "thread")
   add_link_options(-fsanitize=thread)
 elseif(NOT HVPROF_SANITIZE STREQUAL "")
   message(FATAL_ERROR "HVPROF_SANITIZE must be empty, 'address,undefined' or 'thread'")
+endif()
+
+# The fuzzers need coverage in the code they reach, which is every library: with fuzzers, all of
+# it is built with libFuzzer's instrumentation (the programs and tests run as usual with it), so
+# the sanitized build of scripts/run-tests.sh --asan is also the one scripts/run-fuzz.sh fuzzes.
+if(HVPROF_BUILD_FUZZERS)
+  add_compile_options(-fsanitize=fuzzer-no-link)
 endif()

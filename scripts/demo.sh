@@ -12,8 +12,7 @@ duration=${2:-2s}
 work=$PWD/build/demo
 
 scripts/install-deps.sh
-cmake -S . -B build -G Ninja -DHVPROF_WERROR=ON >/dev/null
-ninja -C build hvprof hvprof-hv hvprofd hvprof-report
+ninja -C "$(scripts/configure.sh normal)" hvprof hvprof-hv hvprofd hvprof-report
 
 rm -rf "$work"
 mkdir -p "$work"

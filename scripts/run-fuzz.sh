@@ -1,22 +1,17 @@
 #!/usr/bin/env bash
-# Builds the symbolizer's libFuzzer targets with clang (ASan+UBSan, coverage) in build-fuzz/ and
-# runs each for a short time on a small seed corpus. A crash, sanitizer report, leak or timeout
-# fails the script; the input that caused it is left in build-fuzz/artifacts/.
+# Builds the libFuzzer targets in the sanitized build (clang, ASan+UBSan, coverage in every
+# library: build-asan/, shared with scripts/run-tests.sh --asan) and runs each for a short time
+# on a small seed corpus. A crash, sanitizer report, leak or timeout fails the script; the input
+# that caused it is left in build-asan/artifacts/.
 #   scripts/run-fuzz.sh [SECONDS_PER_TARGET]     (default 25)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=${1:-25}
-build=build-fuzz
 targets=(elf_image_fuzzer kernel_symbols_fuzzer session_files_fuzzer published_profile_fuzzer
          ring_reader_fuzzer scenario_fuzzer engine_ops_fuzzer archive_reader_fuzzer)
 
-CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja \
-  -DHVPROF_BUILD_FUZZERS=ON -DHVPROF_BUILD_BENCH=OFF -DBUILD_TESTING=OFF \
-  -DHVPROF_SANITIZE=address,undefined -DHVPROF_WERROR=ON \
-  -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link -Wno-unknown-warning-option" \
-  -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link -Wno-unknown-warning-option" \
-  >/dev/null
+build=$(scripts/configure.sh asan)
 ninja -C "$build" -j"$(nproc)" "${targets[@]}"
 
 # Seeds: small ELF images made here (DWARF 4 and 5, inlining, a shared object, stripped, and

@@ -19,6 +19,7 @@
 
 #include "hvprof/archive/reader.h"
 #include "hvprof/base/files.h"
+#include "hvprof/base/progress.h"
 #include "hvprof/base/unique_resource.h"
 #include "hvprof/store/session.h"
 #include "hvprof/symbolizer/debuginfod.h"
@@ -360,9 +361,12 @@ Result<WriteSummary> WriteArchive(const std::string& session_directory, const st
     return MakeError(ErrorKind::kIo, "{}: cannot start a tar: {}", output, archive_error_string(writer.get()));
   }
   HVPROF_TRYV(AddText(writer.get(), kManifestFile, manifest.dump(2) + "\n", output));
+  Progress progress("hvprof archive: files written", members.size());
   for (const Member& member : members) {
     HVPROF_TRYV(AddMember(writer.get(), member, output, &summary.bytes));
+    progress.Advance();
   }
+  progress.Done();
   summary.files = members.size() + 1;
   if (archive_write_close(writer.get()) != ARCHIVE_OK) {
     return MakeError(ErrorKind::kIo, "{}: cannot finish the tar: {}", output, archive_error_string(writer.get()));

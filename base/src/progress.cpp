@@ -61,7 +61,8 @@ void Progress::Draw() {
   const size_t width = line.size();
   // Spaces over what is left of a longer line drawn before.
   if (width < width_) line.append(width_ - width, ' ');
-  WriteAll(options_.fd, "\r" + line);
+  line.insert(line.begin(), '\r');
+  WriteAll(options_.fd, line);
   width_ = width;
   drawn_ = true;
 }
@@ -69,7 +70,12 @@ void Progress::Draw() {
 void Progress::Done() {
   if (finished_) return;
   finished_ = true;
-  if (drawn_) WriteAll(options_.fd, "\r" + std::string(width_, ' ') + "\r");
+  if (!drawn_) return;
+  // Built in place: GCC 12 at -O3 warns falsely (-Wrestrict) about "literal" + std::string.
+  std::string blank(width_ + 2, ' ');
+  blank.front() = '\r';
+  blank.back() = '\r';
+  WriteAll(options_.fd, blank);
 }
 
 }  // namespace hvprof

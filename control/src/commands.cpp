@@ -20,6 +20,7 @@
 #include "hvprof/agent/hypervisor_link.h"
 #include "hvprof/base/escape.h"
 #include "hvprof/base/files.h"
+#include "hvprof/base/progress.h"
 #include "hvprof/base/scoped_fd.h"
 
 namespace hvprof::control {
@@ -234,14 +235,19 @@ Result<std::string> Launch(const setup::SetupOptions& setup, const std::string& 
   write_end.Reset();
   std::string report;
   char buffer[4096];
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  const auto begun = std::chrono::steady_clock::now();
+  const auto deadline = begun + std::chrono::seconds(120);
+  // Setting up many domains takes a while: after 2 s, the seconds waited so far.
+  Progress progress("hvprof: hvprofd is setting up profiling, seconds", 0);
   for (;;) {
     pollfd pfd{read_end.get(), POLLIN, 0};
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto now = std::chrono::steady_clock::now();
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
     if (left.count() <= 0) {
       return MakeError(ErrorKind::kIo, "hvprofd did not report within 2 minutes; see {}", paths.log());
     }
-    if (::poll(&pfd, 1, static_cast<int>(left.count())) <= 0) continue;
+    progress.Set(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(now - begun).count()));
+    if (::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count(), 250))) <= 0) continue;
     const ssize_t n = ::read(read_end.get(), buffer, sizeof buffer);
     if (n <= 0) break;
     report.append(buffer, static_cast<size_t>(n));

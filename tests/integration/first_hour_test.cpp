@@ -18,6 +18,7 @@
 #include "hvprof/store/session.h"
 #include "host_harness.h"
 #include "sim_harness.h"
+#include "skip.h"
 
 using namespace hvprof;
 using hvprof::testing::Binary;
@@ -194,4 +195,34 @@ TEST_CASE("without --platform, the serving hvprof-hv's platform, else this host'
   CHECK(run.err.rfind("hvprof run: --platform=linux: this host, through perf_event_open (no hvprof-hv serves " +
                           dir.File("run") + ", and this is not a Xen host",
                       0) == 0);
+}
+
+TEST_CASE("session start and archive draw a progress line on a terminal only", "[terminal][first-hour]") {
+  if (!std::filesystem::exists("/usr/bin/script")) {
+    hvprof::testing::SkipTest("script(1) is not installed (util-linux): no pseudo-terminal to test on");
+    return;
+  }
+  Host host(TestScenario("intel-arch-v4", 14));
+  const std::string where = " --run-dir=" + host.run_dir() + " --session-dir=" + host.session_root();
+  // With no delay the line shows at once (by default only after 2 s), and is erased.
+  auto terminal = RunProgram({"/usr/bin/script", "-qec",
+                              "HVPROF_PROGRESS_DELAY_MS=0 " + Binary("hvprof") + " --start-daemon" + where, "/dev/null"});
+  INFO(terminal.out);
+  CHECK(terminal.out.find("\rhvprof: hvprofd is setting up profiling, seconds: 0") != std::string::npos);
+  CHECK(terminal.out.find("now run `hvprof --start`") != std::string::npos);
+  REQUIRE(host.Hvprof({"--start"}).status == 0);
+  REQUIRE(host.Hvprof({"--run-sim=20ms"}).status == 0);
+  REQUIRE(host.Hvprof({"--shutdown"}).status == 0);
+  TempDir out;
+  auto archived = RunProgram({"/usr/bin/script", "-qec",
+                              "HVPROF_PROGRESS_DELAY_MS=0 " + Binary("hvprof") + " archive --session-dir=" +
+                                  host.session_root() + " -o " + out.File("a.tar"),
+                              "/dev/null"});
+  INFO(archived.out);
+  CHECK(archived.out.find("\rhvprof archive: files written: ") != std::string::npos);
+  // On a pipe: never.
+  auto piped = RunProgram({Binary("hvprof"), "archive", "--session-dir=" + host.session_root(), "-o", out.File("b.tar")},
+                          {"HVPROF_PROGRESS_DELAY_MS=0"});
+  CHECK(piped.status == 0);
+  CHECK(piped.err.find("files written") == std::string::npos);
 }

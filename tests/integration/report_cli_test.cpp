@@ -213,6 +213,7 @@ TEST_CASE("colour only on a terminal or when asked, and a progress line only on 
   CHECK(host.Report({"-l", "--color=sometimes"}).status == 2);
   if (!std::filesystem::exists("/usr/bin/script")) {
     hvprof::testing::SkipTest("script(1) is not installed (util-linux): no pseudo-terminal to test on");
+    return;
   }
   CHECK(OnTerminal(host, "", "-l").out.find(escape) != std::string::npos);
   CHECK(OnTerminal(host, "NO_COLOR=1", "-l").out.find(escape) == std::string::npos);
