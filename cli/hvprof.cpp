@@ -183,7 +183,9 @@ int main(int argc, char** argv) {
         ("start,s", "start profiling (in dom0: once every active guest has started)")
         ("stop,t", "stop profiling and write the samples; the daemon stays up")
         ("dump,d", "write the samples collected so far (fails when no hvprofd runs: there is nothing to write)")
-        ("shutdown", "stop, write the samples, release the profiler and end the daemon (opcontrol's -h is help here)")
+        ("shutdown", "stop, write the samples, release the profiler and end the daemon, then the hvprof-hv its "
+                     "--start-daemon started, if any, even if another session root's daemon uses it too "
+                     "(opcontrol's -h is help here)")
         ("reset", "empty the current session (samples/current)")
         ("save", po::value(&save_name), "keep the current session as samples/NAME and carry on in a fresh one")
         ("status", "the daemon, the hypervisor's profiler, every domain's role and rings, losses")

@@ -11,10 +11,14 @@ those are written as scripts/demo.sh names them.
   scripts/readme-demo.py --check [BUILD_DIR]    compare instead: exit 1 with the difference if the
                                                 README is stale (CI runs this as a test)
 
-Exit 77 (skipped) where the excerpt cannot be reproduced: without a readable /proc/kallsyms the
-scenario's dom0 kernel falls back to another symbol source.
+Exit 77 (skipped) where the excerpt cannot be reproduced: without a readable /proc/kallsyms (the
+scenario's dom0 kernel then falls back to another symbol source), or on a host whose kernel or
+images (the scenario's xen-syms and libraries, whose symbols place its functions) are not the
+ones the excerpt was made with; the block records those as a fingerprint.
 """
 import difflib
+import hashlib
+import json
 import os
 import re
 import subprocess
@@ -36,6 +40,24 @@ def kallsyms_readable():
     except OSError:
         return False
     return False
+
+
+def host_fingerprint():
+    """The kernel release and the images of the default scenario: what else the output depends on."""
+    with open(os.path.join(ROOT, "examples", "default.json")) as f:
+        scenario = json.loads("".join(line for line in f if not line.lstrip().startswith("//")))
+    paths = {scenario["hypervisor"]["image"]}
+    for domain in scenario["domains"]:
+        for process in domain.get("processes", []):
+            paths.update(m["path"] for m in process.get("mappings", []))
+    digest = hashlib.sha256(os.uname().release.encode())
+    for path in sorted(paths):
+        try:
+            with open(path, "rb") as image:
+                digest.update(path.encode() + hashlib.sha256(image.read()).digest())
+        except OSError:
+            digest.update(path.encode() + b" missing")
+    return digest.hexdigest()[:16]
 
 
 def excerpt(build):
@@ -61,8 +83,8 @@ def excerpt(build):
     return "\n".join(shown) + "\n"
 
 
-def block(text):
-    return f"{BEGIN}\n```text\n$ scripts/demo.sh\n...\n{text}```\n{END}"
+def block(text, fingerprint):
+    return f"{BEGIN}\n<!-- host {fingerprint} -->\n```text\n$ scripts/demo.sh\n...\n{text}```\n{END}"
 
 
 def main():
@@ -80,7 +102,13 @@ def main():
     if start < 0 or end < start:
         sys.exit(f"readme-demo: README.md has no '{BEGIN}' ... '{END}' block")
     current = readme[start:end + len(END)]
-    wanted = block(excerpt(build))
+    fingerprint = host_fingerprint()
+    made_on = re.search(r"<!-- host ([0-9a-f]+) -->", current)
+    if check and made_on and made_on.group(1) != fingerprint:
+        print(f"readme-demo: skipped: the excerpt was made on a host with other images or another kernel "
+              f"(fingerprint {made_on.group(1)}, here {fingerprint}); scripts/readme-demo.py remakes it here")
+        sys.exit(77)
+    wanted = block(excerpt(build), fingerprint)
     if current == wanted:
         print("readme-demo: README.md's excerpt is what the demo prints")
         return

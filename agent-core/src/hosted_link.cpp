@@ -301,7 +301,8 @@ class HostedLink final : public HypervisorLink {
 
 }  // namespace
 
-Result<std::unique_ptr<HypervisorLink>> ConnectHosted(const std::string& socket_path) {
+Result<std::unique_ptr<HypervisorLink>> ConnectHosted(const std::string& socket_path,
+                                                      std::optional<std::chrono::milliseconds> hello_timeout) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   if (socket_path.size() >= sizeof address.sun_path) {
@@ -320,8 +321,24 @@ Result<std::unique_ptr<HypervisorLink>> ConnectHosted(const std::string& socket_
     }
     return ErrnoError(err, fmt::format("cannot connect to {}", socket_path));
   }
+  const int fd = socket.get();
+  auto set_timeout = [fd](std::chrono::milliseconds limit) {
+    const timeval value{static_cast<time_t>(limit.count() / 1000), static_cast<suseconds_t>(limit.count() % 1000 * 1000)};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &value, sizeof value);
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &value, sizeof value);
+  };
+  if (hello_timeout) set_timeout(*hello_timeout);
   auto link = std::make_unique<HostedLink>(std::move(socket), socket_path);
   auto hello = link->Hello();
+  const int hello_errno = errno;
+  if (hello_timeout) {
+    set_timeout(std::chrono::milliseconds(0));  // 0: no limit again
+    if (!hello && (hello_errno == EAGAIN || hello_errno == EWOULDBLOCK)) {
+      return MakeError(ErrorKind::kBusy, "{} did not answer within {} ms: is the hvprof-hv there stopped or "
+                       "hung? (`cat {}/hvprof-hv.pid` names it)",
+                       socket_path, hello_timeout->count(), socket_path.substr(0, socket_path.rfind('/')));
+    }
+  }
   if (!hello) {
     // A connection the daemon refused (wrong uid) shows up as a closed socket here.
     return hello.error().WithContext(fmt::format("hvprof-hv at {}", socket_path));
@@ -329,8 +346,9 @@ Result<std::unique_ptr<HypervisorLink>> ConnectHosted(const std::string& socket_
   return std::unique_ptr<HypervisorLink>(std::move(link));
 }
 
-Result<std::unique_ptr<HypervisorLink>> ConnectHostedDomain(const std::string& run_dir, hvpmu::DomainId domain) {
-  return ConnectHosted(hvprof::hv::DomainSocketPath(run_dir, domain));
+Result<std::unique_ptr<HypervisorLink>> ConnectHostedDomain(const std::string& run_dir, hvpmu::DomainId domain,
+                                                            std::optional<std::chrono::milliseconds> hello_timeout) {
+  return ConnectHosted(hvprof::hv::DomainSocketPath(run_dir, domain), hello_timeout);
 }
 
 }  // namespace hvprof::agent

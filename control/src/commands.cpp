@@ -186,6 +186,12 @@ Result<Outcome> StartDaemon(const setup::SetupOptions& setup, const std::string&
                                 ? " --scenario=" + EscapeForTerminal(own_hypervisor->scenario)
                                 : std::string(),
                             pid);
+    } else if (!own_hypervisor->scenario.empty() || !own_hypervisor->domain_map.empty()) {
+      return MakeError(ErrorKind::kInvalidArgument,
+                       "{} is given to an hvprof-hv that --start-daemon starts; the one already serving {} has its own "
+                       "(leave the option out, or stop that hvprof-hv first)",
+                       own_hypervisor->scenario.empty() ? "--domain-map" : "--scenario",
+                       setup.hv_run_dir.empty() ? std::string("the default run directory") : setup.hv_run_dir);
     } else if (serving != setup.platform) {
       return MakeError(ErrorKind::kBadState,
                        "the hvprof-hv serving {} runs --platform={}, not {}: stop it, give this daemon another "
@@ -196,7 +202,8 @@ Result<Outcome> StartDaemon(const setup::SetupOptions& setup, const std::string&
   }
   auto launched = Launch(setup, hvprofd_path, paths);
   if (!launched) {
-    if (!started.empty()) (void)StopOwnHypervisor(paths);
+    // Its hvprof-hv goes with it, unless an hvprofd that did not report in time still runs.
+    if (!started.empty() && !FindAgent(paths).running) (void)StopOwnHypervisor(paths);
     return launched.error();
   }
   return Outcome{warning + started + launched.value()};
@@ -425,11 +432,12 @@ Result<Outcome> ShutdownAgent(const store::SessionPaths& paths) {
 
 }  // namespace
 
-Result<Outcome> Shutdown(const store::SessionPaths& paths) {
+Result<Outcome> Shutdown(const store::SessionPaths& paths, bool end_own_hypervisor) {
   auto outcome = ShutdownAgent(paths);
-  // The hvprof-hv of this daemon goes after it, so that hvprofd's last drain still has it.
+  // The hvprof-hv of this daemon goes after it (so that hvprofd's last drain still has it), and
+  // only once hvprofd has gone: one that refused or failed still needs it.
+  if (!outcome || !end_own_hypervisor) return outcome;
   auto stopped = StopOwnHypervisor(paths);
-  if (!outcome) return outcome;
   if (!stopped) {
     outcome.value().message += fmt::format("\nwarning: the hvprof-hv --start-daemon started: {}", stopped.error().message());
   } else if (!stopped.value().empty()) {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hvprof/agent/hypervisor_link.h"
+#include "hvprof/base/escape.h"
 #include "hvprof/base/files.h"
 #include "hvprof/base/json_fields.h"
 #include "hvprof/hv/protocol.h"
@@ -44,7 +46,10 @@ Result<pid_t> Spawn(const HypervisorSpec& spec, const std::string& run_dir, bool
   if (child == 0) {
     if (scoped) {
       // It dies with this process, and holds none of its output: a caller reading our stdout
-      // to its end must not wait on an orphaned hvprof-hv.
+      // to its end must not wait on an orphaned hvprof-hv. In a process group of its own, a
+      // Ctrl-C on the terminal reaches the workload and hvprof, not the machine the run still
+      // needs to stop and save.
+      ::setpgid(0, 0);
       ::prctl(PR_SET_PDEATHSIG, SIGTERM);
       if (::getppid() == 1) ::_exit(127);
     } else {
@@ -63,6 +68,33 @@ Result<pid_t> Spawn(const HypervisorSpec& spec, const std::string& run_dir, bool
     ::_exit(127);
   }
   return child;
+}
+
+// Whether `pid` has ended: reaped here if it is this process's child, else gone or a zombie
+// (waiting for a parent that may never reap it).
+bool Ended(pid_t pid) {
+  const pid_t reaped = ::waitpid(pid, nullptr, WNOHANG);
+  if (reaped == pid) return true;
+  if (reaped == 0) return false;  // our child, still running
+  auto stat = ReadFileToString(fmt::format("/proc/{}/stat", pid), 4096);
+  if (!stat) return true;
+  const size_t close = stat.value().rfind(')');
+  return close != std::string::npos && close + 2 < stat.value().size() && stat.value()[close + 2] == 'Z';
+}
+
+// Ends `pid`: SIGTERM, and SIGKILL if it is still there after `grace`. Whether it had to be killed.
+bool End(pid_t pid, std::chrono::milliseconds grace) {
+  ::kill(pid, SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  while (!Ended(pid)) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ::kill(pid, SIGKILL);
+      while (!Ended(pid)) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
 }
 
 // The last line hvprof-hv wrote, which says why it stopped.
@@ -92,30 +124,20 @@ Result<void> WaitServing(pid_t child, const HypervisorSpec& spec, const std::str
     if (pid && std::atoi(pid.value().c_str()) == child && ServingPlatform(run_dir) == spec.platform) return Ok();
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  ::kill(child, SIGTERM);
+  End(child, std::chrono::seconds(5));
   return MakeError(ErrorKind::kIo, "hvprof-hv --platform={} did not start within 30 s; see {}", spec.platform,
                    spec.log_path);
 }
 
-// Ends `pid`: SIGTERM, and SIGKILL if it is still there after `grace`. Whether it had to be killed.
-bool End(pid_t pid, std::chrono::milliseconds grace, bool our_child) {
-  ::kill(pid, SIGTERM);
-  const auto deadline = std::chrono::steady_clock::now() + grace;
-  for (;;) {
-    if (our_child) {
-      if (::waitpid(pid, nullptr, WNOHANG) == pid) return false;
-    } else if (::kill(pid, 0) != 0 && errno == ESRCH) {
-      return false;
-    }
-    if (std::chrono::steady_clock::now() >= deadline) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ::kill(pid, SIGKILL);
-  if (our_child) {
-    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-    }
-  }
-  return true;
+// The pid that holds the lock of `run_dir`'s hvprof-hv.pid, i.e. the hvprof-hv serving it; 0
+// when none does.
+pid_t LockHolder(const std::string& run_dir) {
+  const std::string path = run_dir + "/hvprof-hv.pid";
+  auto file = OpenRegularFile(path, O_RDONLY);
+  if (!file) return 0;
+  if (::flock(file.value().get(), LOCK_SH | LOCK_NB) == 0) return 0;  // nobody holds it
+  auto text = ReadFileToString(path, 4096, Links::kRefuse);
+  return text ? static_cast<pid_t>(std::atoi(text.value().c_str())) : 0;
 }
 
 }  // namespace
@@ -123,7 +145,8 @@ bool End(pid_t pid, std::chrono::milliseconds grace, bool our_child) {
 bool NeedsHostedHypervisor(std::string_view platform) { return platform == "sim" || platform == "linux"; }
 
 std::string ServingPlatform(const std::string& run_dir, uint16_t domain) {
-  auto link = agent::ConnectHostedDomain(run_dir, domain);
+  // A stopped or hung hvprof-hv (or whatever else listens there) must not hang the caller.
+  auto link = agent::ConnectHostedDomain(run_dir, domain, std::chrono::seconds(2));
   return link ? link.value()->platform_name() : std::string();
 }
 
@@ -152,7 +175,7 @@ Result<std::unique_ptr<ScopedHypervisor>> ScopedHypervisor::Start(const Hypervis
 }
 
 ScopedHypervisor::~ScopedHypervisor() {
-  if (pid_ > 0) End(pid_, std::chrono::seconds(5), true);
+  if (pid_ > 0) End(pid_, std::chrono::seconds(5));
   std::error_code ignored;
   std::filesystem::remove_all(run_dir_, ignored);
 }
@@ -162,14 +185,11 @@ Result<int> StartOwnHypervisor(const HypervisorSpec& spec, const std::string& ru
   const std::string dir = RunDirOrDefault(run_dir);
   HVPROF_TRYV(MakeDirectories(dir));
   HVPROF_TRY(child, Spawn(spec, dir, false));
-  if (auto serving = WaitServing(child, spec, dir); !serving) {
-    ::waitpid(child, nullptr, WNOHANG);
-    return serving.error();
-  }
+  HVPROF_TRYV(WaitServing(child, spec, dir));  // which ends it if it does not serve
   const nlohmann::json record{{"pid", child}, {"platform", spec.platform}, {"run_dir", dir},
                               {"scenario", spec.scenario}, {"log", spec.log_path}};
   if (auto written = WriteFileAtomically(paths.root + "/" + kOwnHypervisorFile, record.dump(1) + "\n"); !written) {
-    End(child, std::chrono::seconds(5), true);
+    End(child, std::chrono::seconds(5));
     return written.error();
   }
   return static_cast<int>(child);
@@ -179,19 +199,21 @@ Result<std::string> StopOwnHypervisor(const store::SessionPaths& paths) {
   const std::string path = paths.root + "/" + kOwnHypervisorFile;
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return std::string();
+  // The record decides which process root signals: only from a root only root and we can change.
+  HVPROF_TRYV(store::CheckSessionDirectories(paths));
   HVPROF_TRY(text, ReadFileToString(path, 64 * 1024, Links::kRefuse));
   HVPROF_TRY(record, json::Node::Parse(text, path, ErrorKind::kCorrupt));
   HVPROF_TRY(pid, record.Get<int>("pid"));
   HVPROF_TRY(platform, record.Get<std::string>("platform", "sim"));
+  HVPROF_TRY(run_dir, record.Get<std::string>("run_dir"));
   std::string said;
-  // Only if that pid is still an hvprof-hv: after a reboot it may be anything.
-  std::error_code exe_error;
-  const std::string exe = pid > 1 ? std::filesystem::read_symlink(fmt::format("/proc/{}/exe", pid), exe_error).string()
-                                  : std::string();
-  if (!exe_error && Basename(exe).starts_with("hvprof-hv")) {
-    const bool killed = End(pid, std::chrono::seconds(5), false);
-    said = fmt::format("hvprof-hv --platform={} (pid {}), which --start-daemon started, {}", platform, pid,
-                       killed ? "did not end within 5 s and was killed" : "has ended");
+  // Only the hvprof-hv it names, and only while that one still serves the run directory it was
+  // started in (holding its pid file's lock): after a restart or a reboot, the pid may be
+  // anything, or another hvprof-hv that --start-daemon did not start.
+  if (pid > 1 && LockHolder(run_dir) == pid) {
+    const bool killed = End(pid, std::chrono::seconds(5));
+    said = fmt::format("hvprof-hv --platform={} (pid {}), which --start-daemon started, {}", EscapeForTerminal(platform),
+                       pid, killed ? "did not end within 5 s and was killed" : "has ended");
   }
   std::filesystem::remove(path, ec);
   return said;

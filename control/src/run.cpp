@@ -32,11 +32,11 @@ namespace hvprof::control {
 
 namespace {
 
-volatile sig_atomic_t g_interrupted = 0;
+volatile sig_atomic_t g_interrupted = 0;  // the signal that interrupted the run, or 0
 pid_t g_child = 0;
 
 void OnInterrupt(int signal) {
-  g_interrupted = 1;
+  g_interrupted = signal;
   if (g_child > 0) ::kill(g_child, signal);  // the workload decides what Ctrl-C means to it
 }
 
@@ -207,7 +207,9 @@ Result<Outcome> RunProfile(const RunOptions& options) {
       if (options.setup.platform == "sim") {
         HVPROF_TRYV(RunSim(paths, options.duration_ns));
       }
-      if (!options.command.empty()) {
+      if (!options.command.empty() && g_interrupted) {
+        exit_status = 128 + g_interrupted;  // interrupted before it started: it never runs
+      } else if (!options.command.empty()) {
         HVPROF_TRY(status, RunCommand(options.command));
         exit_status = status;
       } else if (options.setup.platform != "sim") {
@@ -227,7 +229,7 @@ Result<Outcome> RunProfile(const RunOptions& options) {
       name = fmt::format("{}-{}-{}", options.save_prefix, stamp, options.repeat == 1 ? suffix : (k + 1) * 100 + suffix);
     }
     auto saved = Save(paths, name);
-    auto shutdown = Shutdown(paths);
+    auto shutdown = Shutdown(paths, false);  // the hvprof-hv, if ours, ends with the run
     if (failure && !saved) failure = saved.error();
     if (failure && !shutdown) failure = shutdown.error();
     if (!failure) break;

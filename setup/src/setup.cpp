@@ -338,6 +338,10 @@ Result<std::vector<uint16_t>> ResolveDomains(const std::vector<std::string>& ite
                                              const std::vector<DomainInfo>& domains,
                                              std::string_view option, const std::vector<uint16_t>& others) {
   std::vector<uint16_t> ids;
+  if (items.size() > 1 && std::find(items.begin(), items.end(), kAllDomains) != items.end()) {
+    return MakeError(ErrorKind::kInvalidArgument, "--{}: '{}' stands alone (every domain but dom0 and those profiled "
+                     "the other way); give it, or a list of domains", option, kAllDomains);
+  }
   if (items.size() == 1 && items[0] == kAllDomains) {
     for (const DomainInfo& domain : domains) {
       if (domain.id != 0 && std::find(others.begin(), others.end(), domain.id) == others.end()) ids.push_back(domain.id);

@@ -2,6 +2,7 @@
 // it needs and ends it again, the platform is chosen and said, repeated runs are tabled by
 // their mean.
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,10 +11,12 @@
 #include <fstream>
 #include <regex>
 #include <set>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
 #include "hvprof/base/files.h"
+#include "hvprof/control/commands.h"
 #include "hvprof/control/hypervisor.h"
 #include "hvprof/store/session.h"
 #include "host_harness.h"
@@ -44,7 +47,13 @@ std::string ServedRunDir(const std::string& log_path) {
   return std::regex_search(log.value(), match, served) ? match[1].str() : "";
 }
 
-bool Alive(int pid) { return ::kill(pid, 0) == 0 || errno != ESRCH; }
+// Running (a zombie has ended; it waits only for its parent to reap it).
+bool Alive(int pid) {
+  auto stat = ReadFileToString("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return false;
+  const size_t close = stat.value().rfind(')');
+  return close != std::string::npos && close + 2 < stat.value().size() && stat.value()[close + 2] != 'Z';
+}
 
 std::set<uint16_t> ScenarioDomains(const Json& scenario) {
   std::set<uint16_t> ids;
@@ -225,4 +234,43 @@ TEST_CASE("session start and archive draw a progress line on a terminal only", "
                           {"HVPROF_PROGRESS_DELAY_MS=0"});
   CHECK(piped.status == 0);
   CHECK(piped.err.find("files written") == std::string::npos);
+}
+
+TEST_CASE("Ctrl-C on the terminal ends the workload, not the machine hvprof run started", "[run][first-hour]") {
+  TempDir dir;
+  dir.Write("host.json", TestScenario("intel-arch-v4", 15).dump());
+  const std::string root = dir.File("sessions");
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::setpgid(0, 0);  // a job of its own, as a shell starts it: Ctrl-C goes to the whole group
+    const std::string hvprof = Binary("hvprof");
+    const std::string scenario = "--scenario=" + dir.File("host.json");
+    const std::string session = "--session-dir=" + root;
+    const char* argv[] = {hvprof.c_str(), "run", "--platform=sim", scenario.c_str(), session.c_str(),
+                          "--duration=10ms", "--", "/bin/sleep", "30", nullptr};
+    ::execv(hvprof.c_str(), const_cast<char**>(argv));
+    ::_exit(127);
+  }
+  ::setpgid(child, child);
+  const store::SessionPaths paths{root};
+  REQUIRE(hvprof::testing::WaitForProfiling(root));
+  ::kill(-child, SIGINT);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 128 + SIGINT);  // the workload's status
+  // The run stopped and saved its session with the machine still there, then ended it.
+  std::vector<std::string> saved;
+  for (const auto& entry : std::filesystem::directory_iterator(paths.samples_dir())) {
+    if (entry.path().filename().string().rfind("run-", 0) == 0) saved.push_back(entry.path().string());
+  }
+  REQUIRE(saved.size() == 1);
+  auto session = store::OpenSession(saved[0]);
+  REQUIRE(session.has_value());
+  CHECK(session.value().metadata.incomplete.empty());
+  CHECK(session.value().metadata.samples_stored > 0);
+  const std::string served = ServedRunDir(root + "/hvprof-hv.log");
+  REQUIRE_FALSE(served.empty());
+  CHECK_FALSE(std::filesystem::exists(served));
 }

@@ -15,6 +15,7 @@
 #include <catch2/catch.hpp>
 
 #include "hvprof/base/files.h"
+#include "hvprof/control/commands.h"
 
 namespace hvprof::testing {
 
@@ -112,6 +113,16 @@ nlohmann::json Host::GroundTruth(bool reset) const {
 pid_t Host::AgentPid() const {
   auto text = ReadFileToString(session_root_ + "/lock");
   return text ? std::atoi(text.value().c_str()) : -1;
+}
+
+bool WaitForProfiling(const std::string& session_root) {
+  const store::SessionPaths paths{session_root};
+  for (int i = 0; i < 500; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    auto status = control::Status(paths);
+    if (status && status.value().message.find("profiling on") != std::string::npos) return true;
+  }
+  return false;
 }
 
 }  // namespace hvprof::testing

@@ -51,4 +51,7 @@ class Host {
   std::vector<uint16_t> guests_;  // whose agents to shut down at the end
 };
 
+// Waits (up to 10 s) until the hvprofd of `session_root` says profiling is on; whether it did.
+bool WaitForProfiling(const std::string& session_root);
+
 }  // namespace hvprof::testing

@@ -335,13 +335,7 @@ TEST_CASE("hvprof run returns the command's status and leaves no daemon behind",
       ::_exit(127);
     }
     // Wait until the workload runs (profiling is on), then interrupt.
-    bool running = false;
-    for (int i = 0; i < 500 && !running; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      auto status = control::Status(paths);
-      running = status && status.value().message.find("profiling on") != std::string::npos;
-    }
-    REQUIRE(running);
+    REQUIRE(testing::WaitForProfiling(host.session_root()));
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     ::kill(child, SIGINT);
     int status = 0;

@@ -53,6 +53,9 @@ TEST_CASE("domains by id or name, and `all` for every other guest", "[setup]") {
   auto all = ResolveDomains({"all"}, domains, "passive-domains", {0, 5});
   REQUIRE(all.has_value());
   CHECK(all.value() == std::vector<uint16_t>{1, 2});
+  auto mixed = ResolveDomains({"all", "1"}, domains, "passive-domains");
+  REQUIRE_FALSE(mixed.has_value());
+  CHECK(mixed.error().message().find("--passive-domains: 'all' stands alone") == 0);
   auto missing = ResolveDomains({"mail"}, domains, "passive-domains");
   REQUIRE_FALSE(missing.has_value());
   CHECK(missing.error().message() ==

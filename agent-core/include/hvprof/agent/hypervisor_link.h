@@ -3,6 +3,8 @@
 // (Xen 4.17's xenoprof through libxencall/libxenforeignmemory/libxenevtchn).
 #pragma once
 
+#include <chrono>
+#include <optional>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -91,10 +93,15 @@ class HypervisorLink {
   virtual Result<std::string> GroundTruth(bool reset);
 };
 
-// Connects to hvprof-hv's socket for one domain and says hello.
-Result<std::unique_ptr<HypervisorLink>> ConnectHosted(const std::string& socket_path);
+// Connects to hvprof-hv's socket for one domain and says hello. With `hello_timeout`, an
+// hvprof-hv that does not answer the hello within it (stopped, wedged, or not one at all) is an
+// error (kBusy); the link's later calls wait as long as they take.
+Result<std::unique_ptr<HypervisorLink>> ConnectHosted(
+    const std::string& socket_path, std::optional<std::chrono::milliseconds> hello_timeout = std::nullopt);
 // The same for `domain`'s socket in `run_dir` (empty: hvprof-hv's default run directory).
-Result<std::unique_ptr<HypervisorLink>> ConnectHostedDomain(const std::string& run_dir, hvpmu::DomainId domain);
+Result<std::unique_ptr<HypervisorLink>> ConnectHostedDomain(
+    const std::string& run_dir, hvpmu::DomainId domain,
+    std::optional<std::chrono::milliseconds> hello_timeout = std::nullopt);
 
 // Typed helpers: run an op on a struct, or with no argument.
 template <typename T>

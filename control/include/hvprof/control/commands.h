@@ -43,7 +43,9 @@ Result<Outcome> StartDaemon(const setup::SetupOptions& setup, const std::string&
 Result<Outcome> Start(const store::SessionPaths& paths);
 Result<Outcome> Stop(const store::SessionPaths& paths);
 Result<Outcome> Dump(const store::SessionPaths& paths);
-Result<Outcome> Shutdown(const store::SessionPaths& paths);
+// `end_own_hypervisor`: also end the hvprof-hv that --start-daemon started for `paths`, once
+// hvprofd has gone (`hvprof run` keeps its own across repeats).
+Result<Outcome> Shutdown(const store::SessionPaths& paths, bool end_own_hypervisor = true);
 Result<Outcome> Reset(const store::SessionPaths& paths);
 Result<Outcome> Save(const store::SessionPaths& paths, const std::string& name);
 Result<Outcome> Status(const store::SessionPaths& paths);
