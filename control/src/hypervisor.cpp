@@ -20,6 +20,7 @@
 #include "hvprof/base/escape.h"
 #include "hvprof/base/files.h"
 #include "hvprof/base/json_fields.h"
+#include "hvprof/base/process.h"
 #include "hvprof/hv/protocol.h"
 
 namespace hvprof::control {
@@ -76,10 +77,7 @@ bool Ended(pid_t pid) {
   const pid_t reaped = ::waitpid(pid, nullptr, WNOHANG);
   if (reaped == pid) return true;
   if (reaped == 0) return false;  // our child, still running
-  auto stat = ReadFileToString(fmt::format("/proc/{}/stat", pid), 4096);
-  if (!stat) return true;
-  const size_t close = stat.value().rfind(')');
-  return close != std::string::npos && close + 2 < stat.value().size() && stat.value()[close + 2] == 'Z';
+  return !ProcessRunning(pid);
 }
 
 // Ends `pid`: SIGTERM, and SIGKILL if it is still there after `grace`. Whether it had to be killed.

@@ -22,6 +22,7 @@
 
 #include "address_counter.h"
 #include "hvprof/base/files.h"
+#include "hvprof/base/process.h"
 
 namespace hvprof::store {
 
@@ -707,15 +708,7 @@ bool SessionWriterAlive(const std::string& directory) {
   return IsLiveHvprofd(std::strtol(lock.value().c_str(), nullptr, 10));
 }
 
-bool IsLiveHvprofd(long pid) {
-  if (pid <= 0) return false;
-  auto comm = ReadFileToString(fmt::format("/proc/{}/comm", pid), 64, Links::kFollow);
-  if (!comm || comm.value().rfind("hvprofd", 0) != 0) return false;
-  auto stat = ReadFileToString(fmt::format("/proc/{}/stat", pid), 4096, Links::kFollow);
-  if (!stat) return false;
-  const size_t paren = stat.value().rfind(')');  // the state follows the comm, which may hold ')'
-  return paren == std::string::npos || paren + 2 >= stat.value().size() || stat.value()[paren + 2] != 'Z';
-}
+bool IsLiveHvprofd(long pid) { return ProcessRunning(pid, "hvprofd"); }
 
 Result<SessionOnDisk> OpenSession(const std::string& directory) {
   namespace fs = std::filesystem;

@@ -16,6 +16,7 @@
 #include <catch2/catch.hpp>
 
 #include "hvprof/base/files.h"
+#include "hvprof/base/process.h"
 #include "hvprof/control/commands.h"
 #include "hvprof/control/hypervisor.h"
 #include "hvprof/store/session.h"
@@ -47,13 +48,7 @@ std::string ServedRunDir(const std::string& log_path) {
   return std::regex_search(log.value(), match, served) ? match[1].str() : "";
 }
 
-// Running (a zombie has ended; it waits only for its parent to reap it).
-bool Alive(int pid) {
-  auto stat = ReadFileToString("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return false;
-  const size_t close = stat.value().rfind(')');
-  return close != std::string::npos && close + 2 < stat.value().size() && stat.value()[close + 2] != 'Z';
-}
+bool Alive(int pid) { return ProcessRunning(pid); }
 
 std::set<uint16_t> ScenarioDomains(const Json& scenario) {
   std::set<uint16_t> ids;
