@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "hvprof/base/files.h"
+#include "hvprof/base/socket.h"
 
 namespace hvprof::agent {
 
@@ -90,16 +91,8 @@ Result<Json> Request(const std::string& socket_path, const Json& request,
 }
 
 Result<ScopedFd> Listen(const std::string& socket_path) {
-  HVPROF_TRY(address, Address(socket_path));
-  ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!fd.valid()) return ErrnoError(errno, "socket");
-  ::unlink(socket_path.c_str());
-  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
-    return ErrnoError(errno, fmt::format("cannot bind {}", socket_path));
-  }
-  ::chmod(socket_path.c_str(), 0600);
-  if (::listen(fd.get(), 8) != 0) return ErrnoError(errno, "listen");
-  return fd;
+  HVPROF_TRYV(Address(socket_path));  // the advice for a long path names --session-dir
+  return ListenUnix(socket_path, UnixListenOptions{.mode = 0600, .owner = std::nullopt, .backlog = 8, .nonblocking = true});
 }
 
 Json OkResponse(Json fields) {

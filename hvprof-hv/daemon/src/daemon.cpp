@@ -16,6 +16,7 @@
 
 #include "hvprof/base/signals.h"
 #include "hvprof/base/files.h"
+#include "hvprof/base/socket.h"
 #include "hvprof/base/log.h"
 #include "hvprof/hv/framing.h"
 
@@ -227,27 +228,17 @@ Result<void> Daemon::OpenSockets() {
   // guests, profiled from dom0.
   std::vector<sim::DomainSpec> served = scenario_.domains;
   if (linux_) served = {sim::DomainSpec{}};
+  // Each socket appears only once it listens (ListenUnix), and dom0's appears last: a client
+  // that sees domain-0.sock finds every domain's socket ready.
+  std::stable_partition(served.begin(), served.end(), [](const sim::DomainSpec& domain) { return domain.id != 0; });
   for (const sim::DomainSpec& domain : served) {
     const std::string path = DomainSocketPath(dir, domain.id);
-    sockaddr_un address{};
-    address.sun_family = AF_UNIX;
-    if (path.size() >= sizeof address.sun_path) {
-      return MakeError(ErrorKind::kInvalidArgument, "socket path {} is too long; use a shorter --run-dir", path);
-    }
-    std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
-    ScopedFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (!listener.valid()) return hvprof::ErrnoError(errno, "socket");
-    ::unlink(path.c_str());  // a stale socket of an earlier run (the pid lock says it is dead)
-    if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-      return hvprof::ErrnoError(errno, fmt::format("cannot bind {}", path));
-    }
     // Only the domain's own user may connect; the peer credentials are checked again on accept.
-    ::chmod(path.c_str(), 0600);
-    if (domain.socket_uid && ::geteuid() == 0 && ::chown(path.c_str(), *domain.socket_uid, -1) != 0) {
-      return hvprof::ErrnoError(errno, fmt::format("cannot give {} to uid {}", path, *domain.socket_uid));
-    }
-    if (::listen(listener.get(), 16) != 0) return hvprof::ErrnoError(errno, "listen");
-    listeners_.emplace(domain.id, std::move(listener));
+    hvprof::UnixListenOptions listen_options{.mode = 0600, .owner = std::nullopt, .backlog = 16, .nonblocking = true};
+    if (domain.socket_uid && ::geteuid() == 0) listen_options.owner = *domain.socket_uid;
+    auto listener = hvprof::ListenUnix(path, listen_options);
+    if (!listener) return listener.error().WithContext(fmt::format("domain {}'s socket (--run-dir)", domain.id));
+    listeners_.emplace(domain.id, std::move(listener).value());
   }
   Log(LogLevel::kInfo, "serving {} domain sockets in {}", listeners_.size(), dir);
   return hvprof::Ok();

@@ -1,0 +1,65 @@
+#include "hvprof/base/socket.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace hvprof {
+namespace {
+
+Result<sockaddr_un> AddressOf(const std::string& path) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof address.sun_path) {
+    return MakeError(ErrorKind::kInvalidArgument, "socket path {} is {}; use a shorter directory", path,
+                     path.empty() ? "empty" : "too long");
+  }
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  return address;
+}
+
+// The temporary name: a short dot file beside `path`, unique to this process (short, so that
+// it fits sun_path wherever `path` does, or nearly).
+std::string TemporaryName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
+  return fmt::format("{}.{}", dir, ::getpid());
+}
+
+}  // namespace
+
+Result<ScopedFd> ListenUnix(const std::string& path, const UnixListenOptions& options) {
+  HVPROF_TRYV(AddressOf(path));
+  std::string temporary = TemporaryName(path);
+  if (temporary.size() >= sizeof(sockaddr_un::sun_path)) temporary = path;  // no room: bind in place
+  HVPROF_TRY(address, AddressOf(temporary));
+  ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (options.nonblocking ? SOCK_NONBLOCK : 0), 0));
+  if (!fd.valid()) return ErrnoError(errno, "socket");
+  ::unlink(temporary.c_str());  // a stale socket, or one left by an earlier process with our pid
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+    return ErrnoError(errno, fmt::format("cannot bind {}", temporary));
+  }
+  auto fail = [&](int err, std::string what) {
+    ::unlink(temporary.c_str());
+    return ErrnoError(err, std::move(what));
+  };
+  if (::chmod(temporary.c_str(), static_cast<mode_t>(options.mode)) != 0) {
+    return fail(errno, fmt::format("cannot set the mode of {}", temporary));
+  }
+  if (options.owner && ::chown(temporary.c_str(), *options.owner, static_cast<gid_t>(-1)) != 0) {
+    return fail(errno, fmt::format("cannot give {} to uid {}", path, *options.owner));
+  }
+  if (::listen(fd.get(), options.backlog) != 0) return fail(errno, fmt::format("cannot listen on {}", path));
+  if (temporary != path && ::rename(temporary.c_str(), path.c_str()) != 0) {
+    return fail(errno, fmt::format("cannot put the socket in place at {}", path));
+  }
+  return fd;
+}
+
+}  // namespace hvprof
