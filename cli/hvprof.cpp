@@ -215,6 +215,9 @@ int main(int argc, char** argv) {
         ("buffer-size", po::value(&numbers["buffer-size"]), "samples per ring (a power of two from 64 to 1048576, default 16384; on xen any size Xen allows)")
         ("callgraph,c", po::value(&numbers["callgraph"]), "record call chains this deep (frame pointers; 0-64)")
         ("poll-interval", po::value(&numbers["poll-interval"]), "drain every N ms, 1-60000 (default: sized from the buffer and the sample rate)")
+        ("jit", po::value(&setup.jit), "name JIT-compiled code (Node, Java, Python -X perf) from the perf maps and "
+                "jitdumps of sampled processes, which hvprofd copies into the session as they grow and when the "
+                "process ends: auto (the default: on for linux and xen, off for the sim's made-up processes), on, off")
         ("verbose,V", "log more in hvprofd.log");
     po::options_description general("General options");
     general.add_options()
@@ -375,7 +378,7 @@ int main(int argc, char** argv) {
     const std::string action = chosen[0];
     for (const char* setup_only : {"xen", "vmlinux", "no-vmlinux", "active-domains", "passive-domains",
                                    "passive-images", "event", "buffer-size", "callgraph", "poll-interval",
-                                   "verbose", "scenario"}) {
+                                   "jit", "verbose", "scenario"}) {
       if (values.count(setup_only) != 0 && action != "--start-daemon") {
         std::cerr << "hvprof: --" << setup_only << " is a setup option; it only goes with --start-daemon\n";
         return 2;

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 seconds=${1:-25}
 targets=(elf_image_fuzzer kernel_symbols_fuzzer session_files_fuzzer published_profile_fuzzer
-         ring_reader_fuzzer scenario_fuzzer engine_ops_fuzzer archive_reader_fuzzer)
+         ring_reader_fuzzer scenario_fuzzer engine_ops_fuzzer archive_reader_fuzzer jit_symbols_fuzzer)
 
 build=$(scripts/configure.sh asan)
 ninja -C "$build" -j"$(nproc)" "${targets[@]}"
@@ -39,6 +39,20 @@ cp examples/*.json tests/golden/scenario.json fuzz/corpus/scenario/* "$seeds/sce
 python3 - "$seeds" <<'PY'
 import struct, sys
 seeds = sys.argv[1]
+# A perf map as Node writes it, and a jitdump (perf's jitdump.h): debug info, two code loads, a
+# move and a close.
+open(f"{seeds}/jit_symbols_fuzzer/perf-map", "w").write(
+    "3f0c2a40 1c0 JS:*hotA /srv/app.js:2:14\n0x3f0c2c00 0x80 LazyCompile:~main /srv/app.js:9\n"
+    "7f00aa001000 3c double Hot.hotA(int)\n")
+def record(kind, time, body):
+    return struct.pack("<IIQ", kind, 16 + len(body), time) + body
+def load(time, address, size, name):
+    return record(0, time, struct.pack("<IIQQQQ", 1, 1, address, address, size, 0) + name + b"\0" + b"\x90" * size)
+dump = struct.pack("<IIIIIIQQ", 0x4A695444, 1, 40, 62, 0, 4242, 1000, 0)
+dump += record(2, 1500, struct.pack("<QQQii", 0x10000, 1, 0x10000, 12, 0) + b"/srv/app.js\0")
+dump += load(2000, 0x10000, 32, b"JS:*hotA") + load(2100, 0x20000, 16, b"JS:*hotB")
+dump += record(1, 3000, struct.pack("<IIQQQQQ", 1, 1, 0x30000, 0x20000, 0x30000, 16, 0)) + record(3, 4000, b"")
+open(f"{seeds}/jit_symbols_fuzzer/jitdump", "wb").write(dump)
 # A v2 ring of 64 slots (docs/abi.md) holding three samples, one with a two-frame backtrace.
 header = struct.pack("<IHHIIIHHII", 0x52505648, 2, 0, 4096, 64, 64, 1, 0, 32, 0).ljust(64, b"\0")
 header += struct.pack("<Q", 4).ljust(64, b"\0") + struct.pack("<Q", 0).ljust(64, b"\0")

@@ -206,6 +206,8 @@ Result<void> AgentDaemon::OpenSession(store::SessionMetadata base) {
   base_metadata_ = std::move(base);
   HVPROF_TRY(session, SessionWriter::Open(paths_.current(), base_metadata_));
   session_ = std::make_unique<SessionWriter>(std::move(session));
+  jit_.reset();
+  if (jit_scope_ != JitScope::kNone) jit_ = std::make_unique<JitSnapshots>(session_->directory(), JitSnapshots::Options{});
   return Ok();
 }
 
@@ -222,9 +224,16 @@ void AgentDaemon::StopListening() {
 
 void AgentDaemon::DrainAll(bool final) {
   if (!session_) return;
-  rings_.DrainAll([this](const ring::SampleRecord& record, std::span<const uint64_t> frames) {
+  const uint16_t own_domain = link_->domain();
+  rings_.DrainAll([&](const ring::SampleRecord& record, std::span<const uint64_t> frames) {
     session_->Add(record, frames);
+    // Processes that run user code may run JIT code: their perf maps and jitdumps are copied.
+    if (jit_ && record.mode == static_cast<uint8_t>(ring::Mode::kUser) && record.pid != ring::kNoPid &&
+        (jit_scope_ == JitScope::kAllDomains || record.domain == own_domain)) {
+      jit_->Watch(record.domain, record.pid);
+    }
   }, final);
+  if (jit_) jit_->Poll();
 }
 
 Result<void> AgentDaemon::Run() {
@@ -331,6 +340,16 @@ void AgentDaemon::MarkProfiling(bool on) {
 
 void AgentDaemon::UpdateMetadata(const hvpmu::Status* status) {
   store::SessionMetadata& m = session_->metadata();
+  if (jit_) {
+    jit_->CopyAll();
+    m.jit = jit_->records();
+    if (const uint64_t unwatched = jit_->unwatched(); unwatched != 0) {
+      constexpr std::string_view kPrefix = "perf maps and jitdumps were copied for the first ";
+      std::erase_if(m.notes, [&](const std::string& note) { return note.starts_with(kPrefix); });
+      m.notes.push_back(fmt::format("{}{} processes only; {} more ran user code, and their JIT code may show as "
+                                    "anonymous memory", kPrefix, JitSnapshots::Options{}.max_processes, unwatched));
+    }
+  }
   m.rings.clear();
   store::LossRecord own;  // from this agent's rings, for a caller that is not the primary
   uint64_t malformed = 0;

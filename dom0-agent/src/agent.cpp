@@ -273,6 +273,9 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
   m.backtrace_depth = setup_.callgraph;
   m.poll_interval_ms = PollIntervalMs();
   m.notes = notes_;
+  // On linux every domain's processes are this host's; on Xen (and the sim, when asked) only
+  // dom0's own are.
+  if (setup_.JitWanted()) SetJitScope(setup_.platform == "linux" ? JitScope::kAllDomains : JitScope::kOwnDomain);
   HVPROF_TRYV(OpenSession(m));
   HVPROF_TRYV(ListenForControl());
   configured_ = true;

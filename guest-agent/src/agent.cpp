@@ -204,6 +204,8 @@ Result<Json> GuestAgent::Start() {
 }
 
 Result<Json> GuestAgent::BeginSession(store::SessionMetadata metadata) {
+  // The guest's own processes: the samples of its user space carry its own pids.
+  if (setup_.JitWanted()) SetJitScope(JitScope::kOwnDomain);
   HVPROF_TRYV(OpenSession(std::move(metadata)));
   MarkProfiling(true);
   HVPROF_TRYV(session_->WriteMetadata());

@@ -14,6 +14,7 @@
 #include "hvprof/base/progress.h"
 #include "hvprof/report/published.h"
 #include "hvprof/symbolizer/debuginfod.h"
+#include "hvprof/symbolizer/jit_symbols.h"
 #include "hvprof/symbolizer/symbolizer.h"
 
 namespace hvprof::report {
@@ -114,6 +115,7 @@ class ProfileBuilder {
     uint64_t bias = 0;
     std::string build_id;
     std::vector<size_t> entries;  // indexes into p_.entries_
+    const sym::JitTable* jit = nullptr;  // code a JIT runtime described (perf map, jitdump)
   };
 
   // `path` is the one the session recorded, wherever the file was found (an archive,
@@ -130,8 +132,13 @@ class ProfileBuilder {
   std::string ResolvePath(const Target& target) const;
   // Replaces a missing (or different) image and missing debug info with debuginfod's.
   void AskDebuginfod(const Target& target, sym::ImageSpec& spec);
-  void NoteFromDebuginfod(const std::string& note);
+  // Adds a note for the report's reader, once.
+  void NoteOnce(const std::string& note);
   const store::DomainRecord* FindDomain(uint16_t id) const;
+  // The JIT symbols of (domain, pid) from the session's copies of its perf map and jitdumps;
+  // null when it has none.
+  const sym::JitTable* JitTableOf(uint16_t domain, uint32_t pid);
+  void SymbolizeJit(Target& target);
   const store::ImageRecord* FindImage(const std::string& role, std::optional<uint16_t> domain) const;
   void Symbolize(Target& target);
 
@@ -143,6 +150,7 @@ class ProfileBuilder {
   std::unordered_map<std::string, uint32_t> symbol_index_;
   std::unordered_map<std::string, uint32_t> line_index_;
   sym::Symbolizer symbolizer_;
+  std::map<std::pair<uint16_t, uint32_t>, std::unique_ptr<sym::JitTable>> jit_tables_;
 };
 
 const store::DomainRecord* ProfileBuilder::FindDomain(uint16_t id) const {
@@ -300,7 +308,14 @@ ProfileBuilder::Target& ProfileBuilder::TargetFor(const store::Aggregate& aggreg
       for (const store::MappingRecord& mapping : process.mappings) {
         if (entry.key.ip < mapping.start || entry.key.ip >= mapping.end) continue;
         if (!store::MappingNamesAFile(mapping.path)) {
-          // memfd, SysV shared memory and device mappings (JIT code, often): nothing to open.
+          // memfd, SysV shared memory and device mappings (JIT code, often): nothing to open,
+          // but the runtime may have named its code.
+          if (const sym::JitTable* jit = JitTableOf(domain, entry.key.pid)) {
+            Target& t = target(fmt::format("jit:{}:{}", domain, entry.key.pid));
+            t.name = fmt::format("jit (pid {})", entry.key.pid);
+            t.jit = jit;
+            return t;
+          }
           Target& t = target(fmt::format("user-nofile:{}", mapping.path));
           t.name = mapping.path.empty() || mapping.path[0] != '/' ? mapping.path : mapping.path.substr(1);
           return t;
@@ -314,13 +329,19 @@ ProfileBuilder::Target& ProfileBuilder::TargetFor(const store::Aggregate& aggreg
       }
     }
   }
+  if (const sym::JitTable* jit = entry.key.pid != 0xFFFFFFFF ? JitTableOf(domain, entry.key.pid) : nullptr) {
+    Target& t = target(fmt::format("jit:{}:{}", domain, entry.key.pid));
+    t.name = fmt::format("jit (pid {})", entry.key.pid);
+    t.jit = jit;
+    return t;
+  }
   Target& t = target(fmt::format("anon:{}:{}", domain, entry.key.pid));
   t.name = entry.key.pid == 0xFFFFFFFF ? fmt::format("anon (domain {})", domain)
                                        : fmt::format("anon (pid {})", entry.key.pid);
   return t;
 }
 
-void ProfileBuilder::NoteFromDebuginfod(const std::string& note) {
+void ProfileBuilder::NoteOnce(const std::string& note) {
   auto& notes = p_.metadata_.notes;
   if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
 }
@@ -335,7 +356,7 @@ void ProfileBuilder::AskDebuginfod(const Target& target, sym::ImageSpec& spec) {
     auto fetched = debuginfod->FindExecutable(id);
     if (!fetched) return;
     spec.path = fetched.value();
-    NoteFromDebuginfod(fmt::format("from debuginfod: {} (build-id {}), as {}", target.path, id, spec.path));
+    NoteOnce(fmt::format("from debuginfod: {} (build-id {}), as {}", target.path, id, spec.path));
     info = symbolizer_.Describe(spec);
     if (!info) return;
   }
@@ -345,13 +366,75 @@ void ProfileBuilder::AskDebuginfod(const Target& target, sym::ImageSpec& spec) {
     auto debug = debuginfod->FindDebuginfo(id);
     if (!debug) return;
     spec.debug_file = debug.value();
-    NoteFromDebuginfod(fmt::format("from debuginfod: the debug info of {} (build-id {}), as {}", target.path, id,
+    NoteOnce(fmt::format("from debuginfod: the debug info of {} (build-id {}), as {}", target.path, id,
                                    spec.debug_file));
+  }
+}
+
+const sym::JitTable* ProfileBuilder::JitTableOf(uint16_t domain, uint32_t pid) {
+  if (p_.metadata_.jit.empty()) return nullptr;
+  auto [it, added] = jit_tables_.try_emplace({domain, pid});
+  if (!added) return it->second.get();
+  auto table = std::make_unique<sym::JitTable>();
+  for (const store::JitRecord& record : p_.metadata_.jit) {
+    if (record.domain != domain || record.pid != pid || record.file.empty() || record.bytes == 0) continue;
+    const std::string path = p_.directory_ + "/" + record.file;
+    // The copies are bounded when made; a session from elsewhere is bounded here too.
+    auto text = ReadFileToString(path, size_t(1) << 30, Links::kRefuse);
+    if (!text) {
+      p_.problems_.push_back(fmt::format("the {} of pid {} cannot be read: {}", record.kind, pid, text.error().message()));
+      continue;
+    }
+    sym::JitParseStats stats;
+    if (record.kind == "jitdump") {
+      sym::JitDump dump = sym::ParseJitDump(std::as_bytes(std::span(text.value().data(), text.value().size())), &stats);
+      if (!dump.valid) {
+        p_.problems_.push_back(fmt::format("{} (the jitdump of pid {}) is not one: {}", path, pid, dump.error));
+        continue;
+      }
+      table->Add(std::move(dump.symbols));
+    } else {
+      // The last line may still have been written when the copy was made.
+      table->Add(sym::ParsePerfMap(text.value(), &stats, /*complete=*/false));
+    }
+    if (stats.malformed + stats.too_long != 0) {
+      NoteOnce(fmt::format("{} of pid {} ({}): {} malformed entries skipped{}{}", record.kind, pid,
+                                     record.source, stats.malformed + stats.too_long,
+                                     stats.problems.empty() ? "" : ", the first: ",
+                                     stats.problems.empty() ? "" : stats.problems.front()));
+    }
+  }
+  table->Finish();
+  if (table->has_reuse()) {
+    NoteOnce(fmt::format("pid {} loaded new JIT code over old code's addresses during the session: its samples "
+                         "there are named by the latest code (the aggregate has no sample times)", pid));
+  }
+  if (!table->empty()) it->second = std::move(table);
+  return it->second.get();
+}
+
+void ProfileBuilder::SymbolizeJit(Target& target) {
+  const uint32_t image = ImageIndex(target.name, "", true);
+  for (size_t e : target.entries) {
+    Entry& entry = (*out_)[e];
+    entry.image = image;
+    const sym::JitSymbol* found = target.jit->Find(entry.ip);
+    if (found == nullptr) {
+      entry.symbol = SymbolIndex(image, fmt::format("[unknown in {}]", target.name), 0, false,
+                                 "no perf map or jitdump entry holds the address");
+      continue;
+    }
+    entry.symbol = SymbolIndex(image, found->name, found->start, true, "");
+    if (options_.lines && !found->file.empty()) entry.line = LineIndex(found->file, found->line);
   }
 }
 
 void ProfileBuilder::Symbolize(Target& target) {
   const bool lines = options_.lines;
+  if (target.jit != nullptr) {
+    SymbolizeJit(target);
+    return;
+  }
   if (target.path.empty()) {
     const uint32_t image = ImageIndex(target.name, "", false);
     const uint32_t symbol = SymbolIndex(image, "(no symbols)", 0, false, "no image to symbolize against");

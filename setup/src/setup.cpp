@@ -59,8 +59,13 @@ Result<void> SetupOptions::CheckNumbers() const {
   HVPROF_TRYV(CheckNumber("buffer-size", buffer_size, platform));
   HVPROF_TRYV(CheckNumber("callgraph", callgraph, platform));
   HVPROF_TRYV(CheckNumber("poll-interval", poll_interval_ms, platform));
+  if (jit != "auto" && jit != "on" && jit != "off") {
+    return MakeError(ErrorKind::kInvalidArgument, "--jit={}: say auto, on or off", jit);
+  }
   return Ok();
 }
+
+bool SetupOptions::JitWanted() const { return jit == "on" || (jit == "auto" && platform != "sim"); }
 
 Json SetupOptions::ToJson() const {
   return Json{{"platform", platform},
@@ -77,6 +82,7 @@ Json SetupOptions::ToJson() const {
               {"buffer_size", buffer_size},
               {"callgraph", callgraph},
               {"poll_interval_ms", poll_interval_ms},
+              {"jit", jit},
               {"verbose", verbose}};
 }
 
@@ -113,6 +119,7 @@ Result<SetupOptions> SetupOptions::FromJson(std::string_view text, const std::st
   HVPROF_TRY(callgraph, root.Get<uint32_t>("callgraph", 0));
   HVPROF_TRY(poll, root.Get<uint32_t>("poll_interval_ms", 0));
   HVPROF_TRY(verbose, root.Get<bool>("verbose", false));
+  HVPROF_TRY(jit, root.Get("jit", "auto"));
   o.platform = platform;
   o.domain = domain;
   o.hv_run_dir = hv_run_dir;
@@ -128,6 +135,7 @@ Result<SetupOptions> SetupOptions::FromJson(std::string_view text, const std::st
   o.callgraph = callgraph;
   o.poll_interval_ms = poll;
   o.verbose = verbose;
+  o.jit = jit;
   // Someone may have edited it since --start-daemon checked the same numbers.
   HVPROF_TRYV(o.CheckNumbers());
   return o;

@@ -85,6 +85,16 @@ std::string SerializeMetadata(const SessionMetadata& m) {
     images.push_back(entry);
   }
   out["images"] = images;
+  if (!m.jit.empty()) {
+    Json jit = Json::array();
+    for (const JitRecord& j : m.jit) {
+      Json entry = {{"domain", j.domain}, {"pid", j.pid}, {"start_ticks", j.start_ticks}, {"kind", j.kind},
+                    {"source", j.source}, {"file", j.file}, {"bytes", j.bytes}, {"cut", j.cut}};
+      if (!j.problem.empty()) entry["problem"] = j.problem;
+      jit.push_back(entry);
+    }
+    out["jit"] = jit;
+  }
   out["buffers"] = {{"format", m.ring_format}, {"capacity", m.ring_capacity},
                     {"watermark", m.ring_watermark}, {"poll_interval_ms", m.poll_interval_ms}};
   out["backtrace_depth"] = m.backtrace_depth;
@@ -237,6 +247,35 @@ Result<SessionMetadata> ParseMetadata(std::string_view text, std::string_view or
       image.domain = domain;
     }
     m.images.push_back(image);
+  }
+  HVPROF_TRY(jits, root.OptionalArray("jit", kMaxList));
+  for (const json::Node& j : jits) {
+    JitRecord jit;
+    HVPROF_TRY(jit_domain, j.Get<uint16_t>("domain"));
+    HVPROF_TRY(jit_pid, j.Get<uint32_t>("pid"));
+    HVPROF_TRY(start_ticks, j.Get<uint64_t>("start_ticks", 0));
+    HVPROF_TRY(kind, j.Get<std::string>("kind"));
+    HVPROF_TRY(source, j.Get("source", ""));
+    HVPROF_TRY(jit_file, j.Get("file", ""));
+    HVPROF_TRY(bytes, j.Get<uint64_t>("bytes", 0));
+    HVPROF_TRY(cut, j.Get("cut", false));
+    HVPROF_TRY(problem, j.Get("problem", ""));
+    // The copy must stay inside the session directory, whoever wrote session.json.
+    if (!jit_file.empty() && (!jit_file.starts_with(std::string(kJitDirectory) + "/") ||
+                              jit_file.find("..") != std::string::npos || jit_file.find('/', 4) != std::string::npos)) {
+      return MakeError(ErrorKind::kCorrupt, "{}: jit file '{}' is not a file of the session's {}/ directory", origin,
+                       jit_file, kJitDirectory);
+    }
+    jit.domain = jit_domain;
+    jit.pid = jit_pid;
+    jit.start_ticks = start_ticks;
+    jit.kind = kind;
+    jit.source = source;
+    jit.file = jit_file;
+    jit.bytes = bytes;
+    jit.cut = cut;
+    jit.problem = problem;
+    m.jit.push_back(std::move(jit));
   }
   if (const auto b = root.OptionalMember("buffers")) {
     HVPROF_TRY(ring_format, b->Get("format", ""));

@@ -6,11 +6,14 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <thread>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "hvprof/agent/agent_daemon.h"
 #include "hvprof/report/load.h"
@@ -366,4 +369,57 @@ TEST_CASE("a guest that writes garbage into its ring or dies harms nobody else",
     if (key.first == 2) truth_guest2 += count;
   }
   CHECK(first_half < truth_guest2);  // it lost what came after its death, nothing of others
+}
+
+TEST_CASE("an active guest copies the perf maps of its own processes, and only its own", "[guest][jit]") {
+  // A real process plays guest 1's application: the sim's guest runs on this host, so with
+  // --jit=on its agent finds the process's /tmp/perf-PID.map as a guest's agent would inside
+  // the guest.
+  const pid_t runtime = ::fork();
+  REQUIRE(runtime >= 0);
+  if (runtime == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  const std::string map = fmt::format("/tmp/perf-{}.map", runtime);
+  std::ofstream(map) << "7f1000000000 400 JS:*handler /srv/app.js:3\n";
+  Json scenario = TestScenario("intel-arch-v4", 41);
+  for (Json& domain : scenario["domains"]) {
+    if (domain["id"] != 1) continue;
+    domain["processes"][0]["pid"] = runtime;
+    domain["workload"]["user"]["auto"]["process"] = runtime;
+  }
+  {
+    Host host(scenario);
+    REQUIRE(host.Hvprof({"--start-daemon", "--active-domains=1,2", "--event=CPU_CLK_UNHALTED:6000"}).status == 0);
+    for (uint16_t guest : {1, 2}) {
+      // Guest 2 leaves --jit at auto: off on the sim, whose processes are made up.
+      std::vector<std::string> args = {"--start-daemon"};
+      if (guest == 1) args.push_back("--jit=on");
+      REQUIRE(host.GuestHvprof(guest, args).status == 0);
+      REQUIRE(host.GuestHvprof(guest, {"--start"}).status == 0);
+    }
+    REQUIRE(host.Hvprof({"--start"}).status == 0);
+    REQUIRE(host.Hvprof({"--run-sim=100ms"}).status == 0);
+    REQUIRE(host.Hvprof({"--stop"}).status == 0);
+    for (uint16_t guest : {1, 2}) REQUIRE(host.GuestHvprof(guest, {"--stop"}).status == 0);
+
+    const Json first = Json::parse(std::ifstream(host.guest_current(1) + "/session.json"));
+    REQUIRE(first.contains("jit"));
+    REQUIRE(first["jit"].size() == 1);
+    const Json& record = first["jit"][0];
+    CHECK(record["domain"] == 1);
+    CHECK(record["pid"] == runtime);
+    CHECK(record["kind"] == "perf-map");
+    std::ifstream copy(host.guest_current(1) + "/" + record["file"].get<std::string>());
+    std::string line;
+    std::getline(copy, line);
+    CHECK(line == "7f1000000000 400 JS:*handler /srv/app.js:3");
+    // Guest 2 (auto, on the sim) and dom0 copied nothing.
+    CHECK_FALSE(Json::parse(std::ifstream(host.guest_current(2) + "/session.json")).contains("jit"));
+    CHECK_FALSE(Json::parse(std::ifstream(host.session_root() + "/samples/current/session.json")).contains("jit"));
+  }
+  ::kill(runtime, SIGKILL);
+  ::waitpid(runtime, nullptr, 0);
+  std::filesystem::remove(map);
 }

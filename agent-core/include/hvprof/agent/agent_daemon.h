@@ -10,6 +10,7 @@
 
 #include "hvprof/agent/control_channel.h"
 #include "hvprof/agent/hypervisor_link.h"
+#include "hvprof/agent/jit_snapshots.h"
 #include "hvprof/agent/ring_set.h"
 #include "hvprof/agent/session_writer.h"
 #include "hvprof/base/error.h"
@@ -51,6 +52,11 @@ class AgentDaemon {
 
   // The metadata every session starts with: who wrote it, and the machine from `init`.
   store::SessionMetadata NewMetadata(const hvpmu::InitV2& init, const std::string& hvprof_version) const;
+  // Which domains' user-space pids are processes of the system this agent runs on, whose JIT
+  // files (perf maps, jitdumps) it copies into the session (JitSnapshots). Set before
+  // OpenSession.
+  enum class JitScope { kNone, kOwnDomain, kAllDomains };
+  void SetJitScope(JitScope scope) { jit_scope_ = scope; }
   // Opens (or continues) the current session with `base` as its metadata.
   Result<void> OpenSession(store::SessionMetadata base);
   Result<void> ListenForControl();
@@ -93,6 +99,8 @@ class AgentDaemon {
   std::unique_ptr<HypervisorLink> link_;
   RingSet rings_;
   std::unique_ptr<SessionWriter> session_;
+  JitScope jit_scope_ = JitScope::kNone;
+  std::unique_ptr<JitSnapshots> jit_;  // with the session, when jit_scope_ says so
   store::SessionMetadata base_metadata_;
   bool configured_ = false;
   bool profiling_ = false;  // as far as this agent's session is concerned

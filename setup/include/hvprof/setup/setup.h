@@ -41,10 +41,15 @@ struct SetupOptions {
   uint32_t buffer_size = 0;    // slots per ring; 0: the default
   uint32_t callgraph = 0;      // backtrace depth
   uint32_t poll_interval_ms = 0;  // 0: sized from ring capacity and sample rate
+  // --jit: copy the perf maps and jitdumps of sampled processes into the session. "auto": where
+  // the agent's pids are this system's processes (linux, xen), not the sim's made-up ones.
+  std::string jit = "auto";
   bool verbose = false;
 
-  // CheckNumber for each numeric field (a daemonrc.json may have been edited).
+  // CheckNumber for each numeric field, and --jit's value (a daemonrc.json may have been edited).
   Result<void> CheckNumbers() const;
+  // Whether --jit asks for JIT files on `platform`.
+  bool JitWanted() const;
 
   nlohmann::json ToJson() const;
   // Reads what ToJson wrote (daemonrc.json), every field checked; `origin` names the file.

@@ -59,6 +59,22 @@ struct ImageRecord {
   uint64_t bias = 0;   // KASLR offset / load bias
 };
 
+// A copy the agent kept of what a JIT runtime said of its code (a perf map or a jitdump), so
+// that the report names that code after the process and its file are gone. The file is under
+// the session directory (jit/), by domain, pid and start time.
+struct JitRecord {
+  uint16_t domain = 0;
+  uint32_t pid = 0;
+  uint64_t start_ticks = 0;  // the process's start time (/proc/PID/stat), telling reused pids apart
+  std::string kind;          // "perf-map", "jitdump"
+  std::string source;        // the runtime's file, as the process named it
+  std::string file;          // the copy, relative to the session directory ("jit/0-1234-5678.map")
+  uint64_t bytes = 0;        // copied
+  bool cut = false;          // the runtime's file was larger than the agent copies
+  std::string problem;       // why it was not (or no longer) copied; empty when all is well
+};
+inline constexpr const char* kJitDirectory = "jit";
+
 struct DomainRecord {
   uint16_t id = 0;
   std::string name;
@@ -130,6 +146,7 @@ struct SessionMetadata {
   std::vector<EventRecord> events;
   std::vector<DomainRecord> domains;
   std::vector<ImageRecord> images;
+  std::vector<JitRecord> jit;  // perf maps and jitdumps copied into the session
   std::string ring_format;    // "v2", "legacy"
   uint32_t ring_capacity = 0; // per ring, effective
   uint32_t ring_watermark = 0;

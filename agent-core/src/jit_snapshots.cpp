@@ -1,0 +1,265 @@
+#include "hvprof/agent/jit_snapshots.h"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "hvprof/base/files.h"
+#include "hvprof/base/log.h"
+
+namespace hvprof::agent {
+namespace {
+
+constexpr auto kPollPeriod = std::chrono::seconds(1);
+// How often a watched process's mappings are read again for a jitdump it mapped later.
+constexpr auto kMapsPeriod = std::chrono::seconds(10);
+constexpr size_t kCopyBlock = 1 << 20;
+
+int PidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+// openat2 confined to `root` (the process's own root: its symlinks resolve inside it, and the
+// last component is never a symlink). Kernels without openat2 get openat with O_NOFOLLOW.
+int OpenInRoot(int root, const std::string& path) {
+  open_how how{};
+  how.flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  const long fd = ::syscall(SYS_openat2, root, path.c_str(), &how, sizeof how);
+  if (fd >= 0 || errno != ENOSYS) return static_cast<int>(fd);
+  return ::openat(root, path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+}
+
+// A field of /proc/PID/status ("Uid", "NSpid"): its values.
+std::vector<uint64_t> StatusField(const std::string& status, std::string_view name) {
+  std::vector<uint64_t> values;
+  std::istringstream lines(status);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (!line.starts_with(name) || line.size() <= name.size() || line[name.size()] != ':') continue;
+    std::istringstream fields(line.substr(name.size() + 1));
+    uint64_t value = 0;
+    while (fields >> value) values.push_back(value);
+    break;
+  }
+  return values;
+}
+
+// /proc/PID/stat's start time (field 22), after the parenthesized comm.
+uint64_t StartTicks(const std::string& stat) {
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(stat.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+    if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
+  }
+  return 0;
+}
+
+bool Ended(const ScopedFd& pidfd) {
+  if (!pidfd.valid()) return true;
+  pollfd pfd{pidfd.get(), POLLIN, 0};
+  return ::poll(&pfd, 1, 0) > 0;
+}
+
+}  // namespace
+
+JitSnapshots::JitSnapshots(std::string session_directory, Options options)
+    : directory_(std::move(session_directory)), options_(std::move(options)) {}
+
+JitSnapshots::~JitSnapshots() = default;
+
+void JitSnapshots::Watch(uint16_t domain, uint32_t pid) {
+  const uint64_t key = (uint64_t(domain) << 32) | pid;
+  if (key == last_key_) return;
+  last_key_ = key;
+  auto it = processes_.find(key);
+  if (it != processes_.end()) {
+    // A pid seen again after its process ended may be another process now: looked up again, at
+    // most once a poll period.
+    if (!it->second.ended || std::chrono::steady_clock::now() - it->second.maps_read < kPollPeriod) return;
+    processes_.erase(it);
+  }
+  if (pid == 0 || pid > 0x3fffffff) return;  // the idle task, or no pid at all
+  if (processes_.size() >= options_.max_processes) {
+    ++unwatched_;
+    return;
+  }
+  Process& process = processes_[key];
+  process.domain = domain;
+  process.pid = pid;
+  Start(process);
+}
+
+void JitSnapshots::Start(Process& process) {
+  process.maps_read = std::chrono::steady_clock::now();
+  process.pidfd = ScopedFd(PidfdOpen(static_cast<pid_t>(process.pid)));
+  if (!process.pidfd.valid()) {
+    process.ended = true;  // gone already (or no pidfd: a kernel before 5.3)
+    return;
+  }
+  const std::string proc = fmt::format("{}/{}", options_.proc_root, process.pid);
+  auto status = ReadFileToString(proc + "/status");
+  auto stat = ReadFileToString(proc + "/stat");
+  process.root = ScopedFd(::open((proc + "/root").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  // All read while the pidfd says the process it pinned still runs: they are that process's.
+  if (!status || !stat || !process.root.valid() || Ended(process.pidfd)) {
+    process.ended = true;
+    process.root.Reset();
+    return;
+  }
+  const auto uids = StatusField(status.value(), "Uid");
+  const auto ns_pids = StatusField(status.value(), "NSpid");
+  if (uids.size() < 2) {
+    process.ended = true;
+    return;
+  }
+  process.uid = static_cast<uid_t>(uids[0]);
+  process.euid = static_cast<uid_t>(uids[1]);
+  process.ns_pid = ns_pids.empty() ? process.pid : static_cast<uint32_t>(ns_pids.back());
+  process.start_ticks = StartTicks(stat.value());
+  AddFile(process, "perf-map", fmt::format("tmp/perf-{}.map", process.ns_pid), options_.max_perf_map_bytes);
+  FindJitDumps(process);
+  for (File& file : process.files) Copy(process, file);
+}
+
+void JitSnapshots::FindJitDumps(Process& process) {
+  process.maps_read = std::chrono::steady_clock::now();
+  auto maps = ReadFileToString(fmt::format("{}/{}/maps", options_.proc_root, process.pid));
+  if (!maps) return;
+  const std::string wanted = fmt::format("/jit-{}.dump", process.ns_pid);
+  std::istringstream lines(maps.value());
+  std::string line;
+  while (std::getline(lines, line)) {
+    const size_t slash = line.find('/');
+    if (slash == std::string::npos || !line.ends_with(wanted)) continue;
+    std::string path = line.substr(slash + 1);  // inside the process's root
+    const bool known = std::any_of(process.files.begin(), process.files.end(),
+                                   [&](const File& file) { return file.path == path; });
+    if (!known) AddFile(process, "jitdump", std::move(path), options_.max_jitdump_bytes);
+  }
+}
+
+void JitSnapshots::AddFile(Process& process, std::string kind, std::string path, uint64_t max_bytes) {
+  File file;
+  file.kind = std::move(kind);
+  file.path = std::move(path);
+  file.max_bytes = max_bytes;
+  file.record = SIZE_MAX;  // a record once something was found
+  process.files.push_back(std::move(file));
+}
+
+void JitSnapshots::SetProblem(File& file, std::string problem) {
+  if (file.record != SIZE_MAX) records_[file.record].problem = std::move(problem);
+}
+
+void JitSnapshots::Copy(Process& process, File& file) {
+  if (file.failed || !process.root.valid()) return;
+  ScopedFd in(OpenInRoot(process.root.get(), file.path));
+  if (!in.valid()) return;  // not written (yet), or removed: the last copy stands
+  struct stat st {};
+  if (::fstat(in.get(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+  if (file.record == SIZE_MAX) {
+    store::JitRecord record;
+    record.domain = process.domain;
+    record.pid = process.pid;
+    record.start_ticks = process.start_ticks;
+    record.kind = file.kind;
+    record.source = "/" + file.path;
+    record.file = fmt::format("{}/{}-{}-{}.{}", store::kJitDirectory, process.domain, process.pid,
+                              process.start_ticks, file.kind == "jitdump" ? "dump" : "map");
+    // Two jitdumps of one process (a runtime that restarted its agent) get their own copies.
+    for (const store::JitRecord& other : records_) {
+      if (other.file == record.file) record.file += fmt::format(".{}", records_.size());
+    }
+    file.record = records_.size();
+    records_.push_back(std::move(record));
+  }
+  store::JitRecord& record = records_[file.record];
+  if (st.st_uid != process.uid && st.st_uid != process.euid && st.st_uid != 0) {
+    SetProblem(file, fmt::format("owned by uid {}, neither the process's user ({}) nor root: not read", st.st_uid,
+                                 process.euid));
+    return;
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  const int64_t mtime_ns = int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+  const bool same_file = st.st_dev == file.device && st.st_ino == file.inode;
+  uint64_t from = 0;
+  if (same_file && size >= file.copied && (size > file.copied || mtime_ns == file.mtime_ns)) {
+    from = file.copied;  // it grew (runtimes append): copy the new tail only
+    if (size == file.copied) return;
+  }
+  const uint64_t until = std::min(size, file.max_bytes);
+  record.cut = size > file.max_bytes;
+  const std::string out_path = directory_ + "/" + record.file;
+  if (auto made = MakeDirectories(directory_ + "/" + store::kJitDirectory); !made) {
+    file.failed = true;
+    SetProblem(file, made.error().message());
+    return;
+  }
+  const int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (from == 0 ? O_TRUNC : O_APPEND);
+  auto out = OpenRegularFile(out_path, flags, 0644);
+  if (!out) {
+    file.failed = true;
+    SetProblem(file, out.error().message());
+    return;
+  }
+  std::vector<char> block(kCopyBlock);
+  uint64_t offset = from;
+  while (offset < until) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(block.size(), until - offset));
+    const ssize_t got = ::pread(in.get(), block.data(), want, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;  // shrank under us: what was read stands
+    auto written = WriteAll(out.value().get(), std::as_bytes(std::span(block.data(), static_cast<size_t>(got))),
+                            out_path);
+    if (!written) {
+      // A full disk: the samples matter more than names. Keep what was copied, stop copying.
+      file.failed = true;
+      SetProblem(file, fmt::format("copy stopped at {} bytes: {}", offset, written.error().message()));
+      break;
+    }
+    offset += static_cast<uint64_t>(got);
+  }
+  file.device = st.st_dev;
+  file.inode = st.st_ino;
+  file.copied = offset;
+  file.mtime_ns = mtime_ns;
+  record.bytes = offset;
+}
+
+void JitSnapshots::Poll(bool now) {
+  const auto time = std::chrono::steady_clock::now();
+  if (!now && time - last_poll_ < kPollPeriod) return;
+  last_poll_ = time;
+  for (auto& [key, process] : processes_) {
+    if (process.ended) continue;
+    const bool ended = Ended(process.pidfd);
+    if (!ended && time - process.maps_read >= kMapsPeriod) FindJitDumps(process);
+    // A process that ended has written its last (DumpPerfMapAtExit writes on the way out): one
+    // last copy, through the root it had.
+    for (File& file : process.files) Copy(process, file);
+    if (ended) {
+      process.ended = true;
+      process.maps_read = time;
+      process.root.Reset();
+      process.pidfd.Reset();
+    }
+  }
+}
+
+void JitSnapshots::CopyAll() {
+  last_poll_ = {};
+  Poll(true);
+}
+
+}  // namespace hvprof::agent

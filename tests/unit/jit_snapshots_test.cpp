@@ -1,0 +1,175 @@
+// hvprofd's copies of JIT runtimes' files (JitSnapshots), with a real child process playing the
+// runtime: files that grow, files written as the process exits, and the files a hostile
+// process could plant instead (links, FIFOs, files of another user, files that never end).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "hvprof/agent/jit_snapshots.h"
+#include "hvprof/base/files.h"
+#include "skip.h"
+#include "temp_dir.h"
+
+using hvprof::agent::JitSnapshots;
+using hvprof::testing::TempDir;
+
+namespace {
+
+// A child that waits until told to exit, with files at /tmp/perf-PID.map and in `dir`.
+class Runtime {
+ public:
+  Runtime() {
+    REQUIRE(::pipe(pipe_) == 0);
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::close(pipe_[1]);
+      char byte;
+      // Told to exit: write the "at exit" line first, as -XX:+DumpPerfMapAtExit does.
+      if (::read(pipe_[0], &byte, 1) == 1 && byte == 'x') {
+        std::ofstream(fmt::format("/tmp/perf-{}.map", ::getpid()), std::ios::app) << "3000 10 written_at_exit\n";
+      }
+      ::_exit(0);
+    }
+    ::close(pipe_[0]);
+    pid_saved_ = pid_;
+    map_ = fmt::format("/tmp/perf-{}.map", pid_);
+  }
+  ~Runtime() {
+    Exit(false);
+    std::error_code ec;
+    std::filesystem::remove(map_, ec);
+  }
+  void Exit(bool write_at_exit) {
+    if (pid_ <= 0) return;
+    const char byte = write_at_exit ? 'x' : 'q';
+    (void)!::write(pipe_[1], &byte, 1);
+    ::close(pipe_[1]);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  uint32_t pid() const { return static_cast<uint32_t>(pid_saved_); }
+  const std::string& map() const { return map_; }
+  void Append(const std::string& text) const { std::ofstream(map_, std::ios::app) << text; }
+
+ private:
+  int pipe_[2] = {-1, -1};
+  pid_t pid_ = -1;
+  pid_t pid_saved_ = -1;
+  std::string map_;
+};
+
+std::string Copy(const TempDir& session, const JitSnapshots& jit, size_t index = 0) {
+  REQUIRE(jit.records().size() > index);
+  auto text = hvprof::ReadFileToString(session.path() + "/" + jit.records()[index].file);
+  return text ? text.value() : std::string("(unreadable)");
+}
+
+}  // namespace
+
+TEST_CASE("jit snapshots: a perf map is copied as it grows, and its last lines when the process ends", "[jit][agent]") {
+  TempDir session;
+  Runtime runtime;
+  const uint32_t pid = runtime.pid();
+  runtime.Append("1000 10 first\n");
+  JitSnapshots jit(session.path(), {});
+  jit.Watch(0, pid);
+  REQUIRE(jit.records().size() == 1);
+  const auto& record = jit.records()[0];
+  CHECK(record.kind == "perf-map");
+  CHECK(record.pid == pid);
+  CHECK(record.start_ticks != 0);
+  CHECK(record.file == fmt::format("jit/0-{}-{}.map", pid, record.start_ticks));
+  CHECK(record.source == fmt::format("/tmp/perf-{}.map", pid));
+  CHECK(Copy(session, jit) == "1000 10 first\n");
+
+  runtime.Append("2000 10 second\n");
+  jit.Poll(true);
+  CHECK(Copy(session, jit) == "1000 10 first\n2000 10 second\n");
+  CHECK(jit.records()[0].bytes == std::string("1000 10 first\n2000 10 second\n").size());
+
+  // The process writes as it exits, and its map is removed right after: the copy has it all.
+  runtime.Exit(true);
+  jit.Poll(true);
+  std::filesystem::remove(runtime.map());
+  CHECK(Copy(session, jit) == "1000 10 first\n2000 10 second\n3000 10 written_at_exit\n");
+  // Once ended, nothing more is read (the pid may be another process's now).
+  jit.CopyAll();
+  CHECK(jit.records()[0].problem.empty());
+}
+
+TEST_CASE("jit snapshots: a map rewritten in place is copied anew, and one past the bound is cut", "[jit][agent]") {
+  TempDir session;
+  Runtime runtime;
+  runtime.Append("1000 10 first\n2000 10 second\n");
+  JitSnapshots::Options options;
+  options.max_perf_map_bytes = 20;
+  JitSnapshots jit(session.path(), options);
+  jit.Watch(0, runtime.pid());
+  CHECK(Copy(session, jit) == "1000 10 first\n2000 1");
+  CHECK(jit.records()[0].cut);
+  // Rewritten (a new file at the same name): copied from its start.
+  std::filesystem::remove(runtime.map());
+  std::ofstream(runtime.map()) << "5000 10 new\n";
+  jit.Poll(true);
+  CHECK(Copy(session, jit) == "5000 10 new\n");
+  CHECK_FALSE(jit.records()[0].cut);
+}
+
+TEST_CASE("jit snapshots: links, FIFOs and other users' files are not read", "[jit][agent]") {
+  TempDir session;
+  TempDir elsewhere;
+  Runtime runtime;
+  SECTION("a symbolic link to a file the process could not read itself") {
+    const std::string secret = elsewhere.File("secret");
+    std::ofstream(secret) << "1000 10 secret\n";
+    std::filesystem::create_symlink(secret, runtime.map());
+    JitSnapshots jit(session.path(), {});
+    jit.Watch(0, runtime.pid());
+    CHECK(jit.records().empty());
+  }
+  SECTION("a FIFO that would block a reader forever") {
+    REQUIRE(::mkfifo(runtime.map().c_str(), 0644) == 0);
+    JitSnapshots jit(session.path(), {});
+    jit.Watch(0, runtime.pid());  // returns: the FIFO is opened without blocking and skipped
+    CHECK(jit.records().empty());
+  }
+  SECTION("a file of another user") {
+    if (::geteuid() != 0 && hvprof::testing::SkipTest("needs root to give a file to another user")) return;
+    runtime.Append("1000 10 planted\n");
+    REQUIRE(::chown(runtime.map().c_str(), 4321, 4321) == 0);
+    JitSnapshots jit(session.path(), {});
+    jit.Watch(0, runtime.pid());
+    REQUIRE(jit.records().size() == 1);
+    CHECK(jit.records()[0].bytes == 0);
+    CHECK_THAT(jit.records()[0].problem, Catch::Contains("owned by uid 4321"));
+    CHECK_FALSE(std::filesystem::exists(session.path() + "/" + jit.records()[0].file));
+  }
+}
+
+TEST_CASE("jit snapshots: processes that are gone, pids that are none, and a bound on processes", "[jit][agent]") {
+  TempDir session;
+  JitSnapshots::Options options;
+  options.max_processes = 2;
+  JitSnapshots jit(session.path(), options);
+  jit.Watch(0, 0);            // the idle task
+  jit.Watch(0, 0xFFFFFFFF);   // no pid
+  Runtime a, b, c;
+  jit.Watch(0, a.pid());
+  jit.Watch(1, b.pid());
+  jit.Watch(2, c.pid());
+  CHECK(jit.unwatched() == 1);
+  Runtime gone;
+  const uint32_t gone_pid = gone.pid();
+  gone.Exit(false);
+  JitSnapshots later(session.path(), {});
+  later.Watch(0, gone_pid);
+  CHECK(later.records().empty());
+}
