@@ -24,3 +24,10 @@ find_path(XEN_INCLUDE_DIR xen/xenoprof.h)
 if(NOT XEN_INCLUDE_DIR)
   message(FATAL_ERROR "libxen-dev headers not found: run scripts/install-deps.sh")
 endif()
+
+# systemtap-sdt-dev: <sys/sdt.h>, the USDT probes of hvprofd and hvprof-hv (base/probes.h,
+# docs/probes.md). Header-only: the probes need nothing at run time.
+find_path(SDT_INCLUDE_DIR sys/sdt.h)
+if(NOT SDT_INCLUDE_DIR)
+  message(FATAL_ERROR "sys/sdt.h not found (systemtap-sdt-dev): run scripts/install-deps.sh")
+endif()

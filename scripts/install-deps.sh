@@ -26,6 +26,8 @@ packages=(
   debuginfod         # the server the debuginfod tests run on loopback
   linux-perf         # the yardstick of the linux tests and benchmarks
   libc6-dbg binutils xz-utils
+  systemtap-sdt-dev  # <sys/sdt.h>: the USDT probes of hvprofd and hvprof-hv (docs/probes.md)
+  bpftrace           # the probes test attaches one and sees it fire (skipped without root)
   # packaging (cmake/HvprofInstall.cmake, scripts/test-package.sh): man pages made from --help,
   # the .deb's library dependencies (dpkg-shlibdeps), and what the package test checks with:
   # man and groff render the pages, bash-completion loads the completion, file sees stripping

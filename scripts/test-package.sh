@@ -64,6 +64,10 @@ for program in "${programs[@]}"; do
   file "/usr/bin/$program" | grep -q ', stripped' || fail "/usr/bin/$program is not stripped"
   "/usr/bin/$program" --version | grep -qx "$program (hvprof) [0-9.]*" || fail "$program --version does not say '$program (hvprof) VERSION'"
 done
+# Stripping keeps the USDT probes (.note.stapsdt, docs/probes.md).
+for program in hvprofd hvprof-hv; do
+  readelf -n "/usr/bin/$program" | grep -q 'Provider: hvprof' || fail "/usr/bin/$program lost its USDT probes"
+done
 for unit in hvprofd hvprof-hv; do
   f=/usr/lib/systemd/system/$unit.service
   [ -f "$f" ] || fail "$f is not installed"

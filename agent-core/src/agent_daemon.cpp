@@ -13,7 +13,14 @@
 #include "hvprof/base/escape.h"
 #include "hvprof/base/files.h"
 #include "hvprof/base/log.h"
+#include "hvprof/base/probes.h"
 #include "hvprof/base/signals.h"
+
+HVPROF_PROBE_SEMAPHORE(session__start);
+HVPROF_PROBE_SEMAPHORE(session__stop);
+HVPROF_PROBE_SEMAPHORE(control__request);
+HVPROF_PROBE_SEMAPHORE(control__failed);
+HVPROF_PROBE_SEMAPHORE(hypervisor__lost);
 
 namespace hvprof::agent {
 
@@ -277,6 +284,7 @@ Result<void> AgentDaemon::Run() {
 void AgentDaemon::OnHypervisorLost() {
   hypervisor_lost_ = true;
   const bool was_profiling = profiling_;
+  HVPROF_PROBE(hypervisor__lost, static_cast<int>(was_profiling));
   Log(LogLevel::kError, "hvprof-hv went away{}; this hvprofd writes the session and exits",
       was_profiling ? " while profiling" : "");
   if (session_) {
@@ -306,6 +314,7 @@ Result<Json> AgentDaemon::HandleOther(const std::string& action, const Json&) {
 
 Json AgentDaemon::Handle(const Json& request) {
   const std::string action = request.value("action", "");
+  HVPROF_PROBE(control__request, action.c_str());
   Result<Json> result = Json::object();
   if (action == "ping") result = Json{{"role", role_}, {"pid", ::getpid()}, {"domain", link_->domain()}};
   else if (action == "status") result = Status();
@@ -321,6 +330,7 @@ Json AgentDaemon::Handle(const Json& request) {
     result = HandleOther(action, request);
   }
   if (!result) {
+    HVPROF_PROBE(control__failed, action.c_str(), result.error().message().c_str());
     Log(LogLevel::kWarning, "{}: {}", action, result.error().message());
     return ErrorResponse(result.error());
   }
@@ -330,6 +340,10 @@ Json AgentDaemon::Handle(const Json& request) {
 void AgentDaemon::MarkProfiling(bool on) {
   profiling_ = on;
   if (!session_) return;
+  const store::SessionMetadata& m = session_->metadata();
+  const char* id = m.session_id.c_str();
+  if (on) HVPROF_PROBE(session__start, id, session_->directory().c_str(), m.platform.c_str(), m.agent_domain);
+  else HVPROF_PROBE(session__stop, id, session_->directory().c_str(), session_->stats().samples);
   auto& intervals = session_->metadata().profiling;
   if (on) {
     intervals.push_back({WallClockNs(), 0});

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+HVPROF_PROBE_SEMAPHORE(ring__drained);
+
 namespace hvprof::agent {
 
 namespace ring = hvpmu::ring;
@@ -109,6 +111,12 @@ nlohmann::json LegacyRingsStatus(const RingSet& rings, hvpmu::DomainId owner) {
           {"max_fill", fullest},
           {"samples", {{"user", user}, {"kernel", kernel}, {"hypervisor", hypervisor}}},
           {"lost", {{"ring_full", lost}}}};
+}
+
+uint64_t LostOf(const RingState& ring) {
+  uint64_t lost = 0;
+  for (const uint64_t& count : ring.reader.header().lost) lost += ring::LoadRelaxed(&count);
+  return lost;
 }
 
 uint64_t MonotonicNs() {

@@ -10,6 +10,9 @@
 #include <string>
 
 #include "hvprof/base/log.h"
+#include "hvprof/base/probes.h"
+
+HVPROF_PROBE_SEMAPHORE(ring__wakeup);
 
 namespace hvprof::hosted {
 
@@ -117,6 +120,7 @@ void HostedPlatform::Notify(DomainId consumer, DomainId owner, uint32_t ring_ind
   // Non-blocking: if the counter is saturated the consumer has plenty to do already.
   [[maybe_unused]] ssize_t n = ::write(eventfds[ring_index].get(), &one, sizeof one);
   ++notifications_sent_;
+  HVPROF_PROBE(ring__wakeup, consumer, owner, ring_index);
 }
 
 hvprof::Result<int> HostedPlatform::RegionFd(uint64_t handle, DomainId requester,

@@ -20,7 +20,11 @@
 
 #include "hvprof/base/files.h"
 #include "hvprof/base/log.h"
+#include "hvprof/base/probes.h"
 #include "hvpmu/pmu_drivers.h"
+
+HVPROF_PROBE_SEMAPHORE(perf__throttle);
+HVPROF_PROBE_SEMAPHORE(perf__lost);
 
 namespace hvprof::linux_host {
 
@@ -453,17 +457,20 @@ DrainResult LinuxMachine::ApplyRecords(std::vector<std::vector<uint8_t>>& buffer
         CpuRateStats& stats = StatsOf(lost.sid.cpu < num_cpus_ ? lost.sid.cpu : ring_cpu);
         ++stats.lost_records;
         stats.lost += lost.lost;
+        HVPROF_PROBE(perf__lost, lost.sid.cpu, lost.lost, 0);
         break;
       }
       case Collector::kThrottle: {
         const PerfThrottle& throttle = collector.throttles[item.index];
         CpuRateStats& stats = StatsOf(throttle.sid.cpu < num_cpus_ ? throttle.sid.cpu : ring_cpu);
         ++(throttle.throttle ? stats.throttles : stats.unthrottles);
+        HVPROF_PROBE(perf__throttle, throttle.sid.cpu, static_cast<int>(throttle.throttle), throttle.time);
         break;
       }
       case Collector::kLostSamples: {
         const PerfLostSamples& lost = collector.lost_samples[item.index];
         StatsOf(lost.sid.cpu < num_cpus_ ? lost.sid.cpu : ring_cpu).lost_samples += lost.lost;
+        HVPROF_PROBE(perf__lost, lost.sid.cpu, lost.lost, 1);
         break;
       }
     }

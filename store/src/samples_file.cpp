@@ -12,6 +12,10 @@
 #include <ctime>
 
 #include "hvprof/base/files.h"
+#include "hvprof/base/probes.h"
+
+HVPROF_PROBE_SEMAPHORE(chunk__written);
+HVPROF_PROBE_SEMAPHORE(store__failed);
 
 namespace hvprof::store {
 namespace {
@@ -297,6 +301,7 @@ Result<void> SamplesWriter::Flush(bool sync) {
       ++stats_.failed_chunks;
       failure_ = written.error();
       last_failure_ = failure_;
+      HVPROF_PROBE(store__failed, sequence_, records, stats_.failed, failure_->message().c_str());
       if (::ftruncate(fd_.get(), static_cast<off_t>(stats_.bytes)) != 0) {
         broken_ = true;
         failure_ = failure_->WithContext("and the partial chunk could not be cut off; nothing more is written");
@@ -307,6 +312,7 @@ Result<void> SamplesWriter::Flush(bool sync) {
     failure_.reset();
     stats_.bytes += buffer.size();
     ++stats_.chunks;
+    HVPROF_PROBE(chunk__written, sequence_, records, buffer.size(), stats_.bytes);
     ++sequence_;
   }
   if (sync && ::fdatasync(fd_.get()) != 0) {

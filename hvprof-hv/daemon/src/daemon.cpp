@@ -18,9 +18,15 @@
 #include "hvprof/base/files.h"
 #include "hvprof/base/socket.h"
 #include "hvprof/base/log.h"
+#include "hvprof/base/probes.h"
 #include "hvprof/hv/framing.h"
 
 #include <nlohmann/json.hpp>
+
+HVPROF_PROBE_SEMAPHORE(agent__connect);
+HVPROF_PROBE_SEMAPHORE(agent__refused);
+HVPROF_PROBE_SEMAPHORE(agent__disconnect);
+HVPROF_PROBE_SEMAPHORE(op__refused);
 
 namespace hvprof::hv {
 
@@ -369,6 +375,7 @@ void Daemon::Accept(DomainId domain, int listener) {
   const sim::DomainSpec* spec = scenario_.FindDomain(domain);
   const uid_t allowed = spec != nullptr ? spec->socket_uid.value_or(::geteuid()) : ::geteuid();
   if (peer.uid != allowed) {
+    HVPROF_PROBE(agent__refused, domain, peer.uid, peer.pid);
     Log(LogLevel::kWarning,
         "refused a connection to domain {}'s socket from uid {} (pid {}): only uid {} speaks for "
         "domain {}", domain, peer.uid, peer.pid, allowed, domain);
@@ -382,6 +389,7 @@ void Daemon::Accept(DomainId domain, int listener) {
   const int key = fd.get();
   connection->fd = std::move(fd);
   Log(LogLevel::kInfo, "domain {}: agent connected (pid {})", domain, peer.pid);
+  HVPROF_PROBE(agent__connect, domain, peer.pid);
   connections_.emplace(key, std::move(connection));
 }
 
@@ -500,6 +508,7 @@ void Daemon::Handle(Connection& connection, const hv::MessageHeader& header,
       }
       machine_wake_.notify_all();
       if (error != ErrorCode::kOk) {
+        HVPROF_PROBE(op__refused, connection.domain, request.op, static_cast<int>(error), ErrorName(error));
         Log(LogLevel::kDebug, "domain {}: op {:#x} refused: {}", connection.domain, request.op,
             ErrorName(error));
       }
@@ -727,6 +736,10 @@ void Daemon::Close(Connection& connection, std::string_view why) {
   bool others = false;
   for (const auto& [other_fd, other] : connections_) others |= other->domain == domain;
   Log(LogLevel::kInfo, "domain {}: agent connection closed ({})", domain, why);
+  if (HVPROF_PROBE_ENABLED(agent__disconnect)) {
+    const std::string reason(why);  // a probe's string ends in a NUL
+    HVPROF_PROBE(agent__disconnect, domain, reason.c_str());
+  }
   if (others) return;
   if (domain == 0) {
     Log(LogLevel::kInfo, "dom0's profiler is gone; its profiling state stays for a restarted agent to recover");

@@ -10,7 +10,11 @@
 
 #include "hvprof/agent/hypervisor_link.h"
 #include "hvprof/agent/ring_reader.h"
+#include "hvprof/base/probes.h"
 #include "hvpmu/abi/ops.h"
+
+// The probe of DrainAll (docs/probes.md); ring_set.cpp defines its semaphore.
+HVPROF_PROBE_SEMAPHORE_DECLARE(ring__drained);
 
 namespace hvprof::agent {
 
@@ -46,6 +50,8 @@ struct LegacyRingState {
 
 // A legacy ring's counters since this session's profiling began.
 LegacyRingCounts CountsOf(const LegacyRingState& ring);
+// Samples the engine could not put in a v2 ring since it was set up, for every reason.
+uint64_t LostOf(const RingState& ring);
 
 // A legacy buffer as get_buffer or set_passive describe it.
 struct LegacyBuffer {
@@ -86,6 +92,10 @@ class RingSet {
       ring.drained += stats.samples;
       ring.malformed += stats.malformed;
       total += stats.samples;
+      if (HVPROF_PROBE_ENABLED(ring__drained)) {
+        HVPROF_PROBE(ring__drained, ring.owner, ring.index, static_cast<int>(ring.kind == hvpmu::ring::RingKind::kPcpu),
+                     stats.samples, stats.slots * hvpmu::ring::kRecordSize, LostOf(ring));
+      }
     }
     return total;
   }
@@ -141,9 +151,14 @@ uint64_t RingSet::DrainLegacy(OnSample& on_sample, bool final) {
       ++total;
       on_sample(ToSampleRecord(ring, sample, now), sample.frames);
     };
+    const uint64_t drained_before = ring.drained;
     const DrainStats stats = ring.reader.Drain(hand_on);
     if (final) ring.reader.Flush(hand_on);
     ring.malformed += stats.malformed;
+    if (HVPROF_PROBE_ENABLED(ring__drained) && stats.slots != 0) {
+      HVPROF_PROBE(ring__drained, ring.owner, ring.index, 0, ring.drained - drained_before,
+                   stats.slots * sizeof(hvpmu::legacy::EventLog), CountsOf(ring).lost);
+    }
   }
   return total;
 }

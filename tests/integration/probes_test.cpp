@@ -1,0 +1,208 @@
+// The USDT probes of hvprofd and hvprof-hv (base/probes.h) against docs/probes.md: every probe
+// the page lists is in its program's ELF notes with as many arguments as the page gives it, every
+// probe of provider hvprof in the programs is on the page, and where bpftrace runs as root, probes
+// of both daemons fire during a short simulated session.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "programs.h"
+#include "skip.h"
+#include "temp_dir.h"
+
+using hvprof::testing::Binary;
+using hvprof::testing::RunProgram;
+using hvprof::testing::SkipTest;
+using hvprof::testing::TempDir;
+
+namespace {
+
+struct DocumentedProbe {
+  std::string program;  // hvprofd or hvprof-hv
+  size_t arguments = 0;
+};
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The rows of docs/probes.md's table: | `name` | program | `arg` (type) ... | where |.
+std::map<std::string, DocumentedProbe> DocumentedProbes() {
+  const std::string doc = ReadText(std::string(HVPROF_SOURCE_DIR) + "/docs/probes.md");
+  REQUIRE(!doc.empty());
+  std::map<std::string, DocumentedProbe> probes;
+  static const std::regex row(R"(^\| `([a-z_]+)` \| (hvprofd|hvprof-hv) \| ([^|]*) \|)");
+  static const std::regex argument(R"(`[a-z_]+` \()");
+  std::istringstream lines(doc);
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, row)) continue;
+    const std::string arguments = m[3].str();
+    DocumentedProbe probe{m[2].str(), static_cast<size_t>(std::distance(
+                                          std::sregex_iterator(arguments.begin(), arguments.end(), argument),
+                                          std::sregex_iterator()))};
+    INFO("probe " << m[1].str() << " is listed twice");
+    CHECK(probes.emplace(m[1].str(), probe).second);
+  }
+  return probes;
+}
+
+struct NotedProbe {
+  std::set<size_t> arguments;  // per site: how many
+  bool semaphore = true;       // every site has one
+};
+
+// The probes of provider hvprof in `binary`'s .note.stapsdt, as `readelf -n` prints them.
+std::map<std::string, NotedProbe> NotedProbes(const std::string& readelf_path, const std::string& binary) {
+  const auto readelf = RunProgram({readelf_path, "-n", binary});
+  INFO(readelf.err);
+  REQUIRE(readelf.status == 0);
+  std::map<std::string, NotedProbe> probes;
+  std::istringstream lines(readelf.out);
+  std::string provider, name;
+  NotedProbe* current = nullptr;
+  static const std::regex semaphore(R"(Semaphore: 0x0*([0-9a-f]*))");
+  for (std::string line; std::getline(lines, line);) {
+    const size_t start = line.find_first_not_of(' ');
+    if (start == std::string::npos) continue;
+    line.erase(0, start);
+    if (line.rfind("Provider: ", 0) == 0) {
+      provider = line.substr(10);
+      current = nullptr;
+    } else if (line.rfind("Name: ", 0) == 0 && provider == "hvprof") {
+      current = &probes[line.substr(6)];
+      current->arguments.insert(0);  // until an Arguments line says otherwise
+    } else if (line.rfind("Location: ", 0) == 0 && current != nullptr) {
+      std::smatch m;
+      current->semaphore &= std::regex_search(line, m, semaphore) && !m[1].str().empty();
+    } else if (line.rfind("Arguments: ", 0) == 0 && current != nullptr) {
+      std::istringstream words(line.substr(11));
+      size_t count = 0;
+      for (std::string word; words >> word;) ++count;
+      current->arguments.erase(0);
+      current->arguments.insert(count);
+    }
+  }
+  return probes;
+}
+
+// `program`'s path on PATH, or "" (RunProgram runs a path).
+std::string FindProgram(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::istringstream folders(path != nullptr ? path : "/usr/sbin:/usr/bin:/sbin:/bin");
+  for (std::string folder; std::getline(folders, folder, ':');) {
+    const std::string candidate = folder + "/" + program;
+    if (!folder.empty() && ::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("readelf -n lists every probe of docs/probes.md in hvprofd and hvprof-hv", "[probes][docs]") {
+  const std::string readelf = FindProgram("readelf");
+  if (readelf.empty() && SkipTest("needs readelf (binutils)")) return;
+  const auto documented = DocumentedProbes();
+  std::map<std::string, size_t> per_program;
+  for (const auto& [name, probe] : documented) ++per_program[probe.program];
+  CHECK(per_program["hvprofd"] >= 4);
+  CHECK(per_program["hvprof-hv"] >= 4);
+  CHECK(documented.size() >= 8);
+  for (const std::string program : {"hvprofd", "hvprof-hv"}) {
+    const auto noted = NotedProbes(readelf, Binary(program));
+    for (const auto& [name, probe] : documented) {
+      if (probe.program != program) continue;
+      INFO(program << ": probe hvprof:" << name);
+      auto it = noted.find(name);
+      REQUIRE(it != noted.end());
+      INFO("docs/probes.md lists " << probe.arguments << " arguments; the sites have "
+           << Catch::Detail::stringify(std::vector<size_t>(it->second.arguments.begin(), it->second.arguments.end())));
+      CHECK(it->second.arguments == std::set<size_t>{probe.arguments});
+      CHECK(it->second.semaphore);
+    }
+    for (const auto& [name, probe] : noted) {
+      INFO(program << " has probe hvprof:" << name << ", which docs/probes.md does not list for it");
+      auto it = documented.find(name);
+      CHECK((it != documented.end() && it->second.program == program));
+    }
+  }
+}
+
+TEST_CASE("bpftrace sees probes of hvprofd and hvprof-hv fire in a simulated session", "[probes][bpftrace]") {
+  if (::geteuid() != 0 && SkipTest("attaching a probe needs root")) return;
+  const std::string bpftrace = FindProgram("bpftrace");
+  if (bpftrace.empty() && SkipTest("needs bpftrace (scripts/install-deps.sh)")) return;
+  TempDir dir;
+  const std::string hvprofd = Binary("hvprofd");
+  const std::string hv = Binary("hvprof-hv");
+  // Both daemons, each started by `hvprof run`: the probes are attached to the files, so they fire
+  // in every process that runs them.
+  const std::string script =
+      "usdt:" + hvprofd + ":hvprof:session__start { printf(\"session__start %s\\n\", str(arg2)); }\n"
+      "usdt:" + hvprofd + ":hvprof:chunk__written { printf(\"chunk__written %d\\n\", arg1); }\n"
+      "usdt:" + hv + ":hvprof:agent__connect { printf(\"agent__connect %d\\n\", arg0); }\n";
+  const std::string out = dir.File("bpftrace.out");
+  const pid_t tracer = ::fork();
+  REQUIRE(tracer >= 0);
+  if (tracer == 0) {
+    ::setpgid(0, 0);
+    if (std::freopen(out.c_str(), "w", stdout) == nullptr || std::freopen((out + ".err").c_str(), "w", stderr) == nullptr) {
+      ::_exit(126);
+    }
+    ::execl(bpftrace.c_str(), "bpftrace", "-B", "none", "-e", script.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  auto stop_tracer = [&] {
+    ::kill(tracer, SIGINT);
+    int status = 0;
+    for (int i = 0; i < 100 && ::waitpid(tracer, &status, WNOHANG) == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (::waitpid(tracer, &status, WNOHANG) == 0) {
+      ::kill(tracer, SIGKILL);
+      ::waitpid(tracer, &status, 0);
+    }
+    return status;
+  };
+  // bpftrace says "Attaching 3 probes..." once the probes are in place.
+  bool attached = false;
+  for (int i = 0; i < 300 && !attached; ++i) {
+    attached = ReadText(out).find("Attaching") != std::string::npos;
+    int status = 0;
+    if (!attached && ::waitpid(tracer, &status, WNOHANG) == tracer) break;
+    if (!attached) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!attached) {
+    stop_tracer();
+    const std::string why = ReadText(out + ".err");
+    // A kernel without uprobes or BPF (a container without CAP_BPF, say) cannot trace at all.
+    if (SkipTest("bpftrace cannot attach a probe here: " + why.substr(0, 300))) return;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // past the attachment itself
+  const auto run = RunProgram({Binary("hvprof"), "run", "--platform=sim", "--session-dir=" + dir.File("s"),
+                               "--duration=200ms"});
+  INFO(run.out << run.err);
+  CHECK(run.status == 0);
+  stop_tracer();
+  const std::string traced = ReadText(out);
+  INFO("bpftrace printed:\n" << traced << ReadText(out + ".err"));
+  CHECK(traced.find("session__start sim\n") != std::string::npos);
+  CHECK(traced.find("agent__connect 0\n") != std::string::npos);
+  CHECK(traced.find("chunk__written ") != std::string::npos);
+}
