@@ -16,6 +16,9 @@
 
 #include "hvprof/base/files.h"
 #include "hvprof/base/log.h"
+#include "hvprof/base/probes.h"
+
+HVPROF_PROBE_SEMAPHORE(jit__copied);
 
 namespace hvprof::agent {
 namespace {
@@ -235,6 +238,7 @@ void JitSnapshots::Copy(Process& process, File& file) {
   file.copied = offset;
   file.mtime_ns = mtime_ns;
   record.bytes = offset;
+  HVPROF_PROBE(jit__copied, process.domain, process.pid, record.kind.c_str(), offset - from, offset);
 }
 
 void JitSnapshots::Poll(bool now) {
