@@ -99,6 +99,10 @@ class ProfileBuilder {
   // LoadProfile: reads the session and builds its Profile.
   static Result<Profile> Load(const std::string& directory, const LoadOptions& options);
   static Result<std::vector<uint32_t>> Slice(const Profile& profile, uint32_t slices);
+  // Slice's counts of the entries an address was split into by time (SplitJitByTime), from the
+  // raw samples.
+  static Result<void> CountTimeSplits(const Profile& profile, const store::TimeSlicing& slicing,
+                                      std::vector<uint32_t>& counts);
   // With --all-domains: the guests' published profiles, checked; their hypervisor samples are
   // added to `aggregate`, for dom0 to resolve.
   // `total` is the session's own samples, checked not to wrap.
@@ -139,6 +143,13 @@ class ProfileBuilder {
   // null when it has none.
   const sym::JitTable* JitTableOf(uint16_t domain, uint32_t pid);
   void SymbolizeJit(Target& target);
+ public:
+  // Entries in JIT code whose addresses held different code during the session are split by
+  // what each sample's time found there (the raw samples have times; the aggregate has none).
+  // True when some entry was split (the entries no longer match the aggregate's one to one).
+  Result<bool> SplitJitByTime(const std::string& samples_path);
+
+ private:
   const store::ImageRecord* FindImage(const std::string& role, std::optional<uint16_t> domain) const;
   void Symbolize(Target& target);
 
@@ -392,6 +403,12 @@ const sym::JitTable* ProfileBuilder::JitTableOf(uint16_t domain, uint32_t pid) {
         p_.problems_.push_back(fmt::format("{} (the jitdump of pid {}) is not one: {}", path, pid, dump.error));
         continue;
       }
+      // Its times are CLOCK_MONOTONIC, the linux platform's sample clock; the TSC
+      // (arch_timestamp) or another platform's clock cannot be compared: then the later record
+      // at an address names it whenever it was sampled.
+      if (dump.header.arch_timestamp || p_.metadata_.platform != "linux") {
+        for (sym::JitSymbol& symbol : dump.symbols) symbol.valid_from_ns = 0;
+      }
       table->Add(std::move(dump.symbols));
     } else {
       // The last line may still have been written when the copy was made.
@@ -405,12 +422,91 @@ const sym::JitTable* ProfileBuilder::JitTableOf(uint16_t domain, uint32_t pid) {
     }
   }
   table->Finish();
-  if (table->has_reuse()) {
-    NoteOnce(fmt::format("pid {} loaded new JIT code over old code's addresses during the session: its samples "
-                         "there are named by the latest code (the aggregate has no sample times)", pid));
-  }
   if (!table->empty()) it->second = std::move(table);
   return it->second.get();
+}
+
+Result<bool> ProfileBuilder::SplitJitByTime(const std::string& samples_path) {
+  std::map<std::pair<uint16_t, uint32_t>, const sym::JitTable*> reused;
+  for (const auto& [key, table] : jit_tables_) {
+    if (table && table->has_reuse()) reused[key] = table.get();
+  }
+  if (reused.empty()) return false;
+  // The entries of those processes by (domain, pid, event, address).
+  std::map<std::tuple<uint16_t, uint32_t, uint8_t, uint64_t>, size_t> index;
+  for (size_t e = 0; e < p_.entries_.size(); ++e) {
+    const Entry& entry = p_.entries_[e];
+    if (entry.mode == kUser && reused.contains({entry.domain, entry.pid})) {
+      index[{entry.domain, entry.pid, entry.event, entry.ip}] = e;
+    }
+  }
+  struct Seen {
+    uint64_t count = 0;
+    uint64_t first_ns = UINT64_MAX;
+    uint64_t last_ns = 0;
+  };
+  std::map<std::pair<size_t, const sym::JitSymbol*>, Seen> counts;
+  const auto id = store::ParseSessionId(p_.metadata_.session_id);
+  auto read = store::ReadSamplesFile(
+      samples_path,
+      [&](const store::StoredSample& sample) {
+        if (sample.mode != kUser) return;
+        const auto table = reused.find({sample.domain, sample.pid});
+        if (table == reused.end()) return;
+        const auto entry = index.find({sample.domain, sample.pid, sample.event, sample.ip});
+        if (entry == index.end()) return;
+        Seen& seen = counts[{entry->second, table->second->Find(sample.ip, sample.time_ns)}];
+        ++seen.count;
+        seen.first_ns = std::min(seen.first_ns, sample.time_ns);
+        seen.last_ns = std::max(seen.last_ns, sample.time_ns);
+      },
+      id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt);
+  if (!read) {
+    for (const auto& [key, table] : reused) {
+      NoteOnce(fmt::format("pid {} loaded new JIT code over old code's addresses, and without the raw samples' times "
+                           "({}) its samples there are named by the latest code", key.second, read.error().message()));
+    }
+    return false;
+  }
+  bool split = false;
+  for (auto it = counts.begin(); it != counts.end();) {
+    const size_t e = it->first.first;
+    std::vector<std::pair<const sym::JitSymbol*, Seen>> names;
+    uint64_t sum = 0;
+    for (; it != counts.end() && it->first.first == e; ++it) {
+      names.emplace_back(it->first.second, it->second);
+      sum += it->second.count;
+    }
+    // Only what the raw samples account for exactly (a session still being written may differ).
+    if (names.size() < 2 || sum != p_.entries_[e].count) continue;
+    split = true;
+    const Entry original = p_.entries_[e];
+    const std::string& image_name = p_.images_[original.image].name;
+    for (size_t n = 0; n < names.size(); ++n) {
+      Entry piece = original;
+      piece.count = names[n].second.count;
+      piece.line = kNoIndex;
+      if (const sym::JitSymbol* symbol = names[n].first) {
+        piece.symbol = SymbolIndex(original.image, symbol->name, symbol->start, true, "");
+        if (options_.lines && !symbol->file.empty()) piece.line = LineIndex(symbol->file, symbol->line);
+      } else {
+        piece.symbol = SymbolIndex(original.image, fmt::format("[unknown in {}]", image_name), 0, false,
+                                   "no JIT code was there yet when it was sampled");
+      }
+      // Each name held the address over one span of time (the code there changed at load
+      // times only): the span of its samples' times tells its samples apart again later.
+      p_.time_splits_.push_back({n == 0 ? e : p_.entries_.size(), names[n].second.first_ns, names[n].second.last_ns});
+      if (n == 0) p_.entries_[e] = piece;
+      else p_.entries_.push_back(piece);
+    }
+  }
+  if (split) {
+    for (const auto& [key, table] : reused) {
+      NoteOnce(fmt::format("pid {} loaded new JIT code over old code's addresses during the session: each sample "
+                           "there is named by the code its time found", key.second));
+    }
+  }
+  return split;
 }
 
 void ProfileBuilder::SymbolizeJit(Target& target) {
@@ -930,6 +1026,14 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
   }
   builder.AddPublishedSymbols(published);
   builder.MarkIdle(aggregate);
+  if (have_samples && published.empty()) {
+    HVPROF_TRY(split, builder.SplitJitByTime(samples));
+    // The aggregate's per-entry time slices no longer line up: Slice counts them again.
+    if (split) {
+      profile.time_slices_ = 0;
+      profile.slice_counts_.clear();
+    }
+  }
   if (options.stacks) {
     HVPROF_TRYV(builder.BuildStacks(CollectStacks(aggregate, options.stack_threads)));
     builder.MarkIdleStacks();
@@ -991,11 +1095,44 @@ Result<std::vector<uint32_t>> ProfileBuilder::Slice(const Profile& profile, uint
       while (at < index.size() && index[at].first < counted.entries[i].key) ++at;
       if (at == index.size()) break;
       if (!(index[at].first == counted.entries[i].key)) continue;
+      // An address named apart by time (JIT code replaced there) is counted below, by time.
+      if (at + 1 < index.size() && index[at + 1].first == counted.entries[i].key) continue;
       std::copy_n(counted.slice_counts.begin() + static_cast<ptrdiff_t>(i * slices), slices,
                   counts.begin() + static_cast<ptrdiff_t>(index[at].second) * slices);
     }
+    HVPROF_TRYV(CountTimeSplits(profile, store::TimeSlicing{slices, first, last}, counts));
   }
   return counts;
+}
+
+Result<void> ProfileBuilder::CountTimeSplits(const Profile& profile, const store::TimeSlicing& slicing,
+                                             std::vector<uint32_t>& counts) {
+  const uint32_t slices = slicing.count;
+  if (!profile.time_splits_.empty()) {
+    // The entries one address was split into, by the span of their samples' times.
+    std::map<std::tuple<uint16_t, uint32_t, uint8_t, uint8_t, uint64_t>, std::vector<Profile::TimeSplit>> splits;
+    for (const Profile::TimeSplit& split : profile.time_splits_) {
+      const Entry& entry = profile.entries_[split.entry];
+      splits[{entry.domain, entry.pid, entry.mode, entry.event, entry.ip}].push_back(split);
+      std::fill_n(counts.begin() + static_cast<ptrdiff_t>(split.entry * slices), slices, 0);
+    }
+    const std::string path = profile.loaded_directory_ + "/" + store::kSamplesFile;
+    const auto id = store::ParseSessionId(profile.metadata_.session_id);
+    HVPROF_TRY(scanned, store::ReadSamplesFile(
+                            path,
+                            [&](const store::StoredSample& s) {
+                              const auto found = splits.find({s.domain, s.pid, s.mode, s.event, s.ip});
+                              if (found == splits.end()) return;
+                              for (const Profile::TimeSplit& split : found->second) {
+                                if (s.time_ns < split.first_ns || s.time_ns > split.last_ns) continue;
+                                ++counts[split.entry * slices + slicing.SliceOf(s.time_ns)];
+                                break;
+                              }
+                            },
+                            id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt));
+    (void)scanned;
+  }
+  return Ok();
 }
 
 Result<std::vector<uint32_t>> SliceCounts(const Profile& profile, uint32_t slices) {

@@ -452,21 +452,15 @@ Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* sum
   uint64_t addresses[kMaxFrames + 1];
   const uint32_t slices = std::min(slicing.count, kMaxTimeSlices);
   std::vector<detail::AddressCounter> slice_counters(slices, detail::AddressCounter(1u << 12));
-  const unsigned __int128 span =
-      slicing.last_ns >= slicing.first_ns ? static_cast<unsigned __int128>(slicing.last_ns - slicing.first_ns) + 1 : 1;
+  TimeSlicing capped = slicing;
+  capped.count = slices;
   HVPROF_TRY(summary, ReadSamplesFile(
                           path,
                           [&](const StoredSample& s) {
                             const AggregateKey key{s.ip, s.pid, s.domain, s.mode, s.event};
                             counter.Add(key);
                             ++samples;
-                            if (slices != 0) {
-                              const uint64_t offset = s.time_ns > slicing.first_ns ? s.time_ns - slicing.first_ns : 0;
-                              slice_counters[std::min<uint64_t>(
-                                                 slices - 1, static_cast<uint64_t>(
-                                                                 static_cast<unsigned __int128>(offset) * slices / span))]
-                                  .Add(key);
-                            }
+                            if (slices != 0) slice_counters[capped.SliceOf(s.time_ns)].Add(key);
                             if (stacks == StackDetail::kNone) return;
                             addresses[0] = s.ip;
                             const size_t length = std::min<size_t>(s.frames.size(), kMaxFrames);

@@ -199,6 +199,14 @@ class Profile {
   // (load.h) uses them instead of reading the samples again.
   uint32_t time_slices_ = 0;
   std::vector<uint32_t> slice_counts_;
+  // Entries that share an address with others, told apart by time (JIT code replaced there):
+  // the span of sample times each one holds, for SliceCounts.
+  struct TimeSplit {
+    size_t entry;
+    uint64_t first_ns;
+    uint64_t last_ns;
+  };
+  std::vector<TimeSplit> time_splits_;
   std::string loaded_directory_;  // where the files are (directory_ may be an archive's original)
 
   friend class ProfileBuilder;  // load.cpp fills it in

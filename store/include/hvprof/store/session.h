@@ -225,6 +225,13 @@ struct TimeSlicing {
   uint32_t count = 0;
   uint64_t first_ns = 0;
   uint64_t last_ns = 0;
+  // The slice a sample of `time_ns` is counted in (count must not be 0).
+  uint32_t SliceOf(uint64_t time_ns) const {
+    const unsigned __int128 span = last_ns >= first_ns ? static_cast<unsigned __int128>(last_ns - first_ns) + 1 : 1;
+    const uint64_t offset = time_ns > first_ns ? time_ns - first_ns : 0;
+    const auto slice = static_cast<unsigned __int128>(offset) * count / span;
+    return static_cast<uint32_t>(slice < count ? slice : count - 1);
+  }
 };
 
 // What AggregateSamplesFile counts besides the entries.
