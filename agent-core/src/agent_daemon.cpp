@@ -214,7 +214,9 @@ Result<void> AgentDaemon::OpenSession(store::SessionMetadata base) {
   HVPROF_TRY(session, SessionWriter::Open(paths_.current(), base_metadata_));
   session_ = std::make_unique<SessionWriter>(std::move(session));
   jit_.reset();
-  if (jit_scope_ != JitScope::kNone) jit_ = std::make_unique<JitSnapshots>(session_->directory(), JitSnapshots::Options{});
+  if (jit_scope_ != JitScope::kNone) {
+    jit_ = std::make_unique<JitSnapshots>(session_->directory(), JitSnapshots::Options{}, session_->metadata().jit);
+  }
   return Ok();
 }
 
@@ -361,7 +363,7 @@ void AgentDaemon::UpdateMetadata(const hvpmu::Status* status) {
       constexpr std::string_view kPrefix = "perf maps and jitdumps were copied for the first ";
       std::erase_if(m.notes, [&](const std::string& note) { return note.starts_with(kPrefix); });
       m.notes.push_back(fmt::format("{}{} processes only; {} more ran user code, and their JIT code may show as "
-                                    "anonymous memory", kPrefix, JitSnapshots::Options{}.max_processes, unwatched));
+                                    "anonymous memory", kPrefix, jit_->max_processes(), unwatched));
     }
   }
   m.rings.clear();

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -24,21 +25,42 @@ namespace hvprof::agent {
 namespace {
 
 constexpr auto kPollPeriod = std::chrono::seconds(1);
-// How often a watched process's mappings are read again for a jitdump it mapped later.
+// How often a watched process's mappings are read again for a jitdump it mapped later: often
+// while it is young (it may not have exec'd its runtime yet when first sampled: `sh -c 'exec
+// node ...'`), then seldom.
 constexpr auto kMapsPeriod = std::chrono::seconds(10);
+constexpr auto kYoungMapsPeriod = std::chrono::milliseconds(200);
+constexpr auto kYoung = std::chrono::seconds(3);
 constexpr size_t kCopyBlock = 1 << 20;
 
 int PidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
-// openat2 confined to `root` (the process's own root: its symlinks resolve inside it, and the
-// last component is never a symlink). Kernels without openat2 get openat with O_NOFOLLOW.
-int OpenInRoot(int root, const std::string& path) {
+// Opens `path` inside `root` (the process's own root: its symlinks resolve inside it, and the
+// last component is never a symlink) for reading, but only once it is seen to be a regular
+// file: opening a device can act on it. Kernels without openat2 get openat with O_NOFOLLOW.
+ScopedFd OpenRegularInRoot(int root, const std::string& path, struct stat* st) {
   open_how how{};
-  how.flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY;
+  how.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC;
   how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
-  const long fd = ::syscall(SYS_openat2, root, path.c_str(), &how, sizeof how);
-  if (fd >= 0 || errno != ENOSYS) return static_cast<int>(fd);
-  return ::openat(root, path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  long fd = ::syscall(SYS_openat2, root, path.c_str(), &how, sizeof how);
+  if (fd < 0 && errno == ENOSYS) fd = ::openat(root, path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  ScopedFd located(static_cast<int>(fd));
+  if (!located.valid() || ::fstat(located.get(), st) != 0 || !S_ISREG(st->st_mode)) return ScopedFd();
+  // Reopened through the descriptor: the very file that was checked.
+  return ScopedFd(::open(fmt::format("/proc/self/fd/{}", located.get()).c_str(),
+                         O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+}
+
+// Descriptors the process may hold; raised to the hard limit first.
+size_t DescriptorLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return 1024;
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  return limit.rlim_cur == RLIM_INFINITY ? size_t(1) << 20 : static_cast<size_t>(limit.rlim_cur);
 }
 
 // A field of /proc/PID/status ("Uid", "NSpid"): its values.
@@ -76,8 +98,13 @@ bool Ended(const ScopedFd& pidfd) {
 
 }  // namespace
 
-JitSnapshots::JitSnapshots(std::string session_directory, Options options)
-    : directory_(std::move(session_directory)), options_(std::move(options)) {}
+JitSnapshots::JitSnapshots(std::string session_directory, Options options, std::vector<store::JitRecord> existing)
+    : directory_(std::move(session_directory)), options_(std::move(options)), records_(std::move(existing)) {
+  // Two descriptors per followed process, and room for everything else hvprofd opens.
+  const size_t by_limit = DescriptorLimit() > 512 ? (DescriptorLimit() - 256) / 2 : 128;
+  if (options_.max_processes == 0) options_.max_processes = std::min<size_t>(4096, by_limit);
+  for (const store::JitRecord& record : records_) session_bytes_ += record.bytes;
+}
 
 JitSnapshots::~JitSnapshots() = default;
 
@@ -93,52 +120,59 @@ void JitSnapshots::Watch(uint16_t domain, uint32_t pid) {
     processes_.erase(it);
   }
   if (pid == 0 || pid > 0x3fffffff) return;  // the idle task, or no pid at all
-  if (processes_.size() >= options_.max_processes) {
-    ++unwatched_;
-    return;
-  }
   Process& process = processes_[key];
   process.domain = domain;
   process.pid = pid;
-  Start(process);
+  process.maps_read = std::chrono::steady_clock::now();
+  queued_.push_back(key);
 }
 
 void JitSnapshots::Start(Process& process) {
-  process.maps_read = std::chrono::steady_clock::now();
+  process.started = true;
+  process.maps_read = process.started_at = std::chrono::steady_clock::now();
+  if (live_ >= options_.max_processes) {
+    ++unwatched_;
+    process.ended = true;
+    return;
+  }
   process.pidfd = ScopedFd(PidfdOpen(static_cast<pid_t>(process.pid)));
   if (!process.pidfd.valid()) {
     process.ended = true;  // gone already (or no pidfd: a kernel before 5.3)
     return;
   }
+  ++live_;
   const std::string proc = fmt::format("{}/{}", options_.proc_root, process.pid);
   auto status = ReadFileToString(proc + "/status");
   auto stat = ReadFileToString(proc + "/stat");
   process.root = ScopedFd(::open((proc + "/root").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   // All read while the pidfd says the process it pinned still runs: they are that process's.
-  if (!status || !stat || !process.root.valid() || Ended(process.pidfd)) {
-    process.ended = true;
-    process.root.Reset();
+  const auto uids = status ? StatusField(status.value(), "Uid") : std::vector<uint64_t>();
+  if (!stat || !process.root.valid() || uids.size() < 2 || Ended(process.pidfd)) {
+    End(process);
     return;
   }
-  const auto uids = StatusField(status.value(), "Uid");
   const auto ns_pids = StatusField(status.value(), "NSpid");
-  if (uids.size() < 2) {
-    process.ended = true;
-    return;
-  }
   process.uid = static_cast<uid_t>(uids[0]);
   process.euid = static_cast<uid_t>(uids[1]);
   process.ns_pid = ns_pids.empty() ? process.pid : static_cast<uint32_t>(ns_pids.back());
   process.start_ticks = StartTicks(stat.value());
   AddFile(process, "perf-map", fmt::format("tmp/perf-{}.map", process.ns_pid), options_.max_perf_map_bytes);
   FindJitDumps(process);
-  for (File& file : process.files) Copy(process, file);
+}
+
+void JitSnapshots::End(Process& process) {
+  if (process.pidfd.valid()) --live_;
+  process.ended = true;
+  process.maps_read = std::chrono::steady_clock::now();
+  process.root.Reset();
+  process.pidfd.Reset();
 }
 
 void JitSnapshots::FindJitDumps(Process& process) {
   process.maps_read = std::chrono::steady_clock::now();
   auto maps = ReadFileToString(fmt::format("{}/{}/maps", options_.proc_root, process.pid));
-  if (!maps) return;
+  // Read while the process still ran: the pid may be another process's now.
+  if (!maps || Ended(process.pidfd)) return;
   const std::string wanted = fmt::format("/jit-{}.dump", process.ns_pid);
   std::istringstream lines(maps.value());
   std::string line;
@@ -148,7 +182,11 @@ void JitSnapshots::FindJitDumps(Process& process) {
     std::string path = line.substr(slash + 1);  // inside the process's root
     const bool known = std::any_of(process.files.begin(), process.files.end(),
                                    [&](const File& file) { return file.path == path; });
-    if (!known) AddFile(process, "jitdump", std::move(path), options_.max_jitdump_bytes);
+    const auto dumps = std::count_if(process.files.begin(), process.files.end(),
+                                     [](const File& file) { return file.kind == "jitdump"; });
+    if (!known && size_t(dumps) < options_.max_jitdumps_per_process) {
+      AddFile(process, "jitdump", std::move(path), options_.max_jitdump_bytes);
+    }
   }
 }
 
@@ -165,12 +203,11 @@ void JitSnapshots::SetProblem(File& file, std::string problem) {
   if (file.record != SIZE_MAX) records_[file.record].problem = std::move(problem);
 }
 
-void JitSnapshots::Copy(Process& process, File& file) {
+void JitSnapshots::Copy(Process& process, File& file, uint64_t* budget) {
   if (file.failed || !process.root.valid()) return;
-  ScopedFd in(OpenInRoot(process.root.get(), file.path));
-  if (!in.valid()) return;  // not written (yet), or removed: the last copy stands
   struct stat st {};
-  if (::fstat(in.get(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+  ScopedFd in = OpenRegularInRoot(process.root.get(), file.path, &st);
+  if (!in.valid()) return;  // not written (yet), removed (the last copy stands), or not a file
   if (file.record == SIZE_MAX) {
     store::JitRecord record;
     record.domain = process.domain;
@@ -180,7 +217,8 @@ void JitSnapshots::Copy(Process& process, File& file) {
     record.source = "/" + file.path;
     record.file = fmt::format("{}/{}-{}-{}.{}", store::kJitDirectory, process.domain, process.pid,
                               process.start_ticks, file.kind == "jitdump" ? "dump" : "map");
-    // Two jitdumps of one process (a runtime that restarted its agent) get their own copies.
+    // Two jitdumps of one process (a runtime that restarted its agent), or a continued session's
+    // copy of the same name, get their own copies.
     for (const store::JitRecord& other : records_) {
       if (other.file == record.file) record.file += fmt::format(".{}", records_.size());
     }
@@ -188,12 +226,26 @@ void JitSnapshots::Copy(Process& process, File& file) {
     records_.push_back(std::move(record));
   }
   store::JitRecord& record = records_[file.record];
-  if (st.st_uid != process.uid && st.st_uid != process.euid && st.st_uid != 0) {
-    SetProblem(file, fmt::format("owned by uid {}, neither the process's user ({}) nor root: not read", st.st_uid,
-                                 process.euid));
+  // The runtime writes its files as itself: a file of anyone else (root included: a process
+  // cannot make one, short of a link or a bind mount) was planted. A second name for the file is
+  // a hard link to something that may not be the runtime's to show.
+  if (st.st_uid != process.uid && st.st_uid != process.euid) {
+    SetProblem(file, fmt::format("owned by uid {}, not by the process's user ({}): not read", st.st_uid, process.euid));
+    file.failed = true;
+    return;
+  }
+  if (st.st_nlink != 1) {
+    SetProblem(file, fmt::format("has {} names (hard links), where a runtime's file has one: not read", st.st_nlink));
+    file.failed = true;
     return;
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
+  // A sparse file costs its writer nothing and a copy its full size.
+  if (size > (1u << 20) && uint64_t(st.st_blocks) * 512 < size / 2) {
+    SetProblem(file, fmt::format("sparse ({} bytes, {} of them written): not read", size, uint64_t(st.st_blocks) * 512));
+    file.failed = true;
+    return;
+  }
   const int64_t mtime_ns = int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
   const bool same_file = st.st_dev == file.device && st.st_ino == file.inode;
   uint64_t from = 0;
@@ -201,8 +253,11 @@ void JitSnapshots::Copy(Process& process, File& file) {
     from = file.copied;  // it grew (runtimes append): copy the new tail only
     if (size == file.copied) return;
   }
-  const uint64_t until = std::min(size, file.max_bytes);
+  const uint64_t session_left = options_.max_session_bytes - std::min(options_.max_session_bytes, session_bytes_);
+  uint64_t until = std::min(size, file.max_bytes);
+  until = std::min(until, from + std::min(session_left, *budget));
   record.cut = size > file.max_bytes;
+  if (until <= from && from != 0) return;  // no budget left now: the next poll goes on
   const std::string out_path = directory_ + "/" + record.file;
   if (auto made = MakeDirectories(directory_ + "/" + store::kJitDirectory); !made) {
     file.failed = true;
@@ -210,12 +265,14 @@ void JitSnapshots::Copy(Process& process, File& file) {
     return;
   }
   const int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (from == 0 ? O_TRUNC : O_APPEND);
-  auto out = OpenRegularFile(out_path, flags, 0644);
+  // Readable in the session by whom the runtime let read it.
+  auto out = OpenRegularFile(out_path, flags, static_cast<int>(st.st_mode & 0644));
   if (!out) {
     file.failed = true;
     SetProblem(file, out.error().message());
     return;
   }
+  if (from == 0) (void)::fchmod(out.value().get(), st.st_mode & 0644);
   std::vector<char> block(kCopyBlock);
   uint64_t offset = from;
   while (offset < until) {
@@ -233,31 +290,62 @@ void JitSnapshots::Copy(Process& process, File& file) {
     }
     offset += static_cast<uint64_t>(got);
   }
+  if (session_bytes_ + (offset - from) >= options_.max_session_bytes && offset < std::min(size, file.max_bytes)) {
+    SetProblem(file, fmt::format("copy stopped at {} bytes: the session's copies reached their bound of {} bytes",
+                                 offset, options_.max_session_bytes));
+  }
+  session_bytes_ += offset - from;
+  *budget -= std::min(*budget, offset - from);
   file.device = st.st_dev;
   file.inode = st.st_ino;
   file.copied = offset;
   file.mtime_ns = mtime_ns;
   record.bytes = offset;
-  HVPROF_PROBE(jit__copied, process.domain, process.pid, record.kind.c_str(), offset - from, offset);
+  if (offset != from) {
+    HVPROF_PROBE(jit__copied, process.domain, process.pid, record.kind.c_str(), offset - from, offset);
+  }
 }
 
 void JitSnapshots::Poll(bool now) {
+  uint64_t budget = now ? UINT64_MAX : options_.max_bytes_per_poll;
+  // Processes first seen since the last call: looked up while they still run.
+  std::vector<uint64_t> queued;
+  queued.swap(queued_);
+  for (uint64_t key : queued) {
+    auto it = processes_.find(key);
+    if (it == processes_.end() || it->second.started) continue;
+    Start(it->second);
+    young_.push_back(key);
+    for (File& file : it->second.files) Copy(it->second, file, &budget);
+  }
   const auto time = std::chrono::steady_clock::now();
+  // Young processes without a jitdump yet: their mappings again, soon.
+  std::erase_if(young_, [&](uint64_t key) {
+    auto it = processes_.find(key);
+    if (it == processes_.end() || it->second.ended || time - it->second.started_at > kYoung) return true;
+    Process& process = it->second;
+    const bool has_dump = std::any_of(process.files.begin(), process.files.end(),
+                                      [](const File& file) { return file.kind == "jitdump"; });
+    if (has_dump) return true;
+    if (time - process.maps_read >= kYoungMapsPeriod) {
+      FindJitDumps(process);
+      for (File& file : process.files) {
+        if (file.kind == "jitdump" && file.record == SIZE_MAX) Copy(process, file, &budget);
+      }
+    }
+    return false;
+  });
   if (!now && time - last_poll_ < kPollPeriod) return;
   last_poll_ = time;
   for (auto& [key, process] : processes_) {
-    if (process.ended) continue;
+    if (process.ended || !process.started) continue;
     const bool ended = Ended(process.pidfd);
     if (!ended && time - process.maps_read >= kMapsPeriod) FindJitDumps(process);
     // A process that ended has written its last (DumpPerfMapAtExit writes on the way out): one
     // last copy, through the root it had.
-    for (File& file : process.files) Copy(process, file);
-    if (ended) {
-      process.ended = true;
-      process.maps_read = time;
-      process.root.Reset();
-      process.pidfd.Reset();
-    }
+    uint64_t unlimited = UINT64_MAX;
+    for (File& file : process.files) Copy(process, file, ended ? &unlimited : &budget);
+    if (ended) End(process);
   }
 }
 

@@ -141,6 +141,7 @@ Result<SessionWriter> SessionWriter::Open(const std::string& directory, store::S
       std::filesystem::remove(samples_path, ec);
       std::filesystem::remove(directory + "/" + store::kAggregateFile, ec);
       std::filesystem::remove(metadata_path, ec);
+      std::filesystem::remove_all(directory + "/" + store::kJitDirectory, ec);
       return Open(directory, std::move(metadata));
     }
     // Continue it: same id, keep what it recorded so far.
@@ -149,6 +150,7 @@ Result<SessionWriter> SessionWriter::Open(const std::string& directory, store::S
     metadata.session_id = old.session_id;
     metadata.created_ns = old.created_ns;
     metadata.profiling = old.profiling;
+    metadata.jit = old.jit;  // the copies already in jit/
     incomplete = old.incomplete;
     carried = old.losses;
     carried_idle = old.idle_samples;

@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/random.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -24,26 +25,35 @@ Result<sockaddr_un> AddressOf(const std::string& path) {
   return address;
 }
 
-// The temporary name: a short dot file beside `path`, unique to this process (short, so that
-// it fits sun_path wherever `path` does, or nearly).
+// A temporary name: a short dot file beside `path`, random (so that no other process, not even
+// one of the same pid in another namespace, uses it), and short, so that it fits sun_path
+// wherever `path` does, or nearly.
 std::string TemporaryName(const std::string& path) {
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
-  return fmt::format("{}.{}", dir, ::getpid());
+  uint32_t random = 0;
+  if (::getrandom(&random, sizeof random, 0) != sizeof random) random = static_cast<uint32_t>(::getpid());
+  return fmt::format("{}.{:08x}", dir, random);
 }
 
 }  // namespace
 
 Result<ScopedFd> ListenUnix(const std::string& path, const UnixListenOptions& options) {
   HVPROF_TRYV(AddressOf(path));
-  std::string temporary = TemporaryName(path);
-  if (temporary.size() >= sizeof(sockaddr_un::sun_path)) temporary = path;  // no room: bind in place
-  HVPROF_TRY(address, AddressOf(temporary));
   ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (options.nonblocking ? SOCK_NONBLOCK : 0), 0));
   if (!fd.valid()) return ErrnoError(errno, "socket");
-  ::unlink(temporary.c_str());  // a stale socket, or one left by an earlier process with our pid
-  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
-    return ErrnoError(errno, fmt::format("cannot bind {}", temporary));
+  std::string temporary;
+  for (int attempt = 0;; ++attempt) {
+    temporary = TemporaryName(path);
+    if (temporary.size() >= sizeof(sockaddr_un::sun_path)) {
+      temporary = path;  // no room: bind in place, over a stale socket
+      ::unlink(path.c_str());
+    }
+    HVPROF_TRY(address, AddressOf(temporary));
+    if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0) break;
+    if (errno != EADDRINUSE || temporary == path || attempt == 8) {
+      return ErrnoError(errno, fmt::format("cannot bind {}", temporary));
+    }
   }
   auto fail = [&](int err, std::string what) {
     ::unlink(temporary.c_str());

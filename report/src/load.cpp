@@ -162,6 +162,7 @@ class ProfileBuilder {
   std::unordered_map<std::string, uint32_t> line_index_;
   sym::Symbolizer symbolizer_;
   std::map<std::pair<uint16_t, uint32_t>, std::unique_ptr<sym::JitTable>> jit_tables_;
+  size_t jit_bytes_read_ = 0;
 };
 
 const store::DomainRecord* ProfileBuilder::FindDomain(uint16_t id) const {
@@ -387,11 +388,20 @@ const sym::JitTable* ProfileBuilder::JitTableOf(uint16_t domain, uint32_t pid) {
   auto [it, added] = jit_tables_.try_emplace({domain, pid});
   if (!added) return it->second.get();
   auto table = std::make_unique<sym::JitTable>();
+  std::set<std::string> read_files;
   for (const store::JitRecord& record : p_.metadata_.jit) {
     if (record.domain != domain || record.pid != pid || record.file.empty() || record.bytes == 0) continue;
+    if (!read_files.insert(record.file).second) continue;  // listed twice
     const std::string path = p_.directory_ + "/" + record.file;
-    // The copies are bounded when made; a session from elsewhere is bounded here too.
-    auto text = ReadFileToString(path, size_t(1) << 30, Links::kRefuse);
+    // The copies are bounded when made; a session from elsewhere is bounded here too, each copy
+    // and all of them together.
+    constexpr size_t kMaxJitBytes = size_t(2) << 30;
+    if (jit_bytes_read_ >= kMaxJitBytes) {
+      NoteOnce(fmt::format("the session's JIT copies hold more than {} bytes: the rest were not read", kMaxJitBytes));
+      break;
+    }
+    auto text = ReadFileToString(path, kMaxJitBytes - jit_bytes_read_, Links::kRefuse);
+    if (text) jit_bytes_read_ += text.value().size();
     if (!text) {
       p_.problems_.push_back(fmt::format("the {} of pid {} cannot be read: {}", record.kind, pid, text.error().message()));
       continue;

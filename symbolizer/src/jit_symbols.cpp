@@ -4,7 +4,6 @@
 #include <charconv>
 #include <cstring>
 #include <map>
-#include <numeric>
 
 #include <fmt/format.h>
 
@@ -110,8 +109,8 @@ std::vector<JitSymbol> ParsePerfMap(std::string_view text, JitParseStats* stats,
     const size_t name_begin = rest.find_first_not_of(" \t");
     std::string_view name = name_begin == std::string_view::npos ? std::string_view() : rest.substr(name_begin);
     while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) name.remove_suffix(1);
-    if (!ParseHex(start, &symbol.start) || !ParseHex(size, &symbol.size) || symbol.size == 0 || name.empty() ||
-        symbol.start + symbol.size < symbol.start) {
+    if (!ParseHex(start, &symbol.start) || !ParseHex(size, &symbol.size) || symbol.size == 0 ||
+        symbol.size > kMaxJitRegion || name.empty() || symbol.start + symbol.size < symbol.start) {
       ++stats->malformed;
       Problem(stats, fmt::format("line {}: not \"START SIZE NAME\" with START and SIZE in hex", line_number));
       continue;
@@ -190,7 +189,7 @@ JitDump ParseJitDump(std::span<const std::byte> bytes, JitParseStats* stats) {
           malformed("a code load without its fields and name");
           break;
         }
-        if (code_size == 0 || code_addr + code_size < code_addr || symbol.name.empty()) {
+        if (code_size == 0 || code_size > kMaxJitRegion || code_addr + code_size < code_addr || symbol.name.empty()) {
           malformed("a code load of no code, or with no name");
           break;
         }
@@ -215,7 +214,7 @@ JitDump ParseJitDump(std::span<const std::byte> bytes, JitParseStats* stats) {
           break;
         }
         auto moved = by_start.find(old_addr);
-        if (moved == by_start.end() || code_size == 0 || new_addr + code_size < new_addr) {
+        if (moved == by_start.end() || code_size == 0 || code_size > kMaxJitRegion || new_addr + code_size < new_addr) {
           malformed(fmt::format("a move of code never loaded at {:#x}", old_addr));
           break;
         }

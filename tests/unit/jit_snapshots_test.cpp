@@ -2,12 +2,14 @@
 // runtime: files that grow, files written as the process exits, and the files a hostile
 // process could plant instead (links, FIFOs, files of another user, files that never end).
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -25,21 +27,36 @@ namespace {
 // A child that waits until told to exit, with files at /tmp/perf-PID.map and in `dir`.
 class Runtime {
  public:
-  Runtime() {
+  // `uid`: the user the child runs as (root only), else the test's.
+  explicit Runtime(std::optional<uid_t> uid = std::nullopt) {
     REQUIRE(::pipe(pipe_) == 0);
     pid_ = ::fork();
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
       ::close(pipe_[1]);
+      if (uid && (::setgid(*uid) != 0 || ::setuid(*uid) != 0)) ::_exit(1);
       char byte;
-      // Told to exit: write the "at exit" line first, as -XX:+DumpPerfMapAtExit does.
-      if (::read(pipe_[0], &byte, 1) == 1 && byte == 'x') {
+      // 'm': map a jitdump in the working directory, as a runtime does when it starts; 'x': write
+      // the "at exit" line first, as -XX:+DumpPerfMapAtExit does, and exit; 'q': exit.
+      while (::read(pipe_[0], &byte, 1) == 1 && byte == 'm') {
+        const std::string dump = fmt::format("jit-{}.dump", ::getpid());
+        std::ofstream(dump) << "not a real dump, but mapped like one";
+        const int fd = ::open(dump.c_str(), O_RDONLY);
+        if (fd < 0 || ::mmap(nullptr, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, 0) == MAP_FAILED) ::_exit(1);
+      }
+      if (byte == 'x') {
         std::ofstream(fmt::format("/tmp/perf-{}.map", ::getpid()), std::ios::app) << "3000 10 written_at_exit\n";
       }
       ::_exit(0);
     }
     ::close(pipe_[0]);
     pid_saved_ = pid_;
+    // The child is someone else only once it has changed its user.
+    for (int i = 0; uid && i < 1000; ++i) {
+      auto status = hvprof::ReadFileToString(fmt::format("/proc/{}/status", pid_));
+      if (status && status.value().find(fmt::format("\nUid:\t{}\t", *uid)) != std::string::npos) break;
+      ::usleep(1000);
+    }
     map_ = fmt::format("/tmp/perf-{}.map", pid_);
   }
   ~Runtime() {
@@ -56,6 +73,8 @@ class Runtime {
     pid_ = -1;
   }
   uint32_t pid() const { return static_cast<uint32_t>(pid_saved_); }
+  // Asks the child to map a jitdump (in its working directory).
+  void MapJitDump() const { (void)!::write(pipe_[1], "m", 1); }
   const std::string& map() const { return map_; }
   void Append(const std::string& text) const { std::ofstream(map_, std::ios::app) << text; }
 
@@ -81,6 +100,7 @@ TEST_CASE("jit snapshots: a perf map is copied as it grows, and its last lines w
   runtime.Append("1000 10 first\n");
   JitSnapshots jit(session.path(), {});
   jit.Watch(0, pid);
+  jit.Poll();
   REQUIRE(jit.records().size() == 1);
   const auto& record = jit.records()[0];
   CHECK(record.kind == "perf-map");
@@ -113,6 +133,7 @@ TEST_CASE("jit snapshots: a map rewritten in place is copied anew, and one past 
   options.max_perf_map_bytes = 20;
   JitSnapshots jit(session.path(), options);
   jit.Watch(0, runtime.pid());
+  jit.Poll();
   CHECK(Copy(session, jit) == "1000 10 first\n2000 1");
   CHECK(jit.records()[0].cut);
   // Rewritten (a new file at the same name): copied from its start.
@@ -133,12 +154,14 @@ TEST_CASE("jit snapshots: links, FIFOs and other users' files are not read", "[j
     std::filesystem::create_symlink(secret, runtime.map());
     JitSnapshots jit(session.path(), {});
     jit.Watch(0, runtime.pid());
+    jit.Poll();
     CHECK(jit.records().empty());
   }
   SECTION("a FIFO that would block a reader forever") {
     REQUIRE(::mkfifo(runtime.map().c_str(), 0644) == 0);
     JitSnapshots jit(session.path(), {});
-    jit.Watch(0, runtime.pid());  // returns: the FIFO is opened without blocking and skipped
+    jit.Watch(0, runtime.pid());
+    jit.Poll();  // returns: the FIFO is never opened for reading
     CHECK(jit.records().empty());
   }
   SECTION("a file of another user") {
@@ -147,11 +170,112 @@ TEST_CASE("jit snapshots: links, FIFOs and other users' files are not read", "[j
     REQUIRE(::chown(runtime.map().c_str(), 4321, 4321) == 0);
     JitSnapshots jit(session.path(), {});
     jit.Watch(0, runtime.pid());
+    jit.Poll();
     REQUIRE(jit.records().size() == 1);
     CHECK(jit.records()[0].bytes == 0);
     CHECK_THAT(jit.records()[0].problem, Catch::Contains("owned by uid 4321"));
     CHECK_FALSE(std::filesystem::exists(session.path() + "/" + jit.records()[0].file));
   }
+  SECTION("a hard link to a file the process could not show") {
+    const std::string secret = elsewhere.File("secret");
+    std::ofstream(secret) << "1000 10 secret\n";
+    std::filesystem::create_hard_link(secret, runtime.map());
+    JitSnapshots jit(session.path(), {});
+    jit.Watch(0, runtime.pid());
+    jit.Poll();
+    REQUIRE(jit.records().size() == 1);
+    CHECK(jit.records()[0].bytes == 0);
+    CHECK_THAT(jit.records()[0].problem, Catch::Contains("2 names"));
+  }
+  SECTION("a file of root, for a process of another user") {
+    if (::geteuid() != 0 && hvprof::testing::SkipTest("needs root to run a process as another user")) return;
+    Runtime other(4321);
+    std::ofstream(other.map()) << "1000 10 root's\n";
+    JitSnapshots jit(session.path(), {});
+    jit.Watch(0, other.pid());
+    jit.Poll();
+    REQUIRE(jit.records().size() == 1);
+    CHECK_THAT(jit.records()[0].problem, Catch::Contains("owned by uid 0, not by the process's user (4321)"));
+  }
+}
+
+TEST_CASE("jit snapshots: sparse files are not copied, and a poll copies a bounded amount", "[jit][agent]") {
+  TempDir session;
+  Runtime runtime;
+  SECTION("sparse") {
+    runtime.Append("1000 10 first\n");
+    std::filesystem::resize_file(runtime.map(), 64 << 20);
+    JitSnapshots jit(session.path(), {});
+    jit.Watch(0, runtime.pid());
+    jit.Poll();
+    REQUIRE(jit.records().size() == 1);
+    CHECK(jit.records()[0].bytes == 0);
+    CHECK_THAT(jit.records()[0].problem, Catch::Contains("sparse"));
+  }
+  SECTION("a bounded amount per poll, the rest later") {
+    runtime.Append("1000 10 first\n2000 10 second\n");
+    JitSnapshots::Options options;
+    options.max_bytes_per_poll = 10;
+    JitSnapshots jit(session.path(), options);
+    jit.Watch(0, runtime.pid());
+    jit.Poll();
+    CHECK(Copy(session, jit) == "1000 10 fi");
+    jit.CopyAll();
+    CHECK(Copy(session, jit) == "1000 10 first\n2000 10 second\n");
+  }
+  SECTION("a bound for the session's copies") {
+    runtime.Append("1000 10 first\n2000 10 second\n");
+    JitSnapshots::Options options;
+    options.max_session_bytes = 16;
+    JitSnapshots jit(session.path(), options);
+    jit.Watch(0, runtime.pid());
+    jit.Poll();
+    jit.CopyAll();
+    CHECK(Copy(session, jit) == "1000 10 first\n20");
+    CHECK_THAT(jit.records()[0].problem, Catch::Contains("bound of 16 bytes"));
+  }
+}
+
+TEST_CASE("jit snapshots: a jitdump mapped after the first sample is found while the process is young",
+          "[jit][agent]") {
+  TempDir session;
+  TempDir work;
+  const std::string cwd = std::filesystem::current_path();
+  std::filesystem::current_path(work.path());  // the child maps its dump here
+  Runtime runtime;
+  std::filesystem::current_path(cwd);
+  JitSnapshots jit(session.path(), {});
+  jit.Watch(0, runtime.pid());
+  jit.Poll();
+  CHECK(jit.records().empty());  // no perf map, no jitdump yet (a shell before it exec'd node)
+  runtime.MapJitDump();
+  bool found = false;
+  for (int i = 0; i < 50 && !found; ++i) {
+    ::usleep(50'000);
+    jit.Poll();
+    found = !jit.records().empty();
+  }
+  REQUIRE(found);
+  CHECK(jit.records()[0].kind == "jitdump");
+  CHECK(jit.records()[0].source == fmt::format("{}/jit-{}.dump", work.path(), runtime.pid()));
+  CHECK(Copy(session, jit) == "not a real dump, but mapped like one");
+}
+
+TEST_CASE("jit snapshots: a continued session keeps its earlier copies", "[jit][agent]") {
+  TempDir session;
+  Runtime runtime;
+  runtime.Append("1000 10 first\n");
+  hvprof::store::JitRecord earlier;
+  earlier.pid = runtime.pid();
+  earlier.kind = "perf-map";
+  earlier.file = "jit/0-1-2.map";
+  earlier.bytes = 5;
+  JitSnapshots jit(session.path(), {}, {earlier});
+  jit.Watch(0, runtime.pid());
+  jit.Poll();
+  REQUIRE(jit.records().size() == 2);
+  CHECK(jit.records()[0].file == "jit/0-1-2.map");
+  CHECK(jit.records()[1].bytes == 14);
 }
 
 TEST_CASE("jit snapshots: processes that are gone, pids that are none, and a bound on processes", "[jit][agent]") {
@@ -159,17 +283,22 @@ TEST_CASE("jit snapshots: processes that are gone, pids that are none, and a bou
   JitSnapshots::Options options;
   options.max_processes = 2;
   JitSnapshots jit(session.path(), options);
-  jit.Watch(0, 0);            // the idle task
-  jit.Watch(0, 0xFFFFFFFF);   // no pid
+  jit.Watch(0, 0);           // the idle task
+  jit.Watch(0, 0xFFFFFFFF);  // no pid
+  jit.Poll();
   Runtime a, b, c;
   jit.Watch(0, a.pid());
+  jit.Poll();
   jit.Watch(1, b.pid());
+  jit.Poll();
   jit.Watch(2, c.pid());
+  jit.Poll();
   CHECK(jit.unwatched() == 1);
   Runtime gone;
   const uint32_t gone_pid = gone.pid();
   gone.Exit(false);
   JitSnapshots later(session.path(), {});
   later.Watch(0, gone_pid);
+  later.Poll();
   CHECK(later.records().empty());
 }

@@ -10,9 +10,10 @@
 //
 // The files belong to the profiled process, so they are read as hostile input: resolved inside
 // the process's own root (openat2 RESOLVE_IN_ROOT, never following a last symlink), only when
-// owned by the process's user or root, regular, and bounded in size; the report parses them with
-// a fuzzed parser. Nothing here runs on a sample's path but Watch, which is a hash lookup for a
-// process seen before.
+// owned by the process's user, regular with one name, and bounded in size; the report parses
+// them with a fuzzed parser. The copies keep the runtime file's read permissions (a file only
+// its user could read is only root's to read in the session). Nothing here runs on a sample's
+// path but Watch, a hash lookup; the copying happens between drains, a bounded amount at a time.
 #pragma once
 
 #include <sys/types.h>
@@ -34,26 +35,34 @@ class JitSnapshots {
     std::string proc_root = "/proc";
     uint64_t max_perf_map_bytes = 64ull << 20;
     uint64_t max_jitdump_bytes = 512ull << 20;
-    size_t max_processes = 4096;  // watched at once; more are counted, not copied
+    uint64_t max_session_bytes = 2ull << 30;  // all copies of the session together
+    uint64_t max_bytes_per_poll = 32ull << 20;  // copied per Poll, so that draining goes on
+    size_t max_jitdumps_per_process = 2;
+    // Processes followed at once (each holds two descriptors); 0: from RLIMIT_NOFILE.
+    size_t max_processes = 0;
   };
 
-  JitSnapshots(std::string session_directory, Options options);
+  // `existing`: the copies an earlier hvprofd listed in the session it continues.
+  JitSnapshots(std::string session_directory, Options options, std::vector<store::JitRecord> existing = {});
   ~JitSnapshots();
   JitSnapshots(const JitSnapshots&) = delete;
   JitSnapshots& operator=(const JitSnapshots&) = delete;
 
-  // A user-space sample of `pid` in `domain` was stored. The first time, the process is looked
-  // up (its identity pinned by a pidfd) and its JIT files copied.
+  // A user-space sample of `pid` in `domain` was stored. A process not seen before is queued
+  // for Poll to look up (its identity pinned by a pidfd) and copy. A hash lookup at most: it
+  // runs on the drain path.
   void Watch(uint16_t domain, uint32_t pid);
-  // Copies what grew, and the files of processes that ended since; at most once a second
-  // unless `now`.
+  // Looks up the queued processes and copies their files; then, at most once a second unless
+  // `now`, copies what grew and the files of processes that ended since. At most
+  // max_bytes_per_poll bytes are copied per call, unless `now`.
   void Poll(bool now = false);
   // A last copy of every watched process's files (profiling stopped, or the session is dumped).
   void CopyAll();
   // The copies, for the session metadata.
   const std::vector<store::JitRecord>& records() const { return records_; }
-  // Processes not watched because max_processes were.
+  // Processes not followed because max_processes were followed at the time.
   uint64_t unwatched() const { return unwatched_; }
+  size_t max_processes() const { return options_.max_processes; }
 
  private:
   struct File {
@@ -65,7 +74,7 @@ class JitSnapshots {
     uint64_t copied = 0;
     int64_t mtime_ns = 0;
     size_t record = 0;    // index in records_
-    bool failed = false;  // a write into the session failed: no more copies
+    bool failed = false;  // refused for good, or a write into the session failed
   };
   struct Process {
     uint16_t domain = 0;
@@ -76,23 +85,30 @@ class JitSnapshots {
     uid_t euid = 0;
     ScopedFd pidfd;
     ScopedFd root;        // O_PATH of /proc/PID/root
+    bool started = false;
     bool ended = false;
+    std::chrono::steady_clock::time_point started_at;
     std::chrono::steady_clock::time_point maps_read;
     std::vector<File> files;
   };
 
   void Start(Process& process);
+  void End(Process& process);
   void FindJitDumps(Process& process);
   void AddFile(Process& process, std::string kind, std::string path, uint64_t max_bytes);
-  void Copy(Process& process, File& file);
+  void Copy(Process& process, File& file, uint64_t* budget);
   void SetProblem(File& file, std::string problem);
 
   std::string directory_;
   Options options_;
   // By (domain << 32 | pid).
   std::unordered_map<uint64_t, Process> processes_;
+  std::vector<uint64_t> queued_;
+  std::vector<uint64_t> young_;  // started less than a few seconds ago, no jitdump found yet
+  size_t live_ = 0;  // processes holding descriptors
   uint64_t last_key_ = UINT64_MAX;
   std::vector<store::JitRecord> records_;
+  uint64_t session_bytes_ = 0;
   uint64_t unwatched_ = 0;
   std::chrono::steady_clock::time_point last_poll_{};
 };

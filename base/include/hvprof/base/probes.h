@@ -1,7 +1,7 @@
 #pragma once
 
 // USDT static probes (provider `hvprof`) at the points an operator watches in hvprofd and
-// hvprof-hv: docs/probes.md lists every probe with its arguments, and tests/unit/probes_test.cpp
+// hvprof-hv: docs/probes.md lists every probe with its arguments, and tests/integration/probes_test.cpp
 // checks that list against the ELF notes of the built daemons.
 //
 // A probe is a single `nop` in the code and an entry in the binary's `.note.stapsdt` section;

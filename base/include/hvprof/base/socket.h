@@ -19,11 +19,11 @@ struct UnixListenOptions {
 };
 
 // Listens on `path`, close-on-exec. The socket is bound, given its mode and owner, and put in
-// listening state under a temporary name in the same directory, then renamed onto `path`: a
+// listening state under a random temporary name in the same directory, then renamed onto `path`: a
 // client that sees `path` can connect at once, and never meets a socket that refuses or that
 // has the wrong permissions. (When the temporary name would not fit sun_path, the socket is
-// bound in place.) A stale socket at `path` is replaced (callers hold the lock that
-// says its server is gone).
+// bound in place.) A stale socket at `path` is replaced by the rename (callers hold the
+// lock that says its server is gone).
 Result<ScopedFd> ListenUnix(const std::string& path, const UnixListenOptions& options = {});
 
 }  // namespace hvprof

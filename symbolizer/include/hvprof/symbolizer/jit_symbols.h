@@ -50,6 +50,8 @@ struct JitParseStats {
 
 inline constexpr size_t kMaxPerfMapLine = 8192;
 inline constexpr size_t kMaxJitName = 4096;
+// No function is larger: a region beyond it is malformed (and would make lookups slow).
+inline constexpr uint64_t kMaxJitRegion = 1ull << 30;
 
 // perf-map text. Lines may end in '\n' or be the last, unterminated line (skipped when the
 // file was still being written: `complete` false).
