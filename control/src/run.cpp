@@ -45,16 +45,30 @@ Result<int> RunCommand(const std::vector<std::string>& command) {
   std::vector<char*> argv;
   for (const std::string& word : command) argv.push_back(const_cast<char*>(word.c_str()));
   argv.push_back(nullptr);
+  // Ctrl-C and SIGTERM wait while the child is made: one that comes between fork and exec, or
+  // before hvprof knows the child's pid, reaches the workload all the same (the child's own
+  // copy when it unblocks them with their defaults, hvprof's forwarded once g_child is set).
+  sigset_t interrupts, old_mask;
+  sigemptyset(&interrupts);
+  sigaddset(&interrupts, SIGINT);
+  sigaddset(&interrupts, SIGTERM);
+  ::sigprocmask(SIG_BLOCK, &interrupts, &old_mask);
   const pid_t child = ::fork();
-  if (child < 0) return ErrnoError(errno, "fork");
+  if (child < 0) {
+    const int error = errno;
+    ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    return ErrnoError(error, "fork");
+  }
   if (child == 0) {
     ::signal(SIGINT, SIG_DFL);
     ::signal(SIGTERM, SIG_DFL);
+    ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
     ::execvp(argv[0], argv.data());
     std::fprintf(stderr, "hvprof run: cannot run %s: %s\n", argv[0], std::strerror(errno));
     ::_exit(127);
   }
   g_child = child;
+  ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
   int status = 0;
   while (::waitpid(child, &status, 0) < 0) {
     if (errno != EINTR) return ErrnoError(errno, "waitpid");
