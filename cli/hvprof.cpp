@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
     std::string scenario;
     std::string active, passive, passive_images;
     // Read wide, so that a negative or huge value is refused with its range, not wrapped.
-    std::map<std::string, int64_t> numbers{{"buffer-size", 0}, {"callgraph", 0}, {"poll-interval", 0}};
+    std::map<std::string, int64_t> numbers{{"buffer-size", 0}, {"callgraph", 0}, {"poll-interval", 0}, {"rate", 0}};
     po::options_description actions(kUsage);
     actions.add_options()
         ("start-daemon", "check the setup options below, start hvprofd and set up the "
@@ -211,10 +211,13 @@ int main(int argc, char** argv) {
         ("active-domains", po::value(&active), "domains (ids or names, comma-separated) that run their own agent; dom0 always does")
         ("passive-domains", po::value(&passive), "domains profiled from dom0 without an agent inside (e.g. HVM guests); all: every domain but dom0 and the active ones")
         ("passive-images", po::value(&passive_images), "kernel images of the passive domains, in the same order")
-        ("event,e", po::value(&setup.events), "NAME:COUNT[:UNITMASK[:KERNEL[:USER]]] or 'default'; repeat for more counters")
+        ("event,e", po::value(&setup.events), "NAME:COUNT[:UNITMASK[:KERNEL[:USER]]], NAME alone (its count from -F), or 'default'; repeat for more counters")
         ("buffer-size", po::value(&numbers["buffer-size"]), "samples per ring (a power of two from 64 to 1048576, default 16384; on xen any size Xen allows)")
         ("callgraph,c", po::value(&numbers["callgraph"]), "record call chains this deep (frame pointers; 0-64)")
         ("poll-interval", po::value(&numbers["poll-interval"]), "drain every N ms, 1-60000 (default: sized from the buffer and the sample rate)")
+        ("rate,F", po::value(&numbers["rate"]), "sample N times a second per CPU, as perf record -F: sets the count of "
+                   "the default event and of events given without one (-e CPU_CLOCK, -e CPU_CLK_UNHALTED at the "
+                   "nominal clock); default on linux 4000, elsewhere the event's count")
         ("jit", po::value(&setup.jit), "name JIT-compiled code (Node, Java, Python -X perf) from the perf maps and "
                 "jitdumps of sampled processes, which hvprofd copies into the session as they grow and when the "
                 "process ends: auto (the default: on for linux and xen, off for the sim's made-up processes), on, off")
@@ -271,7 +274,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     for (auto [option, field] : {std::pair{"buffer-size", &setup.buffer_size}, std::pair{"callgraph", &setup.callgraph},
-                                 std::pair{"poll-interval", &setup.poll_interval_ms}}) {
+                                 std::pair{"poll-interval", &setup.poll_interval_ms}, std::pair{"rate", &setup.rate}}) {
       auto checked = hvprof::setup::CheckNumber(option, numbers[option], setup.platform);
       if (!checked) {
         std::cerr << "hvprof: " << checked.error().message() << "\n";
@@ -378,7 +381,7 @@ int main(int argc, char** argv) {
     const std::string action = chosen[0];
     for (const char* setup_only : {"xen", "vmlinux", "no-vmlinux", "active-domains", "passive-domains",
                                    "passive-images", "event", "buffer-size", "callgraph", "poll-interval",
-                                   "jit", "verbose", "scenario"}) {
+                                   "rate", "jit", "verbose", "scenario"}) {
       if (values.count(setup_only) != 0 && action != "--start-daemon") {
         std::cerr << "hvprof: --" << setup_only << " is a setup option; it only goes with --start-daemon\n";
         return 2;

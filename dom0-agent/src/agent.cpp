@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <optional>
 
 #include "hvprof/base/files.h"
 #include "hvprof/base/log.h"
@@ -165,8 +166,26 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
   if (table == nullptr) {
     return MakeError(ErrorKind::kUnsupported, "no event table for CPU type {}", init.cpu_type);
   }
-  HVPROF_TRY(events, setup::ResolveEventOptions(setup_.events, *table, init));
+  // A rate for the events given without a count: -F, else on linux perf's default rate (the
+  // platform's own default counts are for hypervisors, and cost a busy linux host too much).
+  std::optional<setup::SampleRate> rate;
+  if (setup_.rate != 0 || setup_.platform == "linux") {
+    rate = setup::SampleRate{setup_.rate != 0 ? setup_.rate : setup::kLinuxDefaultRate, 0,
+                             setup_.rate != 0 ? "--rate" : "the linux default rate"};
+    if (auto info = link_->PlatformInfo()) {
+      const Json parsed = Json::parse(info.value(), nullptr, false);
+      if (parsed.is_object() && parsed.contains("stats") && parsed["stats"].is_object()) {
+        rate->nominal_hz = parsed["stats"].value("nominal_mhz", 0.0) * 1e6;
+      }
+    }
+  }
+  HVPROF_TRY(events, setup::ResolveEventOptions(setup_.events, *table, init, rate));
   events_ = std::move(events);
+  if (rate && setup_.rate == 0 && setup_.events.empty() && !events_.empty()) {
+    notes_.push_back(fmt::format("sampling at the linux default of {} samples a second per CPU, as perf record does "
+                                 "(-F/--rate sets another rate; -e EVENT:COUNT a count)",
+                                 setup::kLinuxDefaultRate));
+  }
 
   // Which domains, by id or name.
   HVPROF_TRY(domain_text, link_->Domains());

@@ -49,6 +49,13 @@ Result<uint32_t> CheckNumber(std::string_view option, int64_t value, std::string
                        "and the sample rate); the nearest is {}",
                        value, kMaxPollIntervalMs, value < 0 ? 0 : kMaxPollIntervalMs);
     }
+  } else if (option == "rate") {
+    if (value < 0 || value > kMaxRate) {
+      return MakeError(ErrorKind::kInvalidArgument,
+                       "--rate={}: samples per second per CPU are 1 to {} (0 for the default: {} on linux, "
+                       "else the event's count); the kernel may allow fewer (kernel.perf_event_max_sample_rate)",
+                       value, kMaxRate, kLinuxDefaultRate);
+    }
   } else {
     return MakeError(ErrorKind::kInternal, "no range is known for --{}", option);
   }
@@ -59,6 +66,7 @@ Result<void> SetupOptions::CheckNumbers() const {
   HVPROF_TRYV(CheckNumber("buffer-size", buffer_size, platform));
   HVPROF_TRYV(CheckNumber("callgraph", callgraph, platform));
   HVPROF_TRYV(CheckNumber("poll-interval", poll_interval_ms, platform));
+  HVPROF_TRYV(CheckNumber("rate", rate, platform));
   if (jit != "auto" && jit != "on" && jit != "off") {
     return MakeError(ErrorKind::kInvalidArgument, "--jit={}: say auto, on or off", jit);
   }
@@ -82,6 +90,7 @@ Json SetupOptions::ToJson() const {
               {"buffer_size", buffer_size},
               {"callgraph", callgraph},
               {"poll_interval_ms", poll_interval_ms},
+              {"rate", rate},
               {"jit", jit},
               {"verbose", verbose}};
 }
@@ -118,6 +127,7 @@ Result<SetupOptions> SetupOptions::FromJson(std::string_view text, const std::st
   HVPROF_TRY(buffer_size, root.Get<uint32_t>("buffer_size", 0));
   HVPROF_TRY(callgraph, root.Get<uint32_t>("callgraph", 0));
   HVPROF_TRY(poll, root.Get<uint32_t>("poll_interval_ms", 0));
+  HVPROF_TRY(rate, root.Get<uint32_t>("rate", 0));
   HVPROF_TRY(verbose, root.Get<bool>("verbose", false));
   HVPROF_TRY(jit, root.Get("jit", "auto"));
   o.platform = platform;
@@ -134,6 +144,7 @@ Result<SetupOptions> SetupOptions::FromJson(std::string_view text, const std::st
   o.buffer_size = buffer_size;
   o.callgraph = callgraph;
   o.poll_interval_ms = poll;
+  o.rate = rate;
   o.verbose = verbose;
   o.jit = jit;
   // Someone may have edited it since --start-daemon checked the same numbers.
@@ -162,11 +173,12 @@ Result<EventSpec> ParseEventSpec(std::string_view text) {
                      "CPU_CLK_UNHALTED:100000 or LLC_MISSES:6000:demand:0:1",
                      text, why);
   };
-  if (parts.size() < 2 || parts.size() > 5) return fail("wrong number of fields");
+  if (parts.size() > 5) return fail("wrong number of fields");
   if (parts[0].empty()) return fail("no event name");
   spec.name = parts[0];
+  if (parts.size() == 1) return spec;  // NAME alone: its count comes from --rate
   auto count = ParseUnsigned(parts[1]);
-  if (!count) return fail(fmt::format("'{}' is not a count", parts[1]));
+  if (!count || count.value() == 0) return fail(fmt::format("'{}' is not a count", parts[1]));
   spec.count = count.value();
   if (parts.size() > 2) spec.unit_mask = parts[2];
   auto flag = [&](const std::string& value, bool* out, const char* what) -> Result<void> {
@@ -188,6 +200,24 @@ Result<EventSpec> ParseEventSpec(std::string_view text) {
 
 namespace {
 
+// The count that makes `event` sample at `rate`: time-like events only.
+Result<uint64_t> CountForRate(const hvpmu::EventDef& event, const SampleRate& rate, std::string_view text) {
+  const std::string_view name = event.name;
+  if (name == "CPU_CLOCK") return std::max<uint64_t>(1, uint64_t(1'000'000'000) / rate.hz);
+  if (name == "CPU_CLK_UNHALTED") {
+    if (rate.nominal_hz <= 0) {
+      return MakeError(ErrorKind::kUnsupported,
+                       "{}={}: this platform does not say its CPUs' clock, so no cycle count gives a rate; give "
+                       "--event=CPU_CLK_UNHALTED:COUNT",
+                       rate.option, rate.hz);
+    }
+    return std::max<uint64_t>(1, static_cast<uint64_t>(rate.nominal_hz / rate.hz));
+  }
+  return MakeError(ErrorKind::kInvalidArgument,
+                   "--event={}: {} counts events, not time, so {} cannot set its count; give {}:COUNT", text, name,
+                   rate.option, name);
+}
+
 std::string EventNames(const hvpmu::CpuEventTable& table) {
   std::string names;
   for (uint32_t i = 0; i < table.num_events; ++i) {
@@ -201,7 +231,8 @@ std::string EventNames(const hvpmu::CpuEventTable& table) {
 
 Result<std::vector<ResolvedEvent>> ResolveEvents(const std::vector<EventSpec>& specs,
                                                  const hvpmu::CpuEventTable& table,
-                                                 const hvpmu::InitV2& pmu) {
+                                                 const hvpmu::InitV2& pmu,
+                                                 const std::optional<SampleRate>& rate) {
   std::vector<EventSpec> wanted = specs;
   if (wanted.empty()) wanted.push_back(EventSpec{"default", "", 0, "", true, true, true});
   std::vector<ResolvedEvent> resolved;
@@ -218,6 +249,16 @@ Result<std::vector<ResolvedEvent>> ResolveEvents(const std::vector<EventSpec>& s
     }
     event.event = def;
     event.count = spec.is_default ? table.default_count : spec.count;
+    if (spec.count == 0 && rate) {
+      HVPROF_TRY(from_rate, CountForRate(*def, *rate, spec.text));
+      event.count = from_rate;
+    } else if (spec.count == 0 && !spec.is_default) {
+      return MakeError(ErrorKind::kInvalidArgument,
+                       "--event={}: no count; give NAME:COUNT, or a rate with -F (--rate) for {}", spec.text,
+                       std::string_view(def->name) == "CPU_CLOCK" || std::string_view(def->name) == "CPU_CLK_UNHALTED"
+                           ? def->name
+                           : "CPU_CLK_UNHALTED or CPU_CLOCK");
+    }
     event.kernel = spec.kernel;
     event.user = spec.user;
     event.unit_mask = def->default_unit_mask;
@@ -290,13 +331,14 @@ Result<std::vector<ResolvedEvent>> ResolveEvents(const std::vector<EventSpec>& s
 
 Result<std::vector<ResolvedEvent>> ResolveEventOptions(const std::vector<std::string>& options,
                                                        const hvpmu::CpuEventTable& table,
-                                                       const hvpmu::InitV2& pmu) {
+                                                       const hvpmu::InitV2& pmu,
+                                                       const std::optional<SampleRate>& rate) {
   std::vector<EventSpec> specs;
   for (const std::string& text : options) {
     HVPROF_TRY(spec, ParseEventSpec(text));
     specs.push_back(spec);
   }
-  return ResolveEvents(specs, table, pmu);
+  return ResolveEvents(specs, table, pmu, rate);
 }
 
 store::EventRecord ToEventRecord(const ResolvedEvent& event) {

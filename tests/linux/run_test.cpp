@@ -1,6 +1,7 @@
 // `hvprof run --platform=linux` as a user runs it: the real programs (hvprof, its own
 // hvprof-hv, hvprofd, hvprof-report) sampling this host. Skipped, with perf's reason, where
 // perf_event_open is not usable.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -204,5 +205,37 @@ TEST_CASE("an idle machine's report is not dominated by a halt function", "[linu
   if (!event["cpus"].empty()) {
     CHECK(cpu_samples == event["samples"].get<uint64_t>());
     CHECK(cpu_idle == event["idle"].get<uint64_t>());
+  }
+}
+
+TEST_CASE("hvprof run --platform=linux samples at perf's default 4 kHz, and -F sets another rate",
+          "[linux][live][run][rate]") {
+  if (!PerfUsable()) return;
+  // "asked N samples/s per CPU, achieved cpu0 A, cpu1 B" from the run's header.
+  auto rates = [](const std::string& out) {
+    std::vector<double> found;
+    const size_t asked = out.find("asked ");
+    REQUIRE(asked != std::string::npos);
+    found.push_back(std::atof(out.c_str() + asked + 6));
+    for (size_t at = out.find(" cpu", asked); at != std::string::npos && at < out.find('\n', asked);
+         at = out.find(" cpu", at + 1)) {
+      const size_t space = out.find(' ', at + 1);
+      found.push_back(std::atof(out.c_str() + space + 1));
+    }
+    return found;
+  };
+  for (const auto& [args, wanted] : {std::pair{std::vector<std::string>{}, 4000.0},
+                                     std::pair{std::vector<std::string>{"-F", "1000"}, 1000.0}}) {
+    LinuxRun run;
+    std::vector<std::string> argv = args;
+    argv.insert(argv.end(), {"--", kFixture, "--seconds", "0.5"});
+    const CommandResult result = run.Run(argv);
+    const auto measured = rates(result.out);
+    INFO(result.out);
+    REQUIRE(measured.size() >= 2);
+    CHECK(measured[0] == wanted);
+    // The timer holds the rate on every CPU, busy or idle (cpu-clock counts time).
+    for (size_t cpu = 1; cpu < measured.size(); ++cpu) CHECK(std::abs(measured[cpu] - wanted) < wanted * 0.15);
+    if (args.empty()) CHECK(result.out.find("linux default of 4000 samples a second") != std::string::npos);
   }
 }

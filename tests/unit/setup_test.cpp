@@ -2,6 +2,7 @@
 // file, and the same number checks as the command line.
 #include <catch2/catch.hpp>
 
+#include "hvpmu/events.h"
 #include "hvprof/setup/setup.h"
 
 using hvprof::setup::CheckNumber;
@@ -60,4 +61,50 @@ TEST_CASE("domains by id or name, and `all` for every other guest", "[setup]") {
   REQUIRE_FALSE(missing.has_value());
   CHECK(missing.error().message() ==
         "--passive-domains: no domain 'mail' on this host; it has dom0, dom1 (web), dom2 (db), dom5 (build)");
+}
+
+TEST_CASE("a sample rate sets the counts of time-like events given without one", "[setup][rate]") {
+  using hvprof::setup::ParseEventSpec;
+  using hvprof::setup::ResolveEventOptions;
+  using hvprof::setup::SampleRate;
+  const hvpmu::CpuEventTable* software = hvpmu::FindEventTable("linux/software");
+  const hvpmu::CpuEventTable* intel = hvpmu::FindEventTable("i386/arch_perfmon");
+  REQUIRE(software != nullptr);
+  REQUIRE(intel != nullptr);
+  hvpmu::InitV2 pmu{};
+  pmu.num_counters = pmu.num_gp_counters = 4;
+  pmu.max_count = uint64_t(1) << 47;
+  pmu.gp_counter_width = 48;
+  const SampleRate rate{4000, 2.6e9, "--rate"};
+
+  // NAME alone parses, with its count to come.
+  auto alone = ParseEventSpec("CPU_CLOCK");
+  REQUIRE(alone.has_value());
+  CHECK(alone.value().count == 0);
+  CHECK_FALSE(ParseEventSpec("CPU_CLOCK:0").has_value());
+
+  auto events = ResolveEventOptions({"CPU_CLOCK", "CPU_CLK_UNHALTED", "CPU_CLOCK:100000"}, *software, pmu, rate);
+  REQUIRE(events.has_value());
+  CHECK(events.value()[0].count == 250000);   // 1e9 ns / 4000
+  CHECK(events.value()[1].count == 650000);   // 2.6e9 cycles / 4000
+  CHECK(events.value()[2].count == 100000);   // a count given stays
+  // The default event takes the rate too.
+  auto by_default = ResolveEventOptions({}, *intel, pmu, rate);
+  REQUIRE(by_default.has_value());
+  CHECK(by_default.value()[0].count == 650000);
+  // Without the rate, the default event keeps the table's count, and NAME alone needs one.
+  CHECK(ResolveEventOptions({}, *intel, pmu).value()[0].count == intel->default_count);
+  auto no_count = ResolveEventOptions({"CPU_CLOCK"}, *software, pmu);
+  REQUIRE_FALSE(no_count.has_value());
+  CHECK(no_count.error().message() == "--event=CPU_CLOCK: no count; give NAME:COUNT, or a rate with -F (--rate) for CPU_CLOCK");
+  // Cycles need the clock; events that are not time cannot take a rate.
+  auto no_clock = ResolveEventOptions({"CPU_CLK_UNHALTED"}, *software, pmu, SampleRate{4000, 0, "--rate"});
+  REQUIRE_FALSE(no_clock.has_value());
+  CHECK(no_clock.error().message().find("does not say its CPUs' clock") != std::string::npos);
+  auto not_time = ResolveEventOptions({"LLC_MISSES"}, *intel, pmu, rate);
+  REQUIRE_FALSE(not_time.has_value());
+  CHECK(not_time.error().message().find("counts events, not time") != std::string::npos);
+  // Its range.
+  CHECK(CheckNumber("rate", 1000000, "linux").value() == 1000000);
+  CHECK_FALSE(CheckNumber("rate", 1000001, "linux").has_value());
 }

@@ -19,6 +19,7 @@ namespace hvprof::setup {
 
 // Bounds of the numeric options (the engine's, and a poll interval a human would choose).
 inline constexpr uint32_t kMaxPollIntervalMs = 60000;
+inline constexpr uint32_t kMaxRate = 1000000;  // -F: samples per second per CPU
 
 // A numeric option ("buffer-size", "callgraph", "poll-interval") as typed, checked against
 // what the platform's profiler accepts (hvprof's rings are powers of two, Xen's any size): refused with the option, the accepted range and, where one is near,
@@ -41,6 +42,9 @@ struct SetupOptions {
   uint32_t buffer_size = 0;    // slots per ring; 0: the default
   uint32_t callgraph = 0;      // backtrace depth
   uint32_t poll_interval_ms = 0;  // 0: sized from ring capacity and sample rate
+  // -F/--rate: samples per second per CPU for the events given without a count (and the default
+  // event); 0: the platform's default rate (linux: kLinuxDefaultRate), else the event's count.
+  uint32_t rate = 0;
   // --jit: copy the perf maps and jitdumps of sampled processes into the session. "auto": where
   // the agent's pids are this system's processes (linux, xen), not the sim's made-up ones.
   std::string jit = "auto";
@@ -56,10 +60,14 @@ struct SetupOptions {
   static Result<SetupOptions> FromJson(std::string_view text, const std::string& origin);
 };
 
+// The rate the linux platform samples at when neither -e nor -F says: perf record's default,
+// whose cost on a busy machine stays near 1%.
+inline constexpr uint32_t kLinuxDefaultRate = 4000;
+
 struct EventSpec {
   std::string text;  // as typed, for messages
   std::string name;
-  uint64_t count = 0;
+  uint64_t count = 0;  // 0: from the sample rate (NAME alone, or "default" with a rate)
   std::string unit_mask;  // a name or a number; empty: the event's default
   bool kernel = true;
   bool user = true;
@@ -81,13 +89,24 @@ struct ResolvedEvent {
 
 // Checks every spec against the CPU's event table and places the events on counters: events
 // that an Intel fixed counter counts go there while it is free, the rest on general counters.
+// A sample rate, for events whose count it sets: samples per second per CPU, and the CPU's
+// nominal clock (cycles per second; 0 when the platform does not say).
+struct SampleRate {
+  uint32_t hz = 0;
+  double nominal_hz = 0;
+  std::string option = "--rate";  // how the user asked for it, for messages
+};
+// With `rate`, the events without a count (and the default event) count to reach it: CPU_CLOCK
+// (ns) every 1e9/hz, CPU_CLK_UNHALTED (cycles) every nominal_hz/hz.
 Result<std::vector<ResolvedEvent>> ResolveEvents(const std::vector<EventSpec>& specs,
                                                  const hvpmu::CpuEventTable& table,
-                                                 const hvpmu::InitV2& pmu);
+                                                 const hvpmu::InitV2& pmu,
+                                                 const std::optional<SampleRate>& rate = std::nullopt);
 // The same for --event options as typed.
 Result<std::vector<ResolvedEvent>> ResolveEventOptions(const std::vector<std::string>& options,
                                                        const hvpmu::CpuEventTable& table,
-                                                       const hvpmu::InitV2& pmu);
+                                                       const hvpmu::InitV2& pmu,
+                                                       const std::optional<SampleRate>& rate = std::nullopt);
 // A placed event as the session records it.
 store::EventRecord ToEventRecord(const ResolvedEvent& event);
 
