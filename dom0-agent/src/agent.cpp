@@ -174,8 +174,11 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
                              setup_.rate != 0 ? "--rate" : "the linux default rate"};
     if (auto info = link_->PlatformInfo()) {
       const Json parsed = Json::parse(info.value(), nullptr, false);
+      // The clock: linux says it among its sampling stats, the sim beside its notes.
       if (parsed.is_object() && parsed.contains("stats") && parsed["stats"].is_object()) {
         rate->nominal_hz = parsed["stats"].value("nominal_mhz", 0.0) * 1e6;
+      } else if (parsed.is_object() && parsed.contains("nominal_mhz") && parsed["nominal_mhz"].is_number()) {
+        rate->nominal_hz = parsed["nominal_mhz"].get<double>() * 1e6;
       }
     }
   }

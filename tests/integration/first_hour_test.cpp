@@ -269,3 +269,19 @@ TEST_CASE("Ctrl-C on the terminal ends the workload, not the machine hvprof run 
   REQUIRE_FALSE(served.empty());
   CHECK_FALSE(std::filesystem::exists(served));
 }
+
+TEST_CASE("-F asks the sim for a rate: cycle counts from the scenario's clock, and the rate is held", "[run][rate]") {
+  TempDir dir;
+  Json scenario = TestScenario("intel-arch-v4", 3);
+  scenario["machine"]["mhz"] = 2000;
+  dir.Write("host.json", scenario.dump());
+  auto run = RunProgram({Binary("hvprof"), "run", "--platform=sim", "--scenario=" + dir.File("host.json"),
+                         "--session-dir=" + dir.File("s"), "-F", "1000", "--duration=200ms"});
+  INFO(run.out << run.err);
+  REQUIRE(run.status == 0);
+  CHECK(run.out.find("with a sample every 2000000 events") != std::string::npos);  // 2000 MHz / 1000
+  auto bad = RunProgram({Binary("hvprof"), "run", "--platform=sim", "--scenario=" + dir.File("host.json"),
+                         "--session-dir=" + dir.File("s"), "-F", "1000", "-e", "LLC_MISSES", "--duration=10ms"});
+  CHECK(bad.status != 0);
+  CHECK(bad.err.find("LLC_MISSES counts events, not time") != std::string::npos);
+}

@@ -662,6 +662,8 @@ void Daemon::Handle(Connection& connection, const hv::MessageHeader& header,
           info["last_error"] = linux_->last_error();
         } else {
           info["notes"] = machine_->notes();
+          // The simulated CPUs' clock: what a rate (-F) turns into cycle counts with.
+          info["nominal_mhz"] = scenario_.machine.mhz;
         }
       }
       return ReplyStatus(connection, sequence, type, ProtocolError::kOk, info.dump());
