@@ -270,7 +270,7 @@ TEST_CASE("Ctrl-C on the terminal ends the workload, not the machine hvprof run 
   CHECK_FALSE(std::filesystem::exists(served));
 }
 
-TEST_CASE("-F asks the sim for a rate: cycle counts from the scenario's clock, and the rate is held", "[run][rate]") {
+TEST_CASE("a rate (-F) on the sim: cycle counts from the scenario's clock", "[run][rate]") {
   TempDir dir;
   Json scenario = TestScenario("intel-arch-v4", 3);
   scenario["machine"]["mhz"] = 2000;
