@@ -17,6 +17,7 @@
 
 #include "hvprof/base/files.h"
 #include "hvprof/base/log.h"
+#include "hvprof/base/process.h"
 #include "hvprof/base/probes.h"
 
 HVPROF_PROBE_SEMAPHORE(jit__copied);
@@ -78,16 +79,10 @@ std::vector<uint64_t> StatusField(const std::string& status, std::string_view na
   return values;
 }
 
-// /proc/PID/stat's start time (field 22), after the parenthesized comm.
+// /proc/PID/stat's start time (field 22).
 uint64_t StartTicks(const std::string& stat) {
-  const size_t close = stat.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream fields(stat.substr(close + 1));
-  std::string field;
-  for (int i = 3; i <= 22 && fields >> field; ++i) {
-    if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
-  }
-  return 0;
+  const auto fields = ProcStatFields(stat);
+  return fields.size() > 19 ? std::strtoull(std::string(fields[19]).c_str(), nullptr, 10) : 0;
 }
 
 bool Ended(const ScopedFd& pidfd) {

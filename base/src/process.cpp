@@ -6,6 +6,22 @@
 
 namespace hvprof {
 
+std::vector<std::string_view> ProcStatFields(std::string_view stat) {
+  std::vector<std::string_view> fields;
+  const size_t open = stat.find('(');
+  const size_t close = stat.rfind(')');
+  if (open == std::string_view::npos || close == std::string_view::npos || close < open) return fields;
+  size_t pos = close + 1;
+  while (pos < stat.size()) {
+    while (pos < stat.size() && (stat[pos] == ' ' || stat[pos] == '\n')) ++pos;
+    size_t end = pos;
+    while (end < stat.size() && stat[end] != ' ' && stat[end] != '\n') ++end;
+    if (end > pos) fields.push_back(stat.substr(pos, end - pos));
+    pos = end;
+  }
+  return fields;
+}
+
 bool ProcessRunning(long pid, std::string_view comm_prefix) {
   if (pid <= 0) return false;
   if (!comm_prefix.empty()) {
@@ -14,8 +30,8 @@ bool ProcessRunning(long pid, std::string_view comm_prefix) {
   }
   auto stat = ReadFileToString(fmt::format("/proc/{}/stat", pid), 4096, Links::kFollow);
   if (!stat) return false;
-  const size_t paren = stat.value().rfind(')');  // the state follows the comm, which may hold ')'
-  return paren == std::string::npos || paren + 2 >= stat.value().size() || stat.value()[paren + 2] != 'Z';
+  const auto fields = ProcStatFields(stat.value());
+  return fields.empty() || fields[0] != "Z";
 }
 
 }  // namespace hvprof

@@ -20,6 +20,7 @@
 #include "hvprof/agent/hypervisor_link.h"
 #include "hvprof/base/escape.h"
 #include "hvprof/base/files.h"
+#include "hvprof/base/process.h"
 #include "hvprof/base/progress.h"
 #include "hvprof/base/scoped_fd.h"
 
@@ -333,19 +334,9 @@ namespace {
 long long CpuTicks(int pid) {
   auto stat = ReadFileToString(fmt::format("/proc/{}/stat", pid), 4096, Links::kFollow);
   if (!stat) return -1;
-  const size_t paren = stat.value().rfind(')');
-  if (paren == std::string::npos) return -1;
-  std::istringstream fields(stat.value().substr(paren + 2));
-  std::string field;
-  long long utime = -1, stime = -1;
-  for (int i = 3; fields >> field; ++i) {  // field 3 is the state; 14 and 15 the CPU times
-    if (i == 14) utime = std::atoll(field.c_str());
-    if (i == 15) {
-      stime = std::atoll(field.c_str());
-      break;
-    }
-  }
-  return utime < 0 || stime < 0 ? -1 : utime + stime;
+  const auto fields = ProcStatFields(stat.value());  // fields 14 and 15 are the CPU times
+  if (fields.size() <= 12) return -1;
+  return std::atoll(std::string(fields[11]).c_str()) + std::atoll(std::string(fields[12]).c_str());
 }
 
 // Waits up to `limit` for `pid` to exit; true if it did.

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hvprof/base/files.h"
+#include "hvprof/base/process.h"
 #include "hvprof/base/scoped_fd.h"
 
 namespace hvprof::linux_host {
@@ -130,20 +131,10 @@ bool ProcessTable::ReadProc(uint32_t pid, ProcEntry* entry) const {
   const size_t close = text.rfind(')');
   if (open == std::string::npos || close == std::string::npos || close < open) return false;
   entry->comm = text.substr(open + 1, close - open - 1);
-  std::vector<std::string_view> fields;
-  size_t pos = close + 1;
-  while (pos < text.size()) {
-    while (pos < text.size() && text[pos] == ' ') ++pos;
-    const size_t end = std::min(text.find(' ', pos), text.size());
-    if (end > pos) fields.emplace_back(text.data() + pos, end - pos);
-    pos = end;
-  }
-  // fields[0] is the state (field 3), so field N is fields[N - 3].
+  const std::vector<std::string_view> fields = hvprof::ProcStatFields(text);
   uint64_t value = 0;
   if (fields.size() > 1 && ParseU64(fields[1], &value)) entry->ppid = static_cast<uint32_t>(value);
-  if (fields.size() > 19 && ParseU64(StripNewline(std::string(fields[19])), &value)) {
-    entry->start_ticks = value;
-  }
+  if (fields.size() > 19 && ParseU64(fields[19], &value)) entry->start_ticks = value;
   if (auto comm = hvprof::ReadFileToString(dir + "/comm")) entry->comm = StripNewline(comm.value());
   if (auto cgroup = hvprof::ReadFileToString(dir + "/cgroup")) {
     entry->cgroups = ParseCgroups(cgroup.value());

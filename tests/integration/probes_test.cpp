@@ -24,6 +24,7 @@
 #include "temp_dir.h"
 
 using hvprof::testing::Binary;
+using hvprof::testing::FindOnPath;
 using hvprof::testing::RunProgram;
 using hvprof::testing::SkipTest;
 using hvprof::testing::TempDir;
@@ -102,21 +103,10 @@ std::map<std::string, NotedProbe> NotedProbes(const std::string& readelf_path, c
   return probes;
 }
 
-// `program`'s path on PATH, or "" (RunProgram runs a path).
-std::string FindProgram(const std::string& program) {
-  const char* path = std::getenv("PATH");
-  std::istringstream folders(path != nullptr ? path : "/usr/sbin:/usr/bin:/sbin:/bin");
-  for (std::string folder; std::getline(folders, folder, ':');) {
-    const std::string candidate = folder + "/" + program;
-    if (!folder.empty() && ::access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST_CASE("readelf -n lists every probe of docs/probes.md in hvprofd and hvprof-hv", "[probes][docs]") {
-  const std::string readelf = FindProgram("readelf");
+  const std::string readelf = FindOnPath("readelf");
   if (readelf.empty() && SkipTest("needs readelf (binutils)")) return;
   const auto documented = DocumentedProbes();
   std::map<std::string, size_t> per_program;
@@ -146,7 +136,7 @@ TEST_CASE("readelf -n lists every probe of docs/probes.md in hvprofd and hvprof-
 
 TEST_CASE("bpftrace sees probes of hvprofd and hvprof-hv fire in a simulated session", "[probes][bpftrace]") {
   if (::geteuid() != 0 && SkipTest("attaching a probe needs root")) return;
-  const std::string bpftrace = FindProgram("bpftrace");
+  const std::string bpftrace = FindOnPath("bpftrace");
   if (bpftrace.empty() && SkipTest("needs bpftrace (scripts/install-deps.sh)")) return;
   TempDir dir;
   const std::string hvprofd = Binary("hvprofd");

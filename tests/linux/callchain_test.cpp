@@ -28,6 +28,7 @@
 #include "temp_dir.h"
 
 using hvprof::testing::CommandResult;
+using hvprof::testing::FindOnPath;
 using hvprof::testing::LinuxRun;
 using hvprof::testing::PerfUsable;
 using hvprof::testing::RunProgram;
@@ -170,14 +171,7 @@ Workload FromPerfScript(const std::string& text, const std::string& comm) {
 
 // perf from PATH, or "" after SkipTest with the reason.
 std::string FindPerf() {
-  const char* path = std::getenv("PATH");
-  std::string found;
-  std::istringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
-  std::string dir;
-  while (found.empty() && std::getline(dirs, dir, ':')) {
-    const std::filesystem::path candidate = std::filesystem::path(dir.empty() ? "." : dir) / "perf";
-    if (::access(candidate.c_str(), X_OK) == 0) found = candidate;
-  }
+  const std::string found = FindOnPath("perf");
   if (found.empty()) {
     SkipTest("perf is not installed (Debian: linux-perf): the call stacks are compared with perf record -g");
     return "";

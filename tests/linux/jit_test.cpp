@@ -17,6 +17,7 @@
 #include "skip.h"
 
 using hvprof::testing::CommandResult;
+using hvprof::testing::FindOnPath;
 using hvprof::testing::LinuxRun;
 using hvprof::testing::PerfUsable;
 using hvprof::testing::RunProgram;
@@ -27,20 +28,6 @@ using Json = nlohmann::json;
 namespace {
 
 const std::string kFixtures = HVPROF_JIT_FIXTURES;
-
-// The program on PATH, or empty.
-std::string OnPath(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  std::string rest = path != nullptr ? path : "/usr/bin:/bin";
-  while (!rest.empty()) {
-    const size_t colon = rest.find(':');
-    const std::string dir = rest.substr(0, colon);
-    rest = colon == std::string::npos ? "" : rest.substr(colon + 1);
-    const std::string candidate = dir + "/" + name;
-    if (!dir.empty() && ::access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return "";
-}
 
 // Samples of the rows whose image is a process's JIT code and whose symbol names `function`.
 double JitSamples(const Json& report, const std::string& function, std::string* image = nullptr) {
@@ -79,7 +66,7 @@ void RemoveRuntimeFiles(const std::string& pattern_dir, const std::string& prefi
 
 TEST_CASE("jit: Node's perf map names its hot functions after it exited, in their 2:1 ratio", "[linux][live][jit]") {
   if (!PerfUsable()) return;
-  const std::string node = OnPath("node");
+  const std::string node = FindOnPath("node");
   if (node.empty() && SkipTest("node is not installed (Debian: nodejs)")) return;
   LinuxRun run;
   run.Run({"--", node, "--perf-basic-prof", kFixtures + "/hot.js", "1e6"});
@@ -98,7 +85,7 @@ TEST_CASE("jit: Node's perf map names its hot functions after it exited, in thei
 TEST_CASE("jit: Node's jitdump names its hot functions after the dump is gone, in their 2:1 ratio",
           "[linux][live][jit]") {
   if (!PerfUsable()) return;
-  const std::string node = OnPath("node");
+  const std::string node = FindOnPath("node");
   if (node.empty() && SkipTest("node is not installed (Debian: nodejs)")) return;
   TempDir work;  // node --perf-prof writes jit-PID.dump in its working directory
   LinuxRun run;
@@ -116,8 +103,8 @@ TEST_CASE("jit: Node's jitdump names its hot functions after the dump is gone, i
 TEST_CASE("jit: the JVM's perf map, written as it exits, names its hot methods in their 2:1 ratio",
           "[linux][live][jit]") {
   if (!PerfUsable()) return;
-  const std::string java = OnPath("java");
-  const std::string javac = OnPath("javac");
+  const std::string java = FindOnPath("java");
+  const std::string javac = FindOnPath("javac");
   if ((java.empty() || javac.empty()) && SkipTest("a JDK is not installed (Debian: default-jdk-headless)")) return;
   TempDir classes;
   const CommandResult compiled = RunProgram({javac, "-d", classes.path(), kFixtures + "/Hot.java"});
@@ -139,7 +126,7 @@ TEST_CASE("jit: CPython's perf trampolines (-X perf) name its hot functions in t
   // has no such interpreter: each is asked its version.)
   std::string python;
   for (const char* name : {"python3", "python3.14", "python3.13", "python3.12"}) {
-    const std::string candidate = OnPath(name);
+    const std::string candidate = FindOnPath(name);
     if (!python.empty() || candidate.empty()) continue;
     const CommandResult version =
         RunProgram({candidate, "-c", "import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)"});

@@ -38,17 +38,6 @@ std::string ReadWhole(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-std::string FindInPath(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  std::stringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
-  std::string dir;
-  while (std::getline(dirs, dir, ':')) {
-    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return "";
-}
-
 std::string Hex8(uint64_t value) {
   char text[9];
   std::snprintf(text, sizeof text, "%08llx", static_cast<unsigned long long>(value));
@@ -293,7 +282,7 @@ std::optional<XenBoot> RunInDom0(const std::vector<std::string>& commands, const
            "real-Xen suite runs in the normal build");
   return std::nullopt;
 #endif
-  const std::string qemu = FindInPath("qemu-system-x86_64");
+  const std::string qemu = FindOnPath("qemu-system-x86_64");
   if (qemu.empty()) {
     SkipTest("qemu-system-x86_64 not found: install qemu-system-x86 (scripts/install-deps.sh)");
     return std::nullopt;

@@ -5,11 +5,24 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <sstream>
+
 #include <catch2/catch.hpp>
 
 namespace hvprof::testing {
 
 std::string Binary(const std::string& name) { return std::string(HVPROF_BIN_DIR) + "/" + name; }
+
+std::string FindOnPath(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
 
 CommandResult RunProgram(const std::vector<std::string>& argv, const std::vector<std::string>& environment) {
   int out[2], err[2];

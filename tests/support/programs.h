@@ -16,5 +16,7 @@ struct CommandResult {
 // the child's.
 CommandResult RunProgram(const std::vector<std::string>& argv, const std::vector<std::string>& environment = {});
 std::string Binary(const std::string& name);  // build/bin/NAME
+// `name`'s path on PATH (an empty entry is the working directory), or "" when it is not there.
+std::string FindOnPath(const std::string& name);
 
 }  // namespace hvprof::testing

@@ -1,0 +1,30 @@
+// /proc/PID/stat's fields, as the agents, the linux platform and hvprof read them.
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+
+#include "hvprof/base/process.h"
+
+TEST_CASE("proc stat fields: after a comm with spaces and parentheses, numbered from the state", "[base][proc]") {
+  const auto fields = hvprof::ProcStatFields("4242 (a) b) (c) S 1 4242 4242 0 -1 4194560 100 0 0 0 7 9 0 0 20 0 1 0 123456 99\n");
+  REQUIRE(fields.size() == 21);
+  CHECK(fields[0] == "S");        // field 3
+  CHECK(fields[1] == "1");        // field 4, the parent
+  CHECK(fields[11] == "7");       // field 14, utime
+  CHECK(fields[19] == "123456");  // field 22, the start time
+  CHECK(fields[20] == "99");      // no newline kept
+  CHECK(hvprof::ProcStatFields("no comm here").empty());
+  CHECK(hvprof::ProcStatFields("1 (x").empty());
+  // This process, as the kernel writes it.
+  std::ifstream in("/proc/self/stat");
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto own = hvprof::ProcStatFields(text.str());
+  REQUIRE(own.size() > 19);
+  CHECK(own[0] == "R");
+  CHECK(own[1] == std::to_string(::getppid()));
+  CHECK(hvprof::ProcessRunning(::getpid()));
+}
