@@ -22,7 +22,8 @@ TEST_CASE("proc stat fields: after a comm with spaces and parentheses, numbered 
   std::ifstream in("/proc/self/stat");
   std::stringstream text;
   text << in.rdbuf();
-  const auto own = hvprof::ProcStatFields(text.str());
+  const std::string stat = text.str();  // the fields point into it
+  const auto own = hvprof::ProcStatFields(stat);
   REQUIRE(own.size() > 19);
   CHECK(own[0] == "R");
   CHECK(own[1] == std::to_string(::getppid()));
