@@ -184,6 +184,9 @@ int main(int argc, char** argv) {
         ("children", "with -c: rank symbols by inclusive samples (theirs and their callees'), as perf report "
                      "--children")
         ("by-domain", "break every row down by domain")
+        ("by-process", "break every row down by process (its name and pid; kernel samples count for the "
+                       "process they interrupted), processes with most samples first, as perf report --sort pid; "
+                       "`hvprof-report --by-process` alone gives each process's images")
         ("all-domains", "dom0's session plus the profiles its active guests published (`hvprof --publish` in "
                         "each): the whole host in one report")
         ("domain", po::value(&domains), "only these domains (ids, names or domN, comma-separated; idle for the idle loop, whose samples it keeps)")
@@ -283,6 +286,7 @@ int main(int argc, char** argv) {
       return fail(Error(ErrorKind::kInvalidArgument, "choose one of -d and -g"), 2);
     }
     options.by_domain = values.count("by-domain") != 0;
+    options.by_process = values.count("by-process") != 0;
     options.threshold = threshold;
     options.reverse = values.count("reverse-sort") != 0;
     options.show_address = values.count("show-address") != 0;
@@ -340,7 +344,7 @@ int main(int argc, char** argv) {
       // What the stack views do not honour is refused, never silently ignored.
       const char* view = callgraph ? "-c" : pprof ? "--format=pprof" : html ? "--format=html" : "--format=folded";
       for (const char* option : {"image", "symbol", "exclude-dependent", "all-domains", "accumulated",
-                                 "show-address", "global-percent", "sort", "reverse-sort"}) {
+                                 "show-address", "global-percent", "sort", "reverse-sort", "by-process"}) {
         if (values.count(option) != 0 && !values[option].defaulted()) {
           return fail(MakeError(ErrorKind::kInvalidArgument,
                                 "{} does not take --{}: stacks are filtered by --domain, --mode, --event and --merge{}", view,
@@ -423,7 +427,8 @@ int main(int argc, char** argv) {
                                                        "--format=folded or html): not -d or -g"),
                     2);
       }
-      for (const char* option : {"all-domains", "push", "children", "accumulated", "global-percent", "show-address"}) {
+      for (const char* option : {"all-domains", "push", "children", "accumulated", "global-percent", "show-address",
+                                 "by-process"}) {
         if (values.count(option) != 0 && !values[option].defaulted()) {
           return fail(MakeError(ErrorKind::kInvalidArgument, "--diff does not take --{}", option), 2);
         }

@@ -27,17 +27,24 @@ Result<sockaddr_un> Address(const std::string& path) {
   return address;
 }
 
-Result<void> ReadExactly(int fd, void* buffer, size_t bytes, std::chrono::milliseconds timeout) {
+Result<void> ReadExactly(int fd, void* buffer, size_t bytes, std::chrono::milliseconds timeout,
+                         const std::function<bool()>& still_working) {
   auto* out = static_cast<char*>(buffer);
   size_t got = 0;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
   while (got < bytes) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     pollfd pfd{fd, POLLIN, 0};
     const int ready = ::poll(&pfd, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
     if (ready < 0 && errno == EINTR) continue;
-    if (ready == 0) return MakeError(ErrorKind::kIo, "timed out waiting for the agent");
+    if (ready == 0) {
+      if (still_working && still_working()) {
+        deadline = std::chrono::steady_clock::now() + timeout;
+        continue;
+      }
+      return MakeError(ErrorKind::kBusy, "timed out waiting for the agent");
+    }
     const ssize_t n = ::read(fd, out + got, bytes - got);
     if (n == 0) return MakeError(ErrorKind::kIo, "the agent closed the connection");
     if (n < 0) {
@@ -59,14 +66,14 @@ Result<void> WriteMessage(int fd, const Json& message) {
   return WriteAll(fd, std::as_bytes(std::span(frame.data(), frame.size())), "the control socket");
 }
 
-Result<Json> ReadMessage(int fd, std::chrono::milliseconds timeout) {
+Result<Json> ReadMessage(int fd, std::chrono::milliseconds timeout, const std::function<bool()>& still_working) {
   uint32_t length = 0;
-  HVPROF_TRYV(ReadExactly(fd, &length, sizeof length, timeout));
+  HVPROF_TRYV(ReadExactly(fd, &length, sizeof length, timeout, still_working));
   if (length > kMaxControlMessage) {
     return MakeError(ErrorKind::kProtocol, "control message of {} bytes is too large", length);
   }
   std::string text(length, '\0');
-  HVPROF_TRYV(ReadExactly(fd, text.data(), length, timeout));
+  HVPROF_TRYV(ReadExactly(fd, text.data(), length, timeout, still_working));
   Json message = Json::parse(text, nullptr, false);
   if (message.is_discarded() || !message.is_object()) {
     return MakeError(ErrorKind::kProtocol, "control message is not a JSON object");
@@ -76,6 +83,11 @@ Result<Json> ReadMessage(int fd, std::chrono::milliseconds timeout) {
 
 Result<Json> Request(const std::string& socket_path, const Json& request,
                      std::chrono::milliseconds timeout) {
+  return Request(socket_path, request, timeout, {});
+}
+
+Result<Json> Request(const std::string& socket_path, const Json& request,
+                     std::chrono::milliseconds timeout, const std::function<bool()>& still_working) {
   HVPROF_TRY(address, Address(socket_path));
   ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return ErrnoError(errno, "socket");
@@ -87,7 +99,7 @@ Result<Json> Request(const std::string& socket_path, const Json& request,
     return ErrnoError(err, fmt::format("cannot reach the agent at {}", socket_path));
   }
   HVPROF_TRYV(WriteMessage(fd.get(), request));
-  return ReadMessage(fd.get(), timeout);
+  return ReadMessage(fd.get(), timeout, still_working);
 }
 
 Result<ScopedFd> Listen(const std::string& socket_path) {

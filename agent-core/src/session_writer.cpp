@@ -127,9 +127,8 @@ Result<SessionWriter> SessionWriter::Open(const std::string& directory, store::S
     }
     const store::SessionMetadata& before = previous.value();
     const store::LossRecord& l = before.losses;
-    const bool empty = before.samples_stored == 0 && before.samples_file_chunks == 0 && l.ring_full == 0 &&
-                       l.corrupt_index == 0 && l.no_ring == 0 && l.unprofiled_domain == 0 &&
-                       l.malformed_records == 0 && l.store_failed == 0 && l.platform_lost == 0;
+    bool empty = before.samples_stored == 0 && before.samples_file_chunks == 0;
+    for (const store::LossField& field : store::kLossFields) empty &= l.*field.member == 0;
     if (!SameEvents(before, metadata) && !empty) {
       return MakeError(ErrorKind::kBadState,
                        "{} holds a session with other events; keep it with `hvprof --save=NAME` or "

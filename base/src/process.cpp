@@ -1,5 +1,7 @@
 #include "hvprof/base/process.h"
 
+#include <charconv>
+
 #include <fmt/format.h>
 
 #include "hvprof/base/files.h"
@@ -32,6 +34,28 @@ bool ProcessRunning(long pid, std::string_view comm_prefix) {
   if (!stat) return false;
   const auto fields = ProcStatFields(stat.value());
   return fields.empty() || fields[0] != "Z";
+}
+
+long long ProcessCpuTicks(long pid) {
+  if (pid <= 0) return -1;
+  auto stat = ReadFileToString(fmt::format("/proc/{}/stat", pid), 4096, Links::kFollow);
+  if (!stat) return -1;
+  const auto fields = ProcStatFields(stat.value());  // fields 14 and 15 are the CPU times
+  if (fields.size() <= 12) return -1;
+  long long user = 0, system = 0;
+  const auto parse = [](std::string_view text, long long* out) {
+    return std::from_chars(text.data(), text.data() + text.size(), *out).ec == std::errc();
+  };
+  if (!parse(fields[11], &user) || !parse(fields[12], &system)) return -1;
+  return user + system;
+}
+
+bool CpuProgress::Advanced() {
+  if (!ProcessRunning(pid_)) return false;
+  const long long now = ProcessCpuTicks(pid_);
+  const bool advanced = now >= 0 && now > last_;
+  last_ = now;
+  return advanced;
 }
 
 }  // namespace hvprof

@@ -37,12 +37,27 @@ std::string NotRunning(const store::SessionPaths& paths) {
                      paths.root);
 }
 
+std::string LockPid(const store::SessionPaths& paths);
+
+// One request to the agent. A busy agent (a loaded machine, a long drain or dump) answers late:
+// it is waited for as long as it uses CPU; one that neither answers nor runs for `timeout` is
+// hung, and said to be.
 Result<Json> Send(const store::SessionPaths& paths, Json request,
                   std::chrono::milliseconds timeout = kRequestTimeout) {
-  auto response = agent::Request(paths.control_socket(), request, timeout);
+  const int pid = std::atoi(LockPid(paths).c_str());
+  CpuProgress progress(pid);
+  auto response = agent::Request(paths.control_socket(), request, timeout,
+                                 [&] { return pid > 0 && progress.Advanced(); });
   if (!response) {
     if (response.error().kind() == ErrorKind::kNotFound) {
       return Error(ErrorKind::kBadState, NotRunning(paths));
+    }
+    if (response.error().kind() == ErrorKind::kBusy) {
+      return MakeError(ErrorKind::kBusy,
+                       "hvprofd{} did not answer '{}' and used no CPU for {} s: it seems hung (see {}); "
+                       "`hvprof --shutdown` ends it and keeps its session",
+                       pid > 0 ? fmt::format(" (pid {})", pid) : "", request.value("action", ""),
+                       std::chrono::duration_cast<std::chrono::seconds>(timeout).count(), paths.log());
     }
     return response.error();
   }
@@ -244,15 +259,21 @@ Result<std::string> Launch(const setup::SetupOptions& setup, const std::string& 
   std::string report;
   char buffer[4096];
   const auto begun = std::chrono::steady_clock::now();
-  const auto deadline = begun + std::chrono::seconds(120);
+  // On a busy machine setting up takes longer: the deadline moves on while hvprofd uses CPU.
+  auto deadline = begun + std::chrono::seconds(120);
+  CpuProgress child_progress(child);
   // Setting up many domains takes a while: after 2 s, the seconds waited so far.
   Progress progress("hvprof: hvprofd is setting up profiling, seconds", 0);
   for (;;) {
     pollfd pfd{read_end.get(), POLLIN, 0};
     const auto now = std::chrono::steady_clock::now();
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+    if (left.count() <= 0 && child_progress.Advanced()) {
+      deadline = now + std::chrono::seconds(120);
+      continue;
+    }
     if (left.count() <= 0) {
-      return MakeError(ErrorKind::kIo, "hvprofd did not report within 2 minutes; see {}", paths.log());
+      return MakeError(ErrorKind::kIo, "hvprofd did not report and used no CPU for 2 minutes; see {}", paths.log());
     }
     progress.Set(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(now - begun).count()));
     if (::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count(), 250))) <= 0) continue;
@@ -330,14 +351,6 @@ Result<Outcome> Dump(const store::SessionPaths& paths) {
 
 namespace {
 
-// CPU time `pid` has used (utime + stime, in clock ticks), or -1.
-long long CpuTicks(int pid) {
-  auto stat = ReadFileToString(fmt::format("/proc/{}/stat", pid), 4096, Links::kFollow);
-  if (!stat) return -1;
-  const auto fields = ProcStatFields(stat.value());  // fields 14 and 15 are the CPU times
-  if (fields.size() <= 12) return -1;
-  return std::atoll(std::string(fields[11]).c_str()) + std::atoll(std::string(fields[12]).c_str());
-}
 
 // Waits up to `limit` for `pid` to exit; true if it did.
 bool WaitGone(int pid, std::chrono::milliseconds limit) {
@@ -363,9 +376,9 @@ Result<Outcome> Terminate(const store::SessionPaths& paths, int pid) {
   // up to 10 minutes; 5 s without progress is a hang.
   bool gone = WaitGone(pid, std::chrono::seconds(5));
   for (int i = 0; !gone && i < 600; ++i) {
-    const long long before = CpuTicks(pid);
+    const long long before = ProcessCpuTicks(pid);
     gone = WaitGone(pid, std::chrono::seconds(1));
-    if (!gone && (before < 0 || CpuTicks(pid) <= before)) break;
+    if (!gone && (before < 0 || ProcessCpuTicks(pid) <= before)) break;
   }
   if (!gone) {
     ::kill(pid, SIGKILL);
@@ -394,9 +407,9 @@ Result<Outcome> ShutdownAgent(const store::SessionPaths& paths) {
   }
   // Not answering may be busy (a long dump answers nobody meanwhile): while it uses CPU, wait.
   for (int waited = 0; !agent.answering && agent.pid > 0 && waited < 120; ++waited) {
-    const long long before = CpuTicks(agent.pid);
+    const long long before = ProcessCpuTicks(agent.pid);
     ::usleep(1000000);
-    if (before < 0 || CpuTicks(agent.pid) <= before) break;  // no progress: hung or stopped
+    if (before < 0 || ProcessCpuTicks(agent.pid) <= before) break;  // no progress: hung or stopped
     agent = FindAgent(paths);
   }
   if (!agent.running) return Outcome{fmt::format("hvprofd for {} has ended", paths.root)};

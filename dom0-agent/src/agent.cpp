@@ -428,6 +428,7 @@ void Dom0Agent::OnDump() {
     m.platform_stats = stats.dump();
     const Json totals = stats.value("totals", Json::object());
     m.losses.platform_lost = totals.value("lost", uint64_t{0}) + totals.value("lost_samples", uint64_t{0});
+    m.losses.throttled = totals.value("throttled", uint64_t{0});
   }
   if (!info.contains("stats")) return;  // the sim's notes are for its log, not the session
   for (const Json& note : info.value("notes", Json::array())) {

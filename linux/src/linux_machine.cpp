@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <set>
 
@@ -131,55 +132,39 @@ bool LinuxPlatform::ReadGuestMemory(DomainId, uint16_t, uint64_t address, void* 
 
 // ---- the machine
 
+// The next record of one ring, parsed in place: the merge in ApplyRecords applies the earliest
+// head of all rings, then reads that ring's next one.
 struct LinuxMachine::Collector final : RecordVisitor {
-  enum Kind : uint8_t { kSample, kMmap2, kComm, kTask, kLost, kThrottle, kLostSamples };
-  struct Item {
-    uint64_t time;
-    uint32_t ring;
-    Kind kind;
-    uint32_t index;
-  };
-  uint32_t ring = 0;
-  std::vector<Item> items;
-  std::vector<size_t> ring_ends;  // items[ring_ends[r-1], ring_ends[r]) came from ring r
-  std::vector<PerfSample> samples;
-  std::vector<PerfMmap2> mmaps;
-  std::vector<PerfComm> comms;
-  std::vector<PerfTask> tasks;
-  std::vector<PerfLost> losts;
-  std::vector<PerfThrottle> throttles;
-  std::vector<PerfLostSamples> lost_samples;
+  enum Kind : uint8_t { kNone, kSample, kMmap2, kComm, kTask, kLost, kThrottle, kLostSamples };
+  Kind kind = kNone;
+  uint64_t time = 0;
+  PerfSample sample;
+  PerfMmap2 mmap;
+  PerfComm comm;
+  PerfTask task;
+  PerfLost lost;
+  PerfThrottle throttle;
+  PerfLostSamples lost_samples;
 
-  template <typename T>
-  void Add(Kind kind, uint64_t time, std::vector<T>& list, const T& record) {
-    items.push_back({time, ring, kind, static_cast<uint32_t>(list.size())});
-    list.push_back(record);
-  }
-  // Empties every list, keeping its memory for the next drain.
-  void Clear() {
-    items.clear();
-    ring_ends.clear();
-    samples.clear();
-    mmaps.clear();
-    comms.clear();
-    tasks.clear();
-    losts.clear();
-    throttles.clear();
-    lost_samples.clear();
-  }
-  void OnSample(const PerfSample& r) override { Add(kSample, r.time, samples, r); }
-  void OnMmap2(const PerfMmap2& r) override { Add(kMmap2, r.sid.time, mmaps, r); }
-  void OnComm(const PerfComm& r) override { Add(kComm, r.sid.time, comms, r); }
-  void OnTask(const PerfTask& r) override { Add(kTask, r.sid.has_time ? r.sid.time : r.time, tasks, r); }
-  void OnLost(const PerfLost& r) override { Add(kLost, r.sid.time, losts, r); }
-  void OnThrottle(const PerfThrottle& r) override { Add(kThrottle, r.time, throttles, r); }
-  void OnLostSamples(const PerfLostSamples& r) override {
-    Add(kLostSamples, r.sid.time, lost_samples, r);
+  void OnSample(const PerfSample& r) override { kind = kSample, time = r.time, sample = r; }
+  void OnMmap2(const PerfMmap2& r) override { kind = kMmap2, time = r.sid.time, mmap = r; }
+  void OnComm(const PerfComm& r) override { kind = kComm, time = r.sid.time, comm = r; }
+  void OnTask(const PerfTask& r) override { kind = kTask, time = r.sid.has_time ? r.sid.time : r.time, task = r; }
+  void OnLost(const PerfLost& r) override { kind = kLost, time = r.sid.time, lost = r; }
+  void OnThrottle(const PerfThrottle& r) override { kind = kThrottle, time = r.time, throttle = r; }
+  void OnLostSamples(const PerfLostSamples& r) override { kind = kLostSamples, time = r.sid.time, lost_samples = r; }
+
+  // Reads the ring's next record that is one of the kinds above; false at its end.
+  bool Advance(RecordReader& reader) {
+    kind = kNone;
+    while (reader.Next(*this)) {
+      if (kind != kNone) return true;
+    }
+    return false;
   }
 };
 
-LinuxMachine::LinuxMachine(const LinuxOptions& options)
-    : options_(options), collector_(std::make_unique<Collector>()) {}
+LinuxMachine::LinuxMachine(const LinuxOptions& options) : options_(options) {}
 
 LinuxMachine::~LinuxMachine() {
   // The perf events go first: they are registered in epoll_ and call back into this machine.
@@ -375,6 +360,34 @@ CpuRateStats& LinuxMachine::StatsOf(uint32_t cpu) {
   return cpu_stats_[cpu < cpu_stats_.size() ? cpu : 0];
 }
 
+void LinuxMachine::OnThrottle(uint32_t cpu, const PerfThrottle& record) {
+  CpuRateStats& stats = StatsOf(cpu);
+  ++(record.throttle ? stats.throttles : stats.unthrottles);
+  const int counter = driver_->CounterOfId(record.id);
+  if (counter < 0 || record.time == 0) return;
+  uint64_t& since = stats.throttled_since[counter];
+  if (record.throttle) {
+    if (since == 0) since = record.time;
+    return;
+  }
+  if (since == 0 || record.time < since) return;  // an UNTHROTTLE without its THROTTLE
+  const uint64_t ns = record.time - since;
+  since = 0;
+  stats.throttled_ns[counter] += ns;
+  stats.throttled_samples += static_cast<double>(ns) * driver_->counters()[counter].requested_hz / 1e9;
+}
+
+double LinuxMachine::ThrottledSamples(const CpuRateStats& stats, uint64_t now_ns) const {
+  double samples = stats.throttled_samples;
+  const auto& counters = driver_->counters();
+  for (uint32_t i = 0; i < counters.size() && i < kMaxCounters; ++i) {
+    if (stats.throttled_since[i] != 0 && now_ns > stats.throttled_since[i]) {
+      samples += static_cast<double>(now_ns - stats.throttled_since[i]) * counters[i].requested_hz / 1e9;
+    }
+  }
+  return samples;
+}
+
 DrainResult LinuxMachine::DrainSamples() {
   auto& rings = driver_->rings();
   if (buffers_.size() < rings.size()) buffers_.resize(rings.size());
@@ -397,38 +410,67 @@ DrainResult LinuxMachine::InjectRecords(uint32_t cpu, std::span<const uint8_t> b
 DrainResult LinuxMachine::ApplyRecords(std::vector<std::vector<uint8_t>>& buffers,
                                        const std::vector<uint32_t>& ring_cpus) {
   DrainResult result;
-  Collector& collector = *collector_;
-  collector.Clear();
   const RecordLayout layout = driver_->layout();
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    collector.ring = static_cast<uint32_t>(i);
+  // Every ring in time order, merged: a fork on one CPU comes before its child's samples and
+  // forks on another. The merge reads each ring in place, one record ahead: a heap of the rings'
+  // next records, earliest first (ties: the lower ring first). A ring out of order (rare) is
+  // parsed whole and sorted first.
+  const size_t n = buffers.size();
+  if (heads_.size() < n) heads_.resize(n);
+  if (sorted_.size() < n) sorted_.resize(n);
+  std::vector<RecordReader> readers;
+  readers.reserve(n);
+  std::vector<size_t> next_sorted(n, SIZE_MAX);  // SIZE_MAX: the ring is read in place
+  const auto advance = [&](uint32_t ring) -> const Collector* {
+    if (next_sorted[ring] == SIZE_MAX) return heads_[ring].Advance(readers[ring]) ? &heads_[ring] : nullptr;
+    return next_sorted[ring] < sorted_[ring].size() ? &sorted_[ring][next_sorted[ring]++] : nullptr;
+  };
+  std::vector<std::pair<uint64_t, uint32_t>> heap;  // (time, ring), a min-heap
+  heap.reserve(n);
+  const auto later = [](const std::pair<uint64_t, uint32_t>& a, const std::pair<uint64_t, uint32_t>& b) {
+    return a > b;
+  };
+  std::vector<const Collector*> current(n, nullptr);
+  // Without side-band records anywhere, no record depends on another ring's: each ring is
+  // applied whole, one after the other, without the merge's heap.
+  bool side_band = false;
+  std::vector<bool> in_order(n, true);
+  for (uint32_t i = 0; i < n; ++i) {
+    const RingScan scan = ScanRecords(buffers[i], layout);
+    side_band |= scan.side_band;
+    in_order[i] = scan.in_order;
+  }
+  for (uint32_t i = 0; i < n; ++i) {
     result.bytes += buffers[i].size();
-    const ParseStats parsed = ParseRecords(buffers[i], layout, collector);
-    parse_malformed_ += parsed.malformed;
-    parse_unknown_ += parsed.unknown;
-    result.records += parsed.records;
-    collector.ring_ends.push_back(collector.items.size());
-  }
-  // Every ring is in time order; merged, a fork on one CPU comes before its child's samples
-  // and forks on another. Merging ring after ring keeps it linear; a ring out of order (which
-  // perf does not write) is sorted first.
-  const auto by_time = [](const Collector::Item& a, const Collector::Item& b) { return a.time < b.time; };
-  size_t begin = 0;
-  for (const size_t end : collector.ring_ends) {
-    const auto first = collector.items.begin();
-    if (!std::is_sorted(first + static_cast<ptrdiff_t>(begin), first + static_cast<ptrdiff_t>(end), by_time)) {
-      std::stable_sort(first + static_cast<ptrdiff_t>(begin), first + static_cast<ptrdiff_t>(end), by_time);
+    readers.emplace_back(buffers[i], layout);
+    if (!in_order[i]) {
+      sorted_[i].clear();
+      while (heads_[i].Advance(readers[i])) sorted_[i].push_back(heads_[i]);
+      std::stable_sort(sorted_[i].begin(), sorted_[i].end(),
+                       [](const Collector& a, const Collector& b) { return a.time < b.time; });
+      next_sorted[i] = 0;
     }
-    std::inplace_merge(first, first + static_cast<ptrdiff_t>(begin), first + static_cast<ptrdiff_t>(end), by_time);
-    begin = end;
+    current[i] = advance(i);
+    if (current[i] != nullptr) heap.emplace_back(current[i]->time, i);
   }
-
-  for (const Collector::Item& item : collector.items) {
-    const uint32_t ring_cpu = item.ring < ring_cpus.size() ? ring_cpus[item.ring] : 0;
-    last_time_ = std::max(last_time_, item.time);
-    switch (item.kind) {
+  std::make_heap(heap.begin(), heap.end(), later);
+  // Merging: the earliest head of all rings; otherwise ring after ring (the heap's order).
+  uint32_t ring = 0;
+  bool reading = false;  // `ring` is being read to its end (no side band)
+  while (reading || !heap.empty()) {
+    if (!reading) {
+      std::pop_heap(heap.begin(), heap.end(), later);
+      ring = heap.back().second;
+      heap.pop_back();
+      reading = true;
+    }
+    const Collector& head = *current[ring];
+    const uint32_t ring_cpu = ring < ring_cpus.size() ? ring_cpus[ring] : 0;
+    last_time_ = std::max(last_time_, head.time);
+    switch (head.kind) {
+      case Collector::kNone: break;
       case Collector::kSample: {
-        const PerfSample& sample = collector.samples[item.index];
+        const PerfSample& sample = head.sample;
         const uint32_t cpu = sample.cpu < num_cpus_ ? sample.cpu : ring_cpu;
         const int counter = driver_->CounterOfId(sample.id);
         if (counter < 0) {
@@ -449,11 +491,11 @@ DrainResult LinuxMachine::ApplyRecords(std::vector<std::vector<uint8_t>>& buffer
         ++result.samples;
         break;
       }
-      case Collector::kMmap2: processes_->OnMmap2(collector.mmaps[item.index]); break;
-      case Collector::kComm: processes_->OnComm(collector.comms[item.index]); break;
-      case Collector::kTask: processes_->OnTask(collector.tasks[item.index]); break;
+      case Collector::kMmap2: processes_->OnMmap2(head.mmap); break;
+      case Collector::kComm: processes_->OnComm(head.comm); break;
+      case Collector::kTask: processes_->OnTask(head.task); break;
       case Collector::kLost: {
-        const PerfLost& lost = collector.losts[item.index];
+        const PerfLost& lost = head.lost;
         CpuRateStats& stats = StatsOf(lost.sid.cpu < num_cpus_ ? lost.sid.cpu : ring_cpu);
         ++stats.lost_records;
         stats.lost += lost.lost;
@@ -461,21 +503,38 @@ DrainResult LinuxMachine::ApplyRecords(std::vector<std::vector<uint8_t>>& buffer
         break;
       }
       case Collector::kThrottle: {
-        const PerfThrottle& throttle = collector.throttles[item.index];
-        CpuRateStats& stats = StatsOf(throttle.sid.cpu < num_cpus_ ? throttle.sid.cpu : ring_cpu);
-        ++(throttle.throttle ? stats.throttles : stats.unthrottles);
+        const PerfThrottle& throttle = head.throttle;
+        const uint32_t cpu = throttle.sid.cpu < num_cpus_ ? throttle.sid.cpu : ring_cpu;
+        OnThrottle(cpu, throttle);
         HVPROF_PROBE(perf__throttle, throttle.sid.cpu, static_cast<int>(throttle.throttle), throttle.time);
         break;
       }
       case Collector::kLostSamples: {
-        const PerfLostSamples& lost = collector.lost_samples[item.index];
+        const PerfLostSamples& lost = head.lost_samples;
         StatsOf(lost.sid.cpu < num_cpus_ ? lost.sid.cpu : ring_cpu).lost_samples += lost.lost;
         HVPROF_PROBE(perf__lost, lost.sid.cpu, lost.lost, 1);
         break;
       }
     }
+    current[ring] = advance(ring);
+    if (current[ring] == nullptr) {
+      reading = false;
+    } else if (side_band) {
+      heap.emplace_back(current[ring]->time, ring);
+      std::push_heap(heap.begin(), heap.end(), later);
+      reading = false;
+    }
   }
-  if (last_time_ > kPruneAfterNs) processes_->Prune(last_time_ - kPruneAfterNs);
+  for (const RecordReader& reader : readers) {
+    parse_malformed_ += reader.stats().malformed;
+    parse_unknown_ += reader.stats().unknown;
+    result.records += reader.stats().records;
+  }
+  // Pruning walks every process: once a second is enough, whatever the sample rate.
+  if (last_time_ > kPruneAfterNs && last_time_ - last_prune_ >= 1'000'000'000) {
+    processes_->Prune(last_time_ - kPruneAfterNs);
+    last_prune_ = last_time_;
+  }
   return result;
 }
 
@@ -527,6 +586,7 @@ std::string LinuxMachine::StatsJson() const {
   out["counters"] = counter_list;
   Json cpus = Json::array();
   uint64_t total_samples = 0, throttles = 0, lost = 0, lost_samples = 0;
+  double throttled = 0;
   for (uint32_t cpu : online_) {
     const CpuRateStats& stats = cpu_stats_[cpu];
     Json entry;
@@ -556,6 +616,12 @@ std::string LinuxMachine::StatsJson() const {
     entry["lost_records"] = stats.lost_records;
     entry["lost"] = stats.lost;
     entry["lost_samples"] = stats.lost_samples;
+    const double not_taken = ThrottledSamples(stats, last_time_);
+    uint64_t throttled_ns = 0;
+    for (uint64_t ns : stats.throttled_ns) throttled_ns += ns;
+    entry["throttled_ns"] = throttled_ns;
+    entry["throttled"] = static_cast<uint64_t>(std::llround(not_taken));
+    throttled += not_taken;
     entry["counters"] = per_counter;
     cpus.push_back(entry);
     total_samples += samples;
@@ -570,6 +636,7 @@ std::string LinuxMachine::StatsJson() const {
                    {"throttles", throttles},
                    {"lost", lost},
                    {"lost_samples", lost_samples},
+                   {"throttled", static_cast<uint64_t>(std::llround(throttled))},
                    {"unknown_sample_ids", unknown_ids_},
                    {"samples_without_engine", samples_without_engine_},
                    {"malformed_records", parse_malformed_},
@@ -607,6 +674,7 @@ std::vector<std::string> LinuxMachine::notes() const {
   const double seconds = static_cast<double>(driver_->profiling_ns()) / 1e9;
   std::vector<std::string> throttled;
   uint64_t lost = 0, lost_records = 0;
+  double not_taken = 0, held = 0;
   for (uint32_t cpu : online_) {
     const CpuRateStats& stats = cpu_stats_[cpu];
     lost += stats.lost + stats.lost_samples;
@@ -614,10 +682,15 @@ std::vector<std::string> LinuxMachine::notes() const {
     if (stats.throttles == 0) continue;
     uint64_t samples = 0;
     for (uint32_t i = 0; i < counters.size(); ++i) samples += stats.samples[i];
-    throttled.push_back(fmt::format("CPU {} {} times ({:.0f} of {:.0f} Hz)", cpu, stats.throttles,
-                                    seconds > 0 ? static_cast<double>(samples) / seconds : 0.0,
-                                    requested));
+    const double achieved = seconds > 0 ? static_cast<double>(samples) / seconds : 0.0;
+    held += achieved;
+    not_taken += ThrottledSamples(stats, last_time_);
+    throttled.push_back(fmt::format("CPU {} {} times, {:.0f} Hz", cpu, stats.throttles, achieved));
   }
+  const std::string cost =
+      not_taken >= 0.5
+          ? fmt::format("; the {:.0f} samples it did not take are counted as lost (throttled)", not_taken)
+          : std::string();
   // cpu-clock without throttling falls short when timer interrupts come late: hrtimers skip
   // the periods they missed, typically on an idle virtual CPU whose host lets it sleep.
   std::vector<std::string> late;
@@ -641,16 +714,17 @@ std::vector<std::string> LinuxMachine::notes() const {
   }
   if (!throttled.empty() && max_rate > 0 && requested <= static_cast<double>(max_rate)) {
     notes.push_back(fmt::format(
-        "the kernel throttled sampling on {}, below kernel.perf_event_max_sample_rate={}: this "
-        "happens on a CPU that idles without a timer tick (NOHZ), where perf counts interrupts "
-        "across the missing ticks; what is lost is mostly idle time",
-        fmt::join(throttled, ", "), max_rate));
+        "the kernel throttled sampling below kernel.perf_event_max_sample_rate={} ({} of {:.0f} Hz "
+        "asked){}: this happens on a CPU that idles without a timer tick (NOHZ), where perf counts "
+        "interrupts across the missing ticks; what is lost is mostly idle time",
+        max_rate, fmt::join(throttled, ", "), requested, cost));
   } else if (!throttled.empty()) {
     notes.push_back(fmt::format(
-        "the kernel throttled sampling (kernel.perf_event_max_sample_rate={}) on {}: ask for "
-        "fewer samples (a larger count) or raise the limit with sysctl "
-        "kernel.perf_event_max_sample_rate",
-        max_rate, fmt::join(throttled, ", ")));
+        "the kernel throttled sampling to kernel.perf_event_max_sample_rate={}: it held {:.0f} of the "
+        "{:.0f} samples per second per CPU asked ({}){}; ask for fewer (-F {}, or a larger count) "
+        "or raise the limit with sysctl kernel.perf_event_max_sample_rate",
+        max_rate, held / static_cast<double>(throttled.size()), requested, fmt::join(throttled, ", "),
+        cost, max_rate > 0 ? max_rate : 1000));
   }
   if (max_sample_rate_at_setup_ > 0 && max_rate > 0 && max_rate < max_sample_rate_at_setup_) {
     notes.push_back(fmt::format(

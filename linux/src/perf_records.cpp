@@ -261,52 +261,145 @@ bool ParseOne(const RecordLayout& layout, uint32_t type, uint16_t misc, const ui
 
 }  // namespace
 
-ParseStats ParseRecords(std::span<const uint8_t> bytes, const RecordLayout& layout,
-                        RecordVisitor& visitor) {
-  ParseStats stats;
-  if (!layout.Supported()) {
-    stats.malformed = bytes.empty() ? 0 : 1;
-    stats.dropped_bytes = bytes.size();
-    return stats;
+namespace {
+
+// The time a record is ordered by, as the parsers above read it, without parsing the rest: a
+// sample's TIME field; FORK/EXIT and THROTTLE/UNTHROTTLE their own time; other records their
+// sample_id trailer's. False for a record without one (an unknown type, no TIME asked for) or
+// too short to hold it.
+bool TimeOf(const RecordLayout& layout, uint32_t type, const uint8_t* body, size_t size, uint64_t* time) {
+  const uint64_t sample_type = layout.sample_type;
+  size_t offset = 0;
+  switch (static_cast<RecordType>(type)) {
+    case RecordType::kSample:
+      if (!(sample_type & kSampleTime)) return false;
+      offset = (sample_type & kSampleIdentifier ? 8 : 0) + (sample_type & kSampleIp ? 8 : 0) +
+               (sample_type & kSampleTid ? 8 : 0);
+      break;
+    case RecordType::kThrottle:
+    case RecordType::kUnthrottle: {
+      const uint32_t trailer = layout.SampleIdBytes();
+      if (size < trailer) return false;
+      offset = 0;
+      break;
+    }
+    case RecordType::kFork:
+    case RecordType::kExit:
+      if (!(sample_type & kSampleTime) || !layout.sample_id_all) {
+        offset = 16;  // pid, ppid, tid, ptid, then the record's own time
+        break;
+      }
+      [[fallthrough]];
+    case RecordType::kMmap2:
+    case RecordType::kComm:
+    case RecordType::kLost:
+    case RecordType::kLostSamples: {
+      if (!(sample_type & kSampleTime) || !layout.sample_id_all) return false;
+      const uint32_t trailer = layout.SampleIdBytes();
+      if (size < trailer) return false;
+      offset = size - trailer + (sample_type & kSampleTid ? 8 : 0);
+      break;
+    }
+    default:
+      return false;
   }
-  // Callchains are handed out as spans of u64: parse from 8-byte-aligned memory.
-  std::vector<uint64_t> aligned;
-  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(uint64_t) != 0) {
-    aligned.resize((bytes.size() + 7) / 8);
-    std::memcpy(aligned.data(), bytes.data(), bytes.size());
-    bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(aligned.data()),
-                                     bytes.size());
-  }
+  if (offset + 8 > size) return false;
+  std::memcpy(time, body + offset, 8);
+  return true;
+}
+
+}  // namespace
+
+RingScan ScanRecords(std::span<const uint8_t> bytes, const RecordLayout& layout) {
+  RingScan scan;
+  uint64_t last = 0;
   size_t pos = 0;
-  while (pos < bytes.size()) {
-    const size_t left = bytes.size() - pos;
+  while (bytes.size() - pos >= sizeof(perf_event_header)) {
     perf_event_header header;
-    if (left < sizeof header) {
-      ++stats.malformed;
-      stats.dropped_bytes += left;
-      break;
-    }
     std::memcpy(&header, bytes.data() + pos, sizeof header);
-    // The kernel writes whole records of a multiple of 8 bytes; anything else is garbage.
-    if (header.size < sizeof header || header.size > left || header.size % 8 != 0) {
-      ++stats.malformed;
-      stats.dropped_bytes += left;
-      break;
+    if (header.size < sizeof header || header.size > bytes.size() - pos) break;  // the parser says so
+    switch (static_cast<RecordType>(header.type)) {
+      case RecordType::kMmap2:
+      case RecordType::kComm:
+      case RecordType::kFork:
+      case RecordType::kExit:
+        scan.side_band = true;
+        break;
+      default:
+        break;
     }
-    bool known = true;
-    const uint8_t* body = bytes.data() + pos + sizeof header;
-    const size_t body_size = header.size - sizeof header;
-    if (!ParseOne(layout, header.type, header.misc, body, body_size, visitor, &known)) {
-      // A record whose own size is plausible but whose body is not: skip just this one.
-      ++stats.malformed;
-      stats.dropped_bytes += header.size;
-    } else {
-      ++stats.records;
-      if (!known) ++stats.unknown;
+    uint64_t time = 0;
+    if (scan.in_order &&
+        TimeOf(layout, header.type, bytes.data() + pos + sizeof header, header.size - sizeof header, &time)) {
+      scan.in_order = time >= last;
+      last = time;
     }
     pos += header.size;
   }
-  return stats;
+  return scan;
+}
+
+bool RecordsInTimeOrder(std::span<const uint8_t> bytes, const RecordLayout& layout) {
+  return ScanRecords(bytes, layout).in_order;
+}
+
+RecordReader::RecordReader(std::span<const uint8_t> bytes, const RecordLayout& layout)
+    : bytes_(bytes), layout_(layout) {
+  if (!layout_.Supported()) {
+    stats_.malformed = bytes_.empty() ? 0 : 1;
+    stats_.dropped_bytes = bytes_.size();
+    pos_ = bytes_.size();
+    return;
+  }
+  // Callchains are handed out as spans of u64: parse from 8-byte-aligned memory.
+  if (reinterpret_cast<uintptr_t>(bytes_.data()) % alignof(uint64_t) != 0) {
+    aligned_.resize((bytes_.size() + 7) / 8);
+    std::memcpy(aligned_.data(), bytes_.data(), bytes_.size());
+    bytes_ = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(aligned_.data()), bytes_.size());
+  }
+}
+
+bool RecordReader::Next(RecordVisitor& visitor) {
+  while (pos_ < bytes_.size()) {
+    const size_t left = bytes_.size() - pos_;
+    perf_event_header header;
+    if (left < sizeof header) {
+      ++stats_.malformed;
+      stats_.dropped_bytes += left;
+      pos_ = bytes_.size();
+      return false;
+    }
+    std::memcpy(&header, bytes_.data() + pos_, sizeof header);
+    // The kernel writes whole records of a multiple of 8 bytes; anything else is garbage.
+    if (header.size < sizeof header || header.size > left || header.size % 8 != 0) {
+      ++stats_.malformed;
+      stats_.dropped_bytes += left;
+      pos_ = bytes_.size();
+      return false;
+    }
+    bool known = true;
+    const uint8_t* body = bytes_.data() + pos_ + sizeof header;
+    const size_t body_size = header.size - sizeof header;
+    pos_ += header.size;
+    if (!ParseOne(layout_, header.type, header.misc, body, body_size, visitor, &known)) {
+      // A record whose own size is plausible but whose body is not: skip just this one.
+      ++stats_.malformed;
+      stats_.dropped_bytes += header.size;
+      continue;
+    }
+    ++stats_.records;
+    if (!known) ++stats_.unknown;
+    return true;
+  }
+  return false;
+}
+
+ParseStats ParseRecords(std::span<const uint8_t> bytes, const RecordLayout& layout,
+                        RecordVisitor& visitor) {
+  RecordReader reader(bytes, layout);
+  while (reader.Next(visitor)) {
+  }
+  return reader.stats();
 }
 
 }  // namespace hvprof::linux_host

@@ -234,7 +234,7 @@ Process& ProcessTable::Create(uint32_t pid, uint32_t ppid,
   auto it = live_.find(pid);
   if (it != live_.end()) {
     Retire(it->second);
-    last_ = nullptr;
+    recent_.fill(nullptr);
     live_.erase(it);
   }
   Process process;
@@ -252,10 +252,11 @@ const Process* ProcessTable::Find(uint32_t pid) const {
 
 Process& ProcessTable::Get(uint32_t pid) {
   // Consecutive samples are mostly of one process.
-  if (last_ != nullptr && last_->pid == pid) return *last_;
+  Process*& recent = recent_[pid % recent_.size()];
+  if (recent != nullptr && recent->pid == pid) return *recent;
   auto it = live_.find(pid);
   if (it != live_.end()) {
-    last_ = &it->second;
+    recent = &it->second;
     return it->second;
   }
   ++proc_discoveries_;
@@ -304,8 +305,8 @@ void ProcessTable::ScanProc() {
         process->start_ticks != entry.start_ticks) {
       // The pid was reused while nobody watched: a new process.
       Retire(*process);
-      last_ = nullptr;
-    live_.erase(it);
+      recent_.fill(nullptr);
+      live_.erase(it);
       Get(pid);
       continue;
     }

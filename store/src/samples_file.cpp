@@ -40,12 +40,15 @@ int64_t UnZigZag(uint64_t value) {
   return static_cast<int64_t>(value >> 1) ^ -static_cast<int64_t>(value & 1);
 }
 
-void PutVarint(std::vector<uint8_t>& out, uint64_t value) {
+// Writes `value` at `out` (room for kMaxVarint bytes) and returns the end.
+constexpr size_t kMaxVarint = 10;
+uint8_t* PutVarint(uint8_t* out, uint64_t value) {
   while (value >= 0x80) {
-    out.push_back(static_cast<uint8_t>(value | 0x80));
+    *out++ = static_cast<uint8_t>(value | 0x80);
     value >>= 7;
   }
-  out.push_back(static_cast<uint8_t>(value));
+  *out++ = static_cast<uint8_t>(value);
+  return out;
 }
 
 // A bounded reader over one chunk's payload; any overrun marks it failed.
@@ -230,30 +233,35 @@ void SamplesWriter::Encode(const StoredSample& sample) {
   if (nframes != 0) tag |= kHasFrames;
   const uint64_t previous_ip = fresh_ ? 0 : p.ip;
   const uint64_t previous_time = fresh_ ? 0 : p.time_ns;
-  payload_.push_back(tag);
-  PutVarint(payload_, ZigZag(static_cast<int64_t>(sample.ip - previous_ip)));
-  PutVarint(payload_, ZigZag(static_cast<int64_t>(sample.time_ns - previous_time)));
+  // Room for the largest record, written in place, then cut to what was written.
+  const size_t before = payload_.size();
+  payload_.resize(before + 3 + kMaxVarint * (10 + nframes));  // tag, mode, event; 10 varints; frames
+  uint8_t* out = payload_.data() + before;
+  *out++ = tag;
+  out = PutVarint(out, ZigZag(static_cast<int64_t>(sample.ip - previous_ip)));
+  out = PutVarint(out, ZigZag(static_cast<int64_t>(sample.time_ns - previous_time)));
   if (tag & kNewPlace) {
-    PutVarint(payload_, sample.domain);
-    PutVarint(payload_, sample.vcpu);
-    PutVarint(payload_, sample.pcpu);
+    out = PutVarint(out, sample.domain);
+    out = PutVarint(out, sample.vcpu);
+    out = PutVarint(out, sample.pcpu);
   }
   if (tag & kNewTask) {
-    PutVarint(payload_, uint64_t{sample.pid} + 1);
-    PutVarint(payload_, uint64_t{sample.tid} + 1);
+    out = PutVarint(out, uint64_t{sample.pid} + 1);
+    out = PutVarint(out, uint64_t{sample.tid} + 1);
   }
   if (tag & kNewKind) {
-    payload_.push_back(sample.mode);
-    payload_.push_back(sample.event);
-    PutVarint(payload_, sample.flags);
+    *out++ = sample.mode;
+    *out++ = sample.event;
+    out = PutVarint(out, sample.flags);
   }
-  if (tag & kNewPeriod) PutVarint(payload_, sample.period);
+  if (tag & kNewPeriod) out = PutVarint(out, sample.period);
   if (tag & kHasFrames) {
-    PutVarint(payload_, nframes);
+    out = PutVarint(out, nframes);
     for (size_t i = 0; i < nframes; ++i) {
-      PutVarint(payload_, ZigZag(static_cast<int64_t>(sample.frames[i] - sample.ip)));
+      out = PutVarint(out, ZigZag(static_cast<int64_t>(sample.frames[i] - sample.ip)));
     }
   }
+  payload_.resize(static_cast<size_t>(out - payload_.data()));
   previous_ = sample;
   previous_.frames = {};
   fresh_ = false;

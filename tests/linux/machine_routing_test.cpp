@@ -247,6 +247,55 @@ TEST_CASE("perf samples land in the right domain, ring and mode", "[linux][routi
   }
 }
 
+TEST_CASE("throttled time is counted as samples lost at the rate asked", "[linux][routing][throttle]") {
+  FakeHost host;
+  auto created = LinuxMachine::Create(DryOptions(host, ""));
+  REQUIRE(created.has_value());
+  LinuxMachine& machine = *created.value();
+  EngineSession session(machine, SessionOptions{});
+  session.Start();
+  PerfPmuDriver& driver = machine.perf_driver();
+  const uint64_t id0 = driver.IdOf(0, 0);
+  const uint64_t id1 = driver.IdOf(1, 0);
+  const double hz = driver.counters()[0].requested_hz;
+  REQUIRE(hz == Approx(20000));  // a 50 us period
+
+  RecordBuilder cpu0(driver.layout());
+  RecordBuilder::Sid sid{0, 0, 0, 0, id0};
+  cpu0.Sample(kMiscUser, id0, 0x401000, 50, 50, 500'000, 0, 50000);
+  // Throttled for 4 ms: 80 samples of 50 us were not taken.
+  sid.time = 1'000'000;
+  cpu0.Throttle(true, 1'000'000, id0, sid);
+  sid.time = 5'000'000;
+  cpu0.Throttle(false, 5'000'000, id0, sid);
+  // An UNTHROTTLE without its THROTTLE, and one for an id nobody opened, count nothing.
+  sid.time = 6'000'000;
+  cpu0.Throttle(false, 6'000'000, id0, sid);
+  cpu0.Throttle(true, 6'000'000, 999999, sid);
+  cpu0.Sample(kMiscUser, id0, 0x401000, 50, 50, 10'000'000, 0, 50000);
+  machine.InjectRecords(0, cpu0.bytes());
+
+  // CPU 1 is throttled at 9 ms and still is at the last record seen (10 ms): 1 ms, 20 samples.
+  RecordBuilder cpu1(driver.layout());
+  RecordBuilder::Sid sid1{0, 0, 9'000'000, 1, id1};
+  cpu1.Throttle(true, 9'000'000, id1, sid1);
+  machine.InjectRecords(1, cpu1.bytes());
+
+  CHECK(machine.cpu_stats()[0].throttles == 2);
+  CHECK(machine.cpu_stats()[0].unthrottles == 2);
+  CHECK(machine.cpu_stats()[0].throttled_ns[0] == 4'000'000);
+  const Json stats = Json::parse(machine.StatsJson());
+  CHECK(stats["cpus"][0]["throttled"] == 80);
+  CHECK(stats["cpus"][0]["throttled_ns"] == 4'000'000);
+  CHECK(stats["cpus"][1]["throttled"] == 20);
+  CHECK(stats["totals"]["throttled"] == 100);
+  bool said = false;
+  for (const std::string& note : machine.notes()) {
+    said |= note.find("the 100 samples it did not take are counted as lost (throttled)") != std::string::npos;
+  }
+  CHECK(said);
+}
+
 TEST_CASE("the software driver validates counts against the timer's floor", "[linux][routing]") {
   FakeHost host;
   auto created = LinuxMachine::Create(DryOptions(host, ""));

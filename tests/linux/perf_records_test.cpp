@@ -3,6 +3,7 @@
 #include <linux/perf_event.h>
 
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -148,6 +149,47 @@ TEST_CASE("every record type parses with its sample_id trailer", "[linux][record
   CHECK_FALSE(r.throttles[1].throttle);
   REQUIRE(r.lost_samples.size() == 1);
   CHECK(r.lost_samples[0].lost == 3);
+}
+
+TEST_CASE("the time order of a ring is read as the parser times its records", "[linux][records]") {
+  // Every kind of record, in time order, with and without call chains in the samples.
+  for (const bool callchain : {false, true}) {
+    auto ordered = [&](RecordBuilder& b) {
+      b.Sample(kMiscUser, 42, 0x401000, 100, 101, 5000, 1, 38520, {kContextUser, 0x401000, 0x401234});
+      b.Mmap2(100, 100, 0x7f0000001000, 0x2000, 0x1000, "/usr/lib/libc.so.6", Sid(100, 5100));
+      b.Comm(100, 100, "prog", true, Sid(100, 5200));
+      b.Fork(102, 100, 102, 100, Sid(100, 5300));
+      b.Exit(102, 100, 102, 102, Sid(102, 5400));
+      b.Lost(7, 12, Sid(0, 5500));
+      b.Throttle(true, 5600, 42, Sid(0, 5600));
+      b.LostSamples(3, Sid(0, 5800));
+    };
+    RecordBuilder in_order(Layout(callchain));
+    ordered(in_order);
+    CHECK(RecordsInTimeOrder(in_order.bytes(), Layout(callchain)));
+    // Each kind, last in the bytes but earliest in time, breaks the order.
+    const std::vector<std::function<void(RecordBuilder&)>> late = {
+        [](RecordBuilder& b) { b.Sample(kMiscUser, 42, 0x401000, 100, 101, 10, 1, 38520); },
+        [](RecordBuilder& b) { b.Mmap2(100, 100, 0x1000, 0x1000, 0, "/bin/x", Sid(100, 10)); },
+        [](RecordBuilder& b) { b.Comm(100, 100, "x", false, Sid(100, 10)); },
+        [](RecordBuilder& b) { b.Fork(103, 100, 103, 100, Sid(100, 10)); },
+        [](RecordBuilder& b) { b.Lost(7, 1, Sid(0, 10)); },
+        [](RecordBuilder& b) { b.Throttle(false, 10, 42, Sid(0, 10)); },
+        [](RecordBuilder& b) { b.LostSamples(1, Sid(0, 10)); },
+    };
+    for (size_t i = 0; i < late.size(); ++i) {
+      CAPTURE(callchain, i);
+      RecordBuilder b(Layout(callchain));
+      ordered(b);
+      late[i](b);
+      CHECK_FALSE(RecordsInTimeOrder(b.bytes(), Layout(callchain)));
+    }
+  }
+  // A broken size ends the walk without reading past the bytes.
+  RecordBuilder b(Layout());
+  b.Sample(kMiscUser, 42, 0x401000, 100, 101, 5000, 1, 38520);
+  b.Raw(9, kMiscUser, std::vector<uint8_t>(8, 0), 4000);
+  CHECK(RecordsInTimeOrder(b.bytes(), Layout()));
 }
 
 TEST_CASE("broken records are counted and never read past", "[linux][records]") {

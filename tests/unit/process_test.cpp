@@ -1,4 +1,6 @@
 // /proc/PID/stat's fields, as the agents, the linux platform and hvprof read them.
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -28,4 +30,35 @@ TEST_CASE("proc stat fields: after a comm with spaces and parentheses, numbered 
   CHECK(own[0] == "R");
   CHECK(own[1] == std::to_string(::getppid()));
   CHECK(hvprof::ProcessRunning(::getpid()));
+}
+
+TEST_CASE("CPU progress: a busy process advances, a sleeping or ended one does not", "[base][proc]") {
+  auto spawn = [](bool busy) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      if (busy) {
+        for (;;) asm volatile("" ::: "memory");  // spin
+      }
+      ::pause();
+      ::_exit(0);
+    }
+    return child;
+  };
+  const pid_t busy = spawn(true);
+  const pid_t idle = spawn(false);
+  REQUIRE(busy > 0);
+  REQUIRE(idle > 0);
+  hvprof::CpuProgress busy_progress(busy);
+  hvprof::CpuProgress idle_progress(idle);
+  // Clock ticks are 10 ms (or coarser); a busy loop gets several in half a second.
+  ::usleep(500000);
+  CHECK(busy_progress.Advanced());
+  CHECK_FALSE(idle_progress.Advanced());
+  CHECK(hvprof::ProcessCpuTicks(busy) > 0);
+  ::kill(busy, SIGKILL);
+  ::kill(idle, SIGKILL);
+  ::waitpid(busy, nullptr, 0);
+  ::waitpid(idle, nullptr, 0);
+  CHECK_FALSE(busy_progress.Advanced());  // gone
+  CHECK(hvprof::ProcessCpuTicks(busy) == -1);
 }

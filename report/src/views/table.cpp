@@ -14,6 +14,7 @@ namespace {
 
 struct RowKey {
   uint16_t domain;
+  uint32_t pid;
   uint32_t image;
   uint32_t symbol;
   uint32_t line;
@@ -24,6 +25,7 @@ struct RowKeyHash {
   size_t operator()(const RowKey& key) const {
     uint64_t h = (uint64_t{key.image} << 32 | key.symbol) * 0x9E3779B97F4A7C15ULL;
     h ^= (uint64_t{key.line} << 16 | key.domain) + 0x7F4A7C15ULL + (h << 6) + (h >> 2);
+    h ^= uint64_t{key.pid} * 0xC2B2AE3D27D4EB4FULL + (h << 6) + (h >> 2);
     return static_cast<size_t>(h);
   }
 };
@@ -132,7 +134,29 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, s
   std::vector<Row> rows;
   std::map<uint16_t, DomainSummary> domains;
   std::vector<std::unordered_map<uint64_t, std::vector<uint64_t>>> details;
-  const bool per_domain = options.by_domain;
+  const bool per_domain = options.by_domain || options.by_process;
+  const bool per_process = options.by_process;
+  // --by-process: what the session calls each process (its comm), and each one's samples.
+  std::map<std::pair<uint16_t, uint32_t>, std::string> comms;
+  std::map<std::pair<uint16_t, uint32_t>, uint64_t> process_samples;
+  if (per_process) {
+    // A pid's newest image comes first (the one it exec'd last): it names the process.
+    for (const auto& domain : m.domains) {
+      for (const auto& process : domain.processes) comms.emplace(std::pair{domain.id, process.pid}, process.comm);
+    }
+  }
+  // Pids are per domain: outside dom0, and without a domain column, the domain says whose.
+  auto process_name = [&](uint16_t domain, uint32_t pid) {
+    std::string name;
+    if (pid == kNoPid) {
+      name = "(no process)";
+    } else if (auto it = comms.find({domain, pid}); it == comms.end() || it->second.empty()) {
+      name = fmt::format("pid {}", pid);
+    } else {
+      name = fmt::format("{} ({})", it->second, pid);
+    }
+    return options.by_domain || domain == 0 ? name : profile.DomainName(domain) + ": " + name;
+  };
   // --symbol, decided once per symbol.
   const bool keep_idle = KeepsIdle(options);
   std::vector<int8_t> symbol_shown(options.symbols.empty() ? 0 : profile.symbols().size(), -1);
@@ -175,7 +199,8 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, s
     if (column == 0) summary.samples[entry.mode] += entry.count;
     if (!options.symbols.empty() && !SymbolShown(entry.symbol)) continue;
 
-    RowKey key{per_domain ? entry.domain : uint16_t{0}, entry.image,
+    if (per_process && column == 0) process_samples[{entry.domain, entry.pid}] += entry.count;
+    RowKey key{per_domain ? entry.domain : uint16_t{0}, per_process ? entry.pid : kNoPid, entry.image,
                options.view == View::kImage ? kNoIndex : entry.symbol,
                options.view == View::kDebugInfo ? entry.line : kNoIndex};
     auto [it, added] = index.emplace(key, rows.size());
@@ -184,6 +209,10 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, s
       if (per_domain) {
         row.domain = profile.DomainName(entry.domain);
         row.domain_id = entry.domain;
+      }
+      if (per_process) {
+        row.pid = entry.pid;
+        row.process = process_name(entry.domain, entry.pid);
       }
       row.image = entry.image;
       row.symbol = key.symbol;
@@ -260,11 +289,20 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, s
       }
     }
     // A stable, total order: the rest of the key.
-    return std::tie(a.domain_id, a.image, a.symbol, a.line) < std::tie(b.domain_id, b.image, b.symbol, b.line);
+    return std::tie(a.domain_id, a.pid, a.image, a.symbol, a.line) < std::tie(b.domain_id, b.pid, b.image, b.symbol, b.line);
   };
   std::sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) {
     return options.reverse ? less(b, a) : less(a, b);
   });
+  if (per_process) {
+    // Processes by their samples, most first (-r: fewest), each process's rows together.
+    auto samples_of = [&](const Row& row) { return process_samples[{row.domain_id, row.pid}]; };
+    std::stable_sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) {
+      const uint64_t sa = samples_of(a), sb = samples_of(b);
+      if (sa != sb) return options.reverse ? sa < sb : sa > sb;
+      return std::tie(a.domain_id, a.pid) < std::tie(b.domain_id, b.pid);
+    });
+  }
   if (options.by_domain) {
     std::stable_sort(rows.begin(), rows.end(),
                      [](const Row& a, const Row& b) { return a.domain_id < b.domain_id; });
@@ -275,7 +313,8 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, s
     std::vector<uint32_t> final_row(index.size(), kNoIndex);
     for (size_t r = 0; r < table.rows.size(); ++r) {
       const Row& row = table.rows[r];
-      const RowKey key{per_domain ? row.domain_id : uint16_t{0}, row.image, row.symbol, row.line};
+      const RowKey key{per_domain ? row.domain_id : uint16_t{0}, per_process ? row.pid : kNoPid, row.image,
+                       row.symbol, row.line};
       final_row[index.at(key)] = static_cast<uint32_t>(r);
     }
     row_of_entry->assign(profile.entries().size(), kNoIndex);

@@ -55,6 +55,10 @@ std::vector<LossLine> Losses(const store::SessionMetadata& m) {
       {"platform", "perf ring overflow", m.losses.platform_lost,
        "perf's own buffers filled before hvprof-hv read them: use a larger event count, or "
        "fewer events"},
+      {"platform", "throttled", m.losses.throttled,
+       "the kernel throttled sampling (kernel.perf_event_max_sample_rate, or perf's interrupts "
+       "took more than kernel.perf_cpu_time_max_percent of the CPU); counted at the rate asked for "
+       "the time it lasted: ask for a lower rate (-F) or a larger count"},
   };
   std::erase_if(lines, [](const LossLine& line) { return line.count == 0; });
   return lines;

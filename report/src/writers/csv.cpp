@@ -10,6 +10,10 @@ std::string FormatCsv(const Profile& profile, const Table& table, const ReportOp
   std::string out;
   std::vector<std::string> heading;
   if (options.by_domain) heading.push_back("domain");
+  if (options.by_process) {
+    heading.push_back("pid");
+    heading.push_back("process");
+  }
   heading.push_back("image");
   if (table.view != View::kImage) {
     heading.push_back("symbol");
@@ -26,6 +30,10 @@ std::string FormatCsv(const Profile& profile, const Table& table, const ReportOp
   auto emit = [&](const Row& row, const Row* detail) {
     std::vector<std::string> fields;
     if (options.by_domain) fields.push_back(CsvField(row.domain));
+    if (options.by_process) {
+      fields.push_back(row.pid == kNoPid ? std::string() : std::to_string(row.pid));
+      fields.push_back(CsvField(row.process));
+    }
     fields.push_back(CsvField(ImageName(profile, row.image, options)));
     if (table.view != View::kImage) {
       fields.push_back(CsvField(profile.symbols()[row.symbol].name));

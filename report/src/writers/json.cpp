@@ -26,6 +26,7 @@ std::string FormatJson(const Profile& profile, const Table& table, const ReportO
   static constexpr const char* kViews[] = {"image", "symbol", "details", "debug-info"};
   out["view"] = kViews[static_cast<int>(table.view)];
   out["by_domain"] = options.by_domain;
+  out["by_process"] = options.by_process;
   Json events = Json::array();
   for (const Column& column : table.columns) {
     events.push_back({{"name", column.event}, {"unit_mask", column.unit_mask}, {"count", column.count},
@@ -78,6 +79,10 @@ std::string FormatJson(const Profile& profile, const Table& table, const ReportO
   for (const Row& row : table.rows) {
     Json entry;
     if (options.by_domain) entry["domain"] = row.domain;
+    if (options.by_process) {
+      entry["pid"] = row.pid == kNoPid ? Json(nullptr) : Json(row.pid);
+      entry["process"] = row.process;
+    }
     entry["image"] = ImageName(profile, row.image, options);
     if (table.view != View::kImage) {
       const Symbol& symbol = profile.symbols()[row.symbol];

@@ -152,6 +152,9 @@ std::string FormatText(const Profile& profile, const Table& table, const ReportO
   size_t domain_width = 20;
   for (const Row& row : table.rows) domain_width = std::max(domain_width, Safe(row.domain).size());
   if (options.by_domain) keys += fmt::format("{:<{}} ", "domain", domain_width);
+  size_t process_width = 24;
+  for (const Row& row : table.rows) process_width = std::max(process_width, Safe(row.process).size());
+  if (options.by_process) keys += fmt::format("{:<{}} ", "process", process_width);
   if (options.show_address && symbols) keys += fmt::format("{:<18} ", "vma");
   if (table.view == View::kDebugInfo) keys += fmt::format("{:<32} ", "linenr info");
   keys += symbols ? fmt::format("{:<28} {}", "image name", "symbol name") : "image name";
@@ -175,6 +178,7 @@ std::string FormatText(const Profile& profile, const Table& table, const ReportO
   for (const Row& row : table.rows) {
     std::string line = counts(row, nullptr, true) + " ";
     if (options.by_domain) line += fmt::format("{:<{}} ", Safe(row.domain), domain_width);
+    if (options.by_process) line += fmt::format("{:<{}} ", Safe(row.process), process_width);
     if (options.show_address && symbols) line += fmt::format("{:<18} ", fmt::format("{:016x}", row.address));
     if (table.view == View::kDebugInfo) line += fmt::format("{:<32} ", Safe(SourceOf(profile, row)));
     if (symbols) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -22,10 +23,16 @@ inline constexpr uint32_t kMaxControlMessage = 64u << 20;
 // kNotFound when nobody listens there.
 Result<Json> Request(const std::string& socket_path, const Json& request,
                      std::chrono::milliseconds timeout);
+// The same, patient with a busy agent: each time `timeout` passes without the whole answer,
+// `still_working()` decides whether to wait another `timeout` (e.g. while the agent's process
+// is alive and uses CPU) or to give up ("timed out waiting for the agent").
+Result<Json> Request(const std::string& socket_path, const Json& request,
+                     std::chrono::milliseconds timeout, const std::function<bool()>& still_working);
 
 // Server side.
 Result<ScopedFd> Listen(const std::string& socket_path);
-Result<Json> ReadMessage(int fd, std::chrono::milliseconds timeout);
+Result<Json> ReadMessage(int fd, std::chrono::milliseconds timeout,
+                         const std::function<bool()>& still_working = {});
 Result<void> WriteMessage(int fd, const Json& message);
 
 Json OkResponse(Json fields = Json::object());

@@ -15,4 +15,20 @@ std::vector<std::string_view> ProcStatFields(std::string_view stat);
 // `comm_prefix`, whether its name (/proc/PID/comm) starts with it.
 bool ProcessRunning(long pid, std::string_view comm_prefix = {});
 
+// The CPU time `pid` has used (utime + stime, in clock ticks), or -1 when it cannot be read.
+long long ProcessCpuTicks(long pid);
+
+// Whether a process we wait for is still at work, for waits that must not give up on a busy
+// machine but must on a hung process: Advanced() is true while `pid` runs and has used CPU
+// since the last call (or since construction).
+class CpuProgress {
+ public:
+  explicit CpuProgress(long pid) : pid_(pid), last_(ProcessCpuTicks(pid)) {}
+  bool Advanced();
+
+ private:
+  long pid_;
+  long long last_;
+};
+
 }  // namespace hvprof

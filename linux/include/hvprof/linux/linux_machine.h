@@ -109,6 +109,11 @@ struct CpuRateStats {
   uint64_t lost_records = 0;   // PERF_RECORD_LOST records
   uint64_t lost = 0;           // what they say was lost (ring overflow)
   uint64_t lost_samples = 0;   // PERF_RECORD_LOST_SAMPLES
+  // Throttled time per counter (from THROTTLE to the next UNTHROTTLE) and the samples the
+  // asked rate would have taken in it: what throttling cost, counted as lost ("throttled").
+  uint64_t throttled_ns[kMaxCounters] = {};
+  uint64_t throttled_since[kMaxCounters] = {};  // 0: not throttled now
+  double throttled_samples = 0;
 };
 
 struct DrainResult {
@@ -177,6 +182,9 @@ class LinuxMachine {
   DrainResult ApplyRecords(std::vector<std::vector<uint8_t>>& buffers,
                            const std::vector<uint32_t>& ring_cpus);
   CpuRateStats& StatsOf(uint32_t cpu);
+  void OnThrottle(uint32_t cpu, const PerfThrottle& record);
+  // Samples not taken while throttled, per CPU, up to `now_ns` for an interval still open.
+  double ThrottledSamples(const CpuRateStats& stats, uint64_t now_ns) const;
 
   LinuxOptions options_;
   std::string host_kernel_;
@@ -197,7 +205,8 @@ class LinuxMachine {
   std::vector<std::string> notes_;
   std::vector<CpuRateStats> cpu_stats_;
   std::vector<std::vector<uint8_t>> buffers_;
-  std::unique_ptr<Collector> collector_;  // reused from drain to drain
+  std::vector<Collector> heads_;                // per ring, reused from drain to drain
+  std::vector<std::vector<Collector>> sorted_;  // per ring, the records of a ring out of order
   uint64_t parse_malformed_ = 0;
   uint64_t parse_unknown_ = 0;
   uint64_t ring_corrupt_ = 0;
@@ -205,6 +214,7 @@ class LinuxMachine {
   uint64_t samples_without_engine_ = 0;
   int64_t max_sample_rate_at_setup_ = -1;
   uint64_t last_time_ = 0;
+  uint64_t last_prune_ = 0;
 };
 
 }  // namespace hvprof::linux_host

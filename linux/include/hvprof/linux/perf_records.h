@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace hvprof::linux_host {
 
@@ -156,6 +157,40 @@ struct ParseStats {
   uint64_t malformed = 0;  // records that broke the format (skipped, or the rest dropped)
   uint64_t dropped_bytes = 0;
 };
+
+// Walks `bytes` (whole records, as copied out of a ring) one record at a time, for a caller
+// that interleaves several rings in time order. `bytes` must outlive the reader and what its
+// records point into (callchains, file names).
+class RecordReader {
+ public:
+  RecordReader(std::span<const uint8_t> bytes, const RecordLayout& layout);
+  // Parses the next record and hands it to `visitor`; a record whose body breaks the format is
+  // counted and skipped, a broken size drops the rest. False at the end.
+  bool Next(RecordVisitor& visitor);
+  const ParseStats& stats() const { return stats_; }
+
+ private:
+  std::span<const uint8_t> bytes_;
+  RecordLayout layout_;
+  std::vector<uint64_t> aligned_;  // a copy, only when `bytes` is not 8-byte aligned
+  size_t pos_ = 0;
+  ParseStats stats_;
+};
+
+// Whether the records of `bytes` are in time order, as the parser would time them: a sample's
+// TIME, a FORK/EXIT or THROTTLE record's own time, others' sample_id time (records without one
+// do not count). The kernel writes a ring nearly always in order, but not always (an NMI can
+// take its sample between another record's timestamp and its write). Cheap: reads one field
+// per record.
+bool RecordsInTimeOrder(std::span<const uint8_t> bytes, const RecordLayout& layout);
+// The same walk, also saying whether the bytes hold side-band records (MMAP2, COMM, FORK,
+// EXIT): records that change the process table, which samples on other CPUs must be ordered
+// against.
+struct RingScan {
+  bool in_order = true;
+  bool side_band = false;
+};
+RingScan ScanRecords(std::span<const uint8_t> bytes, const RecordLayout& layout);
 
 // Walks `bytes` (whole records, as copied out of a ring) and calls the visitor per record.
 ParseStats ParseRecords(std::span<const uint8_t> bytes, const RecordLayout& layout,

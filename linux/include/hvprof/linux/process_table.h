@@ -5,6 +5,7 @@
 // taken before are still symbolized at report time.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -130,7 +131,9 @@ class ProcessTable {
   DomainRegistry& registry_;
   Options options_;
   std::unordered_map<uint32_t, Process> live_;
-  Process* last_ = nullptr;  // the process Get found last (nodes of live_ do not move)
+  // The processes Get found last, by pid modulo the size (nodes of live_ do not move): samples
+  // come in runs of a few processes, interleaved across CPUs. Cleared when a node goes.
+  std::array<Process*, 16> recent_{};
   std::vector<Process> retired_;
   std::map<std::string, ElfCacheEntry> elf_cache_;
   uint64_t proc_discoveries_ = 0;

@@ -22,6 +22,8 @@ class Symbolizer;
 namespace hvprof::report {
 
 inline constexpr uint32_t kNoIndex = 0xFFFFFFFF;
+// Entry::pid of a sample whose process is unknown (the hypervisor's own, Xen's guests' kernels).
+inline constexpr uint32_t kNoPid = 0xFFFFFFFF;
 // The domain id samples of idle CPUs are recorded under (the hypervisor's idle domain).
 inline constexpr uint16_t kIdleDomain = store::kIdleDomain;
 

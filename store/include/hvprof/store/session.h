@@ -108,6 +108,9 @@ struct LossRecord {
   // Below the engine: samples the platform lost before the engine saw them (linux: perf's
   // ring overflowed).
   uint64_t platform_lost = 0;
+  // Samples the platform did not take because the kernel throttled sampling (linux: the time
+  // between perf's THROTTLE and UNTHROTTLE records at the rate asked), an estimate.
+  uint64_t throttled = 0;
 };
 
 // Every loss cause by its name in the session files, for code that writes or reads them all.
@@ -123,6 +126,7 @@ inline constexpr LossField kLossFields[] = {
     {"malformed_records", &LossRecord::malformed_records},
     {"store_failed", &LossRecord::store_failed},
     {"platform_lost", &LossRecord::platform_lost},
+    {"throttled", &LossRecord::throttled},
 };
 
 struct ProfilingInterval {

@@ -25,6 +25,9 @@ enum class SortKey { kSamples, kImage, kSymbol, kDebug, kVma, kDomain };
 struct ReportOptions {
   View view = View::kImage;
   bool by_domain = false;           // --by-domain: rows per domain first
+  // --by-process: rows per process (domain and pid), processes by their samples, most first;
+  // as perf report --sort pid. Kernel samples count for the process they interrupted.
+  bool by_process = false;
   std::vector<uint16_t> domains;    // --domain: only these
   std::vector<uint8_t> modes;       // --mode: only these (0 user, 1 kernel, 2 hypervisor)
   std::vector<std::string> images;  // --image: only images matching these globs (name or path)
@@ -63,6 +66,10 @@ struct Column {
 struct Row {
   std::string domain;      // by-domain view: the domain's name
   uint16_t domain_id = 0;
+  // by-process view: the pid (kNoPid: none, e.g. the hypervisor's own or the idle loop), and
+  // the process as printed: "COMM (PID)", "pid PID" when the session has no name for it.
+  uint32_t pid = kNoPid;
+  std::string process;
   uint32_t image = kNoIndex;
   uint32_t symbol = kNoIndex;
   uint32_t line = kNoIndex;
