@@ -292,6 +292,20 @@ Result<std::vector<ResolvedEvent>> ResolveEvents(const std::vector<EventSpec>& s
     for (uint8_t i = 0; i < def->num_unit_masks; ++i) {
       if (def->unit_masks[i].value == event.unit_mask) event.unit_mask_name = def->unit_masks[i].name;
     }
+    if (spec.count == 0 && rate && (event.count < def->min_count || event.count == 0)) {
+      // A rate the event cannot reach: say the fastest it can, and what samples faster.
+      const double fastest = std::string_view(def->name) == "CPU_CLOCK"
+                                 ? 1e9 / static_cast<double>(def->min_count)
+                                 : rate->nominal_hz / static_cast<double>(def->min_count);
+      return MakeError(ErrorKind::kInvalidArgument,
+                       "{}={} asks {} for a sample every {} events, below its minimum of {}: it samples at most "
+                       "{:.0f} times a second{}",
+                       rate->option, rate->hz, def->name, event.count, def->min_count, fastest,
+                       std::string_view(def->name) == "CPU_CLOCK"
+                           ? ""
+                           : fmt::format("; `-e CPU_CLOCK -F {}` samples by time, up to the kernel's limit",
+                                         rate->hz));
+    }
     if (event.count < def->min_count || event.count == 0) {
       return MakeError(ErrorKind::kInvalidArgument,
                        "--event={}: a count of {} is below {}'s minimum of {} (smaller counts "

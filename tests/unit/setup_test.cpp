@@ -104,6 +104,14 @@ TEST_CASE("a sample rate sets the counts of time-like events given without one",
   auto not_time = ResolveEventOptions({"LLC_MISSES"}, *intel, pmu, rate);
   REQUIRE_FALSE(not_time.has_value());
   CHECK(not_time.error().message().find("counts events, not time") != std::string::npos);
+  // Faster than an event can sample: the fastest it can, and what samples faster.
+  const hvpmu::EventDef* cycles = hvpmu::FindEventByName(*software, "CPU_CLK_UNHALTED");
+  REQUIRE(cycles != nullptr);
+  auto too_fast = ResolveEventOptions({"CPU_CLK_UNHALTED"}, *software, pmu, SampleRate{100000, 2.6e9, "-F"});
+  REQUIRE_FALSE(too_fast.has_value());
+  CHECK(too_fast.error().message().find(fmt::format("at most {:.0f} times a second", 2.6e9 / static_cast<double>(cycles->min_count))) !=
+        std::string::npos);
+  CHECK(too_fast.error().message().find("`-e CPU_CLOCK -F 100000` samples by time") != std::string::npos);
   // Its range.
   CHECK(CheckNumber("rate", 1000000, "linux").value() == 1000000);
   CHECK_FALSE(CheckNumber("rate", 1000001, "linux").has_value());
