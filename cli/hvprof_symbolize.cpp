@@ -209,6 +209,7 @@ hvprof::Result<void> Run(const CliOptions& options) {
   sym::ParsedAddresses parsed;
   sym::OutputWriter writer(STDOUT_FILENO);
   sym::BatchPrinter printer(options.print);
+  sym::BatchResult batch;  // reused: batches after the first cost no new memory
   double t_read = 0, t_parse = 0, t_symbolize = 0, t_print = 0;
   size_t total = 0;
   Stopwatch clock;
@@ -225,7 +226,7 @@ hvprof::Result<void> Run(const CliOptions& options) {
     size_t consumed = sym::ParseAddressLines(std::string_view(input.data(), filled), eof, &parsed);
     t_parse += clock.Lap();
     if (!parsed.addresses.empty() || !parsed.invalid.empty()) {
-      HVPROF_TRY(batch, symbolizer.Symbolize(chain, parsed.addresses, options.lookup));
+      HVPROF_TRYV(symbolizer.Symbolize(chain, parsed.addresses, options.lookup, &batch));
       t_symbolize += clock.Lap();
       ReportStatuses(batch.images());
       HVPROF_TRYV(printer.Print(batch, parsed.invalid, &writer));
