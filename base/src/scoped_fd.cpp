@@ -45,6 +45,14 @@ Result<ScopedMmap> ScopedMmap::MapFileReadOnly(int fd) {
   return ScopedMmap(addr, size);
 }
 
+Result<ScopedMmap> ScopedMmap::MapAnonymous(size_t size, bool huge_pages) {
+  if (size == 0) return ScopedMmap();
+  void* addr = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (addr == MAP_FAILED) return ErrnoError(errno, fmt::format("mmap of {} bytes", size));
+  if (huge_pages) (void)::madvise(addr, size, MADV_HUGEPAGE);
+  return ScopedMmap(addr, size);
+}
+
 Result<ScopedFd> OpenFile(const char* path, int flags, int mode) {
   int fd;
   do {

@@ -8,6 +8,16 @@ fast tools) and peak RSS (/usr/bin/time %M), for function-only resolution and, o
 DWARF, file:line with inline frames. eu-addr2line is too slow for the full files: it runs on the
 first S and 2S addresses and its steady rate S / (t(2S) - t(S)) is used, which excludes its
 start-up and so favours it.
+
+At the end it prints one machine-readable line per goal of issue 22 (item 6), tab-separated:
+
+  FIGURE<TAB>name<TAB>hvprof value<TAB>peer value<TAB>ratio<TAB>goal<TAB>pass|fail
+
+For times the ratio is the peer's time over hvprof's (a speedup, goal >=); for memory it is
+hvprof's peak over the peer's (goal <=). The figures: function names on xen-syms at each size,
+uniform addresses, against llvm-symbolizer (>=10x); peak memory of those runs against
+llvm-symbolizer's (the worst run, <=1x); file:line with inlines on vmlinux at the smallest size,
+uniform, against llvm-symbolizer (>=2x; skipped with the reason when no vmlinux is measured).
 """
 import argparse
 import json
@@ -161,6 +171,7 @@ def main():
                         "image": name, "distribution": distribution, "n": size, "mode": mode,
                         "ours": size / t_ours, "ours_mib": m_ours / 1024,
                         "llvm": size / t_llvm, "llvm_mib": m_llvm / 1024,
+                        "t_ours": t_ours, "t_llvm": t_llvm,
                         "eu": eu_rate, "eu_mib": m_eu / 1024, "eu_n": n2,
                         "timing": timing.strip().splitlines()[-1] if timing.strip() else "",
                     }
@@ -210,6 +221,43 @@ def main():
             print("  " + m)
     else:
         print("\nbench: every target met")
+    print_figures(rows)
+
+
+def size_name(n):
+    return f"{n // 1000000}M" if n % 1000000 == 0 else f"{n // 1000}k"
+
+
+def figure(name, ours, peer, ratio, goal, ok):
+    print(f"FIGURE\t{name}\t{ours}\t{peer}\t{ratio:.1f}x\t{goal}\t{'pass' if ok else 'fail'}")
+
+
+def print_figures(rows):
+    """The goals of issue 22 (item 6), one FIGURE line each (see the top of this file)."""
+    print()
+    xen = [r for r in rows if r["image"].startswith("xen-syms") and r["mode"] == "functions"]
+    for r in xen:
+        if r["distribution"] != "uniform":
+            continue
+        speedup = r["t_llvm"] / r["t_ours"]
+        figure(f"symbolizer: function names, xen-syms, {size_name(r['n'])} addresses, vs llvm-symbolizer",
+               f"{r['t_ours']:.3f} s", f"{r['t_llvm']:.3f} s", speedup, ">=10x", speedup >= 10)
+    if xen:
+        worst = max(xen, key=lambda r: r["ours_mib"] / r["llvm_mib"])
+        share = worst["ours_mib"] / worst["llvm_mib"]
+        print(f"FIGURE\tsymbolizer: peak memory, xen-syms function names (worst run: {worst['distribution']} "
+              f"{size_name(worst['n'])}), vs llvm-symbolizer\t{worst['ours_mib']:.0f} MiB\t"
+              f"{worst['llvm_mib']:.0f} MiB\t{share:.2f}x\t<=1x\t{'pass' if share <= 1 else 'fail'}")
+    vmlinux = [r for r in rows if r["image"].startswith("vmlinux") and r["mode"] == "inlines"
+               and r["distribution"] == "uniform"]
+    if vmlinux:
+        r = min(vmlinux, key=lambda r: r["n"])
+        speedup = r["t_llvm"] / r["t_ours"]
+        figure(f"symbolizer: file:line with inlines, vmlinux, {size_name(r['n'])} addresses, vs llvm-symbolizer",
+               f"{r['t_ours']:.3f} s", f"{r['t_llvm']:.3f} s", speedup, ">=2x", speedup >= 2)
+    else:
+        print("bench: figure 'symbolizer: file:line with inlines, vmlinux' skipped: no vmlinux with DWARF "
+              "was measured (run without --no-vmlinux; it needs linux-image-amd64-dbg)")
 
 
 if __name__ == "__main__":

@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
-# Symbolizer benchmark (issue 3): hvprof-symbolize vs eu-addr2line -f and llvm-symbolizer
-# --functions, on xen-syms and on the largest DWARF image installed (Debian's vmlinux from
-# linux-image-amd64-dbg), with 1e5 and 1e6 addresses, uniform and hot-skewed.
+# Symbolizer benchmark (issues 3 and 22): hvprof-symbolize vs eu-addr2line -f and
+# llvm-symbolizer --functions, on xen-syms and on the largest DWARF image installed (Debian's
+# vmlinux from linux-image-amd64-dbg), with 2e5 and 1e6 addresses, uniform and hot-skewed.
+# Besides its prose it prints one FIGURE line per goal (see bench.py).
 #
 #   bench/symbolizer/run.sh              install what is missing, build, run everything
-#   bench/symbolizer/run.sh --quick      1e5 addresses only
+#   bench/symbolizer/run.sh --quick      2e5 addresses only
 #   bench/symbolizer/run.sh --no-vmlinux skip the 5.6 GB kernel debug package and its image
 #
-# Address files and results go to build-sym/bench-symbolizer/ (results.json).
+# The program is the normal build's (scripts/configure.sh normal, build/); address files and
+# results go to build/bench-symbolizer/ (results.json).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-sizes=100000,1000000
+sizes=200000,1000000
 with_vmlinux=1
 for arg in "$@"; do
   case "$arg" in
-    --quick) sizes=100000 ;;
+    --quick) sizes=200000 ;;
     --no-vmlinux) with_vmlinux=0 ;;
     *) echo "usage: $0 [--quick] [--no-vmlinux]" >&2; exit 2 ;;
   esac
@@ -35,8 +37,7 @@ if [ ${#missing[@]} -ne 0 ]; then
     "${missing[@]}"
 fi
 
-build=build-sym
-[ -f "$build/build.ninja" ] || cmake -S . -B "$build" -G Ninja -DHVPROF_BUILD_BENCH=OFF >/dev/null
+build=$(scripts/configure.sh normal)
 ninja -C "$build" -j"$(nproc)" hvprof-symbolize >/dev/null
 
 images=(--image /usr/lib/debug/boot/xen-syms-4.17-amd64)

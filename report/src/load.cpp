@@ -591,10 +591,17 @@ void ProfileBuilder::Symbolize(Target& target) {
     image.build_id_mismatch = status.reason == sym::Reason::kBuildIdMismatch;
     image.has_symbols = false;
   }
-  // Each distinct address is named once.
+  // Each distinct address is named once. Neighbouring addresses are mostly in one function
+  // (they come sorted): the symbol of the last one is reused while the name is the same string
+  // of the image's symbol table.
   std::vector<std::pair<uint32_t, uint32_t>> by_unique(result.unique_count(), {kNoIndex, kNoIndex});
   std::vector<uint32_t> line_of(result.unique_count(), kNoIndex);
   std::vector<uint32_t> chain_of(result.unique_count(), kNoIndex);
+  struct {
+    uint32_t image = kNoIndex;
+    std::string_view name;
+    uint32_t symbol = kNoIndex;
+  } last;
   for (size_t u = 0; u < result.unique_count(); ++u) {
     const sym::Symbolization s = result.unique(u);
     uint32_t image = main_image;
@@ -605,7 +612,12 @@ void ProfileBuilder::Symbolize(Target& target) {
     }
     if (s.resolved()) {
       const sym::Frame& outer = s.frames.back();
-      by_unique[u] = {image, SymbolIndex(image, std::string(outer.function), outer.function_start, true, "")};
+      if (image != last.image || outer.function.data() != last.name.data() ||
+          outer.function.size() != last.name.size()) {
+        last = {image, outer.function,
+                SymbolIndex(image, std::string(outer.function), outer.function_start, true, "")};
+      }
+      by_unique[u] = {image, last.symbol};
       if (lines) {
         const sym::Frame& inner = s.frames.front();
         if (!inner.file.empty()) line_of[u] = LineIndex(inner.file, inner.line);

@@ -451,7 +451,9 @@ Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* sum
   uint64_t samples = 0;
   uint64_t addresses[kMaxFrames + 1];
   const uint32_t slices = std::min(slicing.count, kMaxTimeSlices);
-  std::vector<detail::AddressCounter> slice_counters(slices, detail::AddressCounter(1u << 12));
+  std::vector<detail::AddressCounter> slice_counters;
+  slice_counters.reserve(slices);
+  for (uint32_t slice = 0; slice < slices; ++slice) slice_counters.emplace_back(1u << 12);
   TimeSlicing capped = slicing;
   capped.count = slices;
   HVPROF_TRY(summary, ReadSamplesFile(

@@ -94,6 +94,7 @@ ImageResult<void> ReadSymbols(const ElfFile& file, const ElfSection& table,
     r.binding = static_cast<uint8_t>(binding);
     r.type = static_cast<uint8_t>(type);
     r.sized = sym.st_size != 0;
+    r.mangled = IsMangled(name);
     symbols->push_back(r);
   }
   return BOOST_OUTCOME_V2_NAMESPACE::success();
@@ -181,7 +182,7 @@ class ElfImage final : public Image {
       if (hit.kind == SymbolTable::Kind::kSymbol) {
         const SymbolRecord& sym = symbols[hit.index];
         Frame outer;
-        outer.function = FunctionName(sym.name, sym.name_length, options.demangle);
+        outer.function = FunctionName(sym, options.demangle);
         outer.function_start = sym.start;
         outer.offset = a - sym.start;
         if (!want_lines) {
@@ -308,7 +309,7 @@ class ElfImage final : public Image {
     for (uint32_t i : order) {
       const SymbolRecord& s = symbols[i];
       FunctionSymbol f;
-      f.name = std::string(FunctionName(s.name, s.name_length, options.demangle));
+      f.name = std::string(FunctionName(s, options.demangle));
       f.start = s.start + bias;
       f.size = s.size;
       f.binding = static_cast<Binding>(s.binding);
@@ -356,9 +357,9 @@ class ElfImage final : public Image {
     frame->column = location.column;
   }
 
-  std::string_view FunctionName(const char* name, size_t length, bool demangle) {
-    if (!demangle || !IsMangled(name)) return {name, length};
-    return Demangled(name);
+  std::string_view FunctionName(const SymbolRecord& symbol, bool demangle) {
+    if (!demangle || !symbol.mangled) return {symbol.name, symbol.name_length};
+    return Demangled(symbol.name);
   }
 
   std::string_view ScopeName(const ScopeFrame& scope, bool demangle) {

@@ -54,6 +54,17 @@ struct BatchResult::Data {
   std::deque<std::string> strings;   // owns details made for this batch
   std::vector<ImageStatus> images;
   std::vector<std::shared_ptr<const void>> keep_alive;  // the images the views point into
+
+  // Empties the result for another batch, keeping the vectors' memory.
+  void Clear() {
+    index.clear();
+    entries.clear();
+    frames.clear();
+    views.resize(1);
+    strings.clear();
+    images.clear();
+    keep_alive.clear();
+  }
 };
 
 // Collects answers for one image of a request. Images call AddFrame() for each frame of an

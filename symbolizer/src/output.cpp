@@ -1,5 +1,6 @@
 #include "hvprof/symbolizer/output.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cstring>
@@ -23,8 +24,8 @@ constexpr std::array<uint8_t, 256> kHex = MakeHexTable();
 
 bool IsBlank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
 
-void AppendHex(uint64_t value, std::string* out) {
-  char buffer[18];
+// "0x" and the lower-case hex digits of `value`, written at the end of `buffer`.
+std::string_view FormatHex(uint64_t value, char (&buffer)[18]) {
   char* end = buffer + sizeof buffer;
   char* p = end;
   do {
@@ -33,7 +34,12 @@ void AppendHex(uint64_t value, std::string* out) {
   } while (value != 0);
   *--p = 'x';
   *--p = '0';
-  out->append(p, static_cast<size_t>(end - p));
+  return {p, static_cast<size_t>(end - p)};
+}
+
+void AppendHex(uint64_t value, std::string* out) {
+  char buffer[18];
+  out->append(FormatHex(value, buffer));
 }
 
 void AppendDecimal(uint64_t value, std::string* out) {
@@ -110,6 +116,23 @@ size_t ParseAddressLines(std::string_view text, bool at_eof, ParsedAddresses* ou
   const size_t size = text.size();
   size_t position = 0;
   while (position < size) {
+    // The usual line, "0x" and 1 to 16 hex digits then a newline, in one pass.
+    size_t p = position;
+    if (size - p >= 2 && data[p] == '0' && (data[p + 1] == 'x' || data[p + 1] == 'X')) p += 2;
+    const size_t digits_begin = p;
+    const size_t digits_end = std::min(size, p + 17);
+    uint64_t v = 0;
+    uint8_t d;
+    while (p < digits_end && (d = kHex[static_cast<unsigned char>(data[p])]) != kBad) {
+      v = (v << 4) | d;
+      ++p;
+    }
+    if (p < size && data[p] == '\n' && p != digits_begin && p - digits_begin <= 16) {
+      out->addresses.push_back(v);
+      position = p + 1;
+      continue;
+    }
+    // Anything else: blanks around the address, a last line without a newline, invalid lines.
     const void* newline = std::memchr(data + position, '\n', size - position);
     size_t end;
     size_t next;
@@ -205,6 +228,23 @@ void AppendSymbolization(const Symbolization& s, const PrintOptions& options, st
     out->append("}\n");
     return;
   }
+  if (s.frames.size() == 1 && !options.print_address && s.module.empty() &&
+      !s.frames[0].inlined && !ShowsLocation(s, s.frames[0])) {
+    // The usual answer without lines, "function+0xoffset", in one step.
+    const Frame& f = s.frames[0];
+    const std::string_view name = f.function.empty() ? std::string_view("??") : f.function;
+    char buffer[18];
+    const std::string_view hex = FormatHex(f.offset, buffer);
+    const size_t at = out->size();
+    out->resize(at + name.size() + hex.size() + 2);
+    char* p = out->data() + at;
+    std::memcpy(p, name.data(), name.size());
+    p += name.size();
+    *p++ = '+';
+    std::memcpy(p, hex.data(), hex.size());
+    p[hex.size()] = '\n';
+    return;
+  }
   if (options.print_address) {
     AppendHex(s.address, out);
     out->append(": ");
@@ -247,6 +287,7 @@ void AppendInvalidInput(std::string_view text, const PrintOptions& options, std:
 
 Result<void> BatchPrinter::Print(const BatchResult& batch, std::span<const InvalidLine> invalid,
                                  OutputWriter* writer) {
+  // Each distinct address is formatted once, then copied out once per input line.
   const size_t unique = batch.unique_count();
   formatted_.clear();
   offsets_.resize(unique + 1);
@@ -255,27 +296,51 @@ Result<void> BatchPrinter::Print(const BatchResult& batch, std::span<const Inval
     AppendSymbolization(batch.unique(u), options_, &formatted_);
   }
   offsets_[unique] = formatted_.size();
-  std::string* out = writer->buffer();
+  // Slack after the last answer, so that answers are copied in whole blocks of kBlock bytes.
+  constexpr size_t kBlock = 16;
+  formatted_.append(kBlock, '\0');
+  const char* text = formatted_.data();
+  const std::span<const uint32_t> order = batch.unique_indexes();
   size_t next_invalid = 0;
-  for (size_t i = 0; i < batch.size(); ++i) {
+  for (size_t i = 0; i < order.size(); ++i) {
     while (next_invalid < invalid.size() && invalid[next_invalid].before <= i) {
-      AppendInvalidInput(invalid[next_invalid++].text, options_, out);
+      scratch_.clear();
+      AppendInvalidInput(invalid[next_invalid++].text, options_, &scratch_);
+      writer->Append(scratch_);
     }
-    size_t u = batch.unique_index(i);
-    out->append(formatted_.data() + offsets_[u], offsets_[u + 1] - offsets_[u]);
+    const size_t begin = offsets_[order[i]];
+    const size_t length = offsets_[order[i] + 1] - begin;
+    char* to = writer->Room(length + kBlock);
+    for (size_t k = 0; k < length; k += kBlock) std::memcpy(to + k, text + begin + k, kBlock);
+    writer->Commit(length);
     HVPROF_TRYV(writer->MaybeFlush());
   }
   while (next_invalid < invalid.size()) {
-    AppendInvalidInput(invalid[next_invalid++].text, options_, out);
+    scratch_.clear();
+    AppendInvalidInput(invalid[next_invalid++].text, options_, &scratch_);
+    writer->Append(scratch_);
   }
   return Ok();
 }
 
+void OutputWriter::Grow(size_t bytes) {
+  const size_t capacity = std::max({capacity_ * 2, size_ + bytes, flush_at_ + 4096});
+  std::unique_ptr<char[]> grown(new char[capacity]);
+  if (size_ != 0) std::memcpy(grown.get(), buffer_.get(), size_);
+  buffer_ = std::move(grown);
+  capacity_ = capacity;
+}
+
+void OutputWriter::Append(std::string_view text) {
+  std::memcpy(Room(text.size()), text.data(), text.size());
+  Commit(text.size());
+}
+
 Result<void> OutputWriter::Flush() {
-  if (buffer_.empty()) return Ok();
-  auto bytes = std::as_bytes(std::span(buffer_.data(), buffer_.size()));
+  if (size_ == 0) return Ok();
+  auto bytes = std::as_bytes(std::span(buffer_.get(), size_));
   auto written = WriteAll(fd_, bytes, "output");
-  buffer_.clear();
+  size_ = 0;
   return written;
 }
 

@@ -198,6 +198,26 @@ SymbolTable SymbolTable::BuildElf(std::vector<SymbolRecord> symbols,
     table.starts_.push_back(0);
     table.entries_.push_back(Pack(Kind::kOutside, 0));
   }
+  // The symbols in address order (symbol table order among equal starts, so that every order
+  // decided by index stays the same): sorted lookups then read them one after the other rather
+  // than all over the table.
+  {
+    std::vector<uint32_t> by_address(symbols.size());
+    for (uint32_t i = 0; i < by_address.size(); ++i) by_address[i] = i;
+    std::stable_sort(by_address.begin(), by_address.end(),
+                     [&symbols](uint32_t a, uint32_t b) { return symbols[a].start < symbols[b].start; });
+    std::vector<uint32_t> moved_to(symbols.size());
+    std::vector<SymbolRecord> sorted(symbols.size());
+    for (uint32_t i = 0; i < by_address.size(); ++i) {
+      moved_to[by_address[i]] = i;
+      sorted[i] = symbols[by_address[i]];
+    }
+    for (uint32_t& entry : table.entries_) {
+      const auto kind = static_cast<Kind>(entry >> 30);
+      if (kind == Kind::kSymbol || kind == Kind::kPastEnd) entry = Pack(kind, moved_to[entry & kNoSection]);
+    }
+    symbols = std::move(sorted);
+  }
   table.symbols_ = std::move(symbols);
   table.sections_ = std::move(sections);
   table.starts_.shrink_to_fit();

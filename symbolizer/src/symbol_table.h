@@ -31,6 +31,7 @@ struct SymbolRecord {
   uint8_t type = 0;            // STT_* for ELF; for kernel text: 1 text, 0 other
   uint16_t module = 0;         // kernel text: index into modules, 0 = core kernel
   bool sized = false;
+  bool mangled = false;        // an Itanium C++ name ("_Z..."), decided once when read
 };
 
 struct SectionRange {

@@ -50,6 +50,13 @@ struct CacheEntry {
   uint64_t bytes = 0;
 };
 
+// Working memory of Symbolize, kept from batch to batch.
+struct Scratch {
+  SortScratch sort;
+  std::vector<uint32_t> pending;
+  std::vector<uint64_t> image_addresses;
+};
+
 struct RequestStatus {
   ImageStatus status;
   ErrorKind kind = ErrorKind::kInternal;
@@ -173,8 +180,11 @@ class Symbolizer::Impl {
     lru_.clear();
   }
 
+  Scratch& scratch() { return scratch_; }
+
  private:
   SymbolizerOptions options_;
+  Scratch scratch_;
   std::list<CacheEntry> lru_;
   std::unordered_map<std::string, std::list<CacheEntry>::iterator> index_;
   CacheStats stats_;
@@ -195,6 +205,17 @@ Result<BatchResult> Symbolizer::Symbolize(const ImageSpec& image,
 Result<BatchResult> Symbolizer::Symbolize(std::span<const ImageSpec> chain,
                                           std::span<const uint64_t> addresses,
                                           const LookupOptions& options) {
+  BatchResult result;
+  HVPROF_TRYV(Symbolize(chain, addresses, options, &result));
+  return result;
+}
+
+Result<void> Symbolizer::Symbolize(std::span<const ImageSpec> chain,
+                                   std::span<const uint64_t> addresses,
+                                   const LookupOptions& options, BatchResult* result) {
+  if (result->data_ == nullptr) result->data_ = std::make_unique<BatchResult::Data>();
+  BatchResult::Data& d = *result->data_;
+  d.Clear();
   if (chain.empty()) return MakeError(ErrorKind::kInvalidArgument, "symbolize: no image given");
   if (chain.size() > 255) {
     return MakeError(ErrorKind::kInvalidArgument, "symbolize: more than 255 images in a chain");
@@ -208,39 +229,24 @@ Result<BatchResult> Symbolizer::Symbolize(std::span<const ImageSpec> chain,
     expected.push_back(std::move(normalized));
   }
 
-  BatchResult result;
-  result.data_ = std::make_unique<BatchResult::Data>();
-  BatchResult::Data& d = *result.data_;
+  // Sort and deduplicate (in the Symbolizer's scratch vectors, which keep their memory from
+  // batch to batch).
+  Scratch& scratch = impl_->scratch();
+  d.index.resize(addresses.size());
+  d.entries.reserve(addresses.size());
+  SortKeys(addresses, &scratch.sort, [&d](uint64_t address, uint32_t position) {
+    if (d.entries.empty() || d.entries.back().address != address) {
+      BatchEntry& e = d.entries.emplace_back();
+      e.address = address;
+    }
+    d.index[position] = static_cast<uint32_t>(d.entries.size() - 1);
+  });
+  d.frames.reserve(d.entries.size() + d.entries.size() / 4);
 
-  // Sort and deduplicate.
-  {
-    std::vector<KeyIndex> pairs(addresses.size());
-    for (size_t i = 0; i < addresses.size(); ++i) {
-      pairs[i] = KeyIndex{addresses[i], static_cast<uint32_t>(i)};
-    }
-    std::vector<KeyIndex> scratch;
-    RadixSortKeyIndex(&pairs, &scratch);
-    scratch = {};
-    d.index.resize(addresses.size());
-    size_t distinct = 0;
-    for (size_t i = 0; i < pairs.size(); ++i) {
-      distinct += i == 0 || pairs[i].key != pairs[i - 1].key;
-    }
-    d.entries.reserve(distinct);
-    d.frames.reserve(distinct + distinct / 4);
-    for (const KeyIndex& p : pairs) {
-      if (d.entries.empty() || d.entries.back().address != p.key) {
-        BatchEntry e;
-        e.address = p.key;
-        d.entries.push_back(e);
-      }
-      d.index[p.index] = static_cast<uint32_t>(d.entries.size() - 1);
-    }
-  }
-
-  std::vector<uint32_t> pending(d.entries.size());
+  std::vector<uint32_t>& pending = scratch.pending;
+  pending.resize(d.entries.size());
   std::iota(pending.begin(), pending.end(), 0u);
-  std::vector<uint64_t> image_addresses;
+  std::vector<uint64_t>& image_addresses = scratch.image_addresses;
   BatchBuilder builder(&d);
   for (size_t j = 0; j < chain.size(); ++j) {
     const ImageSpec& spec = chain[j];
@@ -287,7 +293,7 @@ Result<BatchResult> Symbolizer::Symbolize(std::span<const ImageSpec> chain,
       std::erase_if(pending, [&d](uint32_t id) { return d.entries[id].answered; });
     }
   }
-  return result;
+  return Ok();
 }
 
 Result<std::vector<FunctionSymbol>> Symbolizer::ListFunctions(const ImageSpec& image,
@@ -339,6 +345,10 @@ Symbolization BatchResult::operator[](size_t index) const {
 }
 
 size_t BatchResult::unique_index(size_t index) const { return data_->index[index]; }
+
+std::span<const uint32_t> BatchResult::unique_indexes() const {
+  return data_ != nullptr ? std::span<const uint32_t>(data_->index) : std::span<const uint32_t>();
+}
 
 Symbolization BatchResult::unique(size_t unique) const {
   const BatchEntry& e = data_->entries[unique];

@@ -198,6 +198,43 @@ TEST_CASE("symbolizer: a large batch agrees with one-address batches", "[symboli
   }
 }
 
+TEST_CASE("symbolizer: a reused result answers each batch afresh, however far apart its addresses",
+          "[symbolizer][choice]") {
+  // Batches whose addresses span less than 4 GiB sort as packed words, others as pairs; a
+  // result reused for the next batch keeps nothing of the last one.
+  TempDir dir;
+  std::string path = dir.File("layout.elf");
+  REQUIRE(testing::WriteTestElf(Layout(), path).empty());
+  const std::vector<std::vector<uint64_t>> batches = {
+      {0x1960, 0x1130, 0x1960, 0x0fff, 0x1130, 0x1945},
+      {0xffffffff81000000, 0x1130, 0x1945, 0x1130, 0x7f0000000000, 0x1960},
+      {0x1945}};
+  Symbolizer symbolizer;
+  BatchResult reused;
+  for (const std::vector<uint64_t>& addresses : batches) {
+    auto fresh = symbolizer.Symbolize(testing::ElfSpec(path), addresses, testing::With(Detail::kFunctions));
+    REQUIRE(fresh);
+    const ImageSpec spec = testing::ElfSpec(path);
+    REQUIRE(symbolizer.Symbolize(std::span<const ImageSpec>(&spec, 1), addresses,
+                                 testing::With(Detail::kFunctions), &reused));
+    REQUIRE(reused.size() == addresses.size());
+    CHECK(reused.unique_count() == fresh.value().unique_count());
+    CHECK(reused.images().size() == 1);
+    for (size_t i = 0; i < addresses.size(); ++i) {
+      INFO(testing::Hex(addresses[i]));
+      CHECK(reused[i].address == addresses[i]);
+      CHECK(reused[i].reason == fresh.value()[i].reason);
+      CHECK(reused[i].frames.size() == fresh.value()[i].frames.size());
+      if (reused[i].resolved()) CHECK(reused[i].frames.back().function == fresh.value()[i].frames.back().function);
+      CHECK(reused.unique_indexes()[i] == reused.unique_index(i));
+    }
+    for (size_t u = 1; u < reused.unique_count(); ++u) {
+      CHECK(reused.unique(u - 1).address < reused.unique(u).address);
+    }
+  }
+  CHECK(reused[0].frames.back().function == "inner_range");
+}
+
 TEST_CASE("symbolizer: function listing has the functions of executable sections", "[symbolizer][choice]") {
   TempDir dir;
   std::string path = dir.File("layout.elf");

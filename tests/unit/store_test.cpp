@@ -139,6 +139,42 @@ TEST_CASE("the aggregate counts exactly what a plain map counts, in key order", 
   CHECK(wrong == 0);
 }
 
+TEST_CASE("the aggregate sorts large groups of one task's addresses like a plain map", "[store]") {
+  // Few tasks with many addresses each: each group of one (domain, mode, event, pid) is sorted
+  // by its addresses' differing bytes (a radix sort), some groups spanning distant images.
+  TempDir dir;
+  std::mt19937_64 random(11);
+  std::vector<Owned> samples(200000);
+  for (size_t i = 0; i < samples.size(); ++i) {
+    StoredSample& s = samples[i].sample;
+    s.domain = static_cast<uint16_t>(random() % 2);
+    s.mode = static_cast<uint8_t>(random() % 2);
+    s.pid = s.mode == 0 ? 42 : 0xFFFFFFFF;
+    s.tid = s.pid;
+    const uint64_t base = s.mode == 1 ? 0xffffffff81000000 : random() % 8 == 0 ? 0x7f3a1c200000 : 0x555555554000;
+    s.ip = base + random() % 0x1000000;
+    s.time_ns = i * 1000;
+    s.period = 6000;
+  }
+  const std::string path = dir.File("samples.hvs");
+  WriteFile(path, samples, 20000);
+  std::map<std::tuple<uint16_t, uint8_t, uint8_t, uint32_t, uint64_t>, uint64_t> expected;
+  for (const auto& owned : samples) {
+    const StoredSample& s = owned.sample;
+    ++expected[{s.domain, s.mode, s.event, s.pid, s.ip}];
+  }
+  auto aggregate = AggregateSamplesFile(path);
+  REQUIRE(aggregate.has_value());
+  REQUIRE(aggregate.value().entries.size() == expected.size());
+  size_t i = 0, wrong = 0;
+  for (const auto& [key, count] : expected) {
+    const AggregateEntry& entry = aggregate.value().entries[i++];
+    wrong += std::tuple(entry.key.domain, entry.key.mode, entry.key.event, entry.key.pid, entry.key.ip) != key ||
+             entry.count != count;
+  }
+  CHECK(wrong == 0);
+}
+
 TEST_CASE("damage is named and skipped; the rest is read", "[store][bad-input]") {
   TempDir dir;
   const auto samples = MakeSamples(30000, 2);

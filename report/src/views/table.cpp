@@ -173,6 +173,8 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, s
   // With row_of_entry: each entry's row before the threshold and the sort.
   std::vector<uint32_t> first_row;
   if (row_of_entry != nullptr) first_row.assign(profile.entries().size(), kNoIndex);
+  RowKey last_key{};
+  uint32_t last_row = kNoIndex;
   for (size_t e = 0; e < profile.entries().size(); ++e) {
     const Entry& entry = profile.entries()[e];
     if (entry.event >= column_of.size() || column_of[entry.event] < 0) continue;
@@ -203,7 +205,14 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, s
     RowKey key{per_domain ? entry.domain : uint16_t{0}, per_process ? entry.pid : kNoPid, entry.image,
                options.view == View::kImage ? kNoIndex : entry.symbol,
                options.view == View::kDebugInfo ? entry.line : kNoIndex};
-    auto [it, added] = index.emplace(key, rows.size());
+    // Neighbouring entries mostly fall in one row (addresses of one function, in order).
+    bool added = false;
+    if (last_row == kNoIndex || !(key == last_key)) {
+      const auto [it, inserted] = index.try_emplace(key, rows.size());
+      added = inserted;
+      last_key = key;
+      last_row = static_cast<uint32_t>(it->second);
+    }
     if (added) {
       Row row;
       if (per_domain) {
@@ -222,10 +231,10 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, s
       rows.push_back(std::move(row));
       if (options.view == View::kDetails) details.emplace_back();
     }
-    rows[it->second].samples[column] += entry.count;
-    if (row_of_entry != nullptr && column == 0) first_row[e] = static_cast<uint32_t>(it->second);
+    rows[last_row].samples[column] += entry.count;
+    if (row_of_entry != nullptr && column == 0) first_row[e] = last_row;
     if (options.view == View::kDetails) {
-      auto& per_address = details[it->second][entry.ip];
+      auto& per_address = details[last_row][entry.ip];
       if (per_address.empty()) per_address.assign(ncolumns, 0);
       per_address[column] += entry.count;
     }

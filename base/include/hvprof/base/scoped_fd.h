@@ -30,6 +30,10 @@ class ScopedMmap {
   static Result<ScopedMmap> MapShared(int fd, size_t size, int prot, uint64_t offset = 0);
   // Maps a whole file read-only and private. An empty file gives an empty mapping.
   static Result<ScopedMmap> MapFileReadOnly(int fd);
+  // Maps `size` bytes of zeroed, private memory (touched only as it is used). With
+  // `huge_pages`, asks for transparent huge pages: a large table read at random then costs a
+  // TLB miss per 2 MiB rather than per 4 KiB (a hint; without THP it is plain memory).
+  static Result<ScopedMmap> MapAnonymous(size_t size, bool huge_pages);
 
   void* data() const { return addr_; }
   size_t size() const { return size_; }

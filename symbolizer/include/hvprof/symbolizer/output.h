@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -79,22 +80,34 @@ class BatchPrinter {
   PrintOptions options_;
   std::string formatted_;
   std::vector<size_t> offsets_;
+  std::string scratch_;
 };
 
-// A buffered writer for large outputs: append to buffer(), call MaybeFlush() now and then.
+// A buffered writer for large outputs: Append() (or Room() and Commit()), call MaybeFlush()
+// now and then.
 class OutputWriter {
  public:
-  explicit OutputWriter(int fd, size_t flush_at = size_t{1} << 20) : fd_(fd), flush_at_(flush_at) {
-    buffer_.reserve(flush_at_ + 4096);
+  explicit OutputWriter(int fd, size_t flush_at = size_t{1} << 20)
+      : fd_(fd), flush_at_(flush_at) {}
+  void Append(std::string_view text);
+  // Room for `bytes` more bytes at the end of the buffer: write there, then Commit() what was
+  // written (at most `bytes`).
+  char* Room(size_t bytes) {
+    if (capacity_ - size_ < bytes) Grow(bytes);
+    return buffer_.get() + size_;
   }
-  std::string* buffer() { return &buffer_; }
-  Result<void> MaybeFlush() { return buffer_.size() >= flush_at_ ? Flush() : Ok(); }
+  void Commit(size_t bytes) { size_ += bytes; }
+  Result<void> MaybeFlush() { return size_ >= flush_at_ ? Flush() : Ok(); }
   Result<void> Flush();
 
  private:
+  void Grow(size_t bytes);
+
   int fd_;
   size_t flush_at_;
-  std::string buffer_;
+  std::unique_ptr<char[]> buffer_;  // not zeroed: pages are touched only as they are written
+  size_t capacity_ = 0;
+  size_t size_ = 0;
 };
 
 }  // namespace hvprof::symbolizer

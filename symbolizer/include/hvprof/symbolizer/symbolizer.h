@@ -90,6 +90,11 @@ class Symbolizer {
   Result<BatchResult> Symbolize(std::span<const ImageSpec> chain,
                                 std::span<const uint64_t> addresses,
                                 const LookupOptions& options = {});
+  // The same into `result`, reusing its memory (a result the caller is done with): for callers
+  // that symbolize batch after batch, whose batches then cost no new memory. On error `result`
+  // is left empty.
+  Result<void> Symbolize(std::span<const ImageSpec> chain, std::span<const uint64_t> addresses,
+                         const LookupOptions& options, BatchResult* result);
 
   // Every function symbol of the image, sorted by start address; runtime addresses (bias added).
   Result<std::vector<FunctionSymbol>> ListFunctions(const ImageSpec& image,
@@ -130,6 +135,8 @@ class BatchResult {
   size_t unique_count() const;
   Symbolization unique(size_t unique) const;
   size_t unique_index(size_t index) const;
+  // unique_index(i) for every input position i, in input order.
+  std::span<const uint32_t> unique_indexes() const;
 
   struct Data;  // opaque; built by the Symbolizer
 
