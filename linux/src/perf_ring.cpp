@@ -54,10 +54,9 @@ RingReadStats PerfRing::ReadAll(std::vector<uint8_t>* out) {
     const uint64_t length = head - tail_;
     const uint64_t start = tail_ & (data_size_ - 1);
     const uint64_t first = std::min(length, data_size_ - start);
-    const size_t old_size = out->size();
-    out->resize(old_size + length);
-    std::memcpy(out->data() + old_size, data_ + start, first);
-    if (first < length) std::memcpy(out->data() + old_size + first, data_, length - first);
+    // Appended by copy, never zero-filled first (resize would write every byte twice).
+    out->insert(out->end(), data_ + start, data_ + start + first);
+    if (first < length) out->insert(out->end(), data_, data_ + (length - first));
     stats.bytes = length;
   }
   tail_ = head;

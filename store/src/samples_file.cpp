@@ -233,10 +233,10 @@ void SamplesWriter::Encode(const StoredSample& sample) {
   if (nframes != 0) tag |= kHasFrames;
   const uint64_t previous_ip = fresh_ ? 0 : p.ip;
   const uint64_t previous_time = fresh_ ? 0 : p.time_ns;
-  // Room for the largest record, written in place, then cut to what was written.
-  const size_t before = payload_.size();
-  payload_.resize(before + 3 + kMaxVarint * (10 + nframes));  // tag, mode, event; 10 varints; frames
-  uint8_t* out = payload_.data() + before;
+  // The record is encoded on the stack, then appended in one copy: room for the largest one
+  // (tag, mode and event; ten varints; the frames).
+  uint8_t record[3 + kMaxVarint * (10 + kMaxFrames)];
+  uint8_t* out = record;
   *out++ = tag;
   out = PutVarint(out, ZigZag(static_cast<int64_t>(sample.ip - previous_ip)));
   out = PutVarint(out, ZigZag(static_cast<int64_t>(sample.time_ns - previous_time)));
@@ -261,7 +261,7 @@ void SamplesWriter::Encode(const StoredSample& sample) {
       out = PutVarint(out, ZigZag(static_cast<int64_t>(sample.frames[i] - sample.ip)));
     }
   }
-  payload_.resize(static_cast<size_t>(out - payload_.data()));
+  payload_.insert(payload_.end(), record, out);
   previous_ = sample;
   previous_.frames = {};
   fresh_ = false;
