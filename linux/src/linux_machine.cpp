@@ -48,6 +48,9 @@ namespace {
 
 constexpr uint32_t kWakeToken = 0xFFFFFFFFu;
 constexpr uint64_t kPruneAfterNs = 2'000'000'000;
+// The kernel unthrottles at the next timer tick: 10 ms at HZ=100, sooner at higher HZ. A
+// throttle that lasted longer spanned an idle stretch without ticks (NOHZ).
+constexpr uint64_t kLongestTickNs = 10'000'000;
 
 uint16_t CountVcpuThreads(const HostPaths& paths, uint32_t pid) {
   const std::string dir_path = fmt::format("{}/{}/task", paths.proc, pid);
@@ -373,6 +376,12 @@ void LinuxMachine::OnThrottle(uint32_t cpu, const PerfThrottle& record) {
   if (since == 0 || record.time < since) return;  // an UNTHROTTLE without its THROTTLE
   const uint64_t ns = record.time - since;
   since = 0;
+  if (ns > kLongestTickNs) {
+    // No tick came to unthrottle it: the CPU idled without one (NOHZ), and what was not taken
+    // is idle time, not lost work.
+    stats.idle_throttled_ns += ns;
+    return;
+  }
   stats.throttled_ns[counter] += ns;
   stats.throttled_samples += static_cast<double>(ns) * driver_->counters()[counter].requested_hz / 1e9;
 }
@@ -381,7 +390,8 @@ double LinuxMachine::ThrottledSamples(const CpuRateStats& stats, uint64_t now_ns
   double samples = stats.throttled_samples;
   const auto& counters = driver_->counters();
   for (uint32_t i = 0; i < counters.size() && i < kMaxCounters; ++i) {
-    if (stats.throttled_since[i] != 0 && now_ns > stats.throttled_since[i]) {
+    if (stats.throttled_since[i] != 0 && now_ns > stats.throttled_since[i] &&
+        now_ns - stats.throttled_since[i] <= kLongestTickNs) {
       samples += static_cast<double>(now_ns - stats.throttled_since[i]) * counters[i].requested_hz / 1e9;
     }
   }
@@ -620,6 +630,7 @@ std::string LinuxMachine::StatsJson() const {
     uint64_t throttled_ns = 0;
     for (uint64_t ns : stats.throttled_ns) throttled_ns += ns;
     entry["throttled_ns"] = throttled_ns;
+    entry["idle_throttled_ns"] = stats.idle_throttled_ns;
     entry["throttled"] = static_cast<uint64_t>(std::llround(not_taken));
     throttled += not_taken;
     entry["counters"] = per_counter;
