@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 
 seconds=${1:-25}
 targets=(elf_image_fuzzer kernel_symbols_fuzzer session_files_fuzzer published_profile_fuzzer
-         ring_reader_fuzzer scenario_fuzzer engine_ops_fuzzer archive_reader_fuzzer jit_symbols_fuzzer)
+         ring_reader_fuzzer scenario_fuzzer engine_ops_fuzzer archive_reader_fuzzer jit_symbols_fuzzer
+         perf_records_fuzzer)
 
 build=$(scripts/configure.sh asan)
 ninja -C "$build" -j"$(nproc)" "${targets[@]}"
@@ -53,6 +54,21 @@ dump += record(2, 1500, struct.pack("<QQQii", 0x10000, 1, 0x10000, 12, 0) + b"/s
 dump += load(2000, 0x10000, 32, b"JS:*hotA") + load(2100, 0x20000, 16, b"JS:*hotB")
 dump += record(1, 3000, struct.pack("<IIQQQQQ", 1, 1, 0x30000, 0x20000, 0x30000, 16, 0)) + record(3, 4000, b"")
 open(f"{seeds}/jit_symbols_fuzzer/jitdump", "wb").write(dump)
+# perf ring records (perf_event.h) for every sample field and sample_id_all (layout bits 0x83ff):
+# a sample with a callchain, a FORK, a COMM, a THROTTLE and a sample earlier than them.
+def trailer(time):  # TID, TIME, ID, STREAM_ID, CPU, IDENTIFIER
+    return struct.pack("<IIQQQIIQ", 7, 7, time, 42, 0, 0, 0, 42)
+def perf(kind, misc, body):
+    return struct.pack("<IHH", kind, misc, 8 + len(body)) + body
+def perf_sample(time, ip, chain):
+    body = struct.pack("<QQIIQQQQIIQ", 42, ip, 7, 7, time, 0, 42, 0, 0, 0, 40000)
+    return perf(9, 2, body + struct.pack("<Q", len(chain)) + b"".join(struct.pack("<Q", a) for a in chain))
+records = perf_sample(1000, 0x401000, [0xfffffffffffffe00, 0x401000, 0x401100])
+records += perf(7, 0, struct.pack("<IIIIQ", 8, 7, 8, 7, 1100) + trailer(1100))
+records += perf(3, 0x2000, struct.pack("<II", 8, 8) + b"prog\0\0\0\0" + trailer(1200))
+records += perf(5, 0, struct.pack("<QQQ", 1300, 42, 0) + trailer(1300))
+records += perf_sample(900, 0x402000, [])
+open(f"{seeds}/perf_records_fuzzer/records", "wb").write(struct.pack("<H", 0x83FF) + records)
 # A v2 ring of 64 slots (docs/abi.md) holding three samples, one with a two-frame backtrace.
 header = struct.pack("<IHHIIIHHII", 0x52505648, 2, 0, 4096, 64, 64, 1, 0, 32, 0).ljust(64, b"\0")
 header += struct.pack("<Q", 4).ljust(64, b"\0") + struct.pack("<Q", 0).ljust(64, b"\0")
