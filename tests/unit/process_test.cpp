@@ -48,6 +48,7 @@ TEST_CASE("CPU progress: a busy process advances, a sleeping or ended one does n
   const pid_t idle = spawn(false);
   REQUIRE(busy > 0);
   REQUIRE(idle > 0);
+  ::usleep(100000);  // the idle child reaches pause() before its CPU time is first read
   hvprof::CpuProgress busy_progress(busy);
   hvprof::CpuProgress idle_progress(idle);
   // Clock ticks are 10 ms (or coarser); a busy loop gets several in half a second.
