@@ -375,10 +375,10 @@ Result<Outcome> Terminate(const store::SessionPaths& paths, int pid) {
   // SIGTERM makes it write the session and shut down: wait while it makes progress (uses CPU),
   // up to 10 minutes; 5 s without progress is a hang.
   bool gone = WaitGone(pid, std::chrono::seconds(5));
+  CpuProgress progress(pid);
   for (int i = 0; !gone && i < 600; ++i) {
-    const long long before = ProcessCpuTicks(pid);
     gone = WaitGone(pid, std::chrono::seconds(1));
-    if (!gone && (before < 0 || ProcessCpuTicks(pid) <= before)) break;
+    if (!gone && !progress.Advanced()) break;
   }
   if (!gone) {
     ::kill(pid, SIGKILL);
@@ -406,10 +406,10 @@ Result<Outcome> ShutdownAgent(const store::SessionPaths& paths) {
                                agent.stale ? " (an earlier one died without shutting down: its session is kept)" : "")};
   }
   // Not answering may be busy (a long dump answers nobody meanwhile): while it uses CPU, wait.
+  CpuProgress progress(agent.pid);
   for (int waited = 0; !agent.answering && agent.pid > 0 && waited < 120; ++waited) {
-    const long long before = ProcessCpuTicks(agent.pid);
     ::usleep(1000000);
-    if (before < 0 || ProcessCpuTicks(agent.pid) <= before) break;  // no progress: hung or stopped
+    if (!progress.Advanced()) break;  // no progress: hung or stopped
     agent = FindAgent(paths);
   }
   if (!agent.running) return Outcome{fmt::format("hvprofd for {} has ended", paths.root)};

@@ -383,17 +383,18 @@ void LinuxMachine::OnThrottle(uint32_t cpu, const PerfThrottle& record) {
     return;
   }
   stats.throttled_ns[counter] += ns;
-  stats.throttled_samples += static_cast<double>(ns) * driver_->counters()[counter].requested_hz / 1e9;
 }
 
 double LinuxMachine::ThrottledSamples(const CpuRateStats& stats, uint64_t now_ns) const {
-  double samples = stats.throttled_samples;
+  double samples = 0;
   const auto& counters = driver_->counters();
   for (uint32_t i = 0; i < counters.size() && i < kMaxCounters; ++i) {
+    uint64_t ns = stats.throttled_ns[i];
     if (stats.throttled_since[i] != 0 && now_ns > stats.throttled_since[i] &&
         now_ns - stats.throttled_since[i] <= kLongestTickNs) {
-      samples += static_cast<double>(now_ns - stats.throttled_since[i]) * counters[i].requested_hz / 1e9;
+      ns += now_ns - stats.throttled_since[i];
     }
+    samples += static_cast<double>(ns) * counters[i].requested_hz / 1e9;
   }
   return samples;
 }

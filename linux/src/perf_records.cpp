@@ -339,9 +339,6 @@ RingScan ScanRecords(std::span<const uint8_t> bytes, const RecordLayout& layout)
   return scan;
 }
 
-bool RecordsInTimeOrder(std::span<const uint8_t> bytes, const RecordLayout& layout) {
-  return ScanRecords(bytes, layout).in_order;
-}
 
 RecordReader::RecordReader(std::span<const uint8_t> bytes, const RecordLayout& layout)
     : bytes_(bytes), layout_(layout) {

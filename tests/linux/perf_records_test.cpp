@@ -166,7 +166,8 @@ TEST_CASE("the time order of a ring is read as the parser times its records", "[
     };
     RecordBuilder in_order(Layout(callchain));
     ordered(in_order);
-    CHECK(RecordsInTimeOrder(in_order.bytes(), Layout(callchain)));
+    CHECK(ScanRecords(in_order.bytes(), Layout(callchain)).in_order);
+    CHECK(ScanRecords(in_order.bytes(), Layout(callchain)).side_band);
     // Each kind, last in the bytes but earliest in time, breaks the order.
     const std::vector<std::function<void(RecordBuilder&)>> late = {
         [](RecordBuilder& b) { b.Sample(kMiscUser, 42, 0x401000, 100, 101, 10, 1, 38520); },
@@ -182,14 +183,15 @@ TEST_CASE("the time order of a ring is read as the parser times its records", "[
       RecordBuilder b(Layout(callchain));
       ordered(b);
       late[i](b);
-      CHECK_FALSE(RecordsInTimeOrder(b.bytes(), Layout(callchain)));
+      CHECK_FALSE(ScanRecords(b.bytes(), Layout(callchain)).in_order);
     }
   }
   // A broken size ends the walk without reading past the bytes.
   RecordBuilder b(Layout());
   b.Sample(kMiscUser, 42, 0x401000, 100, 101, 5000, 1, 38520);
   b.Raw(9, kMiscUser, std::vector<uint8_t>(8, 0), 4000);
-  CHECK(RecordsInTimeOrder(b.bytes(), Layout()));
+  CHECK(ScanRecords(b.bytes(), Layout()).in_order);
+  CHECK_FALSE(ScanRecords(b.bytes(), Layout()).side_band);
 }
 
 TEST_CASE("broken records are counted and never read past", "[linux][records]") {

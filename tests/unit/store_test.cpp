@@ -86,6 +86,27 @@ std::string AllProblems(const ReadSummary& summary) {
   return text;
 }
 
+// Writes `samples` to PATH and checks its aggregate against a plain map's counts, in key order.
+void CheckAggregateAgainstMap(const std::string& path, const std::vector<Owned>& samples) {
+  WriteFile(path, samples, 20000);
+  std::map<std::tuple<uint16_t, uint8_t, uint8_t, uint32_t, uint64_t>, uint64_t> expected;
+  for (const auto& owned : samples) {
+    const StoredSample& s = owned.sample;
+    ++expected[{s.domain, s.mode, s.event, s.pid, s.ip}];
+  }
+  auto aggregate = AggregateSamplesFile(path);
+  REQUIRE(aggregate.has_value());
+  CHECK(aggregate.value().samples == samples.size());
+  REQUIRE(aggregate.value().entries.size() == expected.size());
+  size_t i = 0, wrong = 0;
+  for (const auto& [key, count] : expected) {
+    const AggregateEntry& entry = aggregate.value().entries[i++];
+    wrong += std::tuple(entry.key.domain, entry.key.mode, entry.key.event, entry.key.pid, entry.key.ip) != key ||
+             entry.count != count;
+  }
+  CHECK(wrong == 0);
+}
+
 }  // namespace
 
 TEST_CASE("samples round-trip exactly, across chunks and appends", "[store]") {
@@ -119,24 +140,7 @@ TEST_CASE("the aggregate counts exactly what a plain map counts, in key order", 
     samples[i].frames.clear();
     samples[i].sample.frames = {};
   }
-  const std::string path = dir.File("samples.hvs");
-  WriteFile(path, samples, 20000);
-  std::map<std::tuple<uint16_t, uint8_t, uint8_t, uint32_t, uint64_t>, uint64_t> expected;
-  for (const auto& owned : samples) {
-    const StoredSample& s = owned.sample;
-    ++expected[{s.domain, s.mode, s.event, s.pid, s.ip}];
-  }
-  auto aggregate = AggregateSamplesFile(path);
-  REQUIRE(aggregate.has_value());
-  CHECK(aggregate.value().samples == samples.size());
-  REQUIRE(aggregate.value().entries.size() == expected.size());
-  size_t i = 0, wrong = 0;
-  for (const auto& [key, count] : expected) {
-    const AggregateEntry& entry = aggregate.value().entries[i++];
-    wrong += std::tuple(entry.key.domain, entry.key.mode, entry.key.event, entry.key.pid, entry.key.ip) != key ||
-             entry.count != count;
-  }
-  CHECK(wrong == 0);
+  CheckAggregateAgainstMap(dir.File("samples.hvs"), samples);
 }
 
 TEST_CASE("the aggregate sorts large groups of one task's addresses like a plain map", "[store]") {
@@ -156,23 +160,7 @@ TEST_CASE("the aggregate sorts large groups of one task's addresses like a plain
     s.time_ns = i * 1000;
     s.period = 6000;
   }
-  const std::string path = dir.File("samples.hvs");
-  WriteFile(path, samples, 20000);
-  std::map<std::tuple<uint16_t, uint8_t, uint8_t, uint32_t, uint64_t>, uint64_t> expected;
-  for (const auto& owned : samples) {
-    const StoredSample& s = owned.sample;
-    ++expected[{s.domain, s.mode, s.event, s.pid, s.ip}];
-  }
-  auto aggregate = AggregateSamplesFile(path);
-  REQUIRE(aggregate.has_value());
-  REQUIRE(aggregate.value().entries.size() == expected.size());
-  size_t i = 0, wrong = 0;
-  for (const auto& [key, count] : expected) {
-    const AggregateEntry& entry = aggregate.value().entries[i++];
-    wrong += std::tuple(entry.key.domain, entry.key.mode, entry.key.event, entry.key.pid, entry.key.ip) != key ||
-             entry.count != count;
-  }
-  CHECK(wrong == 0);
+  CheckAggregateAgainstMap(dir.File("samples.hvs"), samples);
 }
 
 TEST_CASE("damage is named and skipped; the rest is read", "[store][bad-input]") {

@@ -113,7 +113,6 @@ struct CpuRateStats {
   // asked rate would have taken in it: what throttling cost, counted as lost ("throttled").
   uint64_t throttled_ns[kMaxCounters] = {};
   uint64_t throttled_since[kMaxCounters] = {};  // 0: not throttled now
-  double throttled_samples = 0;
   // Throttles no tick ended for longer than a tick's period: the CPU idled without ticks
   // (NOHZ); not counted as lost.
   uint64_t idle_throttled_ns = 0;

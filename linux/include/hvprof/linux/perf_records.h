@@ -177,15 +177,12 @@ class RecordReader {
   ParseStats stats_;
 };
 
-// Whether the records of `bytes` are in time order, as the parser would time them: a sample's
-// TIME, a FORK/EXIT or THROTTLE record's own time, others' sample_id time (records without one
-// do not count). The kernel writes a ring nearly always in order, but not always (an NMI can
-// take its sample between another record's timestamp and its write). Cheap: reads one field
-// per record.
-bool RecordsInTimeOrder(std::span<const uint8_t> bytes, const RecordLayout& layout);
-// The same walk, also saying whether the bytes hold side-band records (MMAP2, COMM, FORK,
-// EXIT): records that change the process table, which samples on other CPUs must be ordered
-// against.
+// One quick walk over `bytes` (one field read per record): whether its records are in time
+// order, as the parser would time them (a sample's TIME, a FORK/EXIT or THROTTLE record's own
+// time, others' sample_id time; records without one do not count), and whether it holds
+// side-band records (MMAP2, COMM, FORK, EXIT), which change the process table and which samples
+// on other CPUs must be ordered against. The kernel writes a ring nearly always in order, but
+// not always (an NMI can take its sample between another record's timestamp and its write).
 struct RingScan {
   bool in_order = true;
   bool side_band = false;
