@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 ninja -C build sample_path_bench >/dev/null
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-build/bin/sample_path_bench --benchmark_min_time="${1:-1}" --benchmark_format=json >"$out"
+build/bin/sample_path_bench --benchmark_filter='^(RingWrite|RecordSample(V2|Legacy))' --benchmark_min_time="${1:-1}" --benchmark_format=json >"$out"
 python3 - "$out" <<'PY'
 import json, sys
 data = json.load(open(sys.argv[1]))

@@ -30,6 +30,7 @@ done
 benches=(
   "engine|bench/engine.sh 1|bench/engine.sh 0.2"
   "agent|bench/agent/run.sh 10s|bench/agent/run.sh 3s"
+  "scale|bench/scale/run.sh 5|bench/scale/run.sh 2"
   "linux-default|bench/linux/busy_default.sh 3 24|bench/linux/busy_default.sh 1 8"
   "linux-under-load|python3 bench/linux/under_load.py --runs 1|python3 bench/linux/under_load.py --runs 1 --rounds 1000"
   "symbolizer|bench/symbolizer/run.sh|bench/symbolizer/run.sh --quick --no-vmlinux"

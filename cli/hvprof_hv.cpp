@@ -10,6 +10,7 @@
 
 #include "hvprof/base/files.h"
 #include "hvprof/base/log.h"
+#include "hvprof/base/process.h"
 #include "hvprof/base/units.h"
 #include "hvprof/base/version.h"
 #include "hvprof/hv/daemon.h"
@@ -47,6 +48,8 @@ Options)";
 
 int main(int argc, char** argv) {
   hvprof::SetLogPrefix("hvprof-hv", true);
+  // A region and an eventfd per ring: thousands on a host with many domains.
+  hvprof::RaiseDescriptorLimit();
   try {
     hvprof::hv::DaemonOptions options;
     std::string speed;

@@ -3,12 +3,15 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <iostream>
+#include <memory>
 
 #include <boost/program_options.hpp>
 
 #include "hvprof/base/files.h"
 #include "hvprof/base/log.h"
+#include "hvprof/base/process.h"
 #include "hvprof/base/scoped_fd.h"
 #include "hvprof/base/version.h"
 #include "hvprof/agent/control_channel.h"
@@ -21,12 +24,27 @@ namespace po = boost::program_options;
 
 namespace {
 
-// Tells the waiting `hvprof --start-daemon` how the setup went.
+// Tells the waiting `hvprof --start-daemon` how the setup went: the last line on the ready
+// pipe, after any progress lines (docs/hosted-protocol.md, "The ready pipe").
 void Report(int fd, const hvprof::agent::Json& message) {
   if (fd < 0) return;
-  const std::string text = message.dump();
+  const std::string text = message.dump() + "\n";
   (void)hvprof::WriteAll(fd, std::as_bytes(std::span(text.data(), text.size())), "the ready pipe");
   ::close(fd);
+}
+
+// How far a long setup got, as a line on the ready pipe, at most every 100 ms.
+hvprof::agent::SetupProgress ReportProgress(int fd) {
+  if (fd < 0) return {};
+  auto last = std::make_shared<std::chrono::steady_clock::time_point>();
+  return [fd, last](std::string_view what, uint64_t done, uint64_t total) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - *last < std::chrono::milliseconds(100)) return;
+    *last = now;
+    const hvprof::agent::Json line{{"progress", {{"what", what}, {"done", done}, {"total", total}}}};
+    const std::string text = line.dump() + "\n";
+    (void)hvprof::WriteAll(fd, std::as_bytes(std::span(text.data(), text.size())), "the ready pipe");
+  };
 }
 
 int Fail(int ready_fd, const hvprof::Error& error) {
@@ -50,6 +68,8 @@ hvprof::Result<std::unique_ptr<hvprof::agent::HypervisorLink>> ConnectPlatform(
 
 int main(int argc, char** argv) {
   hvprof::SetLogPrefix("hvprofd", true);
+  // A region and an eventfd per ring: thousands on a host with many domains.
+  hvprof::RaiseDescriptorLimit();
   int ready_fd = -1;
   try {
     std::string role;
@@ -108,7 +128,8 @@ int main(int argc, char** argv) {
     if (!link) return fail_setup(link.error());
     std::unique_ptr<hvprof::agent::AgentDaemon> agent;
     if (role == "dom0") {
-      auto created = hvprof::dom0::Dom0Agent::Create(setup.value(), hvprof::kVersion, std::move(link).value());
+      auto created = hvprof::dom0::Dom0Agent::Create(setup.value(), hvprof::kVersion, std::move(link).value(),
+                                                     ReportProgress(ready_fd));
       if (!created) return fail_setup(created.error());
       agent = std::move(created).value();
     } else {

@@ -167,6 +167,25 @@ Result<hvpmu::Status> AgentDaemon::EngineStatus() {
   return *status;
 }
 
+Result<std::vector<hvpmu::DomainStatus>> AgentDaemon::ListedDomains() {
+  std::vector<hvpmu::DomainStatus> domains;
+  auto status = std::make_unique<hvpmu::Status>();
+  uint32_t from = 0;
+  while (from <= hvpmu::kMaxDomainId) {
+    std::memset(status.get(), 0, sizeof *status);
+    status->struct_size = sizeof(hvpmu::Status);
+    status->abi_version = hvpmu::kAbiVersion;
+    status->from_domain = from;
+    HVPROF_TRYV(Op(hvpmu::kOpStatus, status.get()));
+    const uint32_t count = std::min(status->num_domains, hvpmu::kStatusMaxDomains);
+    domains.insert(domains.end(), status->domains, status->domains + count);
+    // An engine that ignores from_domain (or a page that ends the list) stops the walk.
+    if (count == 0 || status->total_domains <= count || status->domains[count - 1].domain < from) break;
+    from = status->domains[count - 1].domain + 1u;
+  }
+  return domains;
+}
+
 Result<void> AgentDaemon::LockProfiler(const std::string& session_root) {
   const std::string path = link_->ExclusiveLockPath();
   if (path.empty() || profiler_lock_.valid()) return Ok();

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <poll.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -52,18 +51,6 @@ ScopedFd OpenRegularInRoot(int root, const std::string& path, struct stat* st) {
                          O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
 }
 
-// Descriptors the process may hold; raised to the hard limit first.
-size_t DescriptorLimit() {
-  rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return 1024;
-  if (limit.rlim_cur < limit.rlim_max) {
-    rlimit raised = limit;
-    raised.rlim_cur = limit.rlim_max;
-    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
-  }
-  return limit.rlim_cur == RLIM_INFINITY ? size_t(1) << 20 : static_cast<size_t>(limit.rlim_cur);
-}
-
 // A field of /proc/PID/status ("Uid", "NSpid"): its values.
 std::vector<uint64_t> StatusField(const std::string& status, std::string_view name) {
   std::vector<uint64_t> values;
@@ -96,7 +83,7 @@ bool Ended(const ScopedFd& pidfd) {
 JitSnapshots::JitSnapshots(std::string session_directory, Options options, std::vector<store::JitRecord> existing)
     : directory_(std::move(session_directory)), options_(std::move(options)), records_(std::move(existing)) {
   // Two descriptors per followed process, and room for everything else hvprofd opens.
-  const size_t by_limit = DescriptorLimit() > 512 ? (DescriptorLimit() - 256) / 2 : 128;
+  const size_t by_limit = RaiseDescriptorLimit() > 512 ? (RaiseDescriptorLimit() - 256) / 2 : 128;
   if (options_.max_processes == 0) options_.max_processes = std::min<size_t>(4096, by_limit);
   for (const store::JitRecord& record : records_) session_bytes_ += record.bytes;
 }

@@ -1,5 +1,7 @@
 #include "hvprof/base/process.h"
 
+#include <sys/resource.h>
+
 #include <charconv>
 
 #include <fmt/format.h>
@@ -56,6 +58,17 @@ bool CpuProgress::Advanced() {
   const bool advanced = now >= 0 && now > last_;
   last_ = now;
   return advanced;
+}
+
+size_t RaiseDescriptorLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return 1024;
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  return limit.rlim_cur == RLIM_INFINITY ? size_t(1) << 20 : static_cast<size_t>(limit.rlim_cur);
 }
 
 }  // namespace hvprof

@@ -53,7 +53,11 @@ void Progress::Set(uint64_t done) {
 void Progress::Rename(std::string what, uint64_t total) {
   what_ = std::move(what);
   total_ = total;
-  Set(0);
+  done_ = 0;
+  // A new phase is drawn at once (once the delay has passed), whenever the last line was.
+  if (!enabled_ || finished_ || std::chrono::steady_clock::now() - start_ < options_.delay) return;
+  last_draw_ = std::chrono::steady_clock::now();
+  Draw();
 }
 
 void Progress::Draw() {

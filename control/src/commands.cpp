@@ -262,8 +262,32 @@ Result<std::string> Launch(const setup::SetupOptions& setup, const std::string& 
   // On a busy machine setting up takes longer: the deadline moves on while hvprofd uses CPU.
   auto deadline = begun + std::chrono::seconds(120);
   CpuProgress child_progress(child);
-  // Setting up many domains takes a while: after 2 s, the seconds waited so far.
+  // Setting up many domains takes a while: after 2 s, what hvprofd says it is doing (progress
+  // lines on the pipe), else the seconds waited so far.
   Progress progress("hvprof: hvprofd is setting up profiling, seconds", 0);
+  bool told = false;
+  std::string phase;
+  uint64_t phase_total = 0;
+  auto take_progress_lines = [&] {
+    for (size_t end; (end = report.find('\n')) != std::string::npos;) {
+      const Json line = Json::parse(report.substr(0, end), nullptr, false);
+      if (!line.is_object() || !line.contains("progress")) return;  // the outcome: read to the end
+      const Json& p = line["progress"];
+      if (p.is_object() && p.value("what", Json()).is_string() && p.value("done", Json()).is_number_unsigned() &&
+          p.value("total", Json()).is_number_unsigned()) {
+        const std::string what = "hvprof: hvprofd is " + EscapeForTerminal(p["what"].get<std::string>());
+        const auto total = p["total"].get<uint64_t>();
+        if (what != phase || total != phase_total) {
+          phase = what;
+          phase_total = total;
+          progress.Rename(what, total);
+        }
+        progress.Set(p["done"].get<uint64_t>());
+        told = true;
+      }
+      report.erase(0, end + 1);
+    }
+  };
   for (;;) {
     pollfd pfd{read_end.get(), POLLIN, 0};
     const auto now = std::chrono::steady_clock::now();
@@ -275,12 +299,17 @@ Result<std::string> Launch(const setup::SetupOptions& setup, const std::string& 
     if (left.count() <= 0) {
       return MakeError(ErrorKind::kIo, "hvprofd did not report and used no CPU for 2 minutes; see {}", paths.log());
     }
-    progress.Set(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(now - begun).count()));
+    if (!told) {
+      progress.Set(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(now - begun).count()));
+    }
     if (::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count(), 250))) <= 0) continue;
     const ssize_t n = ::read(read_end.get(), buffer, sizeof buffer);
     if (n <= 0) break;
     report.append(buffer, static_cast<size_t>(n));
+    if (report.size() > (size_t{1} << 20)) break;  // not hvprofd's: refused below
+    take_progress_lines();
   }
+  progress.Done();
   Json result = Json::parse(report, nullptr, false);
   if (result.is_discarded() || !result.is_object()) {
     int status = 0;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <map>
 #include <optional>
 
 #include "hvprof/base/files.h"
@@ -26,6 +27,10 @@ constexpr uint64_t kAssumedHz = 3'000'000'000;  // to size the poll timer from c
 Dom0Agent::Dom0Agent(setup::SetupOptions setup, std::unique_ptr<agent::HypervisorLink> link)
     : AgentDaemon("dom0", store::SessionPaths{setup.session_root}, std::move(link)), setup_(std::move(setup)) {}
 
+void Dom0Agent::Advance(std::string_view what, uint64_t done, uint64_t total) const {
+  if (progress_) progress_(what, done, total);
+}
+
 std::string Dom0Agent::DomainLabel(uint16_t id) const {
   for (const auto& domain : domains_) {
     if (domain.id == id) return store::DomainName(id, domain.name);
@@ -35,7 +40,8 @@ std::string Dom0Agent::DomainLabel(uint16_t id) const {
 
 Result<std::unique_ptr<Dom0Agent>> Dom0Agent::Create(const setup::SetupOptions& setup,
                                                      const std::string& hvprof_version,
-                                                     std::unique_ptr<agent::HypervisorLink> link) {
+                                                     std::unique_ptr<agent::HypervisorLink> link,
+                                                     agent::SetupProgress progress) {
   if (link->platform_name() != setup.platform) {
     return MakeError(ErrorKind::kInvalidArgument,
                      "the hvprof-hv at {} runs the {} platform, not --platform={}; start `hvprof-hv "
@@ -49,6 +55,7 @@ Result<std::unique_ptr<Dom0Agent>> Dom0Agent::Create(const setup::SetupOptions& 
                      link->domain());
   }
   std::unique_ptr<Dom0Agent> agent(new Dom0Agent(setup, std::move(link)));
+  agent->progress_ = std::move(progress);
   HVPROF_TRYV(agent->LockProfiler(setup.session_root));
   HVPROF_TRYV(agent->Recover());
   if (auto configured = agent->Configure(hvprof_version); !configured) {
@@ -237,7 +244,10 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
     HVPROF_TRY(image, setup::CheckImage(kernel, "kernel", uint16_t{0}));
     images_.push_back(image);
   }
+  // Guests often share a kernel image: each file is checked once.
+  std::map<std::string, store::ImageRecord> checked;
   for (size_t i = 0; i < passive_.size(); ++i) {
+    Advance("checking the passive domains' kernel images", i, passive_.size());
     std::string kernel;
     if (!setup_.passive_images.empty()) {
       kernel = setup_.passive_images[i];
@@ -251,8 +261,13 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
                                    DomainLabel(passive_[i])));
       continue;
     }
-    HVPROF_TRY(image, setup::CheckImage(kernel, "passive-kernel", passive_[i]));
-    images_.push_back(image);
+    auto known = checked.find(kernel);
+    if (known == checked.end()) {
+      HVPROF_TRY(image, setup::CheckImage(kernel, "passive-kernel", passive_[i]));
+      known = checked.emplace(kernel, std::move(image)).first;
+    }
+    images_.push_back(known->second);
+    images_.back().domain = passive_[i];
   }
 
   capacity_ = setup_.buffer_size != 0 ? setup_.buffer_size : agent::kDefaultRingCapacity;
@@ -331,7 +346,9 @@ Result<void> Dom0Agent::SetUp() {
     HVPROF_TRYV(Op(legacy::kOpSetActive, &domain));
   }
   HVPROF_TRYV(Op(legacy::kOpResetPassiveList, {}));
-  for (uint16_t id : passive_) {
+  for (size_t i = 0; i < passive_.size(); ++i) {
+    Advance("setting up the passive domains' rings", i, passive_.size());
+    const uint16_t id = passive_[i];
     if (xen) {
       legacy::Passive passive{};
       passive.domain_id = id;
@@ -382,10 +399,19 @@ std::string Dom0Agent::Describe() const {
     events += fmt::format("{}{}:{} (counter {})", events.empty() ? "" : ", ", event.event->name,
                           event.count, event.counter);
   }
-  std::string active;
-  for (uint16_t id : active_) active += (active.empty() ? "" : ", ") + DomainLabel(id);
-  std::string passive;
-  for (uint16_t id : passive_) passive += (passive.empty() ? "" : ", ") + DomainLabel(id);
+  // Each domain by name, up to a dozen; a host with hundreds gets a count and its ends.
+  auto list = [this](const std::vector<uint16_t>& ids) {
+    constexpr size_t kNamed = 12;
+    std::string text;
+    if (ids.size() > kNamed) {
+      return fmt::format("{} domains ({}, {} ... {})", ids.size(), DomainLabel(ids[0]), DomainLabel(ids[1]),
+                         DomainLabel(ids.back()));
+    }
+    for (uint16_t id : ids) text += (text.empty() ? "" : ", ") + DomainLabel(id);
+    return text;
+  };
+  const std::string active = list(active_);
+  const std::string passive = list(passive_);
   return fmt::format("profiling set up on {} ({}, {}): events {}; active {}; passive {}; "
                      "{} rings of {} samples; session {}",
                      link_->machine_name(), link_->platform_name(), pmu_.cpu_type, events, active,
@@ -506,10 +532,9 @@ Result<Json> Dom0Agent::Start() {
                      fmt::join(guests, ", "));
   }
   if (code.value() == ErrorCode::kNotActivated) {
-    HVPROF_TRY(status, EngineStatus());
+    HVPROF_TRY(listed, ListedDomains());
     std::vector<std::string> missing;
-    for (uint32_t i = 0; i < status.num_domains; ++i) {
-      const hvpmu::DomainStatus& d = status.domains[i];
+    for (const hvpmu::DomainStatus& d : listed) {
       if (d.role == static_cast<uint32_t>(hvpmu::DomainRole::kActive) && d.activated == 0) {
         missing.push_back(DomainLabel(d.domain));
       }
@@ -518,8 +543,7 @@ Result<Json> Dom0Agent::Start() {
     if (link_->platform_name() == "sim") {
       // On the sim, every domain's commands run on this host and name their domain.
       how.clear();
-      for (uint32_t i = 0; i < status.num_domains; ++i) {
-        const hvpmu::DomainStatus& d = status.domains[i];
+      for (const hvpmu::DomainStatus& d : listed) {
         if (d.role != static_cast<uint32_t>(hvpmu::DomainRole::kActive) || d.activated != 0) continue;
         how += fmt::format("{}`hvprof --domain={} --start-daemon && hvprof --domain={} --start`", how.empty() ? "" : "; ",
                            d.domain, d.domain);
@@ -656,9 +680,9 @@ Result<Json> Dom0Agent::Status() {
     return result;
   }
   HVPROF_TRY(status, EngineStatus());
+  HVPROF_TRY(listed, ListedDomains());
   Json domains = Json::array();
-  for (uint32_t i = 0; i < status.num_domains; ++i) {
-    const hvpmu::DomainStatus& d = status.domains[i];
+  for (const hvpmu::DomainStatus& d : listed) {
     domains.push_back(agent::DomainStatusJson(d, DomainLabel(d.domain)));
   }
   result.update({{"state", agent::EngineStateName(status.state)},

@@ -23,7 +23,7 @@ Engine::Engine(Platform& platform, PmuDriver* driver) : platform_(platform), dri
 
 Engine::DomainSlot* Engine::FindSlot(DomainId domain) {
   if (domain > kMaxDomainId) return nullptr;
-  const uint8_t index = detail::LoadAcquire(&slot_of_domain_[domain]);
+  const uint16_t index = detail::LoadAcquire(&slot_of_domain_[domain]);
   return index == 0 ? nullptr : &slots_[index - 1];
 }
 
@@ -43,7 +43,7 @@ Engine::DomainSlot* Engine::FindOrCreateSlot(DomainId domain) {
     slot.consumer = kDomainInvalid;
     StoreRelaxed(&slot.no_ring_losses, uint64_t{0});
     StoreRelaxed(&slot.routing, uint8_t{0});
-    StoreRelease(&slot_of_domain_[domain], static_cast<uint8_t>(i + 1));
+    StoreRelease(&slot_of_domain_[domain], static_cast<uint16_t>(i + 1));
     return &slot;
   }
   return nullptr;
@@ -54,7 +54,7 @@ void Engine::MaybeFreeSlot(DomainSlot* slot) {
       slot->holds_ref) {
     return;
   }
-  StoreRelease(&slot_of_domain_[slot->id], uint8_t{0});
+  StoreRelease(&slot_of_domain_[slot->id], uint16_t{0});
   platform_.QuiesceSamplers();  // nobody may still be looking at the slot before it is reused
   slot->in_use = false;
   slot->id = kDomainInvalid;
@@ -148,13 +148,20 @@ ErrorCode Engine::AllocateRings(DomainSlot* slot, RingFormat format, uint32_t ca
     watermark = capacity / 2;
   }
 
-  if (pmu_claims_ == 0 && !platform_.ClaimPmu()) return ErrorCode::kBusy;
+  RingWriter* writers = TakeRingWriters(nvcpu);
+  if (writers == nullptr) return ErrorCode::kNoMemory;
+  if (pmu_claims_ == 0 && !platform_.ClaimPmu()) {
+    ReturnRingWriters(writers, nvcpu);
+    return ErrorCode::kBusy;
+  }
   ++pmu_claims_;
   SharedRegion region;
   if (!platform_.AllocateShared(slot->id, region_bytes, &region)) {
+    ReturnRingWriters(writers, nvcpu);
     if (--pmu_claims_ == 0) platform_.ReleasePmu();
     return ErrorCode::kNoMemory;
   }
+  slot->rings = writers;
 
   auto* base = static_cast<uint8_t*>(region.base);
   for (uint32_t i = 0; i < nvcpu; ++i) {
@@ -211,6 +218,8 @@ void Engine::FreeRings(DomainSlot* slot) {
   platform_.QuiesceSamplers();
   UnshareRings(slot);
   for (uint32_t i = 0; i < slot->nbuf_vcpu; ++i) slot->rings[i].Detach();
+  ReturnRingWriters(slot->rings, slot->nbuf_vcpu);
+  slot->rings = nullptr;
   if (owns_pcpu_rings) {
     for (uint32_t cpu = 0; cpu < num_pcpu_rings_; ++cpu) pcpu_rings_[cpu].Detach();
     num_pcpu_rings_ = 0;
@@ -221,6 +230,27 @@ void Engine::FreeRings(DomainSlot* slot) {
   slot->nbuf = slot->nbuf_vcpu = slot->capacity = 0;
   slot->consumer = kDomainInvalid;
   if (--pmu_claims_ == 0) platform_.ReleasePmu();
+}
+
+RingWriter* Engine::TakeRingWriters(uint32_t count) {
+  // First fit. Domains come and go between sessions rather than during one, so the pool does
+  // not fragment in practice; when it does, a free run is still found if one exists.
+  uint32_t run = 0;
+  for (uint32_t i = 0; i < kMaxVcpuRings; ++i) {
+    run = ring_taken_[i] ? 0 : run + 1;
+    if (run == count) {
+      const uint32_t first = i + 1 - count;
+      for (uint32_t j = first; j <= i; ++j) ring_taken_[j] = true;
+      return &ring_pool_[first];
+    }
+  }
+  return nullptr;
+}
+
+void Engine::ReturnRingWriters(RingWriter* first, uint32_t count) {
+  if (first == nullptr) return;
+  const auto index = static_cast<uint32_t>(first - ring_pool_);
+  for (uint32_t i = index; i < index + count && i < kMaxVcpuRings; ++i) ring_taken_[i] = false;
 }
 
 void Engine::ResetRings(DomainSlot* slot) {

@@ -450,8 +450,10 @@ ErrorCode Engine::OpStatus(DomainId caller, void* arg, uint32_t size) {
   auto* status = static_cast<Status*>(arg);
   const bool privileged = caller == primary_;
   const uint32_t struct_size = status->struct_size;
+  const uint32_t from_domain = status->from_domain;
   detail::Zero(status, sizeof *status);
   status->struct_size = struct_size;
+  status->from_domain = from_domain;
   status->abi_version = kAbiVersion;
   status->state = static_cast<uint32_t>(state_);
   status->primary = primary_;
@@ -486,8 +488,14 @@ ErrorCode Engine::OpStatus(DomainId caller, void* arg, uint32_t size) {
     }
   }
 
-  for (const DomainSlot& slot : slots_) {
+  // In domain id order, a page at a time: a host can list more domains than one call holds.
+  for (uint32_t id = from_domain; id <= kMaxDomainId; ++id) {
+    const uint16_t index = slot_of_domain_[id];
+    if (index == 0) continue;
+    const DomainSlot& slot = slots_[index - 1];
     if (!slot.in_use || (!privileged && slot.id != caller)) continue;
+    ++status->total_domains;
+    if (status->num_domains == kStatusMaxDomains) continue;
     DomainStatus& entry = status->domains[status->num_domains++];
     entry.domain = slot.id;
     entry.num_rings = static_cast<uint16_t>(slot.nbuf);

@@ -658,17 +658,26 @@ void SimMachine::Schedule() {
       vcpu.credit = std::min<int64_t>(vcpu.credit + share, share);
     }
   }
-  for (Vcpu& vcpu : vcpus_) {
+  runnable_.clear();
+  for (size_t v = 0; v < vcpus_.size(); ++v) {
+    Vcpu& vcpu = vcpus_[v];
     vcpu.runnable = rng_.NextDouble() < domains_[vcpu.domain]->load;
     vcpu.running = false;
+    if (vcpu.runnable) runnable_.push_back(static_cast<int>(v));
   }
-  for (auto& cpu : cpus_) {
-    int best = -1;
-    for (size_t v = 0; v < vcpus_.size(); ++v) {
-      const Vcpu& vcpu = vcpus_[v];
-      if (!vcpu.runnable || vcpu.running) continue;
-      if (best < 0 || vcpu.credit > vcpus_[best].credit) best = static_cast<int>(v);
-    }
+  // CPU i runs the i-th runnable vCPU by credit, the lower index first among equals: the
+  // highest credits, found without a scan of every vCPU per CPU (a host with hundreds of CPUs
+  // and thousands of vCPUs reschedules every slice).
+  const size_t placed = std::min(runnable_.size(), cpus_.size());
+  std::partial_sort(runnable_.begin(), runnable_.begin() + static_cast<std::ptrdiff_t>(placed), runnable_.end(),
+                    [this](int a, int b) {
+                      const int64_t ca = vcpus_[a].credit;
+                      const int64_t cb = vcpus_[b].credit;
+                      return ca != cb ? ca > cb : a < b;
+                    });
+  for (size_t c = 0; c < cpus_.size(); ++c) {
+    auto& cpu = cpus_[c];
+    const int best = c < placed ? runnable_[c] : -1;
     if (best != cpu->vcpu) cpu->burst_left = 0;  // a different vCPU starts afresh
     cpu->vcpu = best;
     if (best >= 0) {

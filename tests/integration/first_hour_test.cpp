@@ -14,6 +14,7 @@
 #include <thread>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "hvprof/base/files.h"
 #include "hvprof/base/process.h"
@@ -229,6 +230,55 @@ TEST_CASE("session start and archive draw a progress line on a terminal only", "
                           {"HVPROF_PROGRESS_DELAY_MS=0"});
   CHECK(piped.status == 0);
   CHECK(piped.err.find("files written") == std::string::npos);
+}
+
+TEST_CASE("a host with more domains than a status page holds: all are set up, listed and reported on, with progress",
+          "[terminal][first-hour][scale]") {
+  if (!std::filesystem::exists("/usr/bin/script")) {
+    hvprof::testing::SkipTest("script(1) is not installed (util-linux): no pseudo-terminal to test on");
+    return;
+  }
+  // 90 guests: more than the 64 domains one status call returns.
+  Json scenario = TestScenario("intel-arch-v4", 16);
+  const Json guest = scenario["domains"][1];
+  scenario["domains"] = Json::array({scenario["domains"][0]});
+  constexpr int kGuests = 90;
+  for (int id = 1; id <= kGuests; ++id) {
+    Json copy = guest;
+    copy["id"] = id;
+    copy["name"] = "vm" + std::to_string(id);
+    scenario["domains"].push_back(copy);
+  }
+  Host host(scenario);
+  const std::string where = " --run-dir=" + host.run_dir() + " --session-dir=" + host.session_root();
+  auto started = RunProgram({"/usr/bin/script", "-qec",
+                             "HVPROF_PROGRESS_DELAY_MS=0 " + Binary("hvprof") + " --start-daemon --passive-domains=all" +
+                                 where,
+                             "/dev/null"});
+  INFO(started.out);
+  // hvprofd's own account of what it does, not only the seconds waited.
+  CHECK(started.out.find(fmt::format("\rhvprof: hvprofd is checking the passive domains' kernel images: 0/{}", kGuests)) !=
+        std::string::npos);
+  // The summary names the first and the last rather than all 90.
+  CHECK(started.out.find(fmt::format("passive {} domains (dom1 (vm1), dom2 (vm2) ... dom{} (vm{}))", kGuests, kGuests,
+                                     kGuests)) != std::string::npos);
+  REQUIRE(host.Hvprof({"--start"}).status == 0);
+  REQUIRE(host.Hvprof({"--run-sim=50ms"}).status == 0);
+  auto status = host.Hvprof({"--status"});
+  REQUIRE(status.status == 0);
+  INFO(status.out);
+  // Every domain, past the first page, in the status.
+  for (int id : {1, 63, 64, 65, kGuests}) {
+    CHECK(status.out.find(fmt::format("dom{} (vm{})", id, id)) != std::string::npos);
+  }
+  REQUIRE(host.Hvprof({"--shutdown"}).status == 0);
+  const Json metadata = Json::parse(std::ifstream(host.session_root() + "/samples/current/session.json"));
+  CHECK(metadata["domains"].size() == kGuests + 1);
+  std::set<uint64_t> sampled;
+  for (const Json& ring : metadata["rings"]) {
+    if (ring.value("drained", uint64_t{0}) != 0) sampled.insert(ring["owner"].get<uint64_t>());
+  }
+  CHECK(sampled.size() == kGuests + 1);  // every domain's rings were drained
 }
 
 TEST_CASE("Ctrl-C on the terminal ends the workload, not the machine hvprof run started", "[run][first-hour]") {

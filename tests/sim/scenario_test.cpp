@@ -2,6 +2,7 @@
 #include <stdlib.h>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "sim_harness.h"
 #include "temp_dir.h"
@@ -145,7 +146,8 @@ TEST_CASE("a scenario that asks for more than the limits is refused by name", "[
   const std::vector<Case> cases = {
       {"too many domains (a socket each)",
        [&](Json& j) { j["domains"] = copies(j["domains"][1], sim::kMaxScenarioDomains + 1); },
-       {"domains: has 65 entries; at most 64 are accepted"}},
+       {fmt::format("domains: has {} entries; at most {} are accepted", sim::kMaxScenarioDomains + 1,
+                    sim::kMaxScenarioDomains)}},
       {"too many vCPUs", [](Json& j) { j["domains"][1]["vcpus"] = 129; },
        {"domains[1].vcpus: expected a whole number from 1 to 128, got 129"}},
       {"too many processes",

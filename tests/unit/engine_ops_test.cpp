@@ -1,6 +1,8 @@
 // The operation dispatcher and state machine: every op in every state, for the primary and
 // for a guest; the activation rule; the Xen quirks that hvprof fixes; and bad input.
 #include <array>
+#include <cstring>
+#include <memory>
 #include <functional>
 #include <string>
 #include <vector>
@@ -345,6 +347,69 @@ TEST_CASE("a full teardown leaves nothing behind", "[ops]") {
   CHECK(h->platform.violations().empty());
   // And the machine can be profiled again from scratch.
   CHECK(h->Init(0) == ErrorCode::kOk);
+}
+
+TEST_CASE("a big host: hundreds of domains listed, status pages through them, the ring pool is shared", "[ops][scale]") {
+  EngineHarness h(256);
+  REQUIRE(h.Init(0) == ErrorCode::kOk);
+  // 300 guests with ids from 1000, listed in an order that is not theirs.
+  constexpr DomainId kFirst = 1000;
+  constexpr uint32_t kGuests = 300;
+  for (uint32_t i = 0; i < kGuests; ++i) h.platform.AddDomain(static_cast<DomainId>(kFirst + i), 4);
+  for (uint32_t i = 0; i < kGuests; ++i) {
+    const auto id = static_cast<DomainId>(kFirst + (i * 7) % kGuests);  // 7 and 300 are coprime
+    REQUIRE(h.SetPassiveV2(id) == ErrorCode::kOk);
+  }
+  REQUIRE(h.SetActive(0) == ErrorCode::kOk);
+
+  SECTION("status returns 64 a call, in id order, and says how many are left") {
+    std::vector<DomainId> seen;
+    uint32_t from = 0;
+    for (int call = 0; call < 10; ++call) {
+      auto status = std::make_unique<Status>();
+      std::memset(status.get(), 0, sizeof *status);
+      status->struct_size = sizeof(Status);
+      status->abi_version = kAbiVersion;
+      status->from_domain = from;
+      REQUIRE(h.Op(0, kOpStatus, status.get()) == ErrorCode::kOk);
+      CHECK(status->num_domains == std::min<uint32_t>(status->total_domains, kStatusMaxDomains));
+      // Listed with an id >= from: the guests and dom0 (active, no rings yet), less those seen.
+      CHECK(status->total_domains == kGuests + 1 - seen.size());
+      for (uint32_t i = 0; i < status->num_domains; ++i) {
+        const DomainStatus& entry = status->domains[i];
+        seen.push_back(entry.domain);
+        if (entry.domain == 0) continue;
+        CHECK(entry.role == static_cast<uint32_t>(DomainRole::kPassive));
+        CHECK(entry.num_rings == 4);
+      }
+      if (status->total_domains <= status->num_domains) break;
+      from = seen.back() + 1u;
+    }
+    REQUIRE(seen.size() == kGuests + 1);
+    CHECK(seen[0] == 0);
+    for (uint32_t i = 0; i < kGuests; ++i) CHECK(seen[i + 1] == kFirst + i);
+  }
+  SECTION("the vCPU rings of all domains come from one pool: full is NoMemory, and freed rings are reused") {
+    // 300 x 4 rings are taken; fill the pool with 128-vCPU guests until it refuses.
+    const uint32_t left = kMaxVcpuRings - kGuests * 4;
+    DomainId next = 5000;
+    for (uint32_t i = 0; i < left / 128; ++i, ++next) {
+      h.platform.AddDomain(next, 128);
+      REQUIRE(h.SetPassiveV2(next) == ErrorCode::kOk);
+    }
+    h.platform.AddDomain(next, 128);
+    // Fewer than 128 rings are left (left % 128): the next 128-vCPU guest does not fit.
+    CHECK(h.SetPassiveV2(next) == ErrorCode::kNoMemory);
+    CHECK(h.platform.violations().empty());
+    // A refused domain leaves nothing behind, and the pool comes back whole after a reset.
+    REQUIRE(h.Op(0, legacy::kOpResetPassiveList) == ErrorCode::kOk);
+    for (DomainId d = 5000; d <= next; ++d) CHECK(h.platform.references(d) == 0);
+    for (DomainId d = 5000; d < 5000 + kMaxVcpuRings / 128; ++d) {
+      if (d > next) h.platform.AddDomain(d, 128);
+      REQUIRE(h.SetPassiveV2(d) == ErrorCode::kOk);
+    }
+    CHECK(h.Status(0).num_passive == kMaxVcpuRings / 128);
+  }
 }
 
 TEST_CASE("bad input gets a named error and changes nothing", "[ops][bad-input]") {

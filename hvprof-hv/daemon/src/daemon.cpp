@@ -1,7 +1,7 @@
 #include "hvprof/hv/daemon.h"
 
-#include <poll.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -334,32 +335,61 @@ void Daemon::MachineLoop() {
   }
 }
 
+namespace {
+
+// What an epoll event is about: the kind in the high half of its data, an fd or a domain below.
+enum class Source : uint64_t { kWake = 0, kListener = 1, kConnection = 2 };
+uint64_t EventData(Source source, uint64_t value) { return static_cast<uint64_t>(source) << 32 | value; }
+
+}  // namespace
+
 Result<void> Daemon::Run() {
+  // epoll, not poll: a host with thousands of domains has a listening socket for each, and a
+  // session start sends thousands of requests; each must not cost a scan of every socket.
+  epoll_ = ScopedFd(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_.valid()) return hvprof::ErrnoError(errno, "epoll_create1");
+  auto watch = [this](int fd, uint64_t data) -> Result<void> {
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.u64 = data;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &event) != 0) return hvprof::ErrnoError(errno, "epoll_ctl");
+    return hvprof::Ok();
+  };
+  HVPROF_TRYV(watch(wake_fd_.get(), EventData(Source::kWake, 0)));
+  for (const auto& [domain, listener] : listeners_) {
+    HVPROF_TRYV(watch(listener.get(), EventData(Source::kListener, domain)));
+  }
+  for (const auto& [fd, connection] : connections_) HVPROF_TRYV(watch(fd, EventData(Source::kConnection, fd)));
+  std::array<epoll_event, 64> events;
   while (!stopping_) {
-    std::vector<pollfd> fds;
-    std::vector<std::pair<DomainId, int>> listener_index;
-    fds.push_back({wake_fd_.get(), POLLIN, 0});
-    for (const auto& [domain, listener] : listeners_) {
-      fds.push_back({listener.get(), POLLIN, 0});
-      listener_index.emplace_back(domain, listener.get());
-    }
-    for (const auto& [fd, connection] : connections_) fds.push_back({fd, POLLIN, 0});
-    if (::poll(fds.data(), fds.size(), -1) < 0) {
+    const int ready = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), -1);
+    if (ready < 0) {
       if (errno == EINTR) continue;
-      return hvprof::ErrnoError(errno, "poll");
+      return hvprof::ErrnoError(errno, "epoll_wait");
     }
-    if (fds[0].revents != 0) {
-      uint64_t value;
-      [[maybe_unused]] ssize_t n = ::read(wake_fd_.get(), &value, sizeof value);
-      FinishRuns();
-    }
-    for (size_t i = 0; i < listener_index.size(); ++i) {
-      if (fds[1 + i].revents & POLLIN) Accept(listener_index[i].first, listener_index[i].second);
-    }
-    for (size_t i = 1 + listener_index.size(); i < fds.size(); ++i) {
-      if (fds[i].revents == 0) continue;
-      auto it = connections_.find(fds[i].fd);
-      if (it != connections_.end()) ReadFrom(*it->second);
+    for (int i = 0; i < ready; ++i) {
+      const uint64_t data = events[i].data.u64;
+      const auto value = static_cast<uint32_t>(data);
+      switch (static_cast<Source>(data >> 32)) {
+        case Source::kWake: {
+          uint64_t count;
+          [[maybe_unused]] ssize_t n = ::read(wake_fd_.get(), &count, sizeof count);
+          FinishRuns();
+          break;
+        }
+        case Source::kListener: {
+          auto listener = listeners_.find(static_cast<DomainId>(value));
+          if (listener != listeners_.end()) Accept(listener->first, listener->second.get());
+          break;
+        }
+        case Source::kConnection: {
+          // A connection closed earlier in this batch is gone (or its fd reused: then the read
+          // finds nothing to read and returns).
+          auto it = connections_.find(static_cast<int>(value));
+          if (it != connections_.end()) ReadFrom(*it->second);
+          break;
+        }
+      }
     }
   }
   Shutdown();
@@ -390,6 +420,15 @@ void Daemon::Accept(DomainId domain, int listener) {
   connection->fd = std::move(fd);
   Log(LogLevel::kInfo, "domain {}: agent connected (pid {})", domain, peer.pid);
   HVPROF_PROBE(agent__connect, domain, peer.pid);
+  if (epoll_.valid()) {
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.u64 = EventData(Source::kConnection, static_cast<uint64_t>(key));
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, key, &event) != 0) {
+      Log(LogLevel::kError, "domain {}: cannot watch the agent's connection: {}", domain, std::strerror(errno));
+      return;
+    }
+  }
   connections_.emplace(key, std::move(connection));
 }
 
@@ -734,6 +773,7 @@ void Daemon::Close(Connection& connection, std::string_view why) {
     auto lock = LockMachine();  // the machine thread reads pending_runs_
     std::erase_if(pending_runs_, [fd](const PendingRun& run) { return run.fd == fd; });
   }
+  if (epoll_.valid()) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
   connections_.erase(fd);  // destroys `connection`
   bool others = false;
   for (const auto& [other_fd, other] : connections_) others |= other->domain == domain;

@@ -158,7 +158,7 @@ class Engine {
     uint32_t watermark = 0;
     uint64_t ring_bytes = 0;
     uint64_t no_ring_losses = 0;  // atomic: samples of vCPUs without a ring
-    RingWriter rings[kMaxVcpus];
+    RingWriter* rings = nullptr;  // nbuf_vcpu writers in ring_pool_; read by the sample path
   };
 
   struct CpuStats {
@@ -167,8 +167,16 @@ class Engine {
     uint64_t lost[ring::kLossSlots] = {};
   };
 
+  // engine.cpp: the vCPU ring writers, a contiguous run of ring_pool_ per domain
+  RingWriter* TakeRingWriters(uint32_t count);
+  void ReturnRingWriters(RingWriter* first, uint32_t count);
+
   DomainSlot slots_[kMaxListedDomains];
-  uint8_t slot_of_domain_[kMaxDomainId + 1];  // slot index + 1, 0 for none; read by sample path
+  uint16_t slot_of_domain_[kMaxDomainId + 1];  // slot index + 1, 0 for none; read by sample path
+  // The writers of every listed domain's vCPU rings: static, so that a host with thousands of
+  // small domains and one with a few large ones both fit without an allocator.
+  RingWriter ring_pool_[kMaxVcpuRings];
+  bool ring_taken_[kMaxVcpuRings] = {};
   RingWriter pcpu_rings_[kMaxCpus];           // the primary's per-pCPU rings (v2 only)
   uint32_t num_pcpu_rings_ = 0;               // attached pcpu_rings_
   uint32_t pcpu_ring_base_ = 0;               // index of pCPU ring 0 in the primary's region

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hvprof/agent/control_channel.h"
@@ -44,7 +46,10 @@ class AgentDaemon {
   Result<void> Op(uint32_t op, T* argument) {
     return Op(op, std::as_writable_bytes(std::span(argument, 1)));
   }
+  // The engine's state, with the first page of its domains (Status::domains).
   Result<hvpmu::Status> EngineStatus();
+  // Every domain the engine lists (all pages), in id order; a non-primary caller sees itself.
+  Result<std::vector<hvpmu::DomainStatus>> ListedDomains();
   // Takes the link's exclusive lock, if it has one, for as long as this agent lives.
   // One agent per domain and host: refuses, naming the one that runs (its pid and session
   // directory), when another holds the profiler. `session_root` is written for that message.
@@ -122,6 +127,10 @@ uint32_t PollIntervalFor(uint64_t smallest_count, uint32_t capacity);
 
 // Slots per ring when --buffer-size is not given.
 inline constexpr uint32_t kDefaultRingCapacity = 16384;
+
+// Told how a long setup advances (thousands of domains): what is being done, and how much of
+// how much. hvprofd passes it on to the `hvprof --start-daemon` that waits.
+using SetupProgress = std::function<void(std::string_view what, uint64_t done, uint64_t total)>;
 // A get_buffer_v2 / set_passive_v2 argument for `domain`'s rings of `capacity` slots.
 hvpmu::BufferV2 BufferRequest(hvpmu::DomainId domain, uint32_t capacity);
 

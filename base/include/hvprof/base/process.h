@@ -1,6 +1,7 @@
 // Other processes, as /proc shows them.
 #pragma once
 
+#include <cstddef>
 #include <string_view>
 #include <vector>
 
@@ -21,6 +22,10 @@ long long ProcessCpuTicks(long pid);
 // Whether a process we wait for is still at work, for waits that must not give up on a busy
 // machine but must on a hung process: Advanced() is true while `pid` runs and has used CPU
 // since the last call (or since construction).
+// Raises the soft limit on open descriptors to the hard one (daemons that hold a descriptor per
+// ring or per watched process: thousands on a big host) and returns the limit now in force.
+size_t RaiseDescriptorLimit();
+
 class CpuProgress {
  public:
   explicit CpuProgress(long pid) : pid_(pid), last_(ProcessCpuTicks(pid)) {}

@@ -32,7 +32,7 @@ class Progress {
 
   void Advance(uint64_t by = 1) { Set(done_ + by); }
   void Set(uint64_t done);  // draws if it is time to
-  // Changes what is being done (a new phase), keeping the line.
+  // Changes what is being done (a new phase, from 0), keeping the line; drawn at once.
   void Rename(std::string what, uint64_t total);
   // Erases the line (if one was drawn); later calls draw nothing.
   void Done();

@@ -22,7 +22,8 @@ class Dom0Agent final : public agent::AgentDaemon {
   // leaves the hypervisor as it was found (recovered to idle) and says what to fix.
   static Result<std::unique_ptr<Dom0Agent>> Create(const setup::SetupOptions& setup,
                                                    const std::string& hvprof_version,
-                                                   std::unique_ptr<agent::HypervisorLink> link);
+                                                   std::unique_ptr<agent::HypervisorLink> link,
+                                                   agent::SetupProgress progress = {});
 
   std::string Describe() const override;
 
@@ -43,6 +44,8 @@ class Dom0Agent final : public agent::AgentDaemon {
   Result<hvpmu::InitV2> Identify();
   Result<void> Configure(const std::string& hvprof_version);
   Result<void> SetUp();
+  // Passes how far the setup got to whoever started this agent.
+  void Advance(std::string_view what, uint64_t done, uint64_t total) const;
 
   Result<agent::Json> Start() override;
   Result<agent::Json> Stop() override;
@@ -70,6 +73,7 @@ class Dom0Agent final : public agent::AgentDaemon {
   // (Xen 4.17 writes no /local/domain/0/cpu).
   std::map<uint16_t, uint32_t> xen_buffers_;
   std::vector<store::ImageRecord> images_;
+  agent::SetupProgress progress_;
   uint32_t capacity_ = 0;
   uint32_t watermark_ = 0;
   uint64_t published_seen_ = 0;  // the last publication taken

@@ -36,7 +36,7 @@ namespace hvpmu {
   X(CountTooSmall, 24, 22, "count is below the event's minimum")                               \
   X(CountTooLarge, 25, 34, "count does not fit the counter")                                   \
   X(NoCounters, 26, 22, "no counter is enabled")                                               \
-  X(NoMemory, 27, 12, "out of memory for buffers")                                             \
+  X(NoMemory, 27, 12, "out of memory for buffers, or the engine's vCPU rings are all taken")        \
   X(BadBufferSize, 28, 22, "requested buffer size is out of range")                            \
   X(BadBacktraceDepth, 29, 22, "backtrace depth above the maximum")                            \
   X(HardwareFault, 30, 5, "a PMU register access failed")                                      \

@@ -20,8 +20,9 @@ inline constexpr DomainId kDomainIdle = 0x7FFF;     // DOMID_IDLE
 inline constexpr DomainId kMaxDomainId = 0x7FEF;    // DOMID_FIRST_RESERVED - 1
 
 inline constexpr uint32_t kAbiVersion = 2;
-inline constexpr uint32_t kMaxListedDomains = 64;  // active plus passive
+inline constexpr uint32_t kMaxListedDomains = 4096;  // active plus passive
 inline constexpr uint32_t kMaxVcpus = 128;         // per profiled domain
+inline constexpr uint32_t kMaxVcpuRings = 8192;    // vCPU rings of all listed domains together
 inline constexpr uint32_t kMaxCpus = 256;          // physical CPUs
 inline constexpr uint32_t kMaxCounters = 16;       // logical counters (general + fixed)
 inline constexpr uint32_t kCpuTypeSize = legacy::kCpuTypeSize;
@@ -122,7 +123,8 @@ struct DomainStatus {
 };
 static_assert(sizeof(DomainStatus) == 120);
 
-inline constexpr uint32_t kStatusMaxDomains = kMaxListedDomains;
+// Domains per status call: a caller pages through more with Status::from_domain.
+inline constexpr uint32_t kStatusMaxDomains = 64;
 
 // A logical counter as set up by the primary (the counter op), so that an active guest knows
 // what its samples count.
@@ -156,9 +158,11 @@ struct Status {
   uint64_t idle_samples;   // taken in the idle domain
   char cpu_type[kCpuTypeSize];
   uint32_t num_domains;    // valid entries below; a non-primary caller sees only itself
-  uint32_t pad0;
+  uint32_t total_domains;  // entries with an id >= from_domain; more than num_domains: call again
   CounterStatus counters[kMaxCounters];  // valid once counters are set up (state ready or later)
-  uint64_t reserved[4];
+  uint32_t from_domain;    // in: the lowest domain id to list (0 for the first page)
+  uint32_t pad1;
+  uint64_t reserved[3];
   DomainStatus domains[kStatusMaxDomains];
 };
 

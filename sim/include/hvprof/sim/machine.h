@@ -153,6 +153,7 @@ class SimMachine {
   std::vector<std::unique_ptr<Domain>> domains_;
   std::unique_ptr<Domain> idle_;
   std::vector<Vcpu> vcpus_;
+  std::vector<int> runnable_;  // Schedule's scratch: indexes of runnable vCPUs
   std::vector<std::unique_ptr<Cpu>> cpus_;
   std::vector<TruthRow> truth_;
   std::vector<TruthKey> truth_keys_;

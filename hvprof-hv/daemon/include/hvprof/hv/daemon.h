@@ -114,6 +114,7 @@ class Daemon {
   std::thread machine_thread_;
 
   hvprof::ScopedFd wake_fd_;  // eventfd: Stop() and finished runs wake the server
+  hvprof::ScopedFd epoll_;    // the server's: wake_fd_, the listeners and the connections
   hvprof::ScopedFd pid_file_;
   std::map<DomainId, hvprof::ScopedFd> listeners_;
   std::map<int, std::unique_ptr<Connection>> connections_;  // by fd
