@@ -1,6 +1,7 @@
 // Fuzzes the agents' ring consumers with rings written by a hostile producer: the input is the
-// shared memory of a v2 ring (header and slots) and of a legacy ring, indexes included. The
-// readers must never read outside the mapping, loop forever or hand out a malformed sample.
+// shared memory of a v2 or v3 (scheduling) ring (header and slots) and of a legacy ring,
+// indexes included. The readers must never read outside the mapping, loop forever or hand out a
+// malformed sample or scheduling record.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -18,12 +19,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto reader = hvprof::agent::RingReader::Attach(memory.data(), memory.size(), kCapacity);
     if (reader) {
       for (int pass = 0; pass < 2; ++pass) {
-        (void)reader.value().Drain([](const ring::SampleRecord& sample, std::span<const uint64_t> frames) {
-          if (sample.kind != static_cast<uint8_t>(ring::RecordKind::kSample) ||
-              frames.size() > ring::kMaxBacktraceDepth) {
-            __builtin_trap();
-          }
-        });
+        (void)reader.value().DrainRecords(
+            [](const ring::SampleRecord& sample, std::span<const uint64_t> frames) {
+              if (sample.kind != static_cast<uint8_t>(ring::RecordKind::kSample) ||
+                  frames.size() > ring::kMaxBacktraceDepth) {
+                __builtin_trap();
+              }
+            },
+            [](const ring::SchedRecord& record) {
+              if (record.kind != static_cast<uint8_t>(ring::RecordKind::kSched) || record.type == 0 ||
+                  record.type > ring::kMaxSchedType || record.slots == 0 ||
+                  record.slots > hvprof::agent::kMaxSchedSlots) {
+                __builtin_trap();
+              }
+            });
         // The producer moves the head again between drains.
         if (size >= 8) std::memcpy(memory.data() + 64, data + size - 8, 8);
       }

@@ -21,9 +21,10 @@ Result<RingReader> RingReader::Attach(void* base, uint64_t bytes, uint32_t expec
     return MakeError(ErrorKind::kCorrupt, "ring has magic {:#x}, expected {:#x}", header->magic,
                      ring::kMagic);
   }
-  if (header->version != ring::kVersion) {
-    return MakeError(ErrorKind::kUnsupported, "ring ABI version {} is not supported (want {})",
-                     header->version, ring::kVersion);
+  const bool sched = header->version == ring::kVersionSched && (header->flags & ring::kRingHasSched) != 0;
+  if (header->version != ring::kVersion && !sched) {
+    return MakeError(ErrorKind::kUnsupported, "ring ABI version {} is not supported (want {}, or {} for scheduling)",
+                     header->version, ring::kVersion, ring::kVersionSched);
   }
   if (header->header_bytes != ring::kHeaderSize || header->record_size != ring::kRecordSize) {
     return MakeError(ErrorKind::kCorrupt, "ring header size {} or record size {} is not {}/{}",

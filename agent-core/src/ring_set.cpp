@@ -29,7 +29,10 @@ Result<void> RingSet::AddV2(HypervisorLink& link, hvpmu::DomainId owner,
   for (uint32_t i = 0; i < buffer.nbuf; ++i) {
     HVPROF_TRY(reader, RingReader::Attach(region.base() + uint64_t{i} * buffer.ring_bytes,
                                           buffer.ring_bytes, buffer.capacity));
-    const auto kind = i < buffer.nbuf_vcpu ? ring::RingKind::kVcpu : ring::RingKind::kPcpu;
+    // vCPU rings, then the primary's pCPU rings, then its scheduling rings (when it asked).
+    const auto kind = i < buffer.nbuf_vcpu                        ? ring::RingKind::kVcpu
+                      : i + buffer.nbuf_sched >= buffer.nbuf ? ring::RingKind::kSched
+                                                                  : ring::RingKind::kPcpu;
     rings_.push_back(RingState{owner, i, kind, std::move(reader)});
   }
   capacity_ = buffer.capacity;

@@ -115,13 +115,15 @@ uint32_t Engine::CountActivated() const {
 }
 
 ErrorCode Engine::AllocateRings(DomainSlot* slot, RingFormat format, uint32_t capacity,
-                                uint32_t watermark, bool with_pcpu_rings, DomainId consumer) {
+                                uint32_t watermark, bool with_pcpu_rings, bool with_sched_rings,
+                                DomainId consumer) {
   DomainInfo info{};
   if (!platform_.GetDomainInfo(slot->id, &info) || info.num_vcpus == 0) {
     return ErrorCode::kNoSuchDomain;
   }
   const uint32_t nvcpu = Min<uint32_t>(info.num_vcpus, kMaxVcpus);
   const uint32_t npcpu = with_pcpu_rings ? num_cpus_ : 0;
+  const uint32_t nsched = with_pcpu_rings && with_sched_rings ? num_cpus_ : 0;
   uint64_t ring_bytes = 0;
   uint64_t region_bytes = 0;
 
@@ -131,12 +133,12 @@ ErrorCode Engine::AllocateRings(DomainSlot* slot, RingFormat format, uint32_t ca
     capacity = detail::RoundUpPowerOfTwo(Min(detail::Max(capacity, ring::kMinCapacity),
                                              ring::kMaxCapacity));
     // Shrink to the per-domain cap rather than fail; the caller sees the effective capacity.
-    while (capacity > ring::kMinCapacity && (nvcpu + npcpu) * ring::RingBytes(capacity) >
-                                                kMaxRegionBytes) {
+    while (capacity > ring::kMinCapacity &&
+           (nvcpu + npcpu + nsched) * ring::RingBytes(capacity) > kMaxRegionBytes) {
       capacity /= 2;
     }
     ring_bytes = ring::RingBytes(capacity);
-    region_bytes = (nvcpu + npcpu) * ring_bytes;
+    region_bytes = (nvcpu + npcpu + nsched) * ring_bytes;
     watermark = watermark == 0 ? capacity / 2 : Min(watermark, capacity);
   } else {
     const auto requested = static_cast<int32_t>(capacity);
@@ -176,15 +178,21 @@ ErrorCode Engine::AllocateRings(DomainSlot* slot, RingFormat format, uint32_t ca
     pcpu_rings_[cpu].AttachV2(base + (nvcpu + cpu) * ring_bytes, capacity, watermark, slot->id,
                               static_cast<uint16_t>(cpu), ring::RingKind::kPcpu);
   }
+  for (uint32_t cpu = 0; cpu < nsched; ++cpu) {
+    sched_rings_[cpu].AttachV2(base + (nvcpu + npcpu + cpu) * ring_bytes, capacity, watermark, slot->id,
+                               static_cast<uint16_t>(cpu), ring::RingKind::kSched, true);
+  }
   if (with_pcpu_rings) {
     num_pcpu_rings_ = npcpu;
     pcpu_ring_base_ = nvcpu;
+    num_sched_rings_ = nsched;
+    sched_ring_base_ = nvcpu + npcpu;
   }
 
   slot->format = format;
   slot->region = region;
   slot->nbuf_vcpu = nvcpu;
-  slot->nbuf = nvcpu + npcpu;
+  slot->nbuf = nvcpu + npcpu + nsched;
   slot->capacity = capacity;
   slot->watermark = watermark;
   slot->ring_bytes = ring_bytes;
@@ -214,7 +222,10 @@ void Engine::FreeRings(DomainSlot* slot) {
   const bool owns_pcpu_rings = slot->id == primary_ && num_pcpu_rings_ != 0 &&
                                slot->nbuf > slot->nbuf_vcpu;
   StoreRelease(&slot->routing, uint8_t{0});
-  if (owns_pcpu_rings) StoreRelease(&pcpu_routing_, uint8_t{0});
+  if (owns_pcpu_rings) {
+    StoreRelease(&pcpu_routing_, uint8_t{0});
+    StoreRelease(&sched_routing_, uint8_t{0});
+  }
   platform_.QuiesceSamplers();
   UnshareRings(slot);
   for (uint32_t i = 0; i < slot->nbuf_vcpu; ++i) slot->rings[i].Detach();
@@ -222,7 +233,9 @@ void Engine::FreeRings(DomainSlot* slot) {
   slot->rings = nullptr;
   if (owns_pcpu_rings) {
     for (uint32_t cpu = 0; cpu < num_pcpu_rings_; ++cpu) pcpu_rings_[cpu].Detach();
+    for (uint32_t cpu = 0; cpu < num_sched_rings_; ++cpu) sched_rings_[cpu].Detach();
     num_pcpu_rings_ = 0;
+    num_sched_rings_ = 0;
   }
   platform_.FreeShared(&slot->region);
   slot->region = SharedRegion{};
@@ -257,6 +270,7 @@ void Engine::ResetRings(DomainSlot* slot) {
   for (uint32_t i = 0; i < slot->nbuf_vcpu; ++i) slot->rings[i].Reset();
   if (slot->id == primary_) {
     for (uint32_t cpu = 0; cpu < num_pcpu_rings_; ++cpu) pcpu_rings_[cpu].Reset();
+    for (uint32_t cpu = 0; cpu < num_sched_rings_; ++cpu) sched_rings_[cpu].Reset();
   }
   StoreRelaxed(&slot->no_ring_losses, uint64_t{0});
 }

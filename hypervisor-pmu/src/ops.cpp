@@ -211,7 +211,7 @@ ErrorCode Engine::OpSetPassive(DomainId caller, void* arg, uint32_t size, bool v
   }
   slot->holds_ref = true;
   ErrorCode error = AllocateRings(slot, v2 ? RingFormat::kV2 : RingFormat::kLegacy, capacity,
-                                  watermark, false, caller);
+                                  watermark, false, false, caller);
   if (error == ErrorCode::kOk) error = ShareRings(slot, caller);
   if (error != ErrorCode::kOk) {
     FreeRings(slot);
@@ -328,6 +328,7 @@ ErrorCode Engine::OpStart() {
   for (uint32_t cpu = 0; cpu < num_cpus_; ++cpu) platform_.SetPmiRouting(cpu, true);
   driver_->Start();
   state_ = EngineState::kProfiling;
+  if (num_sched_rings_ != 0) detail::StoreRelease(&sched_routing_, uint8_t{1});
   return ErrorCode::kOk;
 }
 
@@ -336,6 +337,7 @@ ErrorCode Engine::OpStop() {
   driver_->Stop();
   // Unlike Xen, no busy wait: the LVT entry is restored as it is.
   for (uint32_t cpu = 0; cpu < num_cpus_; ++cpu) platform_.SetPmiRouting(cpu, false);
+  detail::StoreRelease(&sched_routing_, uint8_t{0});
   platform_.QuiesceSamplers();
   state_ = EngineState::kReady;
   NotifyAllConsumers();  // the final flush: every consumer drains what is left
@@ -385,6 +387,7 @@ ErrorCode Engine::OpShutdown() {
 ErrorCode Engine::OpGetBuffer(DomainId caller, void* arg, uint32_t size, bool v2) {
   uint32_t capacity;
   uint32_t watermark = 0;
+  bool want_sched = false;
   if (v2) {
     if (ErrorCode error = CheckExtensible<BufferV2>(arg, size); error != ErrorCode::kOk) {
       return error;
@@ -393,6 +396,7 @@ ErrorCode Engine::OpGetBuffer(DomainId caller, void* arg, uint32_t size, bool v2
     if (!AllZero(request->reserved)) return ErrorCode::kReservedNotZero;
     capacity = request->capacity;
     watermark = request->watermark;
+    want_sched = (request->flags & kBufferSchedRings) != 0;
   } else {
     if (size != sizeof(legacy::GetBuffer)) return ErrorCode::kBadArgSize;
     capacity = static_cast<uint32_t>(static_cast<const legacy::GetBuffer*>(arg)->max_samples);
@@ -408,8 +412,11 @@ ErrorCode Engine::OpGetBuffer(DomainId caller, void* arg, uint32_t size, bool v2
 
   const RingFormat format = v2 ? RingFormat::kV2 : RingFormat::kLegacy;
   const bool with_pcpu_rings = v2 && caller == primary_;
+  // Scheduling is the whole host's: only the primary records it.
+  if (want_sched && !with_pcpu_rings) return ErrorCode::kNotPrimary;
   FreeRings(slot);  // a fresh allocation each time: new size and format, nothing stale
-  ErrorCode error = AllocateRings(slot, format, capacity, watermark, with_pcpu_rings, caller);
+  ErrorCode error =
+      AllocateRings(slot, format, capacity, watermark, with_pcpu_rings, want_sched, caller);
   if (error == ErrorCode::kOk) error = ShareRings(slot, caller);
   if (error != ErrorCode::kOk) {
     FreeRings(slot);
@@ -424,7 +431,9 @@ ErrorCode Engine::OpGetBuffer(DomainId caller, void* arg, uint32_t size, bool v2
     reply->watermark = slot->watermark;
     reply->nbuf = slot->nbuf;
     reply->nbuf_vcpu = slot->nbuf_vcpu;
-    reply->flags = slot->nbuf > slot->nbuf_vcpu ? kBufferHasPcpuRings : 0;
+    reply->flags = (slot->nbuf > slot->nbuf_vcpu ? kBufferHasPcpuRings : 0) |
+                   (want_sched ? kBufferSchedRings : 0);
+    reply->nbuf_sched = want_sched ? num_sched_rings_ : 0;
     reply->ring_bytes = slot->ring_bytes;
     reply->region_bytes = slot->region.bytes;
     reply->region_handle = slot->region.handle;

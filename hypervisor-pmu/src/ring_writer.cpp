@@ -31,14 +31,15 @@ uint8_t LegacyMode(ring::Mode mode) {
 }  // namespace
 
 void RingWriter::AttachV2(void* base, uint32_t capacity, uint32_t watermark, DomainId domain,
-                          uint16_t index, ring::RingKind kind) {
+                          uint16_t index, ring::RingKind kind, bool sched) {
+  sched_ = sched;
   format_ = RingFormat::kV2;
   base_ = static_cast<uint8_t*>(base);
   capacity_ = capacity;
   watermark_ = watermark;
   ring::RingHeader* header = HeaderOf(base_);
   header->magic = ring::kMagic;
-  header->version = ring::kVersion;
+  header->version = sched ? ring::kVersionSched : ring::kVersion;
   header->ring_kind = static_cast<uint16_t>(kind);
   header->header_bytes = ring::kHeaderSize;
   header->record_size = ring::kRecordSize;
@@ -46,7 +47,7 @@ void RingWriter::AttachV2(void* base, uint32_t capacity, uint32_t watermark, Dom
   header->domain = domain;
   header->index = index;
   header->watermark = watermark;
-  header->flags = 0;
+  header->flags = sched ? ring::kRingHasSched : 0;
   Reset();
 }
 
@@ -63,6 +64,7 @@ void RingWriter::AttachLegacy(void* base, uint32_t size, uint32_t watermark, uin
 
 void RingWriter::Detach() {
   format_ = RingFormat::kNone;
+  sched_ = false;
   base_ = nullptr;
   capacity_ = 0;
   head_ = 0;
@@ -72,6 +74,8 @@ void RingWriter::Reset() {
   head_ = 0;
   told_tail_ = 0;
   notify_armed_ = true;
+  sched_pending_lost_ = 0;
+  sched_first_lost_ns_ = 0;
   stats_ = RingStats{};
   if (format_ == RingFormat::kV2) {
     ring::RingHeader* header = HeaderOf(base_);
@@ -80,6 +84,8 @@ void RingWriter::Reset() {
     for (uint64_t& count : header->samples) ring::StoreRelaxed(&count, 0);
     for (uint64_t& count : header->lost) ring::StoreRelaxed(&count, 0);
     ring::StoreRelaxed(&header->notifications, 0);
+    ring::StoreRelaxed(&header->sched_written, 0);
+    for (uint64_t& count : header->sched_lost) ring::StoreRelaxed(&count, 0);
   } else if (format_ == RingFormat::kLegacy) {
     legacy::XenoprofBuf* buf = LegacyOf(base_);
     __atomic_store_n(&buf->event_tail, 0u, __ATOMIC_RELAXED);
@@ -203,6 +209,70 @@ RingWriter::Result RingWriter::WriteV2(const SampleToWrite& sample, bool* notify
   ring::StoreRelease(&header->head, new_head);
   head_ = new_head;
   CountSample(sample.mode);
+  UpdateNotify(new_head - tail, tail, notify);
+  return Result::kWritten;
+}
+
+void RingWriter::CountSchedLoss(LossReason reason, uint64_t time_ns) {
+  const auto index = static_cast<uint32_t>(reason);
+  ring::StoreRelaxed(&HeaderOf(base_)->sched_lost[index], BumpCounter(&stats_.sched_lost[index]));
+  if (sched_pending_lost_++ == 0) sched_first_lost_ns_ = time_ns;
+}
+
+RingWriter::Result RingWriter::WriteSched(const ring::SchedRecord& record, uint16_t pcpu, bool* notify) {
+  if (format_ != RingFormat::kV2 || !sched_) return Result::kFull;  // the engine checks first
+  ring::RingHeader* header = HeaderOf(base_);
+  const uint64_t tail = ring::LoadAcquire(&header->tail);  // the only read of shared memory
+  const uint64_t head = head_;
+  if (tail > head || head - tail > capacity_) {
+    CountSchedLoss(LossReason::kCorruptIndex, record.time_ns);
+    return Result::kCorruptIndex;
+  }
+  // A gap is reported where it is: a kLost record before the next record that fits, in the
+  // same group, so that the two are published together or not at all.
+  const uint32_t group = sched_pending_lost_ != 0 ? 2 : 1;
+  const uint32_t mask = capacity_ - 1;
+  const uint32_t position = static_cast<uint32_t>(head) & mask;
+  const uint32_t pad = position + group > capacity_ ? capacity_ - position : 0;
+  if (pad + group > capacity_ - (head - tail)) {
+    CountSchedLoss(LossReason::kRingFull, record.time_ns);
+    return Result::kFull;
+  }
+  uint8_t* slots = base_ + ring::kHeaderSize;
+  if (pad != 0) {
+    auto* pad_record = reinterpret_cast<ring::PadRecord*>(slots + uint64_t{position} * ring::kRecordSize);
+    __builtin_memset(pad_record, 0, sizeof *pad_record);
+    pad_record->kind = static_cast<uint8_t>(ring::RecordKind::kPad);
+    pad_record->slots = pad;
+  }
+  uint32_t slot = (position + pad) & mask;
+  if (sched_pending_lost_ != 0) {
+    auto* lost = reinterpret_cast<ring::SchedRecord*>(slots + uint64_t{slot} * ring::kRecordSize);
+    __builtin_memset(lost, 0, sizeof *lost);
+    lost->kind = static_cast<uint8_t>(ring::RecordKind::kSched);
+    lost->type = static_cast<uint8_t>(ring::SchedType::kLost);
+    lost->slots = 1;
+    lost->pcpu = pcpu;
+    lost->time_ns = record.time_ns;
+    lost->domain = kDomainInvalid;
+    lost->pid = lost->tid = lost->other_pid = lost->other_tid = ring::kNoPid;
+    lost->from_pcpu = lost->to_pcpu = ring::kUnknownPcpu;
+    lost->count = sched_pending_lost_;
+    lost->aux = sched_first_lost_ns_;
+    slot = (slot + 1) & mask;
+  }
+  auto* out = reinterpret_cast<ring::SchedRecord*>(slots + uint64_t{slot} * ring::kRecordSize);
+  __builtin_memcpy(out, &record, sizeof record);
+  out->kind = static_cast<uint8_t>(ring::RecordKind::kSched);
+  out->slots = 1;
+  out->pcpu = pcpu;
+  out->reserved0 = 0;
+
+  const uint64_t new_head = head + pad + group;
+  ring::StoreRelease(&header->head, new_head);
+  head_ = new_head;
+  sched_pending_lost_ = 0;
+  ring::StoreRelaxed(&header->sched_written, BumpCounter(&stats_.sched_written));
   UpdateNotify(new_head - tail, tail, notify);
   return Result::kWritten;
 }

@@ -83,6 +83,17 @@ uint32_t Engine::WalkBacktrace(const InterruptedContext& context, ring::Mode mod
   return count;
 }
 
+void Engine::RecordSched(uint32_t cpu, const ring::SchedRecord& record) {
+  // Not recording (no scheduling rings, or not profiling): nothing was asked for, nothing is lost.
+  if (LoadAcquire(&sched_routing_) == 0 || cpu >= num_sched_rings_) return;
+  RingWriter& writer = sched_rings_[cpu];
+  ring::SchedRecord stamped = record;
+  if (stamped.time_ns == 0) stamped.time_ns = platform_.NowNs();
+  bool notify = false;
+  writer.WriteSched(stamped, static_cast<uint16_t>(cpu), &notify);  // losses are the ring's count
+  if (notify) platform_.Notify(primary_, primary_, sched_ring_base_ + cpu);
+}
+
 void Engine::LogSample(uint32_t cpu, const InterruptedContext& context, uint8_t counter,
                        uint64_t period) {
   CpuStats& stats = cpu_stats_[cpu];

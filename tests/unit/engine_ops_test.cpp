@@ -412,6 +412,82 @@ TEST_CASE("a big host: hundreds of domains listed, status pages through them, th
   }
 }
 
+TEST_CASE("scheduling rings: the primary asks, gets one per pCPU, and they take records only while profiling",
+          "[ops][sched]") {
+  EngineHarness h(4);
+  auto must = [](ErrorCode error) { REQUIRE(error == ErrorCode::kOk); };
+  must(h.Init(0));
+  BufferV2 buffer{};
+  buffer.struct_size = sizeof buffer;
+  buffer.abi_version = kAbiVersion;
+  buffer.capacity = 64;
+  buffer.flags = kBufferSchedRings;
+  must(h.Op(0, kOpGetBufferV2, &buffer));
+  CHECK((buffer.flags & kBufferSchedRings) != 0);
+  CHECK((buffer.flags & kBufferHasPcpuRings) != 0);
+  REQUIRE(buffer.nbuf_sched == 4);
+  CHECK(buffer.nbuf == buffer.nbuf_vcpu + 4 + 4);  // vCPU rings, pCPU rings, scheduling rings
+  auto* base = static_cast<uint8_t*>(h.platform.RegionBase(buffer.region_handle));
+  auto header = [&](uint32_t index) {
+    return reinterpret_cast<ring::RingHeader*>(base + uint64_t{index} * buffer.ring_bytes);
+  };
+  const uint32_t first_sched = buffer.nbuf - buffer.nbuf_sched;
+  for (uint32_t i = 0; i < buffer.nbuf; ++i) {
+    const bool sched = i >= first_sched;
+    CHECK(header(i)->version == (sched ? ring::kVersionSched : ring::kVersion));
+    CHECK(header(i)->ring_kind == static_cast<uint16_t>(sched ? ring::RingKind::kSched
+                                                        : i < buffer.nbuf_vcpu ? ring::RingKind::kVcpu
+                                                                               : ring::RingKind::kPcpu));
+  }
+  CHECK(header(first_sched + 2)->index == 2);
+
+  ring::SchedRecord record{};
+  record.type = static_cast<uint8_t>(ring::SchedType::kRunstate);
+  record.domain = 1;
+  record.new_state = static_cast<uint8_t>(ring::Runstate::kRunning);
+  record.old_state = static_cast<uint8_t>(ring::Runstate::kRunnable);
+  record.time_ns = 5;
+  CHECK_FALSE(h.engine->sched_recording());
+  h.engine->RecordSched(2, record);  // not profiling yet: not taken, not lost
+  CHECK(header(first_sched + 2)->head == 0);
+
+  must(h.SetActive(0));
+  must(h.Op(0, legacy::kOpReserveCounters));
+  must(h.Counter());
+  must(h.Op(0, legacy::kOpSetupEvents));
+  must(h.Op(0, legacy::kOpEnableVirq));
+  must(h.Op(0, legacy::kOpStart));
+  CHECK(h.engine->sched_recording());
+  h.engine->RecordSched(2, record);
+  h.engine->RecordSched(9, record);  // no such pCPU: ignored
+  CHECK(header(first_sched + 2)->head == 1);
+  CHECK(header(first_sched + 2)->sched_written == 1);
+  CHECK(header(first_sched + 1)->head == 0);
+  record.time_ns = 0;  // stamped with the platform's clock
+  h.engine->RecordSched(1, record);
+  const auto* written = reinterpret_cast<const ring::SchedRecord*>(reinterpret_cast<uint8_t*>(header(first_sched + 1)) +
+                                                                    ring::kHeaderSize);
+  CHECK(written->time_ns != 0);
+  CHECK(written->pcpu == 1);
+  must(h.Op(0, legacy::kOpStop));
+  CHECK_FALSE(h.engine->sched_recording());
+  h.engine->RecordSched(2, record);
+  CHECK(header(first_sched + 2)->head == 1);
+  CHECK(h.platform.violations().empty());
+}
+
+TEST_CASE("scheduling rings are the primary's: a guest that asks is refused", "[ops][sched][security]") {
+  auto h = InState(kN);
+  REQUIRE(h->Init(1) == ErrorCode::kOk);
+  BufferV2 buffer{};
+  buffer.struct_size = sizeof buffer;
+  buffer.abi_version = kAbiVersion;
+  buffer.capacity = 64;
+  buffer.flags = kBufferSchedRings;
+  CHECK(h->Op(1, kOpGetBufferV2, &buffer) == ErrorCode::kNotPrimary);
+  CHECK(h->platform.live_regions() == 0);
+}
+
 TEST_CASE("bad input gets a named error and changes nothing", "[ops][bad-input]") {
   auto h = InState(kN);
   const std::string before = Snapshot(*h);

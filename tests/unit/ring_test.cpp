@@ -421,3 +421,183 @@ TEST_CASE("legacy reader: pending across the wrap, an impossible head, and resyn
   REQUIRE(got.size() == 1);
   CHECK(got[0].ip == 0x77);
 }
+
+// ---- scheduling rings (version 3)
+
+namespace {
+
+struct SchedRing {
+  explicit SchedRing(uint32_t capacity) : memory(ring::RingBytes(capacity)) {
+    writer.AttachV2(memory.data.get(), capacity, capacity / 2, 0, 1, ring::RingKind::kSched, true);
+    auto attached = RingReader::Attach(memory.data.get(), memory.bytes, capacity);
+    REQUIRE(attached.has_value());
+    reader.emplace(std::move(attached).value());
+  }
+  ring::RingHeader* header() { return reinterpret_cast<ring::RingHeader*>(memory.data.get()); }
+  uint8_t* slot(uint64_t index) {
+    return memory.data.get() + ring::kHeaderSize + (index & (header()->capacity - 1)) * ring::kRecordSize;
+  }
+  std::vector<ring::SchedRecord> Drain(hvprof::agent::DrainStats* stats = nullptr, uint64_t max = UINT64_MAX) {
+    std::vector<ring::SchedRecord> out;
+    auto result = reader->DrainRecords([](const ring::SampleRecord&, std::span<const uint64_t>) { FAIL("a sample"); },
+                                       [&](const ring::SchedRecord& record) { out.push_back(record); }, max);
+    if (stats != nullptr) *stats = result;
+    return out;
+  }
+  Memory memory;
+  RingWriter writer;
+  std::optional<RingReader> reader;
+};
+
+ring::SchedRecord Runstate(uint64_t time_ns, uint16_t domain, uint16_t vcpu, ring::Runstate from, ring::Runstate to) {
+  ring::SchedRecord record{};
+  record.type = static_cast<uint8_t>(ring::SchedType::kRunstate);
+  record.old_state = static_cast<uint8_t>(from);
+  record.new_state = static_cast<uint8_t>(to);
+  record.time_ns = time_ns;
+  record.domain = domain;
+  record.vcpu = vcpu;
+  record.pid = record.tid = record.other_pid = record.other_tid = ring::kNoPid;
+  record.from_pcpu = record.to_pcpu = ring::kUnknownPcpu;
+  return record;
+}
+
+}  // namespace
+
+TEST_CASE("a scheduling ring is version 3 and carries every field of a record; sample rings stay version 2",
+          "[ring][sched]") {
+  SchedRing r(64);
+  CHECK(r.header()->version == ring::kVersionSched);
+  CHECK(r.header()->flags == ring::kRingHasSched);
+  CHECK(r.header()->ring_kind == static_cast<uint16_t>(ring::RingKind::kSched));
+  CHECK(r.reader->sched());
+  V2Ring samples(64);
+  CHECK(samples.header()->version == ring::kVersion);
+  CHECK(samples.header()->flags == 0);
+  CHECK_FALSE(samples.reader->sched());
+
+  ring::SchedRecord wake = Runstate(12345, 3, 1, ring::Runstate::kBlocked, ring::Runstate::kRunnable);
+  wake.type = static_cast<uint8_t>(ring::SchedType::kWakeup);
+  wake.flags = ring::kSchedOtherValid;
+  wake.other_domain = 4;
+  wake.other_vcpu = 2;
+  wake.to_pcpu = 9;
+  bool notify = false;
+  REQUIRE(r.writer.WriteSched(wake, 5, &notify) == RingWriter::Result::kWritten);
+  hvprof::agent::DrainStats stats;
+  auto got = r.Drain(&stats);
+  REQUIRE(got.size() == 1);
+  CHECK(stats.sched == 1);
+  CHECK(stats.samples == 0);
+  CHECK(stats.malformed == 0);
+  const ring::SchedRecord& seen = got[0];
+  CHECK(seen.kind == static_cast<uint8_t>(ring::RecordKind::kSched));
+  CHECK(seen.type == static_cast<uint8_t>(ring::SchedType::kWakeup));
+  CHECK(seen.slots == 1);
+  CHECK(seen.pcpu == 5);  // the writer's, whatever the caller put there
+  CHECK(seen.time_ns == 12345);
+  CHECK(seen.domain == 3);
+  CHECK(seen.vcpu == 1);
+  CHECK(seen.old_state == static_cast<uint8_t>(ring::Runstate::kBlocked));
+  CHECK(seen.new_state == static_cast<uint8_t>(ring::Runstate::kRunnable));
+  CHECK(seen.flags == ring::kSchedOtherValid);
+  CHECK(seen.other_domain == 4);
+  CHECK(seen.other_vcpu == 2);
+  CHECK(seen.to_pcpu == 9);
+  CHECK(r.header()->sched_written == 1);
+  // The sample counts of the header are the samples': untouched.
+  for (uint64_t count : r.header()->samples) CHECK(count == 0);
+}
+
+TEST_CASE("a full scheduling ring: written + lost = produced, and a lost record marks the gap where it is",
+          "[ring][sched]") {
+  SchedRing r(64);
+  std::mt19937_64 random(11);
+  uint64_t produced = 0;
+  uint64_t lost = 0;
+  std::vector<ring::SchedRecord> got;
+  for (int step = 0; step < 20000; ++step) {
+    if (random() % 8 != 0) {  // the consumer falls behind now and then
+      ++produced;
+      bool notify = false;
+      auto result = r.writer.WriteSched(
+          Runstate(produced, 1, 0, ring::Runstate::kRunnable, ring::Runstate::kRunning), 0, &notify);
+      if (result == RingWriter::Result::kFull) ++lost;
+      else REQUIRE(result == RingWriter::Result::kWritten);
+    } else {
+      auto some = r.Drain(nullptr, random() % 40);
+      got.insert(got.end(), some.begin(), some.end());
+    }
+  }
+  auto rest = r.Drain();
+  got.insert(got.end(), rest.begin(), rest.end());
+  REQUIRE(lost > 0);
+  uint64_t runstates = 0;
+  uint64_t marked = 0;
+  uint64_t expected_next = 1;  // the records' times are their sequence numbers
+  for (const ring::SchedRecord& record : got) {
+    if (record.type == static_cast<uint8_t>(ring::SchedType::kLost)) {
+      marked += record.count;
+      CHECK(record.aux == expected_next);  // the first lost one's time
+      expected_next += record.count;
+      continue;
+    }
+    ++runstates;
+    CHECK(record.time_ns == expected_next);  // nothing skipped without a mark
+    expected_next = record.time_ns + 1;
+  }
+  // A gap still open at the end is reported with the next record, not before.
+  const uint64_t open_gap = produced - (expected_next - 1);
+  CHECK(runstates + marked + open_gap == produced);
+  CHECK(marked + open_gap == lost);
+  CHECK(r.header()->sched_written == runstates);
+  CHECK(r.header()->sched_lost[static_cast<int>(ring::LossReason::kRingFull)] == lost);
+}
+
+TEST_CASE("the reader skips scheduling records it does not know and refuses lying groups", "[ring][sched][security]") {
+  SchedRing r(64);
+  bool notify = false;
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(r.writer.WriteSched(Runstate(i + 1, 1, 0, ring::Runstate::kRunnable, ring::Runstate::kRunning), 0,
+                                &notify) == RingWriter::Result::kWritten);
+  }
+  SECTION("an unknown type is skipped and counted") {
+    r.slot(1)[1] = 200;  // type
+    hvprof::agent::DrainStats stats;
+    auto got = r.Drain(&stats);
+    CHECK(got.size() == 2);
+    CHECK(stats.sched_unknown == 1);
+    CHECK(stats.malformed == 0);
+  }
+  SECTION("a group longer than the published records ends the drain") {
+    r.slot(2)[2] = 5;  // slots
+    hvprof::agent::DrainStats stats;
+    auto got = r.Drain(&stats);
+    CHECK(got.size() == 2);
+    CHECK(stats.malformed == 1);
+    CHECK(r.header()->tail == r.header()->head);
+  }
+  SECTION("a continuation slot of the wrong kind makes the group malformed") {
+    r.slot(0)[2] = 2;  // claims the next record as its continuation
+    hvprof::agent::DrainStats stats;
+    auto got = r.Drain(&stats);
+    CHECK(got.size() == 1);
+    CHECK(stats.malformed == 1);
+  }
+  SECTION("zero slots") {
+    r.slot(0)[2] = 0;
+    hvprof::agent::DrainStats stats;
+    CHECK(r.Drain(&stats).empty());
+    CHECK(stats.malformed == 1);
+  }
+}
+
+TEST_CASE("a version 3 header without the scheduling flag is refused", "[ring][sched][security]") {
+  Memory memory(ring::RingBytes(64));
+  RingWriter writer;
+  writer.AttachV2(memory.data.get(), 64, 32, 0, 0, ring::RingKind::kSched, true);
+  reinterpret_cast<ring::RingHeader*>(memory.data.get())->flags = 0;
+  auto attached = RingReader::Attach(memory.data.get(), memory.bytes, 64);
+  REQUIRE_FALSE(attached.has_value());
+  CHECK(attached.error().message().find("version 3 is not supported") != std::string::npos);
+}

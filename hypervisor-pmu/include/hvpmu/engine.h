@@ -68,6 +68,13 @@ class Engine {
   // logical counter `counter` standing for `period` events, taken in `context`.
   void RecordSample(uint32_t cpu, const InterruptedContext& context, uint8_t counter,
                     uint64_t period);
+  // The host's scheduler on `cpu` (never NMI context; no lock, no heap): one scheduling event
+  // into the primary's scheduling ring of that CPU, while profiling a session set up with them
+  // (kBufferSchedRings). `record` holds everything but kind, slots and pcpu; a time_ns of 0
+  // means now. The platform's QuiesceSamplers covers this path as it does the sample path.
+  void RecordSched(uint32_t cpu, const ring::SchedRecord& record);
+  // Whether RecordSched takes records now: hosts skip building them otherwise.
+  bool sched_recording() const { return __atomic_load_n(&sched_routing_, __ATOMIC_ACQUIRE) != 0; }
 
   // The consumer of `domain`'s rings went away (its agent died or unmapped everything):
   // deactivate it and unshare its rings, as disable_virq would, even while profiling.
@@ -113,7 +120,8 @@ class Engine {
   void RemoveFromPassiveList(DomainSlot* slot);
   void Deactivate(DomainSlot* slot);
   ErrorCode AllocateRings(DomainSlot* slot, RingFormat format, uint32_t capacity,
-                          uint32_t watermark, bool with_pcpu_rings, DomainId consumer);
+                          uint32_t watermark, bool with_pcpu_rings, bool with_sched_rings,
+                          DomainId consumer);
   ErrorCode ShareRings(DomainSlot* slot, DomainId consumer);
   void UnshareRings(DomainSlot* slot);
   void FreeRings(DomainSlot* slot);
@@ -181,6 +189,10 @@ class Engine {
   uint32_t num_pcpu_rings_ = 0;               // attached pcpu_rings_
   uint32_t pcpu_ring_base_ = 0;               // index of pCPU ring 0 in the primary's region
   uint8_t pcpu_routing_ = 0;                  // idle samples go to pcpu_rings_; sample path
+  RingWriter sched_rings_[kMaxCpus];          // the primary's scheduling rings (on request)
+  uint32_t num_sched_rings_ = 0;              // attached sched_rings_
+  uint32_t sched_ring_base_ = 0;              // index of scheduling ring 0 in the region
+  uint8_t sched_routing_ = 0;                 // RecordSched writes: profiling, rings attached
   CpuStats cpu_stats_[kMaxCpus];              // each written only by its own CPU
 };
 

@@ -17,6 +17,8 @@ struct RingStats {
   uint64_t lost[ring::kLossSlots] = {};
   uint64_t notifications = 0;
   uint64_t max_fill = 0;
+  uint64_t sched_written = 0;  // v3 rings: scheduling records
+  uint64_t sched_lost[ring::kLossSlots] = {};
 };
 
 struct SampleToWrite {
@@ -41,9 +43,10 @@ class RingWriter {
  public:
   enum class Result : uint8_t { kWritten, kFull, kCorruptIndex };
 
-  // Lays out a v2 ring at `base` (ring::RingBytes(capacity) bytes, zeroed).
+  // Lays out a v2 ring at `base` (ring::RingBytes(capacity) bytes, zeroed); with `sched`, a v3
+  // ring that also takes scheduling records (WriteSched).
   void AttachV2(void* base, uint32_t capacity, uint32_t watermark, DomainId domain,
-                uint16_t index, ring::RingKind kind);
+                uint16_t index, ring::RingKind kind, bool sched = false);
   // Lays out a legacy ring at `base` (48 + 16 * size bytes) holding up to size - 1 records.
   void AttachLegacy(void* base, uint32_t size, uint32_t watermark, uint32_t vcpu_id);
   void Detach();
@@ -59,6 +62,12 @@ class RingWriter {
   // made progress.
   Result Write(const SampleToWrite& sample, bool* notify);
 
+  // Writes one scheduling record (v3 rings): `record` with everything but kind, slots and
+  // pcpu, which the writer fills in. Records lost since the last one written (full ring,
+  // corrupt index) are counted, and a kLost record telling how many goes in first.
+  Result WriteSched(const ring::SchedRecord& record, uint16_t pcpu, bool* notify);
+  bool sched() const { return sched_; }
+
   // Records a loss that the ring itself did not cause (NoRing, UnprofiledDomain) in the
   // shared statistics, as the total `count` the engine keeps privately.
   void PublishLoss(ring::LossReason reason, uint64_t count);
@@ -73,6 +82,7 @@ class RingWriter {
   Result WriteV2(const SampleToWrite& sample, bool* notify);
   Result WriteLegacy(const SampleToWrite& sample, bool* notify);
   void CountLoss(ring::LossReason reason);
+  void CountSchedLoss(ring::LossReason reason, uint64_t time_ns);
   void CountSample(ring::Mode mode);
   void UpdateNotify(uint64_t fill, uint64_t tail, bool* notify);
 
@@ -83,6 +93,9 @@ class RingWriter {
   uint64_t head_ = 0;       // private copy of the producer index
   uint64_t told_tail_ = 0;  // consumer index when it was last notified
   bool notify_armed_ = true;
+  bool sched_ = false;
+  uint64_t sched_pending_lost_ = 0;  // lost since the last record written, not yet reported
+  uint64_t sched_first_lost_ns_ = 0;
   RingStats stats_;
 };
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 
 #include "hvprof/base/error.h"
 #include "hvpmu/abi/ring.h"
@@ -18,19 +19,33 @@ struct DrainStats {
   uint64_t samples = 0;
   uint64_t slots = 0;      // slots (v2) or records (legacy) consumed
   uint64_t malformed = 0;
+  uint64_t sched = 0;          // scheduling records (v3 rings)
+  uint64_t sched_unknown = 0;  // scheduling records of a type this reader does not know: skipped
 };
+
+// The largest scheduling record group a reader accepts (slots); a longer one is malformed.
+inline constexpr uint32_t kMaxSchedSlots = 8;
 
 class RingReader {
  public:
-  // Checks the header of a v2 ring mapped at `base` (`bytes` long) against the capacity the
-  // engine reported, and positions the reader at the ring's current tail.
+  // Checks the header of a v2 ring (or a v3 scheduling ring) mapped at `base` (`bytes` long)
+  // against the capacity the engine reported, and positions the reader at the ring's current
+  // tail.
   static Result<RingReader> Attach(void* base, uint64_t bytes, uint32_t expected_capacity);
 
   // Calls on_sample(const hvpmu::ring::SampleRecord&, std::span<const uint64_t> frames) for
-  // every published sample, in order, then publishes the tail. At most `max_slots` slots are
+  // every published sample and on_sched(const hvpmu::ring::SchedRecord&) for every scheduling
+  // record of a known type, in order, then publishes the tail. At most `max_slots` slots are
   // consumed (to throttle or to bound work per call).
+  template <typename OnSample, typename OnSched>
+  DrainStats DrainRecords(OnSample&& on_sample, OnSched&& on_sched, uint64_t max_slots = UINT64_MAX);
+  // Samples only: scheduling records are counted in DrainStats::sched and dropped.
   template <typename OnSample>
-  DrainStats Drain(OnSample&& on_sample, uint64_t max_slots = UINT64_MAX);
+  DrainStats Drain(OnSample&& on_sample, uint64_t max_slots = UINT64_MAX) {
+    return DrainRecords(std::forward<OnSample>(on_sample), [](const hvpmu::ring::SchedRecord&) {}, max_slots);
+  }
+  // A version 3 ring: it holds scheduling records.
+  bool sched() const { return header_->version == hvpmu::ring::kVersionSched; }
 
   // Published slots not yet consumed.
   uint64_t Pending() const;
@@ -96,8 +111,8 @@ class LegacyRingReader {
 
 // ---- implementation of the templates
 
-template <typename OnSample>
-DrainStats RingReader::Drain(OnSample&& on_sample, uint64_t max_slots) {
+template <typename OnSample, typename OnSched>
+DrainStats RingReader::DrainRecords(OnSample&& on_sample, OnSched&& on_sched, uint64_t max_slots) {
   namespace ring = hvpmu::ring;
   DrainStats stats;
   const uint64_t head = ring::LoadAcquire(&header_->head);
@@ -125,6 +140,32 @@ DrainStats RingReader::Drain(OnSample&& on_sample, uint64_t max_slots) {
       }
       tail += pad.slots;
       stats.slots += pad.slots;
+      continue;
+    }
+    if (kind == ring::RecordKind::kSched) {
+      ring::SchedRecord record;
+      __builtin_memcpy(&record, slot, sizeof record);
+      const uint32_t group = record.slots;
+      if (group == 0 || group > kMaxSchedSlots || position + group > capacity_ || tail + group > head) {
+        ++stats.malformed;
+        tail = head;
+        break;
+      }
+      if (group > limit - tail) break;  // do not split a group at max_slots
+      bool continued = true;
+      for (uint32_t i = 1; i < group; ++i) {
+        continued &= Slot(tail + i)[0] == static_cast<uint8_t>(ring::RecordKind::kSchedMore);
+      }
+      tail += group;
+      stats.slots += group;
+      if (!continued) {
+        ++stats.malformed;
+      } else if (record.type == 0 || record.type > ring::kMaxSchedType) {
+        ++stats.sched_unknown;
+      } else {
+        ++stats.sched;
+        on_sched(static_cast<const ring::SchedRecord&>(record));
+      }
       continue;
     }
     if (kind != ring::RecordKind::kSample) {

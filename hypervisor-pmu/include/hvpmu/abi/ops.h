@@ -74,7 +74,10 @@ struct InitV2 {
 static_assert(sizeof(InitV2) == 192);
 
 // BufferV2::flags
-inline constexpr uint32_t kBufferHasPcpuRings = 1u << 0;  // rings nbuf_vcpu.. are pCPU rings
+inline constexpr uint32_t kBufferHasPcpuRings = 1u << 0;  // out: rings nbuf_vcpu.. are pCPU rings
+// In (get_buffer_v2 by the primary): also one scheduling ring per pCPU. Out: granted, the last
+// nbuf_sched rings are they. An engine that predates it ignores the bit and never sets it.
+inline constexpr uint32_t kBufferSchedRings = 1u << 1;
 
 struct BufferV2 {
   uint32_t struct_size;       // in: sizeof(BufferV2)
@@ -85,11 +88,13 @@ struct BufferV2 {
   uint32_t watermark;         // in: notify at this fill, 0 = capacity / 2; out: effective
   uint32_t nbuf;              // out: rings in the region
   uint32_t nbuf_vcpu;         // out: vCPU rings (indexes 0..nbuf_vcpu-1); the rest are pCPU rings
-  uint32_t flags;             // out
+  uint32_t flags;             // in: kBufferSchedRings; out: kBuffer*
   uint64_t ring_bytes;        // out: bytes per ring; ring i starts at i * ring_bytes
   uint64_t region_bytes;      // out
   uint64_t region_handle;     // out: platform handle for mapping the region
-  uint64_t reserved[4];
+  uint32_t nbuf_sched;        // out: scheduling rings, the last of the region's rings
+  uint32_t pad1;
+  uint64_t reserved[3];
 };
 static_assert(sizeof(BufferV2) == 88);
 
