@@ -169,6 +169,8 @@ struct SimMachine::Vcpu {
   uint16_t id = 0;
   bool runnable = false;
   bool running = false;
+  int last_cpu = -1;  // where it last ran
+  hvpmu::ring::Runstate state = hvpmu::ring::Runstate::kBlocked;  // until the first schedule
   int64_t credit = 0;
   uint32_t process = kNone;  // the task it last ran in user mode
 };
@@ -332,6 +334,8 @@ Result<void> SimMachine::Build(symbolizer::Symbolizer& symbolizer) {
     }
     domains_.push_back(std::move(domain));
   }
+  vcpu_truth_.assign(vcpus_.size(), SchedTruth{});
+  idle_truth_.assign(cpus_.size(), 0);
   return hvprof::Ok();
 }
 
@@ -634,6 +638,10 @@ const std::string& SimMachine::kernel_source(DomainId domain) const {
 void SimMachine::RunFor(uint64_t ns) {
   const uint64_t target =
       now_ + static_cast<uint64_t>(static_cast<unsigned __int128>(ns) * scenario_.machine.mhz / 1000);
+  // The engine started recording scheduling since the last step: say where everybody is.
+  const bool recording = engine_ != nullptr && engine_->sched_recording();
+  if (recording && !was_recording_sched_) EmitSnapshot();
+  was_recording_sched_ = recording;
   while (now_ < target) {
     if (now_ == slice_end_) {
       Schedule();
@@ -647,6 +655,9 @@ void SimMachine::RunFor(uint64_t ns) {
 }
 
 void SimMachine::Schedule() {
+  AccountSchedTruth();
+  previous_vcpu_.resize(cpus_.size());
+  for (size_t c = 0; c < cpus_.size(); ++c) previous_vcpu_[c] = cpus_[c]->vcpu;
   // Credit refill every accounting period, shared between domains by weight.
   if (slices_ % kCreditPeriodSlices == 0) {
     uint64_t total_weight = 0;
@@ -684,6 +695,112 @@ void SimMachine::Schedule() {
       vcpus_[best].running = true;
       vcpus_[best].credit -= static_cast<int64_t>(slice_cycles_);
     }
+  }
+
+  // What changed, as a real scheduler would trace it: on each pCPU, whoever leaves first, then
+  // wake-ups, waits and arrivals. The idle vCPU of a pCPU runs while no other does.
+  using hvpmu::ring::Runstate;
+  using hvpmu::ring::SchedType;
+  const auto ncpus = static_cast<uint32_t>(cpus_.size());
+  auto state_of = [](const Vcpu& vcpu) {
+    return vcpu.running ? Runstate::kRunning : vcpu.runnable ? Runstate::kRunnable : Runstate::kBlocked;
+  };
+  auto home = [&](const Vcpu& vcpu, size_t index) {
+    return vcpu.last_cpu >= 0 ? static_cast<uint32_t>(vcpu.last_cpu) : static_cast<uint32_t>(index % ncpus);
+  };
+  for (size_t v = 0; v < vcpus_.size(); ++v) {  // leaving a pCPU
+    Vcpu& vcpu = vcpus_[v];
+    if (vcpu.state != Runstate::kRunning) continue;
+    const bool stays = vcpu.running && cpus_[static_cast<uint32_t>(vcpu.last_cpu)]->vcpu == static_cast<int>(v);
+    if (stays) continue;
+    // It stops running (blocked or runnable), or runs on another pCPU from now: runnable between.
+    const Runstate next = vcpu.running ? Runstate::kRunnable : state_of(vcpu);
+    EmitSched(static_cast<uint32_t>(vcpu.last_cpu), SchedType::kRunstate, domains_[vcpu.domain]->id, vcpu.id,
+              Runstate::kRunning, next);
+    vcpu.state = next;
+  }
+  for (uint32_t c = 0; c < ncpus; ++c) {  // the idle vCPU leaves a pCPU that got work
+    if (previous_vcpu_[c] < 0 && cpus_[c]->vcpu >= 0) {
+      EmitSched(c, SchedType::kRunstate, hvpmu::kDomainIdle, static_cast<uint16_t>(c), Runstate::kRunning,
+                Runstate::kRunnable);
+    }
+  }
+  for (size_t v = 0; v < vcpus_.size(); ++v) {  // wake-ups, waits, arrivals
+    Vcpu& vcpu = vcpus_[v];
+    const Runstate next = state_of(vcpu);
+    if (next == vcpu.state) continue;
+    const DomainId domain = domains_[vcpu.domain]->id;
+    uint32_t cpu = home(vcpu, v);
+    if (next == Runstate::kRunning) {
+      for (uint32_t c = 0; c < ncpus; ++c) {
+        if (cpus_[c]->vcpu == static_cast<int>(v)) cpu = c;
+      }
+    }
+    if (vcpu.state == Runstate::kBlocked) {
+      ++vcpu_truth_[v].wakeups;
+      EmitSched(cpu, SchedType::kWakeup, domain, vcpu.id, Runstate::kBlocked, Runstate::kRunnable, 0xFFFF,
+                static_cast<uint16_t>(cpu));
+    }
+    if (next == Runstate::kRunning && vcpu.last_cpu >= 0 && static_cast<uint32_t>(vcpu.last_cpu) != cpu) {
+      ++vcpu_truth_[v].migrations;
+      EmitSched(cpu, SchedType::kMigrate, domain, vcpu.id, vcpu.state, vcpu.state,
+                static_cast<uint16_t>(vcpu.last_cpu), static_cast<uint16_t>(cpu));
+    }
+    EmitSched(cpu, SchedType::kRunstate, domain, vcpu.id, vcpu.state, next);
+    vcpu.state = next;
+    if (next == Runstate::kRunning) vcpu.last_cpu = static_cast<int>(cpu);
+  }
+  for (uint32_t c = 0; c < ncpus; ++c) {  // the idle vCPU takes over a pCPU left without work
+    if (previous_vcpu_[c] >= 0 && cpus_[c]->vcpu < 0) {
+      EmitSched(c, SchedType::kRunstate, hvpmu::kDomainIdle, static_cast<uint16_t>(c), Runstate::kRunnable,
+                Runstate::kRunning);
+    }
+  }
+}
+
+void SimMachine::AccountSchedTruth() {
+  const uint64_t elapsed = now_ - sched_accounted_to_;
+  sched_accounted_to_ = now_;
+  if (elapsed == 0) return;
+  for (size_t v = 0; v < vcpus_.size(); ++v) {
+    vcpu_truth_[v].cycles[static_cast<uint32_t>(vcpus_[v].state)] += elapsed;
+  }
+  for (size_t c = 0; c < cpus_.size(); ++c) {
+    if (cpus_[c]->vcpu < 0) idle_truth_[c] += elapsed;
+  }
+}
+
+void SimMachine::EmitSched(uint32_t cpu, hvpmu::ring::SchedType type, DomainId domain, uint16_t vcpu,
+                           hvpmu::ring::Runstate from, hvpmu::ring::Runstate to, uint16_t from_cpu,
+                           uint16_t to_cpu) {
+  if (engine_ == nullptr || !engine_->sched_recording()) return;
+  hvpmu::ring::SchedRecord record{};
+  record.type = static_cast<uint8_t>(type);
+  record.old_state = static_cast<uint8_t>(from);
+  record.new_state = static_cast<uint8_t>(to);
+  record.time_ns = now_ns();
+  record.domain = domain;
+  record.vcpu = vcpu;
+  record.pid = record.tid = record.other_pid = record.other_tid = hvpmu::ring::kNoPid;
+  record.from_pcpu = from_cpu;
+  record.to_pcpu = to_cpu;
+  engine_->RecordSched(cpu, record);
+}
+
+void SimMachine::EmitSnapshot() {
+  // Where every vCPU is when recording starts: a runstate record that changes nothing, on the
+  // pCPU it runs on (or last ran on), so that a reader knows the state of those that keep it.
+  using hvpmu::ring::Runstate;
+  using hvpmu::ring::SchedType;
+  const auto ncpus = static_cast<uint32_t>(cpus_.size());
+  for (uint32_t c = 0; c < ncpus; ++c) {
+    const Runstate idle = cpus_[c]->vcpu < 0 ? Runstate::kRunning : Runstate::kRunnable;
+    EmitSched(c, SchedType::kRunstate, hvpmu::kDomainIdle, static_cast<uint16_t>(c), idle, idle);
+  }
+  for (size_t v = 0; v < vcpus_.size(); ++v) {
+    const Vcpu& vcpu = vcpus_[v];
+    const uint32_t cpu = vcpu.last_cpu >= 0 ? static_cast<uint32_t>(vcpu.last_cpu) : static_cast<uint32_t>(v % ncpus);
+    EmitSched(cpu, SchedType::kRunstate, domains_[vcpu.domain]->id, vcpu.id, vcpu.state, vcpu.state);
   }
 }
 
@@ -816,6 +933,9 @@ void SimMachine::DeliverPmi(Cpu& cpu) {
 
 void SimMachine::ResetGroundTruth() {
   for (TruthRow& row : truth_) row = TruthRow{};
+  for (SchedTruth& truth : vcpu_truth_) truth = SchedTruth{};
+  for (uint64_t& idle : idle_truth_) idle = 0;
+  sched_accounted_to_ = sched_truth_since_ = now_;
 }
 
 std::string SimMachine::GroundTruthJson() const {
@@ -868,6 +988,33 @@ std::string SimMachine::GroundTruthJson() const {
     rows.push_back(std::move(entry));
   }
   out["rows"] = rows;
+
+  // Time in state, with the interval since the last schedule counted as it stands.
+  auto ns = [this](uint64_t cycles) {
+    return static_cast<uint64_t>(static_cast<unsigned __int128>(cycles) * 1000 / scenario_.machine.mhz);
+  };
+  const uint64_t open = now_ - sched_accounted_to_;
+  Json vcpus = Json::array();
+  for (size_t v = 0; v < vcpus_.size(); ++v) {
+    uint64_t cycles[hvpmu::ring::kRunstateCount];
+    for (uint32_t s = 0; s < hvpmu::ring::kRunstateCount; ++s) cycles[s] = vcpu_truth_[v].cycles[s];
+    cycles[static_cast<uint32_t>(vcpus_[v].state)] += open;
+    vcpus.push_back({{"domain", domains_[vcpus_[v].domain]->id},
+                     {"vcpu", vcpus_[v].id},
+                     {"running_ns", ns(cycles[0])},
+                     {"runnable_ns", ns(cycles[1])},
+                     {"blocked_ns", ns(cycles[2])},
+                     {"offline_ns", ns(cycles[3])},
+                     {"wakeups", vcpu_truth_[v].wakeups},
+                     {"migrations", vcpu_truth_[v].migrations}});
+  }
+  Json cpus = Json::array();
+  for (size_t c = 0; c < cpus_.size(); ++c) {
+    const uint64_t idle = idle_truth_[c] + (cpus_[c]->vcpu < 0 ? open : 0);
+    const uint64_t total = now_ - sched_truth_since_;
+    cpus.push_back({{"cpu", c}, {"idle_ns", ns(idle)}, {"busy_ns", ns(total - idle)}});
+  }
+  out["sched"] = {{"since_ns", ns(sched_truth_since_)}, {"now_ns", now_ns()}, {"vcpus", vcpus}, {"cpus", cpus}};
   return out.dump(1);
 }
 

@@ -78,7 +78,7 @@ void SimHost::MapRegion(DomainId consumer, DomainId owner, const BufferV2& buffe
 
 void SimHost::StartProfiling(const std::vector<DomainId>& active,
                              const std::vector<DomainId>& passive,
-                             const std::vector<CounterSpec>& counters, uint32_t capacity) {
+                             const std::vector<CounterSpec>& counters, uint32_t capacity, bool with_sched) {
   auto must = [](ErrorCode error) { REQUIRE(std::string(ErrorName(error)) == "Ok"); };
   auto buffer_arg = [&](DomainId domain) {
     BufferV2 buffer{};
@@ -91,7 +91,9 @@ void SimHost::StartProfiling(const std::vector<DomainId>& active,
   legacy::Init init{};
   must(Op(0, legacy::kOpInit, &init, sizeof init));
   BufferV2 own = buffer_arg(0);
+  if (with_sched) own.flags = kBufferSchedRings;
   must(Op(0, kOpGetBufferV2, &own, sizeof own));
+  if (with_sched) REQUIRE(own.nbuf_sched == machine->platform().NumCpus());
   MapRegion(0, 0, own);
   legacy::DomainIdArg zero = 0;
   must(Op(0, legacy::kOpSetActive, &zero, sizeof zero));
@@ -135,9 +137,9 @@ void SimHost::StopProfiling() {
 
 void SimHost::Drain() {
   for (MappedRing& ring : rings_) {
-    auto stats = ring.reader.Drain([&](const ring::SampleRecord& record, std::span<const uint64_t>) {
-      samples.push_back({ring.owner, record});
-    });
+    auto stats = ring.reader.DrainRecords(
+        [&](const ring::SampleRecord& record, std::span<const uint64_t>) { samples.push_back({ring.owner, record}); },
+        [&](const ring::SchedRecord& record) { sched.push_back(record); });
     malformed += stats.malformed;
   }
 }

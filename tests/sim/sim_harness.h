@@ -53,9 +53,10 @@ class SimHost {
   };
   // The whole Xenoprof sequence: dom0 primary and active, `active` guests activated by
   // themselves, `passive` guests listed passive, the counters set up, and start.
+  // `sched`: dom0 also asks for scheduling rings, whose records go to `sched`.
   void StartProfiling(const std::vector<hvpmu::DomainId>& active,
                       const std::vector<hvpmu::DomainId>& passive,
-                      const std::vector<CounterSpec>& counters, uint32_t capacity = 16384);
+                      const std::vector<CounterSpec>& counters, uint32_t capacity = 16384, bool with_sched = false);
   void StopProfiling();
 
   // Runs the machine for `ns`, draining every ring each `chunk_ns`.
@@ -68,6 +69,7 @@ class SimHost {
   std::unique_ptr<hvpmu::PmuDrivers> drivers;
   std::unique_ptr<hvpmu::Engine> engine;
   std::vector<SampleSeen> samples;
+  std::vector<hvpmu::ring::SchedRecord> sched;  // in drain order: per pCPU in time order
   uint64_t malformed = 0;
 
  private:

@@ -282,3 +282,113 @@ TEST_CASE("frame-pointer backtraces walk the simulated stacks", "[sim]") {
   }
   CHECK(with_frames > 0);
 }
+
+TEST_CASE("scheduling records, replayed, give every vCPU's exact time in each state", "[sim][sched]") {
+  auto json = TestScenario("intel-arch-v4", 12);
+  // More vCPUs than CPUs, some often idle: every state occurs.
+  const double loads[] = {0.5, 0.95, 0.35, 0.8};
+  for (size_t d = 0; d < json["domains"].size(); ++d) json["domains"][d]["load"] = loads[d % 4];
+  auto host = SimHost::Create(json);
+  host->StartProfiling({}, {1, 2, 3}, {{0, kCycles, 0, 2'000'000}}, 16384, /*sched=*/true);
+  host->machine->ResetGroundTruth();
+  const uint64_t start_ns = host->machine->now_ns();
+  host->Run(2'000'000'000);
+  const uint64_t end_ns = host->machine->now_ns();
+  host->StopProfiling();
+  REQUIRE(host->malformed == 0);
+  REQUIRE_FALSE(host->sched.empty());
+  const auto truth = nlohmann::json::parse(host->machine->GroundTruthJson())["sched"];
+
+  // Replay: in time order; at one instant (records of different pCPUs have no other order),
+  // states as they stand first, then whoever leaves a pCPU, then the rest.
+  std::vector<ring::SchedRecord> records = host->sched;
+  std::stable_sort(records.begin(), records.end(), [](const ring::SchedRecord& a, const ring::SchedRecord& b) {
+    const auto rank = [](const ring::SchedRecord& r) {
+      if (r.old_state == r.new_state) return 0;
+      return r.old_state == static_cast<uint8_t>(ring::Runstate::kRunning) ? 1 : 2;
+    };
+    return a.time_ns != b.time_ns ? a.time_ns < b.time_ns : rank(a) < rank(b);
+  });
+  struct Replayed {
+    uint8_t state = 0;
+    uint64_t since = 0;
+    bool known = false;
+    uint64_t ns[ring::kRunstateCount] = {};
+    uint64_t wakeups = 0;
+    uint64_t migrations = 0;
+  };
+  std::map<std::pair<DomainId, uint16_t>, Replayed> entities;
+  uint64_t inconsistent = 0;
+  for (const ring::SchedRecord& record : records) {
+    CHECK(record.time_ns >= start_ns);
+    CHECK(record.time_ns <= end_ns);
+    Replayed& entity = entities[{record.domain, record.vcpu}];
+    if (!entity.known) {
+      entity = Replayed{record.old_state, start_ns, true, {}, 0, 0};
+    }
+    if (record.type == static_cast<uint8_t>(ring::SchedType::kWakeup)) ++entity.wakeups;
+    if (record.type == static_cast<uint8_t>(ring::SchedType::kMigrate)) ++entity.migrations;
+    if (record.type != static_cast<uint8_t>(ring::SchedType::kRunstate)) continue;
+    inconsistent += record.old_state != entity.state;
+    entity.ns[entity.state] += record.time_ns - entity.since;
+    entity.state = record.new_state;
+    entity.since = record.time_ns;
+  }
+  CHECK(inconsistent == 0);
+  const double duration = static_cast<double>(end_ns - start_ns);
+  REQUIRE(truth["vcpus"].size() == 7);
+  for (const auto& expected : truth["vcpus"]) {
+    const std::pair<DomainId, uint16_t> key{expected["domain"].get<DomainId>(), expected["vcpu"].get<uint16_t>()};
+    INFO("dom" << key.first << " vcpu " << key.second);
+    REQUIRE(entities.count(key) == 1);  // the snapshot names even a vCPU that never changes
+    Replayed& entity = entities[key];
+    entity.ns[entity.state] += end_ns - entity.since;
+    const char* names[] = {"running_ns", "runnable_ns", "blocked_ns", "offline_ns"};
+    uint64_t total = 0;
+    for (uint32_t s = 0; s < ring::kRunstateCount; ++s) {
+      total += expected[names[s]].get<uint64_t>();
+      CHECK(std::abs(static_cast<double>(entity.ns[s]) - expected[names[s]].get<double>()) <= 0.01 * duration);
+    }
+    CHECK(total == Approx(duration).margin(1));  // the truth accounts for every nanosecond
+    CHECK(entity.wakeups == expected["wakeups"].get<uint64_t>());
+    CHECK(entity.migrations == expected["migrations"].get<uint64_t>());
+  }
+  // Every state occurred somewhere, or the test proves little.
+  uint64_t runnable = 0;
+  uint64_t blocked = 0;
+  uint64_t migrations = 0;
+  for (const auto& expected : truth["vcpus"]) {
+    runnable += expected["runnable_ns"].get<uint64_t>();
+    blocked += expected["blocked_ns"].get<uint64_t>();
+    migrations += expected["migrations"].get<uint64_t>();
+  }
+  CHECK(runnable > 0);
+  CHECK(blocked > 0);
+  CHECK(migrations > 0);
+  // Each pCPU: busy (a vCPU of a domain ran) plus idle (its idle vCPU ran) is the whole window.
+  for (const auto& cpu : truth["cpus"]) {
+    const auto c = cpu["cpu"].get<uint16_t>();
+    Replayed& idle = entities[{kDomainIdle, c}];
+    idle.ns[idle.state] += 0;  // closed above only for guests: close here
+    const uint64_t idle_ns = idle.ns[0] + (idle.state == 0 ? end_ns - idle.since : 0);
+    CHECK(std::abs(static_cast<double>(idle_ns) - cpu["idle_ns"].get<double>()) <= 0.01 * duration);
+    CHECK(cpu["idle_ns"].get<uint64_t>() + cpu["busy_ns"].get<uint64_t>() == Approx(duration).margin(1));
+  }
+}
+
+TEST_CASE("scheduling records do not change the machine: the same seed, the same samples", "[sim][sched]") {
+  auto run = [](bool sched) {
+    auto host = SimHost::Create(TestScenario("intel-arch-v4", 3));
+    host->StartProfiling({}, {1, 2, 3}, {{0, kCycles, 0, 100000}}, 16384, sched);
+    host->Run(50'000'000);
+    host->StopProfiling();
+    std::vector<std::tuple<uint64_t, uint64_t, uint16_t>> seen;
+    for (const auto& s : host->samples) seen.emplace_back(s.record.time_ns, s.record.ip, s.record.pcpu);
+    return std::make_pair(seen, host->sched.size());
+  };
+  const auto [without, none] = run(false);
+  const auto [with, some] = run(true);
+  CHECK(none == 0);
+  CHECK(some > 0);
+  CHECK(without == with);
+}

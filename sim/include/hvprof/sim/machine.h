@@ -91,7 +91,8 @@ class SimMachine {
   uint64_t pmis_delivered() const { return pmis_; }
 
   // Ground truth: exact events and overflows per (domain, vCPU, mode, image, function) and
-  // counter, since boot or the last reset.
+  // counter, since boot or the last reset; and ("sched") the exact time every vCPU spent in
+  // each runstate, every pCPU idle and busy, and the wake-ups and migrations.
   std::string GroundTruthJson() const;
   void ResetGroundTruth();
   const std::vector<TruthRow>& truth_rows() const { return truth_; }
@@ -134,6 +135,12 @@ class SimMachine {
   uint32_t InternFunction(const std::string& name, std::vector<std::string> callers = {});
 
   void Schedule();
+  // Scheduling records for the engine (while it records them) and the truth of time in state.
+  void AccountSchedTruth();
+  void EmitSched(uint32_t cpu, hvpmu::ring::SchedType type, DomainId domain, uint16_t vcpu,
+                 hvpmu::ring::Runstate from, hvpmu::ring::Runstate to, uint16_t from_cpu = 0xFFFF,
+                 uint16_t to_cpu = 0xFFFF);
+  void EmitSnapshot();
   void RunCpu(uint32_t cpu_index, uint64_t until);
   void StartBurst(Cpu& cpu);
   void Execute(Cpu& cpu, uint64_t cycles);
@@ -154,6 +161,18 @@ class SimMachine {
   std::unique_ptr<Domain> idle_;
   std::vector<Vcpu> vcpus_;
   std::vector<int> runnable_;  // Schedule's scratch: indexes of runnable vCPUs
+  // Time in state, in cycles, since the last reset of the ground truth.
+  struct SchedTruth {
+    uint64_t cycles[hvpmu::ring::kRunstateCount] = {};
+    uint64_t wakeups = 0;
+    uint64_t migrations = 0;
+  };
+  std::vector<SchedTruth> vcpu_truth_;  // per vCPU, as vcpus_
+  std::vector<uint64_t> idle_truth_;    // per pCPU: cycles with no vCPU
+  uint64_t sched_accounted_to_ = 0;     // cycles: the truth covers time up to here
+  uint64_t sched_truth_since_ = 0;      // cycles: the last reset
+  std::vector<int> previous_vcpu_;      // Schedule's scratch: each pCPU's vCPU before
+  bool was_recording_sched_ = false;
   std::vector<std::unique_ptr<Cpu>> cpus_;
   std::vector<TruthRow> truth_;
   std::vector<TruthKey> truth_keys_;
