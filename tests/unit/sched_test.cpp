@@ -656,8 +656,15 @@ TEST_CASE("sched: 2 pCPUs for 10 s account for 20 s of pCPU time, and every vCPU
     for (uint32_t e : full.shown) {
       const SchedEntityStats& st = full.entities[e];
       uint64_t blamed = 0;
-      for (const SchedPreemptor& p : st.preemptors) blamed += p.ns;
+      std::set<std::string> labels;
+      for (const SchedPreemptor& p : st.preemptors) {
+        blamed += p.ns;
+        labels.insert(p.label);
+      }
       CHECK(blamed == truth.blamed[{st.entity.domain, st.entity.vcpu}]);
+      // The idle vCPUs of both pCPUs are one preemptor, "idle".
+      CHECK(labels.size() == st.preemptors.size());
+      CHECK(labels.count("idle") == 1);
     }
   }
 }
@@ -749,12 +756,20 @@ TEST_CASE("sched: CPU time beside the sample share, per domain", "[sched]") {
   CHECK(shares.rows[2].name == "dom4");  // samples but no scheduling records
   CHECK(shares.rows[2].running_ns == 0);
   CHECK(shares.rows[2].sample_percent == Approx(20.0));
-  const std::string text = FormatSchedSharesText(shares);
-  CHECK(text.find("dom1 (web)") != std::string::npos);
-  CHECK(text.find("60.00") != std::string::npos);
-  CHECK(FormatSchedSharesCsv(shares).find("1,dom1 (web),0.000000050,50.0000,30,60.0000\n") != std::string::npos);
-  const Json json = Json::parse(FormatSchedSharesJson(shares));
-  CHECK(json["domains"][1]["samples"] == 10);
+  const std::string text = FormatSchedText(report, true, &shares);
+  const auto table = text.find("CPU time (running, of all vCPUs' running time) beside the share of the samples");
+  REQUIRE(table != std::string::npos);
+  CHECK(text.find("dom1 (web)                    0.000    50.00         30    60.00\n", table) != std::string::npos);
+  CHECK(text.find("dom4                          0.000     0.00         10    20.00\n", table) != std::string::npos);
+  const std::string csv = FormatSchedCsv(report, &shares);
+  CHECK(csv.substr(0, csv.find('\n')).ends_with(",cpu_%,samples,samples_%"));
+  CHECK(csv.find("\ndomain,1,dom1 (web),,,,dom1 (web),0.000000050,") != std::string::npos);
+  CHECK(csv.find(",50.0000,30,60.0000\n") != std::string::npos);
+  CHECK(csv.find("\ndomain,4,dom4,,,,dom4,") != std::string::npos);
+  const Json json = Json::parse(FormatSchedJson(report, &shares));
+  CHECK(json["samples"]["samples"] == 50);
+  CHECK(json["samples"]["domains"][1]["samples"] == 10);
+  CHECK(json["samples"]["domains"][2]["name"] == "dom4");
 }
 
 TEST_CASE("sched: the text time line shows who ran most of each bucket", "[sched][timeline]") {

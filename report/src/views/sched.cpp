@@ -414,11 +414,17 @@ class Analyzer {
     for (size_t i = history.size(); i-- > 0;) {
       const Occupancy& o = history[i];
       const uint64_t from = std::max(o.start, a);
-      if (end > from) preempted_.Add(uint64_t{e} << 32 | (o.entity == e ? kSchedNobody : o.entity), end - from);
+      if (end > from) preempted_.Add(uint64_t{e} << 32 | Preemptor(e, o.entity), end - from);
       if (o.start <= a) return;
       end = o.start;
     }
     if (end > a) preempted_.Add(uint64_t{e} << 32 | kSchedNotKept, end - a);
+  }
+
+  // Who `victim` waited for: idle vCPUs are one, and itself (its records disagreed) is nobody.
+  uint32_t Preemptor(uint32_t victim, uint32_t who) const {
+    if (who == victim) return kSchedNobody;
+    return who != kSchedNobody && Idle(who) ? kSchedIdle : who;
   }
 
   // Drops the switches before the oldest open wait: no preemptor needs them.
@@ -434,6 +440,7 @@ class Analyzer {
 
   std::string PreemptorLabel(uint32_t who) const {
     if (who == kSchedNobody) return "(unknown)";
+    if (who == kSchedIdle) return "idle";
     if (who == kSchedNotKept) return "(earlier, not kept)";
     return report_.entities[who].label;
   }
@@ -481,7 +488,9 @@ class Analyzer {
       const uint32_t victim = static_cast<uint32_t>(key >> 32);
       const uint32_t who = static_cast<uint32_t>(key);
       per_entity[victim].push_back({who, PreemptorLabel(who), ns});
-      const uint16_t domain = who >= kSchedNotKept ? kSchedNobodyDomain : entities_[who].domain;
+      const uint16_t domain = who == kSchedIdle      ? sched::kIdleDomain
+                              : who >= kSchedNotKept ? kSchedNobodyDomain
+                                                     : entities_[who].domain;
       by_domains[{entities_[victim].domain, domain}] += ns;
     });
     auto most_first = [](const SchedPreemptor& a, const SchedPreemptor& b) {

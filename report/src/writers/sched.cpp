@@ -106,9 +106,33 @@ const char* WaitBegan(const SchedWait& wait, uint64_t window_start) {
   return wait.start_ns == window_start ? "window start" : "preempted";
 }
 
+std::string SharesText(const SchedShares& shares) {
+  size_t width = 22;
+  for (const SchedShareRow& row : shares.rows) width = std::max(width, Safe(row.name).size());
+  std::string out = "CPU time (running, of all vCPUs' running time) beside the share of the samples\n";
+  out += fmt::format("{:<{}} {:>12} {:>8} {:>10} {:>8}\n", "domain", width, "running s", "%", "samples", "%");
+  for (const SchedShareRow& row : shares.rows) {
+    out += fmt::format("{:<{}} {:>12} {:>8.2f} {:>10} {:>8.2f}\n", Safe(row.name), width, Seconds(row.running_ns),
+                       row.running_percent, row.samples, row.sample_percent);
+  }
+  out += fmt::format("{:<{}} {:>12} {:>8} {:>10} {:>8}\n", "total", width, Seconds(shares.running_ns), "",
+                     shares.samples, "");
+  return out;
+}
+
+Json SharesJson(const SchedShares& shares) {
+  Json rows = Json::array();
+  for (const SchedShareRow& row : shares.rows) {
+    rows.push_back({{"id", row.domain}, {"name", row.name}, {"running_ns", row.running_ns},
+                    {"running_percent", row.running_percent}, {"samples", row.samples},
+                    {"sample_percent", row.sample_percent}});
+  }
+  return {{"running_ns", shares.running_ns}, {"samples", shares.samples}, {"domains", rows}};
+}
+
 }  // namespace
 
-std::string FormatSchedText(const SchedReport& report, bool no_header) {
+std::string FormatSchedText(const SchedReport& report, bool no_header, const SchedShares* shares) {
   std::string out;
   const SchedCounters& c = report.counters;
   const uint64_t window = report.window_ns();
@@ -137,7 +161,7 @@ std::string FormatSchedText(const SchedReport& report, bool no_header) {
   }
   if (report.shown.empty()) {
     out += "No vCPU or task has a scheduling record in this window.\n";
-    return out;
+    return shares == nullptr ? out : out + "\n" + SharesText(*shares);
   }
   const size_t width = LabelWidth(report, 22);
   out += "Per domain (share of its vCPUs' time in the window)\n";
@@ -222,10 +246,11 @@ std::string FormatSchedText(const SchedReport& report, bool no_header) {
                          Safe(DomainLabel(report, p.preemptor)));
     }
   }
+  if (shares != nullptr) out += "\n" + SharesText(*shares);
   return out;
 }
 
-std::string FormatSchedCsv(const SchedReport& report) {
+std::string FormatSchedCsv(const SchedReport& report, const SchedShares* shares) {
   std::vector<std::string> heading = {"level", "domain_id", "domain", "vcpu", "pid", "tid", "name"};
   for (uint32_t s = 0; s < kSchedStates; ++s) heading.push_back(std::string(SchedStateName(static_cast<SchedState>(s))) + "_s");
   heading.push_back("idle_s");
@@ -234,6 +259,9 @@ std::string FormatSchedCsv(const SchedReport& report) {
                              "migrations", "migrations_recorded", "migrations_derived", "waits", "longest_wait_ms",
                              "top_preemptor", "top_preemptor_ms"}) {
     heading.push_back(column);
+  }
+  if (shares != nullptr) {
+    for (const char* column : {"cpu_%", "samples", "samples_%"}) heading.push_back(column);
   }
   std::string out = fmt::format("{}\n", fmt::join(heading, ","));
   const uint64_t window = report.window_ns();
@@ -283,7 +311,24 @@ std::string FormatSchedCsv(const SchedReport& report) {
         {"level", "domain"}, {"domain_id", std::to_string(d.domain)}, {"domain", CsvField(d.name)}, {"name", CsvField(d.name)}};
     states(fields, d.ns, window * d.entities);
     counts(fields, d.wakeups, d.latency, d.switches_in, d.migrations_recorded, d.migrations_derived);
+    if (shares != nullptr) {
+      for (const SchedShareRow& share : shares->rows) {
+        if (share.domain != d.domain) continue;
+        fields["cpu_%"] = fmt::format("{:.4f}", share.running_percent);
+        fields["samples"] = std::to_string(share.samples);
+        fields["samples_%"] = fmt::format("{:.4f}", share.sample_percent);
+      }
+    }
     row(fields);
+  }
+  // Domains with samples and no scheduling record.
+  for (const SchedShareRow& share : shares == nullptr ? std::vector<SchedShareRow>{} : shares->rows) {
+    const bool scheduled = std::any_of(report.domains.begin(), report.domains.end(),
+                                       [&](const SchedDomainStats& d) { return d.domain == share.domain; });
+    if (scheduled) continue;
+    row({{"level", "domain"}, {"domain_id", std::to_string(share.domain)}, {"domain", CsvField(share.name)},
+         {"name", CsvField(share.name)}, {"cpu_%", fmt::format("{:.4f}", share.running_percent)},
+         {"samples", std::to_string(share.samples)}, {"samples_%", fmt::format("{:.4f}", share.sample_percent)}});
   }
   for (uint32_t e : report.shown) {
     const SchedEntityStats& st = report.entities[e];
@@ -310,7 +355,7 @@ std::string FormatSchedCsv(const SchedReport& report) {
   return out;
 }
 
-std::string FormatSchedJson(const SchedReport& report) {
+std::string FormatSchedJson(const SchedReport& report, const SchedShares* shares) {
   const uint64_t window = report.window_ns();
   const SchedCounters& c = report.counters;
   Json out;
@@ -357,9 +402,10 @@ std::string FormatSchedJson(const SchedReport& report) {
     row.update(StatesJson(st.ns, window));
     Json preemptors = Json::array();
     for (const SchedPreemptor& p : st.preemptors) {
-      Json who = p.entity >= kSchedNotKept ? Json::object() : EntityJson(report.entities[p.entity].entity);
+      Json who = p.entity >= kSchedIdle ? Json::object() : EntityJson(report.entities[p.entity].entity);
+      who["idle"] = p.entity == kSchedIdle;
       who["label"] = p.label;
-      who["known"] = p.entity < kSchedNotKept;
+      who["known"] = p.entity < kSchedNotKept;  // an entity, or idle
       who["ns"] = p.ns;
       preemptors.push_back(std::move(who));
     }
@@ -390,45 +436,7 @@ std::string FormatSchedJson(const SchedReport& report) {
   }
   out["domain_preemptions"] = by_domain;
   out["latency"] = LatencyJson(report.latency);
-  return out.dump(1, ' ', false, Json::error_handler_t::replace) + "\n";
-}
-
-std::string FormatSchedSharesText(const SchedShares& shares) {
-  size_t width = 22;
-  for (const SchedShareRow& row : shares.rows) width = std::max(width, Safe(row.name).size());
-  std::string out = "CPU time (running, of all vCPUs' running time) beside the share of the samples\n";
-  out += fmt::format("{:<{}} {:>12} {:>8} {:>10} {:>8}\n", "domain", width, "running s", "%", "samples", "%");
-  for (const SchedShareRow& row : shares.rows) {
-    out += fmt::format("{:<{}} {:>12} {:>8.2f} {:>10} {:>8.2f}\n", Safe(row.name), width, Seconds(row.running_ns),
-                       row.running_percent, row.samples, row.sample_percent);
-  }
-  out += fmt::format("{:<{}} {:>12} {:>8} {:>10} {:>8}\n", "total", width, Seconds(shares.running_ns), "",
-                     shares.samples, "");
-  return out;
-}
-
-std::string FormatSchedSharesCsv(const SchedShares& shares) {
-  std::string out = "domain_id,domain,running_s,running_%,samples,samples_%\n";
-  for (const SchedShareRow& row : shares.rows) {
-    out += fmt::format("{},{},{},{:.4f},{},{:.4f}\n", row.domain, CsvField(row.name), ExactSeconds(row.running_ns),
-                       row.running_percent, row.samples, row.sample_percent);
-  }
-  return out;
-}
-
-std::string FormatSchedSharesJson(const SchedShares& shares) {
-  Json out;
-  out["schema"] = "hvprof-sched-shares";
-  out["version"] = kSchedJsonVersion;
-  out["running_ns"] = shares.running_ns;
-  out["samples"] = shares.samples;
-  Json rows = Json::array();
-  for (const SchedShareRow& row : shares.rows) {
-    rows.push_back({{"id", row.domain}, {"name", row.name}, {"running_ns", row.running_ns},
-                    {"running_percent", row.running_percent}, {"samples", row.samples},
-                    {"sample_percent", row.sample_percent}});
-  }
-  out["domains"] = rows;
+  if (shares != nullptr) out["samples"] = SharesJson(*shares);
   return out.dump(1, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 

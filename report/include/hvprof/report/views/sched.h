@@ -19,7 +19,8 @@ namespace hvprof::report {
 
 // Preemptor and interval ids beside entity indexes.
 inline constexpr uint32_t kSchedNobody = 0xFFFFFFFF;   // no entity known on the pCPU
-inline constexpr uint32_t kSchedNotKept = 0xFFFFFFFE;  // before the switches kept per pCPU
+inline constexpr uint32_t kSchedNotKept = 0xFFFFFFFE;  // preemptors: before the switches kept per pCPU
+inline constexpr uint32_t kSchedIdle = 0xFFFFFFFD;     // preemptors: the pCPU's idle vCPU (any pCPU's)
 inline constexpr uint16_t kSchedNoPcpu = 0xFFFF;
 // Switches kept per pCPU for the preemptors of waits still open (docs/sched.md).
 inline constexpr size_t kSchedHistory = 4096;
@@ -36,7 +37,7 @@ struct SchedLatency {
 };
 
 struct SchedPreemptor {
-  uint32_t entity = kSchedNobody;  // index into SchedReport::entities, or kSchedNobody/kSchedNotKept
+  uint32_t entity = kSchedNobody;  // index into SchedReport::entities, or kSchedIdle/kSchedNobody/kSchedNotKept
   std::string label;
   uint64_t ns = 0;  // of the victim's waits, the time this one ran on the pCPU the victim then got
 };
