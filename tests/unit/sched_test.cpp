@@ -881,6 +881,72 @@ TEST_CASE("sched: 64 vCPUs taking turns on 8 pCPUs add up", "[sched]") {
   CHECK(report.shown.size() == 64);
 }
 
+TEST_CASE("sched: garbage records never break the accounting, the time line or the trace", "[sched][timeline]") {
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    INFO("seed " << seed);
+    std::mt19937_64 rng(seed);
+    auto pick = [&](uint64_t n) { return std::uniform_int_distribution<uint64_t>(0, n - 1)(rng); };
+    Stream s;
+    std::array<uint64_t, 4> clock{};
+    for (int i = 0; i < 5000; ++i) {
+      const uint16_t pcpu = pick(50) == 0 ? hvpmu::ring::kUnknownPcpu : static_cast<uint16_t>(pick(4));
+      uint64_t& now = clock[pcpu == hvpmu::ring::kUnknownPcpu ? 0 : pcpu];
+      now += pick(20) == 0 ? 0 : pick(1000);
+      const uint64_t t = pick(40) == 0 ? now - std::min(now, pick(3000)) : now;  // sometimes back in time
+      const uint16_t domain = pick(5) == 0 ? kIdle : static_cast<uint16_t>(1 + pick(3));
+      SchedRecord r = Stream::Base(static_cast<SchedType>(pick(7)), t, pcpu, domain, static_cast<uint16_t>(pick(4)));
+      r.old_state = static_cast<uint8_t>(pick(30) == 0 ? pick(256) : pick(4));
+      r.new_state = static_cast<uint8_t>(pick(30) == 0 ? pick(256) : pick(4));
+      if (pick(4) == 0) {
+        r.flags = hvpmu::ring::kSchedPidValid;
+        r.pid = static_cast<uint32_t>(100 + pick(3));
+        r.tid = r.pid + static_cast<uint32_t>(pick(2));
+      }
+      r.from_pcpu = static_cast<uint16_t>(pick(5));
+      r.to_pcpu = static_cast<uint16_t>(pick(5));
+      r.count = pick(10);
+      r.aux = pick(3) == 0 ? 0 : t - std::min(t, pick(5000)) + (pick(10) == 0 ? 10000 : 0);
+      s.Add(r);
+    }
+    SchedOptions options;
+    if (pick(2) == 0) {
+      options.start_ns = pick(100000);
+      options.end_ns = *options.start_ns + pick(3000000);
+    }
+    options.pcpus = static_cast<uint32_t>(pick(6));
+    TimelineOptions timeline_options;
+    timeline_options.buckets = static_cast<uint32_t>(1 + pick(100));
+    timeline_options.slices = true;
+    const auto timeline = BuildTimeline(s.records, options, timeline_options);
+    REQUIRE(timeline);
+    const SchedReport& report = timeline.value().report;
+    CheckAccounting(report);
+    std::map<uint32_t, uint64_t> sliced;
+    std::map<uint16_t, uint64_t> last_end;
+    for (const TimelineSlice& slice : timeline.value().slices) {
+      CHECK(slice.start_ns < slice.end_ns);
+      CHECK(slice.start_ns >= last_end[slice.pcpu]);
+      last_end[slice.pcpu] = slice.end_ns;
+      sliced[slice.entity] += slice.end_ns - slice.start_ns;
+    }
+    uint64_t busy = 0;
+    for (const SchedPcpuStats& p : report.pcpu_stats) busy += p.busy_ns;
+    uint64_t running = 0;
+    for (uint32_t e : report.shown) {
+      CHECK(sliced[e] == report.entities[e].ns[kRunningI]);
+      running += report.entities[e].ns[kRunningI];
+    }
+    CHECK(running == busy);
+    CHECK(Json::parse(FormatChromeTrace(timeline.value()))["traceEvents"].size() ==
+          2 + 2 * report.pcpus + timeline.value().slices.size());
+    CHECK(!FormatSchedText(report).empty());
+    CHECK(Json::parse(FormatSchedJson(report))["schema"] == "hvprof-sched");
+    CHECK(report.counters.input.kept + report.counters.input.backwards + report.counters.input.unknown_types +
+              report.counters.input.invalid + report.counters.input.noop_migrations ==
+          5000);
+  }
+}
+
 TEST_CASE("sched: a session without sched.hvs says it recorded no scheduling", "[sched]") {
   testing::TempDir dir;
   const auto loaded = LoadSchedRecords(dir.path());

@@ -7,6 +7,7 @@
 #include <deque>
 #include <tuple>
 
+#include "hvprof/base/progress.h"
 #include "hvprof/store/session.h"
 
 namespace hvprof::report {
@@ -171,7 +172,8 @@ class Analyzer {
   Analyzer(const SchedRecords& records, const SchedOptions& options, uint64_t start, uint64_t end, uint32_t pcpus,
            const std::function<void(const SchedInterval&)>& sink)
       : entities_(records.entities()), options_(options), start_(start), end_(end), sink_(sink),
-        runs_(entities_.size()), latencies_(entities_.size()), pcpus_(pcpus) {
+        runs_(entities_.size()), latencies_(entities_.size()), pcpus_(pcpus),
+        progress_("hvprof-report: analysing scheduling records", records.counts().kept) {
     report_.start_ns = start;
     report_.end_ns = end;
     report_.pcpus = pcpus;
@@ -202,10 +204,14 @@ class Analyzer {
       default: break;  // SchedRecords kept none
     }
     pcpus_[step.pcpu].last_event = t;
-    if (++steps_ % kTrimEvery == 0) TrimHistories();
+    if (++steps_ % kTrimEvery == 0) {
+      TrimHistories();
+      progress_.Set(steps_);
+    }
   }
 
   SchedReport Finish() {
+    progress_.Done();
     counting_ = true;
     for (uint32_t e = 0; e < runs_.size(); ++e) {
       EntityRun& r = runs_[e];
@@ -519,6 +525,7 @@ class Analyzer {
   std::vector<LatencyHistogram> latencies_;
   std::vector<PcpuRun> pcpus_;
   PreemptionMap preempted_;
+  Progress progress_;
   SchedReport report_;
   bool counting_ = true;
   uint64_t steps_ = 0;
