@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <iostream>
+#include <map>
+#include <optional>
 
 #include <boost/program_options.hpp>
 
@@ -14,17 +16,22 @@
 #include "hvprof/base/version.h"
 #include "hvprof/push/profile.h"
 #include "hvprof/setup/setup.h"
+#include "hvprof/report/sched.h"
 #include "hvprof/report/views/callgraph.h"
+#include "hvprof/report/views/sched.h"
 #include "hvprof/report/views/stacks.h"
+#include "hvprof/report/views/timeline.h"
 #include "hvprof/report/writers/callgraph.h"
 #include "hvprof/report/writers/csv.h"
 #include "hvprof/report/writers/diff.h"
 #include "hvprof/report/writers/flamegraph.h"
 #include "hvprof/report/writers/folded.h"
 #include "hvprof/report/writers/pprof.h"
+#include "hvprof/report/writers/sched.h"
 #include "hvprof/report/writers/sessions.h"
 #include "hvprof/report/writers/json.h"
 #include "hvprof/report/writers/text.h"
+#include "hvprof/report/writers/timeline.h"
 #include "hvprof/report/compare.h"
 #include "hvprof/report/load.h"
 #include "hvprof/report/source.h"
@@ -68,6 +75,12 @@ Examples:
   hvprof-report { a-1 a-2 a-3 } { b-1 b-2 b-3 } -l the same with three runs a side (OProfile's spelling;
                                                    --diff a-1,a-2,a-3 b-1,b-2,b-3 too): a rank test across runs
   hvprof-report --diff before after --format=html -o diff.html   a differential flame graph
+  hvprof-report --sched               running, runnable, blocked and offline time per domain and vCPU,
+                                      wake-up latency, waits, migrations, preemptors (sessions
+                                      recorded with `hvprof --sched`; docs/sched.md)
+  hvprof-report --sched -l            the same, and each domain's CPU time beside its sample share
+  hvprof-report --timeline --buckets=120   which domain ran on each pCPU, in 120 columns
+  hvprof-report --timeline --format=perfetto -o trace.json   open it in https://ui.perfetto.dev
 
 Exit status: 0 complete report; 1 no report (e.g. no session); 2 bad usage;
 3 report printed but incomplete (damaged samples, images missing or changed: see its warnings);
@@ -142,6 +155,68 @@ Result<std::vector<report::SortKey>> ParseSort(const std::string& text) {
   return keys;
 }
 
+// --sched and --timeline: what to print of the session's scheduling records.
+struct SchedRequest {
+  bool sched = false;
+  bool timeline = false;
+  bool samples = false;  // --sched -l: each domain's CPU time beside its sample share
+  uint32_t buckets = report::kDefaultTimelineBuckets;
+  uint32_t top = 10;
+  std::string format;
+  bool no_header = false;
+};
+
+struct SchedOutput {
+  std::string text;
+  std::vector<std::string> warnings;  // the report is incomplete: exit 3
+};
+
+Result<SchedOutput> MakeSchedReport(const std::string& directory, const SchedRequest& request,
+                                    const report::LoadOptions& load, const report::ReportOptions& options) {
+  HVPROF_TRY(session, report::LoadSchedRecords(directory));
+  session.options.top = request.top;
+  SchedOutput out;
+  out.warnings = session.problems;
+  // The time line's pass is the analysis too: one pass when both are asked for.
+  std::optional<report::Timeline> timeline;
+  if (request.timeline) {
+    report::TimelineOptions timeline_options;
+    timeline_options.buckets = request.buckets;
+    timeline_options.slices = request.format == "perfetto" || request.format == "chrome-json";
+    HVPROF_TRY(built, report::BuildTimeline(session.records, session.options, timeline_options));
+    timeline = std::move(built);
+  }
+  if (request.sched) {
+    std::optional<report::SchedReport> analysed;
+    if (!timeline) {
+      HVPROF_TRY(analysis, report::AnalyzeSched(session.records, session.options));
+      analysed = std::move(analysis);
+    }
+    const report::SchedReport& analysis = timeline ? timeline->report : *analysed;
+    std::optional<report::SchedShares> shares;
+    if (request.samples) {
+      HVPROF_TRY(profile, report::LoadProfile(directory, load));
+      HVPROF_TRY(table, report::BuildTable(profile, options));
+      std::map<uint16_t, uint64_t> samples;
+      for (const report::DomainSummary& d : table.domains) samples[d.domain] = d.samples[0] + d.samples[1] + d.samples[2];
+      shares = report::SharesBesideSamples(analysis, samples, session.options);
+      const auto warnings = profile.Warnings();
+      out.warnings.insert(out.warnings.end(), warnings.begin(), warnings.end());
+    }
+    const report::SchedShares* beside = shares ? &*shares : nullptr;
+    out.text = request.format == "json"  ? report::FormatSchedJson(analysis, beside)
+               : request.format == "csv" ? report::FormatSchedCsv(analysis, beside)
+                                         : report::FormatSchedText(analysis, request.no_header, beside);
+  }
+  if (timeline) {
+    if (!out.text.empty()) out.text += "\n";
+    out.text += request.format == "text" ? report::FormatTimelineText(*timeline)
+                : request.format == "csv" ? report::FormatTimelineCsv(*timeline)
+                                          : report::FormatChromeTrace(*timeline);
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -164,6 +239,8 @@ int main(int argc, char** argv) {
     std::string push_url, push_app, push_tenant;
     std::string image_path;
     double threshold = 0.0;
+    uint32_t timeline_buckets = report::kDefaultTimelineBuckets;
+    uint32_t sched_top = 10;
     report::ReportOptions options;
     po::options_description described(kUsage);
     described.add_options()
@@ -210,7 +287,8 @@ int main(int argc, char** argv) {
          "text, csv, json (docs/report-json.md); folded: one line per call stack, root first, "
          "'frame;frame;frame COUNT', as flame-graph tools read it; pprof: gzipped profile.proto for "
          "`go tool pprof` and Pyroscope, with -o; html: a flame graph in one self-contained page (click "
-         "to zoom, search, flame or icicle), with -o (docs/report-formats.md)")
+         "to zoom, search, flame or icicle), with -o; perfetto (or chrome-json), with --timeline: Chrome's "
+         "trace-event JSON, which ui.perfetto.dev and chrome://tracing open (docs/report-formats.md)")
         ("stack-root", po::value(&stack_root)->default_value("domain"),
          "folded and html: what each stack starts with: domain (the domain's name, then the mode), mode, or none")
         ("output,o", po::value(&output), "write the report to this file")
@@ -240,7 +318,19 @@ int main(int argc, char** argv) {
         ("fail-on-regression", po::value(&fail_points)->implicit_value(0.0),
          "--diff: exit 5 when a row's share grew significantly by at least this many points (default any)")
         ("raw-samples", "count the raw samples again instead of using the session's aggregate")
-        ("timing", "print where the time went to stderr");
+        ("timing", "print where the time went to stderr")
+        ("sched", "the scheduling report instead of the samples: per domain and per vCPU (or task) the time "
+                  "running, runnable (waiting for a pCPU), blocked and offline, wake-up latency percentiles, the "
+                  "longest waits, migrations and who ran while each waited; text, csv or json; with -l each "
+                  "domain's CPU time beside its share of the samples (needs a session recorded with --sched; "
+                  "docs/sched.md)")
+        ("timeline", "the scheduling time line: which domain ran on each pCPU, a row per pCPU cut into --buckets "
+                     "columns; csv: a row per pCPU and bucket; --format=perfetto: every stretch a vCPU ran as Chrome "
+                     "trace JSON for ui.perfetto.dev (needs a session recorded with --sched)")
+        ("buckets", po::value(&timeline_buckets)->default_value(timeline_buckets),
+         "--timeline: how many columns the window is cut into (1 to 10000)")
+        ("top", po::value(&sched_top)->default_value(sched_top),
+         "--sched: how many of the longest waits, and of each vCPU's preemptors, to show");
     po::positional_options_description positional;
     positional.add("session", -1);
     po::options_description hidden;
@@ -304,11 +394,62 @@ int main(int argc, char** argv) {
       options.color = colored.value() && format == "text";
     }
     if (threshold < 0 || threshold > 100) return fail(Error(ErrorKind::kInvalidArgument, "--threshold must be 0-100"), 2);
+    const bool trace = format == "perfetto" || format == "chrome-json";
     if (format != "text" && format != "csv" && format != "json" && format != "folded" && format != "pprof" &&
-        format != "html") {
-      return fail(
-          MakeError(ErrorKind::kInvalidArgument, "--format: '{}' is not text, csv, json, folded, pprof or html", format),
-          2);
+        format != "html" && !trace) {
+      return fail(MakeError(ErrorKind::kInvalidArgument,
+                            "--format: '{}' is not text, csv, json, folded, pprof, html or perfetto", format),
+                  2);
+    }
+    // The scheduling views: one session's scheduling records, with few of the samples' options.
+    const bool sched_view = values.count("sched") != 0;
+    const bool timeline = values.count("timeline") != 0;
+    if (trace && !timeline) {
+      return fail(MakeError(ErrorKind::kInvalidArgument, "--format={} is the scheduling time line's: add --timeline",
+                            format),
+                  2);
+    }
+    if (!values["top"].defaulted() && !sched_view) {
+      return fail(Error(ErrorKind::kInvalidArgument, "--top goes with --sched"), 2);
+    }
+    if (sched_view || timeline) {
+      const char* view = sched_view ? "--sched" : "--timeline";
+      if (diffing) {
+        return fail(MakeError(ErrorKind::kInvalidArgument, "{} reports one session's scheduling: not with --diff", view), 2);
+      }
+      for (const char* option : {"list", "details", "debug-info", "callgraph", "children", "by-domain", "by-process",
+                                 "all-domains", "domain", "mode", "image", "event", "symbol", "threshold", "sort",
+                                 "reverse-sort", "merge", "show-address", "long-filenames", "accumulated",
+                                 "global-percent", "exclude-dependent", "include-idle", "push", "raw-samples",
+                                 "stack-root", "verbose", "timing"}) {
+        if (values.count(option) != 0 && !values[option].defaulted()) {
+          return fail(MakeError(ErrorKind::kInvalidArgument, "{} does not take --{}: it reports the scheduling "
+                                                             "records of every domain, not the samples",
+                                view, option),
+                      2);
+        }
+      }
+      if (values.count("symbols") != 0 && !sched_view) {
+        return fail(Error(ErrorKind::kInvalidArgument, "--timeline does not take -l (--sched -l adds the samples' shares)"),
+                    2);
+      }
+      if (sched_view && timeline && format != "text") {
+        return fail(Error(ErrorKind::kInvalidArgument, "--sched and --timeline together print text: give one of them "
+                                                       "for csv, json or perfetto"),
+                    2);
+      }
+      if (sched_view && format != "text" && format != "csv" && format != "json") {
+        return fail(MakeError(ErrorKind::kInvalidArgument, "--sched writes text, csv or json, not {}", format), 2);
+      }
+      if (timeline && format != "text" && format != "csv" && !trace) {
+        return fail(MakeError(ErrorKind::kInvalidArgument, "--timeline writes text, csv or perfetto, not {}", format), 2);
+      }
+      if (timeline_buckets == 0 || timeline_buckets > report::kMaxTimelineBuckets) {
+        return fail(MakeError(ErrorKind::kInvalidArgument, "--buckets: 1 to {}", report::kMaxTimelineBuckets), 2);
+      }
+    }
+    if (!values["buckets"].defaulted() && !timeline) {
+      return fail(Error(ErrorKind::kInvalidArgument, "--buckets goes with --timeline"), 2);
     }
     if (values.count("list") != 0) {
       if (format != "text" && format != "json") {
@@ -526,6 +667,32 @@ int main(int argc, char** argv) {
     load.debuginfod = values.count("no-debuginfod") == 0;
     const auto started = std::chrono::steady_clock::now();
     load.image_path = image_dirs;
+    if (sched_view || timeline) {
+      SchedRequest request;
+      request.sched = sched_view;
+      request.timeline = timeline;
+      request.samples = values.count("symbols") != 0;
+      request.buckets = timeline_buckets;
+      request.top = sched_top;
+      request.format = format;
+      request.no_header = options.no_header;
+      auto made = MakeSchedReport(source.value().directory, request, load, options);
+      if (!made) return fail(made.error(), 1);
+      std::string text = std::move(made.value().text);
+      if (format == "text") {
+        for (const std::string& warning : made.value().warnings) text += "Warning: " + EscapeForTerminal(warning) + "\n";
+      } else {
+        for (const std::string& warning : made.value().warnings) {
+          std::cerr << "hvprof-report: warning: " << EscapeForTerminal(warning) << "\n";
+        }
+      }
+      if (!output.empty()) {
+        if (auto written = WriteOutput(output, text); !written) return fail(written.error(), 1);
+      } else {
+        std::cout << text << std::flush;
+      }
+      return made.value().warnings.empty() ? 0 : kIncomplete;
+    }
     auto profile = report::LoadProfile(source.value().directory, load);
     if (!profile) return fail(profile.error(), 1);
 

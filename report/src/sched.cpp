@@ -1,0 +1,190 @@
+// The scheduling records, kept per pCPU in 16 bytes each, and read back merged in time order.
+#include "hvprof/report/sched.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <tuple>
+
+#include "hvprof/store/session.h"
+
+namespace hvprof::report {
+
+const char* SchedStateName(SchedState state) {
+  switch (state) {
+    case SchedState::kRunning: return "running";
+    case SchedState::kRunnable: return "runnable";
+    case SchedState::kBlocked: return "blocked";
+    case SchedState::kOffline: return "offline";
+    case SchedState::kUnknown: break;
+  }
+  return "unknown";
+}
+
+size_t SchedRecords::KeyHash::operator()(const Key& key) const {
+  uint64_t h = key.high * 0x9E3779B97F4A7C15ULL;
+  h ^= key.low * 0xC2B2AE3D27D4EB4FULL + (h << 6) + (h >> 2);
+  return static_cast<size_t>(h);
+}
+
+uint32_t SchedRecords::Intern(const SchedEvent& event) {
+  SchedEntity entity;
+  entity.domain = event.domain;
+  entity.vcpu = event.vcpu;
+  entity.idle = event.domain == sched::kIdleDomain;
+  entity.task = !entity.idle && (event.flags & sched::kFlagPidValid) != 0;
+  Key key{uint64_t{event.domain} | uint64_t{entity.task} << 16, 0};
+  if (entity.task) {
+    entity.pid = event.pid;
+    entity.tid = event.tid;
+    key.low = uint64_t{event.pid} << 32 | event.tid;
+  } else {
+    key.high |= uint64_t{event.vcpu} << 32;
+  }
+  auto [it, added] = index_.try_emplace(key, static_cast<uint32_t>(entities_.size()));
+  if (added) entities_.push_back(entity);
+  return it->second;
+}
+
+void SchedRecords::Add(const SchedEvent& event) {
+  ++counts_.records;
+  if (event.type < sched::kTypeRunstate || event.type > sched::kTypeLost) {
+    ++counts_.unknown_types;
+    return;
+  }
+  const bool bad_state = event.type == sched::kTypeRunstate && (event.old_state > 3 || event.new_state > 3);
+  const bool bad_migration = event.type == sched::kTypeMigrate && event.to_pcpu >= sched::kMaxPcpus;
+  if (event.pcpu >= sched::kMaxPcpus || bad_state || bad_migration) {
+    ++counts_.invalid;
+    return;
+  }
+  if (event.type == sched::kTypeMigrate && event.from_pcpu == event.to_pcpu) {
+    ++counts_.noop_migrations;
+    return;
+  }
+  if (event.pcpu >= pcpus_.size()) pcpus_.resize(event.pcpu + 1);
+  Pcpu& pcpu = pcpus_[event.pcpu];
+  if (event.time_ns < pcpu.last_ns) {
+    ++counts_.backwards;
+    return;
+  }
+  pcpu.last_ns = event.time_ns;
+  Event stored{event.time_ns, 0, event.type, static_cast<uint8_t>(event.old_state | event.new_state << 4), 0};
+  if (event.type == sched::kTypeLost) {
+    stored.entity = static_cast<uint32_t>(lost_.size());
+    lost_.push_back({event.count, event.aux});
+  } else {
+    stored.entity = Intern(event);
+    if (event.type == sched::kTypeMigrate) stored.extra = event.to_pcpu;
+  }
+  pcpu.events.push_back(stored);
+  ++counts_.kept;
+  first_ns_ = std::min(first_ns_, event.time_ns);
+  last_ns_ = std::max(last_ns_, event.time_ns);
+}
+
+namespace {
+
+// At equal times: an entity leaving a pCPU first, one arriving there last (docs/sched.md).
+uint8_t TieClass(uint8_t type, uint8_t states) {
+  if (type != sched::kTypeRunstate) return 1;
+  const bool leaves = (states & 0xF) == 0;
+  const bool arrives = (states >> 4) == 0;
+  return leaves == arrives ? 1 : leaves ? 0 : 2;
+}
+
+}  // namespace
+
+void SchedRecords::ForEachInTimeOrder(const std::function<void(const SchedStep&)>& on_step) const {
+  // A binary heap of the pCPUs by their next record; the one taken is replaced by its own next
+  // and sifted down once.
+  struct Head {
+    uint64_t time;
+    uint8_t tie;
+    uint16_t pcpu;
+    bool operator<(const Head& other) const {
+      return std::tie(time, tie, pcpu) < std::tie(other.time, other.tie, other.pcpu);
+    }
+  };
+  std::vector<Head> heap;
+  std::vector<size_t> next(pcpus_.size(), 0);
+  auto head_of = [&](uint16_t pcpu) {
+    const Event& e = pcpus_[pcpu].events[next[pcpu]];
+    return Head{e.time, TieClass(e.type, e.states), pcpu};
+  };
+  auto sift_down = [&](size_t i) {
+    const Head moving = heap[i];
+    for (;;) {
+      size_t child = 2 * i + 1;
+      if (child >= heap.size()) break;
+      if (child + 1 < heap.size() && heap[child + 1] < heap[child]) ++child;
+      if (!(heap[child] < moving)) break;
+      heap[i] = heap[child];
+      i = child;
+    }
+    heap[i] = moving;
+  };
+  for (size_t pcpu = 0; pcpu < pcpus_.size(); ++pcpu) {
+    if (!pcpus_[pcpu].events.empty()) heap.push_back(head_of(static_cast<uint16_t>(pcpu)));
+  }
+  for (size_t i = heap.size() / 2; i-- > 0;) sift_down(i);
+  while (!heap.empty()) {
+    const uint16_t pcpu = heap.front().pcpu;
+    const Event& e = pcpus_[pcpu].events[next[pcpu]++];
+    SchedStep step;
+    step.time_ns = e.time;
+    step.pcpu = pcpu;
+    step.type = e.type;
+    step.old_state = e.states & 0xF;
+    step.new_state = e.states >> 4;
+    if (e.type == sched::kTypeLost) {
+      step.lost = lost_[e.entity].count;
+      step.lost_first_ns = lost_[e.entity].first_ns;
+    } else {
+      step.entity = e.entity;
+      if (e.type == sched::kTypeMigrate) step.to_pcpu = e.extra;
+    }
+    on_step(step);
+    if (next[pcpu] < pcpus_[pcpu].events.size()) {
+      heap.front() = head_of(pcpu);
+    } else {
+      heap.front() = heap.back();
+      heap.pop_back();
+    }
+    if (!heap.empty()) sift_down(0);
+  }
+}
+
+std::string SchedOptions::DomainName(uint16_t domain) const {
+  const auto name = domain_names.find(domain);
+  return store::DomainName(domain, name == domain_names.end() ? "" : name->second);
+}
+
+std::string SchedEntityLabel(const SchedEntity& entity, const SchedOptions& options) {
+  if (entity.idle) return "idle";
+  const std::string domain = options.DomainName(entity.domain);
+  if (!entity.task) return fmt::format("{} v{}", domain, entity.vcpu);
+  const auto comm = options.thread_names.find(entity.tid);
+  const std::string thread = comm == options.thread_names.end() ? "" : comm->second;
+  if (entity.tid == entity.pid) return fmt::format("{} {}[{}]", domain, thread, entity.tid);
+  return fmt::format("{} {}[{}/{}]", domain, thread, entity.tid, entity.pid);
+}
+
+Result<SchedSession> LoadSchedRecords(const std::string& session_dir) {
+  const std::string path = session_dir + "/sched.hvs";
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    return MakeError(ErrorKind::kNotFound, "{}: this session recorded no scheduling (run with --sched)", session_dir);
+  }
+  HVPROF_TRY(session, store::OpenSession(session_dir));
+  SchedSession loaded;
+  loaded.options.pcpus = session.metadata.num_cpus;
+  for (const store::DomainRecord& domain : session.metadata.domains) loaded.options.domain_names[domain.id] = domain.name;
+  loaded.problems = session.problems;
+  // TODO(issue 21, store): read the records with the store's reader of sched.hvs, each through
+  // loaded.records.Add(ToSchedEvent(record)), its problems into loaded.problems, and the
+  // window from session.json's "sched" summary (loaded.options.start_ns/end_ns).
+  return MakeError(ErrorKind::kUnsupported, "{}: this hvprof-report cannot read sched.hvs yet", path);
+}
+
+}  // namespace hvprof::report
