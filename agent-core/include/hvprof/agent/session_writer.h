@@ -69,7 +69,7 @@ class SessionWriter {
   uint64_t samples_in_file() const { return writer_.stats().samples - writer_.pending(); }
 
   store::SessionMetadata& metadata() { return metadata_; }
-  const store::WriterStats& stats() const { return writer_.stats(); }
+  store::WriterStats stats() const { return writer_.stats(); }
   const std::string& directory() const { return directory_; }
   uint64_t samples(uint16_t domain, uint8_t mode) const;
 
