@@ -170,7 +170,7 @@ void ChunkWriter::Append(std::span<const uint8_t> record, uint64_t time_ns) {
     ++stats_.failed;
     return;
   }
-  if (records_ == 0) first_time_ = time_ns;
+  if (records_ == 0) first_time_ = last_time_ = time_ns;  // the chunk's own span
   first_time_ = std::min(first_time_, time_ns);
   last_time_ = std::max(last_time_, time_ns);
   payload_.insert(payload_.end(), record.begin(), record.end());

@@ -599,6 +599,29 @@ TEST_CASE("a chunk that cannot be written is cut off and counted; writing resume
   CHECK(summary.next_sequence == 2);
 }
 
+TEST_CASE("a chunk header's times span its own samples, not those of the chunk before", "[store]") {
+  TempDir dir;
+  const std::string path = dir.File("samples.hvs");
+  const std::array<uint8_t, 16> id{1, 2, 3};
+  auto writer = SamplesWriter::Open(path, id);
+  REQUIRE(writer.has_value());
+  StoredSample sample;
+  for (uint64_t time : {3000, 1000}) {  // the second chunk is earlier (another pCPU's samples)
+    sample.time_ns = time;
+    writer.value().Append(sample);
+    sample.time_ns = time + 10;
+    writer.value().Append(sample);
+    REQUIRE(writer.value().Flush(false).has_value());
+  }
+  const auto bytes = Bytes(path);
+  const auto chunks = Chunks(bytes);
+  REQUIRE(chunks.size() == 2);
+  ChunkHeader second;
+  std::memcpy(&second, bytes.data() + chunks[1].offset, sizeof second);
+  CHECK(second.first_time_ns == 1000);
+  CHECK(second.last_time_ns == 1010);
+}
+
 TEST_CASE("version 1 samples files (hvprof 0.1) are still read", "[store]") {
   TempDir dir;
   const auto samples = MakeSamples(12000, 14);
