@@ -276,6 +276,7 @@ ChunkReadSummary ReadChunks(std::span<const uint8_t> bytes, const ChunkFormat& f
   if (session_id) {
     std::memcpy(owner, session_id->data(), 16);
     if (summary.header_ok && std::memcmp(owner, summary.session_id, 16) != 0) {
+      summary.foreign_file = true;
       problem(0, -1, fmt::format("the file belongs to session {}, not to this session ({}): it was copied in "
                                  "from another one",
                                  SessionIdHex(std::span<const uint8_t, 16>(summary.session_id, 16)),
@@ -299,6 +300,7 @@ ChunkReadSummary ReadChunks(std::span<const uint8_t> bytes, const ChunkFormat& f
         summary.skipped_bytes += bytes.size() - position;
         ++summary.damaged_chunks;
         summary.torn_tail = true;
+        summary.torn_bytes = bytes.size() - position;
         break;
       }
       // Resynchronise: find the next chunk header whose own checksum holds.
@@ -320,6 +322,7 @@ ChunkReadSummary ReadChunks(std::span<const uint8_t> bytes, const ChunkFormat& f
       summary.skipped_bytes += bytes.size() - start;
       ++summary.damaged_chunks;
       summary.torn_tail = true;
+      summary.torn_bytes = bytes.size() - start;
       break;
     }
     const auto payload = bytes.subspan(position, info->payload_bytes);
@@ -367,27 +370,41 @@ ChunkReadSummary ReadChunks(std::span<const uint8_t> bytes, const ChunkFormat& f
       ++summary.damaged_chunks;
       continue;
     }
-    uint64_t decoded = 0;
-    if (!decode(payload, info->records, &decoded)) {
+    const ChunkDecode decoded = decode(payload, info->records);
+    if (!decoded.ok) {
       problem(start, info->sequence,
-              fmt::format("chunk {} has a valid checksum but malformed records after {} of {}", info->sequence,
-                          decoded, info->records));
+              fmt::format("chunk {} has a valid checksum but malformed records after {} of {}{}", info->sequence,
+                          decoded.well_formed, info->records,
+                          decoded.delivered < decoded.well_formed ? fmt::format("; its {} are skipped", noun) : ""));
       ++summary.damaged_chunks;
     } else {
       ++summary.chunks;
     }
-    summary.records += decoded;
+    summary.records += decoded.delivered;
   }
   summary.next_sequence = next;
   return summary;
 }
 
 Result<ChunkReadSummary> ReadChunkFile(const std::string& path, const ChunkFormat& format, const ChunkDecoder& decode,
-                                       std::optional<std::span<const uint8_t, 16>> session_id) {
+                                       std::optional<std::span<const uint8_t, 16>> session_id, bool refuse_foreign) {
   HVPROF_TRY(fd, OpenRegularFile(path, O_RDONLY));
   HVPROF_TRY(mapping, ScopedMmap::MapFileReadOnly(fd.get()));
-  const auto* data = static_cast<const uint8_t*>(mapping.data());
-  return ReadChunks(std::span<const uint8_t>(data, mapping.size()), format, decode, session_id);
+  const std::span<const uint8_t> bytes(static_cast<const uint8_t*>(mapping.data()), mapping.size());
+  if (refuse_foreign && session_id) {
+    // Only the header, so that nothing of the other session is delivered.
+    const ChunkDecoder none = [](std::span<const uint8_t>, uint32_t) { return ChunkDecode{}; };
+    const ChunkReadSummary header = ReadChunks(bytes.first(std::min(bytes.size(), sizeof(FileHeader))), format, none,
+                                               session_id);
+    if (header.foreign_file) {
+      return MakeError(ErrorKind::kBadState,
+                       "{} holds the {} of session {}, not of this one ({}): it was copied in from another session; "
+                       "move it away",
+                       path, format.records, SessionIdHex(std::span<const uint8_t, 16>(header.session_id, 16)),
+                       SessionIdHex(*session_id));
+    }
+  }
+  return ReadChunks(bytes, format, decode, session_id);
 }
 
 }  // namespace hvprof::store

@@ -7,11 +7,7 @@
 namespace hvprof::store {
 namespace {
 
-using detail::Cursor;
-using detail::kMaxVarint;
-using detail::PutVarint;
-using detail::UnZigZag;
-using detail::ZigZag;
+using namespace detail;  // the codings (varint.h)
 
 // Record tag bits: which fields differ from the previous record of the chunk.
 constexpr uint8_t kNewPlace = 1u << 0;   // domain, vcpu, pcpu
@@ -78,9 +74,13 @@ bool DecodeChunk(std::span<const uint8_t> payload, uint32_t records,
   return in.done();
 }
 
+// Samples before a malformed one are delivered.
 ChunkDecoder SampleDecoder(const std::function<void(const StoredSample&)>& on_sample) {
-  return [&on_sample](std::span<const uint8_t> payload, uint32_t records, uint64_t* decoded) {
-    return DecodeChunk(payload, records, on_sample, decoded);
+  return [&on_sample](std::span<const uint8_t> payload, uint32_t records) {
+    ChunkDecode result;
+    result.ok = DecodeChunk(payload, records, on_sample, &result.delivered);
+    result.well_formed = result.delivered;
+    return result;
   };
 }
 

@@ -97,15 +97,23 @@ struct ChunkReadSummary {
   uint64_t next_sequence = 0;    // one past the highest sequence number of this session's chunks
   uint64_t intact_end = 0;       // the offset after the last chunk that was whole
   bool torn_tail = false;        // the file ends inside a chunk
+  uint64_t torn_bytes = 0;       // with torn_tail: the bytes of that last chunk in the file
+  bool foreign_file = false;     // the file header names another session than the one asked for
   std::vector<FileProblem> problems;
   bool header_ok = false;
   uint32_t version = 0;          // of the file header, when it is intact
   uint8_t session_id[16] = {};
 };
 
-// Decodes the payload of one chunk whose checksums hold and delivers its records; false if it
-// does not hold `records` well-formed records. `*decoded` counts the records it delivered.
-using ChunkDecoder = std::function<bool(std::span<const uint8_t> payload, uint32_t records, uint64_t* decoded)>;
+// What a decoder made of the payload of one chunk.
+struct ChunkDecode {
+  bool ok = true;             // it holds the records its header counts, all well-formed
+  uint64_t delivered = 0;     // records passed on
+  uint64_t well_formed = 0;   // records before the first malformed one (all, when ok)
+};
+// Decodes the payload of one chunk whose checksums hold, of `records` records, and delivers
+// them (a decoder may deliver those before a malformed one, or none of a malformed chunk).
+using ChunkDecoder = std::function<ChunkDecode(std::span<const uint8_t> payload, uint32_t records)>;
 
 // Reads every intact chunk of a chunk file of `format`, passing each payload to `decode`.
 // Damaged, torn, truncated, foreign and repeated chunks are reported in the summary and skipped;
@@ -113,9 +121,11 @@ using ChunkDecoder = std::function<bool(std::span<const uint8_t> payload, uint32
 // else to the file header's.
 ChunkReadSummary ReadChunks(std::span<const uint8_t> bytes, const ChunkFormat& format, const ChunkDecoder& decode,
                             std::optional<std::span<const uint8_t, 16>> session_id);
-// The same over the file at `path`; fails only when it cannot be read at all.
+// The same over the file at `path`; fails only when it cannot be read at all, or, with
+// `refuse_foreign`, when its header names another session than `session_id` (nothing read).
 Result<ChunkReadSummary> ReadChunkFile(const std::string& path, const ChunkFormat& format, const ChunkDecoder& decode,
-                                       std::optional<std::span<const uint8_t, 16>> session_id);
+                                       std::optional<std::span<const uint8_t, 16>> session_id,
+                                       bool refuse_foreign = false);
 
 struct ChunkWriterStats {
   uint64_t records = 0;   // in the file and the chunk in progress (an existing file's included)
@@ -173,6 +183,30 @@ class ChunkWriter {
   std::optional<Error> failure_;
   std::optional<Error> last_failure_;
   uint64_t keep_free_ = 0;
+};
+
+// What a record file's writer (SamplesWriter, SchedWriter) has of its chunk writer.
+class RecordFileWriter {
+ public:
+  // Records added but not yet in the file (the chunk in progress).
+  uint64_t pending() const { return chunks_.pending(); }
+  // The sequence number the next chunk will carry.
+  uint32_t next_sequence() const { return chunks_.next_sequence(); }
+  // Numbers the next chunk at least `sequence` (after chunks an earlier writer recorded but
+  // the file lost), so that the loss stays a visible gap.
+  void SkipTo(uint32_t sequence) { chunks_.SkipTo(sequence); }
+  // The latest write error, while writes fail; cleared by the next chunk written.
+  const std::optional<Error>& failure() const { return chunks_.failure(); }
+  // The latest write error ever, kept after writing works again.
+  const std::optional<Error>& last_failure() const { return chunks_.last_failure(); }
+  // A chunk is not written when it would leave less than `bytes` free on the filesystem
+  // (kNoSpace, counted as failed like any write error): room kept for the session's metadata.
+  void set_keep_free(uint64_t bytes) { chunks_.set_keep_free(bytes); }
+  const ChunkWriterStats& chunk_stats() const { return chunks_.stats(); }
+
+ protected:
+  explicit RecordFileWriter(ChunkWriter chunks) : chunks_(std::move(chunks)) {}
+  ChunkWriter chunks_;
 };
 
 // A session id as 32 hex digits, and back (nothing for anything else).

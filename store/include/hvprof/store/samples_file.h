@@ -46,7 +46,7 @@ struct WriterStats {
   uint64_t torn_bytes = 0;  // a torn tail an earlier writer left, cut off by Open
 };
 
-class SamplesWriter {
+class SamplesWriter : public RecordFileWriter {
  public:
   // Opens `path` for appending, creating it with a file header if it is new. An existing file
   // must be a version 2 file of the same session; its samples are passed to `on_existing`
@@ -61,25 +61,10 @@ class SamplesWriter {
   // failed; the next chunk is tried afresh, so writing resumes once there is space.
   Result<void> Flush(bool sync) { return chunks_.Flush(sync); }
   WriterStats stats() const;
-  // Samples appended but not yet in the file (the chunk in progress).
-  uint64_t pending() const { return chunks_.pending(); }
-  // The sequence number the next chunk will carry.
-  uint32_t next_sequence() const { return chunks_.next_sequence(); }
-  // Numbers the next chunk at least `sequence` (after chunks an earlier writer recorded but
-  // the file lost), so that the loss stays a visible gap.
-  void SkipTo(uint32_t sequence) { chunks_.SkipTo(sequence); }
-  // The latest write error, while writes fail; cleared by the next chunk written.
-  const std::optional<Error>& failure() const { return chunks_.failure(); }
-  // The latest write error ever, kept after writing works again.
-  const std::optional<Error>& last_failure() const { return chunks_.last_failure(); }
-  // A chunk is not written when it would leave less than `bytes` free on the filesystem
-  // (kNoSpace, counted as failed like any write error): room kept for the session's metadata.
-  void set_keep_free(uint64_t bytes) { chunks_.set_keep_free(bytes); }
 
  private:
-  explicit SamplesWriter(ChunkWriter chunks) : chunks_(std::move(chunks)) {}
+  explicit SamplesWriter(ChunkWriter chunks) : RecordFileWriter(std::move(chunks)) {}
 
-  ChunkWriter chunks_;
   // Delta-encoding state, reset at each chunk so chunks decode on their own.
   StoredSample previous_;
 };
