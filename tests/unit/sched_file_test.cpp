@@ -1,6 +1,6 @@
 // sched.hvs (issue 21): scheduling records round-trip field by field, damage is found and
 // skipped a chunk at a time, the file is refused to another session, continued by its own, and
-// a full disk costs counted records only.
+// a full disk costs counted records only; session.json's "sched" object.
 #include <sys/resource.h>
 
 #include <array>
@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include "hvprof/store/sched_file.h"
+#include "hvprof/store/session.h"
 #include "chunk_files.h"
 #include "temp_dir.h"
 
@@ -463,4 +464,85 @@ TEST_CASE("a full disk: a chunk that cannot be written is cut off and counted, a
   REQUIRE(back.size() == 20000);
   CHECK(back[9999] == records[9999]);
   CHECK(back[10000] == records[20000]);
+}
+
+TEST_CASE("session.json's sched object and scheduling rings round-trip; older files parse as before",
+          "[store][sched]") {
+  SessionMetadata m;
+  m.session_id = kIdHex;
+  m.platform = "sim";
+  m.cpu_type = "i386/arch_perfmon";
+  m.events.push_back({5, "CPU_CLK_UNHALTED", 0x3C, 0, "zero", 100000, true, true});
+  m.rings.push_back({0, 0, "vcpu", 64, 100, {5, 0, 0, 0, 0, 0, 0, 0}, 100, 0, 64});
+  const std::string without = SerializeMetadata(m);
+  CHECK(without.find("\"sched\"") == std::string::npos);  // written only when scheduling was recorded
+  auto plain = ParseMetadata(without, "session.json");
+  REQUIRE(plain.has_value());
+  CHECK_FALSE(plain.value().sched.has_value());
+
+  m.rings.push_back({0, 1, "sched", 256, 9000, {7, 1, 0, 0, 0, 0, 0, 0}, 8990, 2, 200});
+  SchedSummary sched;
+  sched.source = "engine";
+  sched.records = 8990;
+  sched.lost = {7, 1, 3, 2, 4};
+  sched.file_chunks = 3;
+  sched.file_bytes = 70000;
+  m.sched = sched;
+  const std::string with = SerializeMetadata(m);
+  CHECK(with.find("\"version\": 1") != std::string::npos);
+  auto parsed = ParseMetadata(with, "session.json");
+  REQUIRE(parsed.has_value());
+  REQUIRE(parsed.value().sched.has_value());
+  const SchedSummary& back = *parsed.value().sched;
+  CHECK(back.source == "engine");
+  CHECK(back.records == 8990);
+  CHECK(back.lost.ring_full == 7);
+  CHECK(back.lost.corrupt_index == 1);
+  CHECK(back.lost.store_failed == 3);
+  CHECK(back.lost.malformed == 2);
+  CHECK(back.lost.unknown_type == 4);
+  CHECK(back.file_chunks == 3);
+  CHECK(back.file_bytes == 70000);
+  REQUIRE(parsed.value().rings.size() == 2);
+  CHECK(parsed.value().rings[1].kind == "sched");
+  CHECK(parsed.value().rings[1].written == 9000);
+  CHECK(parsed.value().rings[1].lost[0] == 7);
+  CHECK(SerializeMetadata(parsed.value()) == with);
+  // The names session.json gives the losses.
+  for (const char* name : {"\"ring_full\": 7", "\"corrupt_index\": 1", "\"store_failed\": 3", "\"malformed\": 2",
+                           "\"unknown_type\": 4", "\"source\": \"engine\""}) {
+    CHECK(with.find(name) != std::string::npos);
+  }
+
+  // A session.json of before scheduling (and before other optional keys), and one with a key
+  // this hvprof does not know: both read, at the same version.
+  const std::string old_file = R"({"format": "hvprof-session", "version": 1,
+    "session_id": "01020300000000000000000000000000", "platform": "xen", "cpu_type": "i386/arch_perfmon",
+    "events": [{"counter": 0, "name": "CPU_CLK_UNHALTED", "code": "0x3c", "count": 100000}],
+    "domains": [{"id": 0, "role": "active"}],
+    "rings": [{"owner": 0, "index": 0, "kind": "pcpu", "written": 5}],
+    "losses": {"ring_full": 2}, "samples_stored": 5})";
+  auto old = ParseMetadata(old_file, "old.json");
+  REQUIRE(old.has_value());
+  CHECK_FALSE(old.value().sched.has_value());
+  CHECK(old.value().rings.at(0).kind == "pcpu");
+  CHECK(old.value().losses.ring_full == 2);
+  CHECK(old.value().samples_stored == 5);
+  std::string future = with;
+  future.replace(future.find("\"sched\": {"), 7, "\"a_key_of_later\": {\"x\": 1}, \"sched\"");
+  auto later = ParseMetadata(future, "later.json");
+  REQUIRE(later.has_value());
+  CHECK(later.value().sched.has_value());
+
+  // A wrong "sched" names the field.
+  auto error = [](std::string text) {
+    auto result = ParseMetadata(text, "s.json");
+    return result ? std::string() : result.error().message();
+  };
+  std::string not_object = without;
+  not_object.replace(not_object.rfind('}'), 1, ", \"sched\": 5}");
+  CHECK(error(not_object).find("s.json: sched: expected an object") != std::string::npos);
+  std::string bad_count = with;
+  bad_count.replace(bad_count.find("\"records\": 8990"), 15, "\"records\": -1");
+  CHECK(error(bad_count).find("s.json: sched.records: expected a whole number") != std::string::npos);
 }
