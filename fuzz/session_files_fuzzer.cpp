@@ -1,10 +1,12 @@
-// Fuzzes the session store's readers: samples.hvs (chunks, checksums, session ids, sequence
-// numbers, records, resync after damage), the aggregate file and session.json. One input
-// feeds all three; the samples reader also gets the input behind a valid file header, so the
-// fuzzer reaches the chunk parser. Beyond "no crash", it checks the accounting a report relies
-// on: every sample delivered is counted once and is well-formed, no chunk is counted twice,
-// what was skipped fits in the file, and reading with the file's own session id given changes
-// nothing. What the aggregate and metadata readers accept must round-trip.
+// Fuzzes the session store's readers: samples.hvs and sched.hvs (chunks, checksums, session
+// ids, sequence numbers, records, resync after damage), the aggregate file and session.json.
+// One input feeds them all; the record files' readers also get the input behind a valid file
+// header, so the fuzzer reaches the chunk parser, and as the payload of a chunk whose
+// checksums hold, so it reaches the record decoders. Beyond "no crash", it checks the
+// accounting a report relies on: every record delivered is counted once and is well-formed,
+// no chunk is counted twice, what was skipped fits in the file, and reading with the file's own
+// session id given changes nothing. What the aggregate and metadata readers accept must
+// round-trip.
 #include <zlib.h>
 
 #include <cstring>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "hvprof/store/samples_file.h"
+#include "hvprof/store/sched_file.h"
 #include "hvprof/store/session.h"
 #include "memfd_file.h"
 
@@ -46,6 +49,59 @@ store::ReadSummary ReadChecked(std::span<const uint8_t> bytes, std::optional<std
   return summary;
 }
 
+// Reads `bytes` as sched.hvs and checks the summary against what was delivered.
+store::SchedReadSummary ReadSchedChecked(std::span<const uint8_t> bytes,
+                                         std::optional<std::span<const uint8_t, 16>> id, uint64_t* checksum) {
+  uint64_t delivered = 0;
+  auto on_record = [&](const store::StoredSched& r) {
+    ++delivered;
+    Check(r.type >= 1 && r.type <= store::kMaxStoredSchedType);
+    Check(r.old_state <= store::kMaxStoredState && r.new_state <= store::kMaxStoredState);
+    Check((r.flags & store::kSchedFlagTask) != 0 || (r.pid == store::kSchedNoTask && r.tid == store::kSchedNoTask));
+    Check(r.type == store::kSchedLost || (r.count == 0 && r.aux == 0));
+    *checksum += r.time_ns + r.domain + r.pid + r.other_tid + r.count;
+  };
+  store::SchedReadSummary summary = store::ReadSched(bytes, on_record, id);
+  Check(summary.records == delivered);
+  // A chunk is delivered whole or not at all.
+  Check(summary.records <= summary.chunks * store::kMaxChunkRecords);
+  const uint64_t whole = summary.chunks + summary.foreign_chunks + summary.repeated_chunks;
+  Check(whole <= bytes.size() / sizeof(store::ChunkHeader));
+  Check(summary.skipped_bytes <= bytes.size() && summary.intact_end <= bytes.size());
+  Check(summary.torn_bytes <= bytes.size() && (summary.torn_tail || summary.torn_bytes == 0));
+  Check(summary.problems.size() <= 100);
+  return summary;
+}
+
+// `data` behind a file header of `magic` and `version`, optionally as the payload of one chunk
+// whose header and checksums hold (its record count from the first two bytes of `data`).
+std::vector<uint8_t> AsFile(const char* magic, uint32_t version, uint32_t chunk_magic, const uint8_t* data,
+                            size_t size, bool as_chunk) {
+  store::FileHeader header{};
+  std::memcpy(header.magic, magic, sizeof header.magic);
+  header.version = version;
+  header.header_bytes = sizeof header;
+  std::vector<uint8_t> out(reinterpret_cast<const uint8_t*>(&header),
+                           reinterpret_cast<const uint8_t*>(&header) + sizeof header);
+  if (as_chunk && size >= 2) {
+    store::ChunkHeader chunk{};
+    chunk.magic = chunk_magic;
+    chunk.version = 2;
+    chunk.header_bytes = sizeof chunk;
+    chunk.records = uint32_t{data[0]} | uint32_t{data[1]} << 8;
+    data += 2;
+    size -= 2;
+    chunk.payload_bytes = static_cast<uint32_t>(size);
+    chunk.payload_crc = static_cast<uint32_t>(::crc32_z(0, data, size));
+    chunk.header_crc = static_cast<uint32_t>(
+        ::crc32_z(0, reinterpret_cast<const Bytef*>(&chunk), offsetof(store::ChunkHeader, header_crc)));
+    out.insert(out.end(), reinterpret_cast<const uint8_t*>(&chunk),
+               reinterpret_cast<const uint8_t*>(&chunk) + sizeof chunk);
+  }
+  out.insert(out.end(), data, data + size);
+  return out;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -60,15 +116,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(again.samples == plain.samples && again.chunks == plain.chunks && again_checksum == checksum);
   }
 
-  std::vector<uint8_t> with_header(sizeof(store::FileHeader) + size);
-  store::FileHeader header{};
-  std::memcpy(header.magic, store::kSamplesFileMagic, sizeof header.magic);
-  header.version = store::kSamplesFileVersion;
-  header.header_bytes = sizeof header;
-  std::memcpy(with_header.data(), &header, sizeof header);
-  if (size != 0) std::memcpy(with_header.data() + sizeof header, data, size);
-  const store::ReadSummary behind = ReadChecked(with_header, std::nullopt, &checksum);
-  Check(behind.header_ok && behind.version == store::kSamplesFileVersion);
+  for (bool as_chunk : {false, true}) {
+    const auto with_header =
+        AsFile(store::kSamplesFileMagic, store::kSamplesFileVersion, store::kChunkMagic, data, size, as_chunk);
+    const store::ReadSummary behind = ReadChecked(with_header, std::nullopt, &checksum);
+    Check(behind.header_ok && behind.version == store::kSamplesFileVersion);
+  }
+
+  // As sched.hvs: as it comes, with its own session id, and behind a header and a chunk header.
+  uint64_t sched_checksum = 0;
+  const store::SchedReadSummary sched = ReadSchedChecked(input, std::nullopt, &sched_checksum);
+  if (sched.header_ok) {
+    uint64_t again_checksum = 0;
+    const store::SchedReadSummary again =
+        ReadSchedChecked(input, std::span<const uint8_t, 16>(sched.session_id, 16), &again_checksum);
+    Check(again.records == sched.records && again.chunks == sched.chunks && again_checksum == sched_checksum);
+  }
+  checksum += sched_checksum;
+  for (bool as_chunk : {false, true}) {
+    const auto with_header =
+        AsFile(store::kSchedFileMagic, store::kSchedFileVersion, store::kSchedChunkMagic, data, size, as_chunk);
+    const store::SchedReadSummary behind = ReadSchedChecked(with_header, std::nullopt, &checksum);
+    Check(behind.header_ok && behind.version == store::kSchedFileVersion);
+  }
 
   // As an aggregate: as it comes, and with its checksum made right so that the sections behind
   // it are reached.

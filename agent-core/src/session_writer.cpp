@@ -37,6 +37,16 @@ std::string FormatWallClock(uint64_t ns) {
 
 namespace {
 
+// The store keeps the ring ABI's scheduling values as numbers of its own.
+static_assert(store::kSchedRunstate == static_cast<uint8_t>(hvpmu::ring::SchedType::kRunstate) &&
+              store::kSchedWakeup == static_cast<uint8_t>(hvpmu::ring::SchedType::kWakeup) &&
+              store::kSchedMigrate == static_cast<uint8_t>(hvpmu::ring::SchedType::kMigrate) &&
+              store::kSchedLost == static_cast<uint8_t>(hvpmu::ring::SchedType::kLost) &&
+              store::kMaxStoredSchedType == hvpmu::ring::kMaxSchedType);
+static_assert(store::kSchedFlagTask == hvpmu::ring::kSchedPidValid &&
+              store::kSchedFlagOther == hvpmu::ring::kSchedOtherValid);
+static_assert(store::kSchedNoTask == hvpmu::ring::kNoPid && store::kSchedNoPcpu == hvpmu::ring::kUnknownPcpu);
+
 bool SameEvents(const store::SessionMetadata& a, const store::SessionMetadata& b) {
   if (a.events.size() != b.events.size()) return false;
   for (size_t i = 0; i < a.events.size(); ++i) {
@@ -103,6 +113,26 @@ uint64_t ModifiedNs(const std::string& path) {
   return static_cast<uint64_t>(st.st_mtim.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(st.st_mtim.tv_nsec);
 }
 
+// What continuing a session's record file (`file`, of `records`) found lost: chunks that the
+// last metadata counted (`recorded_chunks`, `recorded_bytes`) and the file no longer holds (a
+// crash before they were synced; the next chunks are numbered after them, so the gap shows),
+// and a torn tail that was cut off.
+void NoteContinued(store::RecordFileWriter& writer, const char* file, const char* records, uint64_t recorded_chunks,
+                   uint64_t recorded_bytes, std::vector<std::string>* incomplete) {
+  const store::ChunkWriterStats& stats = writer.chunk_stats();
+  if (writer.next_sequence() < recorded_chunks || stats.bytes < recorded_bytes) {
+    incomplete->push_back(fmt::format("{} held {} chunks ({} bytes) when an earlier hvprofd last recorded it, and "
+                                      "{} ({} bytes) when this one continued it: the rest was lost",
+                                      file, recorded_chunks, recorded_bytes, writer.next_sequence(), stats.bytes));
+    writer.SkipTo(static_cast<uint32_t>(std::min<uint64_t>(recorded_chunks, UINT32_MAX - 1)));
+  }
+  if (stats.torn_bytes != 0) {
+    incomplete->push_back(fmt::format("an earlier hvprofd died while writing a chunk of {}: its {} bytes were cut off "
+                                      "the end of {}",
+                                      records, stats.torn_bytes, file));
+  }
+}
+
 }  // namespace
 
 Result<SessionWriter> SessionWriter::Open(const std::string& directory, store::SessionMetadata metadata) {
@@ -113,6 +143,7 @@ Result<SessionWriter> SessionWriter::Open(const std::string& directory, store::S
   std::array<uint8_t, 16> id = NewSessionId();
   std::vector<std::string> incomplete;
   store::LossRecord carried;
+  std::optional<store::SchedSummary> carried_sched;
   uint64_t carried_idle = 0;
   uint64_t recorded_chunks = 0, recorded_bytes = 0;
   const bool continuing = std::filesystem::exists(metadata_path, ec);
@@ -129,6 +160,10 @@ Result<SessionWriter> SessionWriter::Open(const std::string& directory, store::S
     const store::LossRecord& l = before.losses;
     bool empty = before.samples_stored == 0 && before.samples_file_chunks == 0;
     for (const store::LossField& field : store::kLossFields) empty &= l.*field.member == 0;
+    if (before.sched) {
+      empty &= before.sched->records == 0 && before.sched->file_chunks == 0;
+      for (const store::SchedLossField& field : store::kSchedLossFields) empty &= before.sched->lost.*field.member == 0;
+    }
     if (!SameEvents(before, metadata) && !empty) {
       return MakeError(ErrorKind::kBadState,
                        "{} holds a session with other events; keep it with `hvprof --save=NAME` or "
@@ -138,6 +173,7 @@ Result<SessionWriter> SessionWriter::Open(const std::string& directory, store::S
     if (!SameEvents(before, metadata)) {
       // Nothing was recorded under the old events: the session starts again with the new ones.
       std::filesystem::remove(samples_path, ec);
+      std::filesystem::remove(directory + "/" + store::kSchedFile, ec);
       std::filesystem::remove(directory + "/" + store::kAggregateFile, ec);
       std::filesystem::remove(metadata_path, ec);
       std::filesystem::remove_all(directory + "/" + store::kJitDirectory, ec);
@@ -152,6 +188,7 @@ Result<SessionWriter> SessionWriter::Open(const std::string& directory, store::S
     metadata.jit = old.jit;  // the copies already in jit/
     incomplete = old.incomplete;
     carried = old.losses;
+    carried_sched = old.sched;
     carried_idle = old.idle_samples;
     recorded_chunks = old.samples_file_chunks;
     recorded_bytes = old.samples_file_bytes;
@@ -188,20 +225,21 @@ Result<SessionWriter> SessionWriter::Open(const std::string& directory, store::S
     last_ns = std::max(last_ns, sample.time_ns);
   };
   HVPROF_TRY(writer, store::SamplesWriter::Open(samples_path, id, count_existing));
-  if (continuing && (writer.next_sequence() < recorded_chunks || writer.stats().bytes < recorded_bytes)) {
-    // The file lost what the last metadata says was written (a crash before it was synced).
-    incomplete.push_back(fmt::format("{} held {} chunks ({} bytes) when an earlier hvprofd last recorded it, and "
-                                     "{} ({} bytes) when this one continued it: the rest was lost",
-                                     store::kSamplesFile, recorded_chunks, recorded_bytes, writer.next_sequence(),
-                                     writer.stats().bytes));
-    writer.SkipTo(static_cast<uint32_t>(std::min<uint64_t>(recorded_chunks, UINT32_MAX - 1)));
-  }
-  if (writer.stats().torn_bytes != 0) {
-    incomplete.push_back(fmt::format("an earlier hvprofd died while writing a chunk of samples: its {} bytes were cut "
-                                     "off the end of {}",
-                                     writer.stats().torn_bytes, store::kSamplesFile));
+  NoteContinued(writer, store::kSamplesFile, "samples", recorded_chunks, recorded_bytes, &incomplete);
+  // Scheduling records already there are continued now (a file of another session is refused,
+  // as for samples; one the session wrote and lost is noted); else sched.hvs is made at the
+  // first record.
+  std::optional<store::SchedWriter> sched;
+  if (store::HasSched(directory) || (carried_sched && carried_sched->file_chunks != 0)) {
+    HVPROF_TRY(opened, store::SchedWriter::Open(directory, id));
+    NoteContinued(opened, store::kSchedFile, "scheduling records", carried_sched ? carried_sched->file_chunks : 0,
+                  carried_sched ? carried_sched->file_bytes : 0, &incomplete);
+    sched = std::move(opened);
   }
   SessionWriter session(directory, std::move(metadata), std::move(writer));
+  session.id_ = id;
+  session.sched_ = std::move(sched);
+  session.carried_sched_ = std::move(carried_sched);
   session.by_domain_mode_ = std::move(existing);
   session.metadata_.first_sample_ns = first_ns;
   session.metadata_.last_sample_ns = last_ns;
@@ -210,7 +248,9 @@ Result<SessionWriter> SessionWriter::Open(const std::string& directory, store::S
   session.carried_idle_ = carried_idle;
   session.reserve_ = SpaceReserve::Create(directory + "/" + kSpaceReserveFile, kSpaceReserveBytes);
   // Samples never take the last of the disk: what is left is for the metadata.
-  session.writer_.set_keep_free(kSpaceReserveBytes);
+  session.keep_free_ = kSpaceReserveBytes;
+  session.writer_.set_keep_free(session.keep_free_);
+  if (session.sched_) session.sched_->set_keep_free(session.keep_free_);
   HVPROF_TRYV(session.WriteMetadata());
   return session;
 }
@@ -235,6 +275,85 @@ void SessionWriter::Add(const hvpmu::ring::SampleRecord& record, std::span<const
   }
   if (record.time_ns > metadata_.last_sample_ns) metadata_.last_sample_ns = record.time_ns;
   if (record.domain < by_domain_mode_.size()) ++by_domain_mode_[record.domain][sample.mode];
+}
+
+void SessionWriter::AddSched(const hvpmu::ring::SchedRecord& record) {
+  if (!sched_ && !OpenSched()) {
+    ++sched_dropped_;
+    return;
+  }
+  store::StoredSched stored;
+  stored.type = record.type;
+  stored.flags = record.flags;
+  stored.pcpu = record.pcpu;
+  stored.old_state = record.old_state;
+  stored.new_state = record.new_state;
+  stored.time_ns = record.time_ns;
+  stored.domain = record.domain;
+  stored.vcpu = record.vcpu;
+  stored.pid = record.pid;
+  stored.tid = record.tid;
+  stored.other_domain = record.other_domain;
+  stored.other_vcpu = record.other_vcpu;
+  stored.other_pid = record.other_pid;
+  stored.other_tid = record.other_tid;
+  stored.from_pcpu = record.from_pcpu;
+  stored.to_pcpu = record.to_pcpu;
+  stored.count = record.count;
+  stored.aux = record.aux;
+  sched_->Add(stored);
+}
+
+bool SessionWriter::OpenSched() {
+  if (sched_open_waits_) return false;
+  auto opened = store::SchedWriter::Open(directory_, id_);
+  if (!opened) {
+    sched_open_failure_ = opened.error().WithContext(fmt::format("cannot write {}", store::kSchedFile));
+    sched_open_waits_ = true;
+    if (!sched_open_logged_) {  // tried again after each flush: said once
+      Log(LogLevel::kError, "{}; its scheduling records are counted as lost (store_failed)",
+          sched_open_failure_->message());
+      sched_open_logged_ = true;
+    }
+    return false;
+  }
+  sched_ = std::move(opened).value();
+  sched_->set_keep_free(keep_free_);
+  return true;
+}
+
+store::SchedWriterStats SessionWriter::sched_stats() const {
+  return sched_ ? sched_->stats() : store::SchedWriterStats{};
+}
+
+std::optional<store::SchedSummary> SessionWriter::SchedMetadata(std::vector<std::string>* incomplete) const {
+  if (!metadata_.sched && !carried_sched_ && !sched_ && sched_dropped_ == 0) return std::nullopt;
+  store::SchedSummary out = metadata_.sched.value_or(store::SchedSummary{});
+  if (out.source.empty() && carried_sched_) out.source = carried_sched_->source;
+  const store::SchedWriterStats stats = sched_stats();
+  out.records = stats.records - (sched_ ? sched_->pending() : 0);  // what the file holds
+  out.file_chunks = sched_ ? sched_->next_sequence() : 0;
+  out.file_bytes = stats.bytes;
+  auto add = [](uint64_t& total, uint64_t more) {
+    if (__builtin_add_overflow(total, more, &total)) total = UINT64_MAX;
+  };
+  // An earlier agent's losses, then this one's (the engine's counts restart with each agent).
+  for (const store::SchedLossField& field : store::kSchedLossFields) {
+    if (carried_sched_) add(out.lost.*field.member, carried_sched_->lost.*field.member);
+  }
+  out.lost.store_failed = carried_sched_ ? carried_sched_->lost.store_failed : 0;
+  add(out.lost.store_failed, stats.failed);
+  add(out.lost.store_failed, sched_dropped_);
+  add(out.lost.unknown_type, stats.unknown_type);
+  if (stats.failed + sched_dropped_ != 0) {
+    const std::optional<Error>& why = sched_ && sched_->last_failure() ? sched_->last_failure() : sched_open_failure_;
+    incomplete->push_back(fmt::format(
+        "{} scheduling records could not be written to {}{}: they are counted as lost (store_failed); free space in "
+        "{} before profiling again",
+        stats.failed + sched_dropped_, store::kSchedFile, why ? " (" + why->message() + ")" : std::string(),
+        directory_));
+  }
+  return out;
 }
 
 uint64_t SessionWriter::samples(uint16_t domain, uint8_t mode) const {
@@ -280,6 +399,7 @@ Result<void> SessionWriter::WriteMetadata() {
         stats.failed, stats.failed_chunks, store::kSamplesFile,
         writer_.last_failure() ? " (" + writer_.last_failure()->message() + ")" : std::string(), directory_));
   }
+  out.sched = SchedMetadata(&out.incomplete);
   const std::string path = directory_ + "/" + store::kMetadataFile;
   const std::string text = store::SerializeMetadata(out);
   auto written = WriteFileAtomically(path, text);
@@ -293,19 +413,33 @@ Result<void> SessionWriter::WriteMetadata() {
     // processes on a linux host).
     const uint64_t needed = std::max<uint64_t>(kSpaceReserveBytes, 2 * uint64_t{text.size()});
     reserve_.Grow(needed);
+    keep_free_ = needed;
     writer_.set_keep_free(needed);
+    if (sched_) sched_->set_keep_free(needed);
   }
   return written;
 }
 
-Result<void> SessionWriter::Flush() { return writer_.Flush(false); }
+Result<void> SessionWriter::Flush() {
+  auto flushed = writer_.Flush(false);
+  sched_open_waits_ = false;  // the next scheduling record tries to make sched.hvs again
+  if (!sched_) return flushed;
+  auto sched_flushed = sched_->Flush();
+  return flushed ? sched_flushed : flushed;
+}
 
 Result<void> SessionWriter::Dump() {
   auto flushed = writer_.Flush(true);
+  auto sched_flushed = sched_ ? sched_->Dump() : Ok();
   // The metadata is written even when the samples could not be: it records their loss.
   HVPROF_TRYV(WriteMetadata());
+  sched_open_waits_ = false;
   if (!flushed) {
     Log(LogLevel::kError, "{} samples could not be written: {}", writer_.stats().failed, flushed.error().message());
+  }
+  if (!sched_flushed) {
+    Log(LogLevel::kError, "{} scheduling records could not be written: {}", sched_->stats().failed,
+        sched_flushed.error().message());
   }
   // The aggregate is a cache of samples.hvs, with every distinct stack: without it (no space), a
   // report reads the samples.

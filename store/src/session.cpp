@@ -121,6 +121,14 @@ std::string SerializeMetadata(const SessionMetadata& m) {
     Json stats = Json::parse(m.platform_stats, nullptr, false);
     if (stats.is_object()) out["platform_stats"] = std::move(stats);
   }
+  if (m.sched) {
+    Json lost = Json::object();
+    for (const SchedLossField& field : kSchedLossFields) lost[field.name] = m.sched->lost.*field.member;
+    out["sched"] = {{"source", m.sched->source},
+                    {"records", m.sched->records},
+                    {"lost", std::move(lost)},
+                    {"file", {{"chunks", m.sched->file_chunks}, {"bytes", m.sched->file_bytes}}}};
+  }
   return out.dump(1) + "\n";
 }
 
@@ -356,6 +364,28 @@ Result<SessionMetadata> ParseMetadata(std::string_view text, std::string_view or
   if (const auto stats = root.OptionalMember("platform_stats")) {
     if (!stats->IsObject()) return stats->Fail("expected an object, got {}", stats->Describe());
     m.platform_stats = stats->value().dump();
+  }
+  if (const auto sched = root.OptionalMember("sched")) {
+    if (!sched->IsObject()) return sched->Fail("expected an object, got {}", sched->Describe());
+    SchedSummary summary;
+    HVPROF_TRY(source, sched->Get("source", ""));
+    HVPROF_TRY(records, sched->Get<uint64_t>("records", 0));
+    summary.source = source;
+    summary.records = records;
+    if (const auto lost = sched->OptionalMember("lost")) {
+      if (!lost->IsObject()) return lost->Fail("expected an object of loss counts, got {}", lost->Describe());
+      for (const SchedLossField& field : kSchedLossFields) {
+        HVPROF_TRY(count, lost->Get<uint64_t>(field.name, 0));
+        summary.lost.*field.member = count;
+      }
+    }
+    if (const auto file = sched->OptionalMember("file")) {
+      HVPROF_TRY(chunks, file->Get<uint64_t>("chunks"));
+      HVPROF_TRY(bytes, file->Get<uint64_t>("bytes"));
+      summary.file_chunks = chunks;
+      summary.file_bytes = bytes;
+    }
+    m.sched = std::move(summary);
   }
   return m;
 }

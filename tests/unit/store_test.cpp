@@ -18,10 +18,15 @@
 #include "hvprof/base/files.h"
 #include "hvprof/store/samples_file.h"
 #include "hvprof/store/session.h"
+#include "chunk_files.h"
 #include "temp_dir.h"
 
 using namespace hvprof;
 using namespace hvprof::store;
+using hvprof::testing::Bytes;
+using hvprof::testing::Chunks;
+using hvprof::testing::ChunkSpan;
+using hvprof::testing::Slice;
 using hvprof::testing::TempDir;
 
 namespace {
@@ -73,11 +78,6 @@ bool Same(const StoredSample& a, const Owned& b) {
          a.vcpu == b.sample.vcpu && a.pcpu == b.sample.pcpu && a.mode == b.sample.mode &&
          a.event == b.sample.event && a.flags == b.sample.flags &&
          std::vector<uint64_t>(a.frames.begin(), a.frames.end()) == b.frames;
-}
-
-std::vector<uint8_t> Bytes(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(file), {}};
 }
 
 std::string AllProblems(const ReadSummary& summary) {
@@ -417,30 +417,6 @@ TEST_CASE("session names for --save", "[store]") {
 
 namespace {
 
-// The chunks of a samples file: where each starts and how long it is, header included.
-struct ChunkSpan {
-  size_t offset;
-  size_t bytes;
-  uint32_t records;
-};
-
-std::vector<ChunkSpan> Chunks(const std::vector<uint8_t>& file) {
-  std::vector<ChunkSpan> chunks;
-  size_t position = sizeof(FileHeader);
-  while (position + sizeof(ChunkHeader) <= file.size()) {
-    ChunkHeader header;
-    std::memcpy(&header, file.data() + position, sizeof header);
-    chunks.push_back({position, sizeof header + header.payload_bytes, header.records});
-    position += sizeof header + header.payload_bytes;
-  }
-  return chunks;
-}
-
-std::vector<uint8_t> Slice(const std::vector<uint8_t>& bytes, const ChunkSpan& chunk) {
-  return {bytes.begin() + static_cast<ptrdiff_t>(chunk.offset),
-          bytes.begin() + static_cast<ptrdiff_t>(chunk.offset + chunk.bytes)};
-}
-
 uint64_t CountSamples(const std::vector<uint8_t>& bytes, ReadSummary* summary = nullptr) {
   uint64_t count = 0;
   ReadSummary read = ReadSamples(bytes, [&](const StoredSample&) { ++count; });
@@ -597,6 +573,29 @@ TEST_CASE("a chunk that cannot be written is cut off and counted; writing resume
   CHECK(CountSamples(Bytes(path), &summary) == 20000);
   CHECK(summary.problems.empty());  // no gap: the failed chunk never took a number
   CHECK(summary.next_sequence == 2);
+}
+
+TEST_CASE("a chunk header's times span its own samples, not those of the chunk before", "[store]") {
+  TempDir dir;
+  const std::string path = dir.File("samples.hvs");
+  const std::array<uint8_t, 16> id{1, 2, 3};
+  auto writer = SamplesWriter::Open(path, id);
+  REQUIRE(writer.has_value());
+  StoredSample sample;
+  for (uint64_t time : {3000, 1000}) {  // the second chunk is earlier (another pCPU's samples)
+    sample.time_ns = time;
+    writer.value().Append(sample);
+    sample.time_ns = time + 10;
+    writer.value().Append(sample);
+    REQUIRE(writer.value().Flush(false).has_value());
+  }
+  const auto bytes = Bytes(path);
+  const auto chunks = Chunks(bytes);
+  REQUIRE(chunks.size() == 2);
+  ChunkHeader second;
+  std::memcpy(&second, bytes.data() + chunks[1].offset, sizeof second);
+  CHECK(second.first_time_ns == 1000);
+  CHECK(second.last_time_ns == 1010);
 }
 
 TEST_CASE("version 1 samples files (hvprof 0.1) are still read", "[store]") {

@@ -1,6 +1,6 @@
-// The agent's side of the session store: samples from the rings go into samples.hvs, counts
-// into the metadata, and a dump writes everything durable (chunks synced, the aggregate, and
-// session.json).
+// The agent's side of the session store: samples from the rings go into samples.hvs,
+// scheduling records into sched.hvs, counts into the metadata, and a dump writes everything
+// durable (chunks synced, the aggregate, and session.json).
 #pragma once
 
 #include <array>
@@ -13,6 +13,7 @@
 
 #include "hvprof/base/error.h"
 #include "hvprof/store/samples_file.h"
+#include "hvprof/store/sched_file.h"
 #include "hvprof/store/session.h"
 #include "hvpmu/abi/ops.h"
 #include "hvpmu/abi/ring.h"
@@ -51,11 +52,17 @@ class SessionWriter {
   static Result<SessionWriter> Open(const std::string& directory, store::SessionMetadata metadata);
 
   void Add(const hvpmu::ring::SampleRecord& record, std::span<const uint64_t> frames);
-  // Makes everything so far durable: the chunk in progress, the metadata and the aggregate.
-  // Fails only if the metadata cannot be written; samples that could not be written are
-  // counted (stats().failed) and recorded in the metadata as a reason it is incomplete.
+  // A scheduling record, into sched.hvs: the file is made at the first (a session without
+  // scheduling has none) and continued with the session. Records that cannot be written (the
+  // file cannot be made, a full disk) are counted as the metadata's sched.lost.store_failed.
+  // The agent says where they come from and what the rings lost in metadata().sched.
+  void AddSched(const hvpmu::ring::SchedRecord& record);
+  // Makes everything so far durable: the chunks in progress, the metadata and the aggregate.
+  // Fails only if the metadata cannot be written; samples and scheduling records that could
+  // not be written are counted (stats().failed, sched_stats()) and recorded in the metadata as
+  // a reason it is incomplete.
   Result<void> Dump();
-  // Writes the chunk in progress (without syncing), so that a crash of the agent loses at most
+  // Writes the chunks in progress (without syncing), so that a crash of the agent loses at most
   // what came since.
   Result<void> Flush();
   // Writes session.json; on a full disk, releases the space reserve and tries again once.
@@ -68,14 +75,23 @@ class SessionWriter {
   // Samples in samples.hvs (stats().samples less the chunk in progress).
   uint64_t samples_in_file() const { return writer_.stats().samples - writer_.pending(); }
 
+  // sched.hvs: its writer's counts (zero while there is none), and the error while scheduling
+  // records cannot be written (or the last one that kept it from being made, while it is not).
+  store::SchedWriterStats sched_stats() const;
+  const std::optional<Error>& sched_failure() const { return sched_ ? sched_->failure() : sched_open_failure_; }
+
   store::SessionMetadata& metadata() { return metadata_; }
-  const store::WriterStats& stats() const { return writer_.stats(); }
+  store::WriterStats stats() const { return writer_.stats(); }
   const std::string& directory() const { return directory_; }
   uint64_t samples(uint16_t domain, uint8_t mode) const;
 
  private:
   SessionWriter(std::string directory, store::SessionMetadata metadata, store::SamplesWriter writer);
   void CountExisting(const store::StoredSample& sample);
+  // Continues or makes sched.hvs; false if it cannot (then not tried again until a flush).
+  bool OpenSched();
+  // The metadata's "sched": the agent's, with the file's counts and an earlier agent's losses.
+  std::optional<store::SchedSummary> SchedMetadata(std::vector<std::string>* incomplete) const;
 
   std::string directory_;
   SpaceReserve reserve_;
@@ -85,6 +101,14 @@ class SessionWriter {
   store::SessionMetadata metadata_;
   store::SamplesWriter writer_;
   std::vector<std::array<uint64_t, 3>> by_domain_mode_;  // indexed by domain id
+  std::array<uint8_t, 16> id_{};
+  uint64_t keep_free_ = 0;                       // what the writers leave free on the disk
+  std::optional<store::SchedWriter> sched_;      // once there is a sched.hvs
+  std::optional<store::SchedSummary> carried_sched_;  // an earlier agent's, when continuing
+  std::optional<Error> sched_open_failure_;      // why sched.hvs could not be made, the latest
+  bool sched_open_waits_ = false;                // for the next flush before trying again
+  bool sched_open_logged_ = false;
+  uint64_t sched_dropped_ = 0;                   // records lost that way
 };
 
 // 16 random bytes for a session id (store::SessionIdHex gives its hex form).

@@ -1,6 +1,7 @@
 // A session directory: session.json (what was profiled, how, and what was lost), samples.hvs
-// (raw samples, samples_file.h) and aggregate.hva (sample counts per address, written at
-// dump and stop). docs/session-format.md describes all three.
+// (raw samples, samples_file.h), aggregate.hva (sample counts per address, written at dump and
+// stop) and, when scheduling was recorded, sched.hvs (sched_file.h). docs/session-format.md
+// describes them.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 
 #include "hvprof/base/error.h"
 #include "hvprof/store/samples_file.h"
+#include "hvprof/store/sched_file.h"
 #include "hvprof/store/stack_counter.h"
 
 namespace hvprof::store {
@@ -83,14 +85,15 @@ struct DomainRecord {
   std::vector<ProcessRecord> processes;  // context records of its user space, if known
 };
 
-// Per ring: what the hypervisor put in (or lost), and what the agent stored.
+// Per ring: what the hypervisor put in (or lost), and what the agent stored. A scheduling
+// ring ("sched") counts scheduling records where the others count samples.
 struct RingRecord {
   uint16_t owner = 0;  // the domain whose region holds the ring
   uint32_t index = 0;
-  std::string kind;    // "vcpu", "pcpu"
+  std::string kind;    // "vcpu", "pcpu", "sched"
   uint64_t capacity = 0;
-  uint64_t written = 0;          // samples the producer wrote (its header counts)
-  uint64_t lost[8] = {};         // per hvpmu::ring::LossReason, producer side
+  uint64_t written = 0;          // samples the producer wrote (its header counts; sched: sched_written)
+  uint64_t lost[8] = {};         // per hvpmu::ring::LossReason, producer side (sched: sched_lost)
   uint64_t drained = 0;          // samples the agent read out
   uint64_t malformed = 0;        // records the agent could not use
   uint64_t max_fill = 0;
@@ -127,6 +130,36 @@ inline constexpr LossField kLossFields[] = {
     {"store_failed", &LossRecord::store_failed},
     {"platform_lost", &LossRecord::platform_lost},
     {"throttled", &LossRecord::throttled},
+};
+
+// Scheduling records lost, per cause (none of them is in LossRecord, which counts samples).
+struct SchedLosses {
+  // Engine side, summed over the scheduling rings (sched_lost[] of their headers).
+  uint64_t ring_full = 0;
+  uint64_t corrupt_index = 0;
+  // Agent side.
+  uint64_t store_failed = 0;  // records that could not be written to sched.hvs (a full disk...)
+  uint64_t malformed = 0;     // records the agent could not read out of the rings
+  uint64_t unknown_type = 0;  // records of a type this hvprof does not know: skipped
+};
+struct SchedLossField {
+  const char* name;
+  uint64_t SchedLosses::*member;
+};
+inline constexpr SchedLossField kSchedLossFields[] = {
+    {"ring_full", &SchedLosses::ring_full},     {"corrupt_index", &SchedLosses::corrupt_index},
+    {"store_failed", &SchedLosses::store_failed}, {"malformed", &SchedLosses::malformed},
+    {"unknown_type", &SchedLosses::unknown_type},
+};
+
+// What session.json says of scheduling (its "sched" object), when the session recorded it.
+struct SchedSummary {
+  std::string source;      // what recorded it: "engine", "perf", "xentrace"
+  uint64_t records = 0;    // in sched.hvs
+  SchedLosses lost;
+  // What sched.hvs held when this was written (next chunk number, size): a shorter file was cut.
+  uint64_t file_chunks = 0;
+  uint64_t file_bytes = 0;
 };
 
 struct ProfilingInterval {
@@ -174,6 +207,8 @@ struct SessionMetadata {
   // What the platform says of its own sampling (linux: requested and achieved rates per CPU,
   // throttling, perf's losses), as a JSON object; empty when it says nothing.
   std::string platform_stats;
+  // Only when the session recorded scheduling (sched.hvs); absent in older sessions.
+  std::optional<SchedSummary> sched;
 };
 
 std::string SerializeMetadata(const SessionMetadata& metadata);
