@@ -221,6 +221,9 @@ int main(int argc, char** argv) {
         ("jit", po::value(&setup.jit), "name JIT-compiled code (Node, Java, Python -X perf) from the perf maps and "
                 "jitdumps of sampled processes, which hvprofd copies into the session as they grow and when the "
                 "process ends: auto (the default: on for linux and xen, off for the sim's made-up processes), on, off")
+        ("sched", "also record scheduling: each vCPU's runstate changes (running, runnable, blocked, offline), "
+                  "wake-ups and migrations, per pCPU, beside the samples (hvprof-report --sched, --timeline). "
+                  "sim: from its scheduler; linux and xen: not yet")
         ("verbose,V", "log more in hvprofd.log");
     po::options_description general("General options");
     general.add_options()
@@ -318,6 +321,7 @@ int main(int argc, char** argv) {
       }
       setup.no_vmlinux = values.count("no-vmlinux") != 0;
       setup.verbose = values.count("verbose") != 0;
+      setup.sched = values.count("sched") != 0;
       for (auto [text, option, target] : {std::tuple{&active, "active-domains", &setup.active_domains},
                                           std::tuple{&passive, "passive-domains", &setup.passive_domains},
                                           std::tuple{&passive_images, "passive-images", &setup.passive_images}}) {
@@ -381,7 +385,7 @@ int main(int argc, char** argv) {
     const std::string action = chosen[0];
     for (const char* setup_only : {"xen", "vmlinux", "no-vmlinux", "active-domains", "passive-domains",
                                    "passive-images", "event", "buffer-size", "callgraph", "poll-interval",
-                                   "rate", "jit", "verbose", "scenario"}) {
+                                   "rate", "jit", "sched", "verbose", "scenario"}) {
       if (values.count(setup_only) != 0 && action != "--start-daemon") {
         std::cerr << "hvprof: --" << setup_only << " is a setup option; it only goes with --start-daemon\n";
         return 2;
@@ -389,6 +393,7 @@ int main(int argc, char** argv) {
     }
     setup.no_vmlinux = values.count("no-vmlinux") != 0;
     setup.verbose = values.count("verbose") != 0;
+    setup.sched = values.count("sched") != 0;
     auto split = [](const std::string& text, const char* option, std::vector<std::string>* out) {
       if (text.empty()) return hvprof::Ok();
       auto items = hvprof::setup::SplitList(text, option);

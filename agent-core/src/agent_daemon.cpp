@@ -260,7 +260,7 @@ void AgentDaemon::DrainAll(bool final) {
         (jit_scope_ == JitScope::kAllDomains || record.domain == own_domain)) {
       jit_->Watch(record.domain, record.pid);
     }
-  }, final);
+  }, [&](const ring::SchedRecord& record) { session_->AddSched(record); }, final);
   if (jit_) jit_->Poll();
 }
 
@@ -389,13 +389,33 @@ void AgentDaemon::UpdateMetadata(const hvpmu::Status* status) {
   store::LossRecord own;  // from this agent's rings, for a caller that is not the primary
   uint64_t malformed = 0;
   using ring::LossReason;
+  // The scheduling rings' counts are the scheduling records', kept apart from the samples'.
+  std::optional<store::SchedSummary> sched;
   for (const RingState& state : rings_.rings()) {
     const ring::RingHeader& header = state.reader.header();
     store::RingRecord record;
     record.owner = state.owner;
     record.index = state.index;
-    record.kind = state.kind == ring::RingKind::kPcpu ? "pcpu" : "vcpu";
     record.capacity = header.capacity;
+    if (state.kind == ring::RingKind::kSched) {
+      if (!sched) {
+        sched.emplace();
+        sched->source = "engine";
+      }
+      record.kind = "sched";
+      record.written = ring::LoadRelaxed(&header.sched_written);
+      for (size_t r = 0; r < ring::kLossSlots; ++r) record.lost[r] = ring::LoadRelaxed(&header.sched_lost[r]);
+      record.drained = state.drained;
+      record.malformed = state.malformed;
+      record.max_fill = state.max_pending;
+      sched->lost.ring_full += record.lost[static_cast<int>(LossReason::kRingFull)];
+      sched->lost.corrupt_index += record.lost[static_cast<int>(LossReason::kCorruptIndex)];
+      sched->lost.malformed += state.malformed;
+      sched->lost.unknown_type += state.sched_unknown;
+      m.rings.push_back(record);
+      continue;
+    }
+    record.kind = state.kind == ring::RingKind::kPcpu ? "pcpu" : "vcpu";
     for (const uint64_t& count : header.samples) record.written += ring::LoadRelaxed(&count);
     for (size_t r = 0; r < ring::kLossSlots; ++r) record.lost[r] = ring::LoadRelaxed(&header.lost[r]);
     record.drained = state.drained;
@@ -441,6 +461,7 @@ void AgentDaemon::UpdateMetadata(const hvpmu::Status* status) {
     m.losses.no_ring = own.no_ring;
   }
   m.losses.malformed_records = malformed;
+  if (sched) m.sched = std::move(sched);
 }
 
 Result<Json> AgentDaemon::Dump() {

@@ -161,6 +161,7 @@ Result<Outcome> StartDaemon(const setup::SetupOptions& setup, const std::string&
                             : !setup.events.empty() && setup.platform != "xen" ? "--event"
                             : !setup.xen_image.empty()       ? "--xen"
                             : setup.callgraph != 0           ? "--callgraph"
+                            : setup.sched                    ? "--sched"
                                                              : nullptr;
     if (dom0_only != nullptr) {
       return MakeError(ErrorKind::kInvalidArgument,

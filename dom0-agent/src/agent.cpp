@@ -324,6 +324,14 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
 // which it caps at 32 pages a domain.
 Result<void> Dom0Agent::SetUp() {
   const bool xen = link_->legacy_only();
+  if (setup_.sched && setup_.platform != "sim") {
+    return MakeError(ErrorKind::kUnsupported,
+                     "--sched is not available on {} yet: only the sim records scheduling so far ({} comes "
+                     "with {}); leave out --sched",
+                     setup_.platform, setup_.platform,
+                     setup_.platform == "linux" ? "the sched_switch, sched_waking and sched_migrate_task tracepoints"
+                                                : "Xen's trace buffers");
+  }
   const int32_t legacy_request = agent::LegacyMaxSamples(capacity_);
   if (xen) {
     legacy::GetBuffer own{};
@@ -335,7 +343,13 @@ Result<void> Dom0Agent::SetUp() {
     watermark_ = 0;  // Xen notifies per sample, and user space only on dom0's vCPU 0
   } else {
     hvpmu::BufferV2 own = agent::BufferRequest(0, capacity_);
+    if (setup_.sched) own.flags = hvpmu::kBufferSchedRings;
     HVPROF_TRYV(Op(hvpmu::kOpGetBufferV2, &own));
+    if (setup_.sched && (own.flags & hvpmu::kBufferSchedRings) == 0) {
+      return MakeError(ErrorKind::kUnsupported,
+                       "--sched: this hypervisor's engine records no scheduling (it predates ring ABI 3); "
+                       "update hvprof-hv, or leave out --sched");
+    }
     capacity_ = own.capacity;
     watermark_ = own.watermark;
     HVPROF_TRYV(rings_.AddV2(*link_, 0, own, true));

@@ -85,12 +85,17 @@ void SchedRecords::Add(const SchedEvent& event) {
 
 namespace {
 
-// At equal times: an entity leaving a pCPU first, one arriving there last (docs/sched.md).
+// At equal times: a state as it stands first (a runstate record that changes nothing, such as
+// the snapshot when recording starts), then an entity leaving a pCPU, the rest, and one
+// arriving on a pCPU last (docs/sched.md).
 uint8_t TieClass(uint8_t type, uint8_t states) {
-  if (type != sched::kTypeRunstate) return 1;
-  const bool leaves = (states & 0xF) == 0;
-  const bool arrives = (states >> 4) == 0;
-  return leaves == arrives ? 1 : leaves ? 0 : 2;
+  if (type != sched::kTypeRunstate) return 2;
+  const uint8_t old_state = states & 0xF;
+  const uint8_t new_state = states >> 4;
+  if (old_state == new_state) return 0;
+  const bool leaves = old_state == 0;
+  const bool arrives = new_state == 0;
+  return leaves ? 1 : arrives ? 3 : 2;
 }
 
 }  // namespace
@@ -181,10 +186,23 @@ Result<SchedSession> LoadSchedRecords(const std::string& session_dir) {
   loaded.options.pcpus = session.metadata.num_cpus;
   for (const store::DomainRecord& domain : session.metadata.domains) loaded.options.domain_names[domain.id] = domain.name;
   loaded.problems = session.problems;
-  // TODO(issue 21, store): read the records with the store's reader of sched.hvs, each through
-  // loaded.records.Add(ToSchedEvent(record)), its problems into loaded.problems, and the
-  // window from session.json's "sched" summary (loaded.options.start_ns/end_ns).
-  return MakeError(ErrorKind::kUnsupported, "{}: this hvprof-report cannot read sched.hvs yet", path);
+  HVPROF_TRY(read, store::ReadSchedFile(path, session.metadata.session_id, [&](const store::StoredSched& record) {
+    loaded.records.Add(ToSchedEvent(record));
+  }));
+  for (const store::FileProblem& problem : read.problems) {
+    loaded.problems.push_back(fmt::format("{}: {}", path, problem.description));
+  }
+  if (read.damaged_chunks != 0 || read.torn_tail) {
+    loaded.problems.push_back(fmt::format("{}: {} damaged chunk{}{}: their scheduling records are missing", path,
+                                          read.damaged_chunks, read.damaged_chunks == 1 ? "" : "s",
+                                          read.torn_tail ? ", and the file ends inside a chunk" : ""));
+  }
+  // The window: from the first record (the snapshot taken when recording started) to the end of
+  // profiling, which the last sample marks when it is later than the last record.
+  if (session.metadata.last_sample_ns != 0) {
+    loaded.options.end_ns = std::max(session.metadata.last_sample_ns, loaded.records.last_ns());
+  }
+  return loaded;
 }
 
 }  // namespace hvprof::report

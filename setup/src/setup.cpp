@@ -92,6 +92,7 @@ Json SetupOptions::ToJson() const {
               {"poll_interval_ms", poll_interval_ms},
               {"rate", rate},
               {"jit", jit},
+              {"sched", sched},
               {"verbose", verbose}};
 }
 
@@ -129,6 +130,7 @@ Result<SetupOptions> SetupOptions::FromJson(std::string_view text, const std::st
   HVPROF_TRY(poll, root.Get<uint32_t>("poll_interval_ms", 0));
   HVPROF_TRY(rate, root.Get<uint32_t>("rate", 0));
   HVPROF_TRY(verbose, root.Get<bool>("verbose", false));
+  HVPROF_TRY(sched, root.Get<bool>("sched", false));
   HVPROF_TRY(jit, root.Get("jit", "auto"));
   o.platform = platform;
   o.domain = domain;
@@ -146,6 +148,7 @@ Result<SetupOptions> SetupOptions::FromJson(std::string_view text, const std::st
   o.poll_interval_ms = poll;
   o.rate = rate;
   o.verbose = verbose;
+  o.sched = sched;
   o.jit = jit;
   // Someone may have edited it since --start-daemon checked the same numbers.
   HVPROF_TRYV(o.CheckNumbers());

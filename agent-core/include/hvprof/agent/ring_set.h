@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -21,10 +22,11 @@ namespace hvprof::agent {
 struct RingState {
   hvpmu::DomainId owner;       // whose region the ring is in
   uint32_t index;              // ring number in the region
-  hvpmu::ring::RingKind kind;  // vCPU or pCPU ring
+  hvpmu::ring::RingKind kind;  // vCPU, pCPU or scheduling ring
   RingReader reader;
-  uint64_t drained = 0;
+  uint64_t drained = 0;        // samples, or scheduling records of a scheduling ring
   uint64_t malformed = 0;
+  uint64_t sched_unknown = 0;  // scheduling records of types this agent does not know
   uint64_t max_pending = 0;    // the fullest the agent found it
 };
 
@@ -76,21 +78,28 @@ class RingSet {
   void ResyncLegacy();
 
   // Calls on_sample(const SampleRecord&, std::span<const uint64_t>) for every published sample
-  // of every ring. `final` also hands on a legacy ring's last backtrace group, which otherwise
-  // waits for the next escape record. Returns the number of samples.
+  // of every ring, and on_sched(const SchedRecord&) for every scheduling record. `final` also
+  // hands on a legacy ring's last backtrace group, which otherwise waits for the next escape
+  // record. Returns the number of samples.
   template <typename OnSample>
   uint64_t DrainAll(OnSample&& on_sample, bool final = false) {
+    return DrainAll(std::forward<OnSample>(on_sample), [](const hvpmu::ring::SchedRecord&) {}, final);
+  }
+  template <typename OnSample, typename OnSched>
+  uint64_t DrainAll(OnSample&& on_sample, OnSched&& on_sched, bool final) {
     uint64_t total = DrainLegacy(on_sample, final);
     for (RingState& ring : rings_) {
       const uint64_t pending = ring.reader.Pending();
       if (pending > ring.max_pending) ring.max_pending = pending;
       if (pending == 0) continue;
-      const DrainStats stats = ring.reader.Drain(
+      const DrainStats stats = ring.reader.DrainRecords(
           [&](const hvpmu::ring::SampleRecord& record, std::span<const uint64_t> frames) {
             on_sample(record, frames);
-          });
-      ring.drained += stats.samples;
+          },
+          [&](const hvpmu::ring::SchedRecord& record) { on_sched(record); });
+      ring.drained += stats.samples + stats.sched;
       ring.malformed += stats.malformed;
+      ring.sched_unknown += stats.sched_unknown;
       total += stats.samples;
       if (HVPROF_PROBE_ENABLED(ring__drained)) {
         HVPROF_PROBE(ring__drained, ring.owner, ring.index, static_cast<int>(ring.kind == hvpmu::ring::RingKind::kPcpu),

@@ -48,6 +48,8 @@ struct SetupOptions {
   // --jit: copy the perf maps and jitdumps of sampled processes into the session. "auto": where
   // the agent's pids are this system's processes (linux, xen), not the sim's made-up ones.
   std::string jit = "auto";
+  // --sched: also record scheduling (runstate changes, wake-ups, migrations) in the session.
+  bool sched = false;
   bool verbose = false;
 
   // CheckNumber for each numeric field, and --jit's value (a daemonrc.json may have been edited).
