@@ -397,34 +397,30 @@ void AgentDaemon::UpdateMetadata(const hvpmu::Status* status) {
     record.owner = state.owner;
     record.index = state.index;
     record.capacity = header.capacity;
-    if (state.kind == ring::RingKind::kSched) {
+    record.drained = state.drained;
+    record.malformed = state.malformed;
+    record.max_fill = state.max_pending;
+    const bool sched_ring = state.kind == ring::RingKind::kSched;
+    record.kind = sched_ring ? "sched" : state.kind == ring::RingKind::kPcpu ? "pcpu" : "vcpu";
+    const uint64_t* lost = sched_ring ? header.sched_lost : header.lost;
+    for (size_t r = 0; r < ring::kLossSlots; ++r) record.lost[r] = ring::LoadRelaxed(&lost[r]);
+    if (sched_ring) {
       if (!sched) {
         sched.emplace();
         sched->source = "engine";
       }
-      record.kind = "sched";
       record.written = ring::LoadRelaxed(&header.sched_written);
-      for (size_t r = 0; r < ring::kLossSlots; ++r) record.lost[r] = ring::LoadRelaxed(&header.sched_lost[r]);
-      record.drained = state.drained;
-      record.malformed = state.malformed;
-      record.max_fill = state.max_pending;
       sched->lost.ring_full += record.lost[static_cast<int>(LossReason::kRingFull)];
       sched->lost.corrupt_index += record.lost[static_cast<int>(LossReason::kCorruptIndex)];
       sched->lost.malformed += state.malformed;
       sched->lost.unknown_type += state.sched_unknown;
-      m.rings.push_back(record);
-      continue;
+    } else {
+      for (const uint64_t& count : header.samples) record.written += ring::LoadRelaxed(&count);
+      malformed += state.malformed;
+      own.ring_full += record.lost[static_cast<int>(LossReason::kRingFull)];
+      own.corrupt_index += record.lost[static_cast<int>(LossReason::kCorruptIndex)];
+      own.no_ring += record.lost[static_cast<int>(LossReason::kNoRing)];
     }
-    record.kind = state.kind == ring::RingKind::kPcpu ? "pcpu" : "vcpu";
-    for (const uint64_t& count : header.samples) record.written += ring::LoadRelaxed(&count);
-    for (size_t r = 0; r < ring::kLossSlots; ++r) record.lost[r] = ring::LoadRelaxed(&header.lost[r]);
-    record.drained = state.drained;
-    record.malformed = state.malformed;
-    record.max_fill = state.max_pending;
-    malformed += state.malformed;
-    own.ring_full += record.lost[static_cast<int>(LossReason::kRingFull)];
-    own.corrupt_index += record.lost[static_cast<int>(LossReason::kCorruptIndex)];
-    own.no_ring += record.lost[static_cast<int>(LossReason::kNoRing)];
     m.rings.push_back(record);
   }
   for (const LegacyRingState& state : rings_.legacy_rings()) {

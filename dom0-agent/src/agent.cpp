@@ -324,14 +324,6 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
 // which it caps at 32 pages a domain.
 Result<void> Dom0Agent::SetUp() {
   const bool xen = link_->legacy_only();
-  if (setup_.sched && setup_.platform != "sim") {
-    return MakeError(ErrorKind::kUnsupported,
-                     "--sched is not available on {} yet: only the sim records scheduling so far ({} comes "
-                     "with {}); leave out --sched",
-                     setup_.platform, setup_.platform,
-                     setup_.platform == "linux" ? "the sched_switch, sched_waking and sched_migrate_task tracepoints"
-                                                : "Xen's trace buffers");
-  }
   const int32_t legacy_request = agent::LegacyMaxSamples(capacity_);
   if (xen) {
     legacy::GetBuffer own{};

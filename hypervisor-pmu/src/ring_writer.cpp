@@ -32,7 +32,6 @@ uint8_t LegacyMode(ring::Mode mode) {
 
 void RingWriter::AttachV2(void* base, uint32_t capacity, uint32_t watermark, DomainId domain,
                           uint16_t index, ring::RingKind kind, bool sched) {
-  sched_ = sched;
   format_ = RingFormat::kV2;
   base_ = static_cast<uint8_t*>(base);
   capacity_ = capacity;
@@ -64,7 +63,6 @@ void RingWriter::AttachLegacy(void* base, uint32_t size, uint32_t watermark, uin
 
 void RingWriter::Detach() {
   format_ = RingFormat::kNone;
-  sched_ = false;
   base_ = nullptr;
   capacity_ = 0;
   head_ = 0;
@@ -142,35 +140,41 @@ void RingWriter::UpdateNotify(uint64_t fill, uint64_t tail, bool* notify) {
   if (format_ == RingFormat::kV2) ring::StoreRelaxed(&HeaderOf(base_)->notifications, sent);
 }
 
-RingWriter::Result RingWriter::WriteV2(const SampleToWrite& sample, bool* notify) {
-  ring::RingHeader* header = HeaderOf(base_);
-  const uint64_t tail = ring::LoadAcquire(&header->tail);  // the only read of shared memory
+// Inlined into both writers: the sample path pays nothing for sharing it.
+inline RingWriter::Reservation RingWriter::Reserve(uint32_t group) {
+  const uint64_t tail = ring::LoadAcquire(&HeaderOf(base_)->tail);  // the only read of shared memory
   const uint64_t head = head_;
-  if (tail > head || head - tail > capacity_) {
-    CountLoss(LossReason::kCorruptIndex);
-    return Result::kCorruptIndex;
-  }
-  const uint32_t nframes = sample.nframes < ring::kMaxBacktraceDepth ? sample.nframes
-                                                                     : ring::kMaxBacktraceDepth;
-  const uint32_t group = 1 + ring::FrameRecordsFor(nframes);
+  if (tail > head || head - tail > capacity_) return {Result::kCorruptIndex, tail, 0, 0};
   const uint32_t mask = capacity_ - 1;
   const uint32_t position = static_cast<uint32_t>(head) & mask;
   const uint32_t pad = position + group > capacity_ ? capacity_ - position : 0;
-  const uint64_t free_slots = capacity_ - (head - tail);
-  if (pad + group > free_slots) {
-    CountLoss(LossReason::kRingFull);
-    return Result::kFull;
-  }
-
-  uint8_t* slots = base_ + ring::kHeaderSize;
+  if (pad + group > capacity_ - (head - tail)) return {Result::kFull, tail, 0, 0};
   if (pad != 0) {
-    auto* pad_record =
-        reinterpret_cast<ring::PadRecord*>(slots + uint64_t{position} * ring::kRecordSize);
+    auto* pad_record = reinterpret_cast<ring::PadRecord*>(base_ + ring::kHeaderSize +
+                                                          uint64_t{position} * ring::kRecordSize);
     __builtin_memset(pad_record, 0, sizeof *pad_record);
     pad_record->kind = static_cast<uint8_t>(ring::RecordKind::kPad);
     pad_record->slots = pad;
   }
-  uint32_t slot = (position + pad) & mask;
+  return {Result::kWritten, tail, pad, (position + pad) & mask};
+}
+
+RingWriter::Result RingWriter::WriteV2(const SampleToWrite& sample, bool* notify) {
+  const uint32_t nframes = sample.nframes < ring::kMaxBacktraceDepth ? sample.nframes
+                                                                     : ring::kMaxBacktraceDepth;
+  const uint32_t group = 1 + ring::FrameRecordsFor(nframes);
+  const Reservation room = Reserve(group);
+  if (room.result != Result::kWritten) {
+    CountLoss(room.result == Result::kFull ? LossReason::kRingFull : LossReason::kCorruptIndex);
+    return room.result;
+  }
+  ring::RingHeader* header = HeaderOf(base_);
+  const uint64_t tail = room.tail;
+  const uint64_t head = head_;
+  const uint32_t pad = room.pad;
+  const uint32_t mask = capacity_ - 1;
+  uint8_t* slots = base_ + ring::kHeaderSize;
+  uint32_t slot = room.slot;
 
   // Written in place, field by field: building it on the stack and copying it costs a
   // store-forwarding stall on the reload.
@@ -220,32 +224,21 @@ void RingWriter::CountSchedLoss(LossReason reason, uint64_t time_ns) {
 }
 
 RingWriter::Result RingWriter::WriteSched(const ring::SchedRecord& record, uint16_t pcpu, bool* notify) {
-  if (format_ != RingFormat::kV2 || !sched_) return Result::kFull;  // the engine checks first
-  ring::RingHeader* header = HeaderOf(base_);
-  const uint64_t tail = ring::LoadAcquire(&header->tail);  // the only read of shared memory
-  const uint64_t head = head_;
-  if (tail > head || head - tail > capacity_) {
-    CountSchedLoss(LossReason::kCorruptIndex, record.time_ns);
-    return Result::kCorruptIndex;
-  }
   // A gap is reported where it is: a kLost record before the next record that fits, in the
   // same group, so that the two are published together or not at all.
   const uint32_t group = sched_pending_lost_ != 0 ? 2 : 1;
+  const Reservation room = Reserve(group);
+  if (room.result != Result::kWritten) {
+    CountSchedLoss(room.result == Result::kFull ? LossReason::kRingFull : LossReason::kCorruptIndex, record.time_ns);
+    return room.result;
+  }
+  ring::RingHeader* header = HeaderOf(base_);
+  const uint64_t tail = room.tail;
+  const uint64_t head = head_;
+  const uint32_t pad = room.pad;
   const uint32_t mask = capacity_ - 1;
-  const uint32_t position = static_cast<uint32_t>(head) & mask;
-  const uint32_t pad = position + group > capacity_ ? capacity_ - position : 0;
-  if (pad + group > capacity_ - (head - tail)) {
-    CountSchedLoss(LossReason::kRingFull, record.time_ns);
-    return Result::kFull;
-  }
   uint8_t* slots = base_ + ring::kHeaderSize;
-  if (pad != 0) {
-    auto* pad_record = reinterpret_cast<ring::PadRecord*>(slots + uint64_t{position} * ring::kRecordSize);
-    __builtin_memset(pad_record, 0, sizeof *pad_record);
-    pad_record->kind = static_cast<uint8_t>(ring::RecordKind::kPad);
-    pad_record->slots = pad;
-  }
-  uint32_t slot = (position + pad) & mask;
+  uint32_t slot = room.slot;
   if (sched_pending_lost_ != 0) {
     auto* lost = reinterpret_cast<ring::SchedRecord*>(slots + uint64_t{slot} * ring::kRecordSize);
     __builtin_memset(lost, 0, sizeof *lost);

@@ -1,8 +1,6 @@
 // The scheduling records, kept per pCPU in 16 bytes each, and read back merged in time order.
 #include "hvprof/report/sched.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <tuple>
 
@@ -176,12 +174,12 @@ std::string SchedEntityLabel(const SchedEntity& entity, const SchedOptions& opti
 }
 
 Result<SchedSession> LoadSchedRecords(const std::string& session_dir) {
-  const std::string path = session_dir + "/sched.hvs";
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) {
-    return MakeError(ErrorKind::kNotFound, "{}: this session recorded no scheduling (run with --sched)", session_dir);
-  }
   HVPROF_TRY(session, store::OpenSession(session_dir));
+  if (!store::HasSched(session.directory)) {
+    return MakeError(ErrorKind::kNotFound, "{}: this session recorded no scheduling (run with --sched)",
+                     session.directory);
+  }
+  const std::string path = session.directory + "/" + store::kSchedFile;
   SchedSession loaded;
   loaded.options.pcpus = session.metadata.num_cpus;
   for (const store::DomainRecord& domain : session.metadata.domains) loaded.options.domain_names[domain.id] = domain.name;

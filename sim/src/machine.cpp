@@ -611,9 +611,11 @@ Result<void> SimMachine::AddFunctions(BuildContext& context, const DomainSpec& s
 
 // ---- running
 
-uint64_t SimMachine::now_ns() const {
-  return static_cast<uint64_t>(static_cast<unsigned __int128>(now_) * 1000 / scenario_.machine.mhz);
+uint64_t SimMachine::NsOf(uint64_t cycles) const {
+  return static_cast<uint64_t>(static_cast<unsigned __int128>(cycles) * 1000 / scenario_.machine.mhz);
 }
+
+uint64_t SimMachine::now_ns() const { return NsOf(now_); }
 
 SimMachine::Domain* SimMachine::FindDomain(DomainId id) {
   for (auto& domain : domains_) {
@@ -990,9 +992,7 @@ std::string SimMachine::GroundTruthJson() const {
   out["rows"] = rows;
 
   // Time in state, with the interval since the last schedule counted as it stands.
-  auto ns = [this](uint64_t cycles) {
-    return static_cast<uint64_t>(static_cast<unsigned __int128>(cycles) * 1000 / scenario_.machine.mhz);
-  };
+  auto ns = [this](uint64_t cycles) { return NsOf(cycles); };
   const uint64_t open = now_ - sched_accounted_to_;
   Json vcpus = Json::array();
   for (size_t v = 0; v < vcpus_.size(); ++v) {
@@ -1078,9 +1078,7 @@ void SimPlatform::RearmPmi(uint32_t cpu) {
 
 uint64_t SimPlatform::NowNs() {
   const int cpu = machine_.nmi_cpu_;
-  const uint64_t cycles = cpu >= 0 ? machine_.cpus_[cpu]->time : machine_.now_;
-  return static_cast<uint64_t>(static_cast<unsigned __int128>(cycles) * 1000 /
-                               machine_.scenario_.machine.mhz);
+  return machine_.NsOf(cpu >= 0 ? machine_.cpus_[cpu]->time : machine_.now_);
 }
 
 bool SimPlatform::GetDomainInfo(DomainId domain, DomainInfo* info) {

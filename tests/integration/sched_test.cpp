@@ -2,6 +2,7 @@
 // programs, the records through the engine's scheduling rings, hvprofd and the session, and
 // hvprof-report --sched and --timeline against the machine's ground truth.
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -101,6 +102,11 @@ TEST_CASE("hvprof --sched on the sim: the report's time in each state is the mac
 
 TEST_CASE("scheduling: --sched is refused where it cannot record yet, and a session without it says so", "[sched][e2e]") {
   Host host(TestScenario("intel-arch-v4", 22));
+  // Where nothing records scheduling yet, before anything starts.
+  auto linux_host = host.Hvprof({"--start-daemon", "--platform=linux", "--sched"});
+  CHECK(linux_host.status != 0);
+  CHECK(linux_host.err.find("--sched is not available on linux yet") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(host.session_root() + "/daemonrc.json"));
   auto guest = host.GuestHvprof(1, {"--start-daemon", "--sched"});
   CHECK(guest.status != 0);
   CHECK(guest.err.find("--sched is set up in dom0") != std::string::npos);

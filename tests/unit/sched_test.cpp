@@ -17,6 +17,7 @@
 #include "hvprof/report/views/timeline.h"
 #include "hvprof/report/writers/sched.h"
 #include "hvprof/report/writers/timeline.h"
+#include "synthetic_session.h"
 #include "temp_dir.h"
 
 using namespace hvprof;
@@ -949,8 +950,18 @@ TEST_CASE("sched: garbage records never break the accounting, the time line or t
 
 TEST_CASE("sched: a session without sched.hvs says it recorded no scheduling", "[sched]") {
   testing::TempDir dir;
-  const auto loaded = LoadSchedRecords(dir.path());
+  store::StoredSample sample;
+  sample.ip = 0x401000;
+  sample.time_ns = 1000;
+  sample.period = 1000000;
+  sample.pid = sample.tid = 100;
+  const std::string session = testing::WriteSyntheticSession(dir.File("session"), "linux", {{100, "app", {}}}, {sample});
+  const auto loaded = LoadSchedRecords(session);
   REQUIRE(!loaded);
   CHECK(loaded.error().kind() == ErrorKind::kNotFound);
   CHECK(loaded.error().message().find("this session recorded no scheduling (run with --sched)") != std::string::npos);
+  // No session at all is another matter, and says so.
+  const auto nothing = LoadSchedRecords(dir.File("nowhere"));
+  REQUIRE(!nothing);
+  CHECK(nothing.error().message().find("recorded no scheduling") == std::string::npos);
 }

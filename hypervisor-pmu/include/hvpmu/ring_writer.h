@@ -66,7 +66,6 @@ class RingWriter {
   // pcpu, which the writer fills in. Records lost since the last one written (full ring,
   // corrupt index) are counted, and a kLost record telling how many goes in first.
   Result WriteSched(const ring::SchedRecord& record, uint16_t pcpu, bool* notify);
-  bool sched() const { return sched_; }
 
   // Records a loss that the ring itself did not cause (NoRing, UnprofiledDomain) in the
   // shared statistics, as the total `count` the engine keeps privately.
@@ -79,6 +78,15 @@ class RingWriter {
   uint64_t Fill() const;
 
  private:
+  // Room for a group of `group` slots (a pad first where the array ends): the result, the
+  // consumer's tail, and the slot the group starts at. Writes the pad; counts nothing.
+  struct Reservation {
+    Result result;
+    uint64_t tail;
+    uint32_t pad;
+    uint32_t slot;
+  };
+  Reservation Reserve(uint32_t group);
   Result WriteV2(const SampleToWrite& sample, bool* notify);
   Result WriteLegacy(const SampleToWrite& sample, bool* notify);
   void CountLoss(ring::LossReason reason);
@@ -93,7 +101,6 @@ class RingWriter {
   uint64_t head_ = 0;       // private copy of the producer index
   uint64_t told_tail_ = 0;  // consumer index when it was last notified
   bool notify_armed_ = true;
-  bool sched_ = false;
   uint64_t sched_pending_lost_ = 0;  // lost since the last record written, not yet reported
   uint64_t sched_first_lost_ns_ = 0;
   RingStats stats_;

@@ -20,20 +20,21 @@
 #include <vector>
 
 #include "hvprof/base/error.h"
+#include "hvprof/store/sched_file.h"
 
 namespace hvprof::report {
 
-// SchedRecord's numbers (docs/abi.md), restated here: the report does not include the engine's
-// headers (scripts/check_includes.py); tests/unit/sched_test.cpp checks they agree.
+// SchedRecord's numbers (docs/abi.md), as the store states them (hvprof/store/sched_file.h):
+// the report does not include the engine's headers (scripts/check_includes.py).
 namespace sched {
-inline constexpr uint8_t kTypeRunstate = 1;  // the subject went from old_state to new_state on pcpu
-inline constexpr uint8_t kTypeWakeup = 2;    // the subject was made runnable
-inline constexpr uint8_t kTypeMigrate = 3;   // the subject moved from from_pcpu to to_pcpu
-inline constexpr uint8_t kTypeLost = 4;      // `count` records were lost on pcpu, the first at `aux`
-inline constexpr uint8_t kFlagPidValid = 1u << 0;  // pid/tid name the subject (a task)
-inline constexpr uint16_t kUnknownPcpu = 0xFFFF;
+inline constexpr uint8_t kTypeRunstate = store::kSchedRunstate;
+inline constexpr uint8_t kTypeWakeup = store::kSchedWakeup;
+inline constexpr uint8_t kTypeMigrate = store::kSchedMigrate;
+inline constexpr uint8_t kTypeLost = store::kSchedLost;
+inline constexpr uint8_t kFlagPidValid = store::kSchedFlagTask;
+inline constexpr uint16_t kUnknownPcpu = store::kSchedNoPcpu;
+inline constexpr uint32_t kNoPid = store::kSchedNoTask;
 inline constexpr uint16_t kIdleDomain = 0x7FFF;  // the idle vCPU's domain; its vcpu is the pCPU
-inline constexpr uint32_t kNoPid = 0xFFFFFFFF;
 // pCPUs above this are taken for damage (the engine has 256; Linux hosts up to 8192).
 inline constexpr uint32_t kMaxPcpus = 8192;
 }  // namespace sched

@@ -87,6 +87,7 @@ class SimMachine {
   // Advances simulated time by `ns` (rounded to whole cycles).
   void RunFor(uint64_t ns);
   uint64_t now_ns() const;
+  uint64_t NsOf(uint64_t cycles) const;  // simulated cycles as nanoseconds
   uint64_t now_cycles() const { return now_; }
   uint64_t pmis_delivered() const { return pmis_; }
 
