@@ -3,12 +3,16 @@
 //                     and append it to a session's samples.hvs on disk; D is the call-chain
 //                     depth (0 or 8 frames per sample). Chunks are written as they fill and
 //                     flushed (not synced) after each pass, as the agent does every second.
+//   DrainAndStoreSched read every scheduling record of 8 default-size scheduling rings (one per
+//                     pCPU, issue 21) and append it to the session's sched.hvs: a vCPU's
+//                     switch out and another's in, and now and then a wake-up.
 // The rings are refilled between passes outside the timed region. Samples follow a skewed
 // distribution over a few thousand addresses per domain, like a real profile, so the delta
 // encoding sees realistic input. bench/agent/run.sh measures the whole agent end to end.
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -67,6 +71,23 @@ struct SampleSource {
   uint64_t frames[16] = {};
 };
 
+// Times one pass: `drain` (returning how much it drained) and the flush after it, as the agent
+// flushes every second. False, with the benchmark skipped, when the flush failed.
+bool TimePass(benchmark::State& state, hvprof::agent::SessionWriter& session, uint64_t* total,
+              const std::function<uint64_t()>& drain) {
+  const auto start = std::chrono::steady_clock::now();
+  const uint64_t drained = drain();
+  const auto flushed = session.Flush();
+  const auto stop = std::chrono::steady_clock::now();
+  if (!flushed) {
+    state.SkipWithError(flushed.error().message().c_str());
+    return false;
+  }
+  state.SetIterationTime(std::chrono::duration<double>(stop - start).count());
+  *total += drained;
+  return true;
+}
+
 void DrainAndStore(benchmark::State& state) {
   const auto depth = static_cast<uint32_t>(state.range(0));
   const std::filesystem::path directory =
@@ -104,21 +125,16 @@ void DrainAndStore(benchmark::State& state) {
       while (writers[r].Write(sources[r].Next(depth), &notify) == RingWriter::Result::kWritten) {
       }
     }
-    const auto start = std::chrono::steady_clock::now();
-    uint64_t drained = 0;
-    for (auto& reader : readers) {
-      drained += reader.Drain([&](const ring::SampleRecord& record, std::span<const uint64_t> frames) {
-        session.Add(record, frames);
-      }).samples;
-    }
-    const auto flushed = session.Flush();
-    const auto stop = std::chrono::steady_clock::now();
-    if (!flushed) {
-      state.SkipWithError(flushed.error().message().c_str());
-      break;
-    }
-    state.SetIterationTime(std::chrono::duration<double>(stop - start).count());
-    total += drained;
+    const bool timed = TimePass(state, session, &total, [&] {
+      uint64_t drained = 0;
+      for (auto& reader : readers) {
+        drained += reader.Drain([&](const ring::SampleRecord& record, std::span<const uint64_t> frames) {
+          session.Add(record, frames);
+        }).samples;
+      }
+      return drained;
+    });
+    if (!timed) break;
   }
   state.SetItemsProcessed(static_cast<int64_t>(total));
   state.counters["bytes_per_sample"] =
@@ -126,8 +142,72 @@ void DrainAndStore(benchmark::State& state) {
   std::filesystem::remove_all(directory);
 }
 
+void DrainAndStoreSched(benchmark::State& state) {
+  const std::filesystem::path directory =
+      std::filesystem::temp_directory_path() / ("hvprof-agent-bench-sched-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(directory);
+  std::vector<std::vector<uint64_t>> memory(kRings, std::vector<uint64_t>(ring::RingBytes(kCapacity) / 8));
+  std::vector<RingWriter> writers(kRings);
+  std::vector<hvprof::agent::RingReader> readers;
+  for (uint32_t r = 0; r < kRings; ++r) {
+    writers[r].AttachV2(memory[r].data(), kCapacity, kCapacity / 2, 0, static_cast<uint16_t>(r), ring::RingKind::kSched,
+                        true);
+    auto reader = hvprof::agent::RingReader::Attach(memory[r].data(), ring::RingBytes(kCapacity), kCapacity);
+    if (!reader) {
+      state.SkipWithError(reader.error().message().c_str());
+      return;
+    }
+    readers.push_back(std::move(reader).value());
+  }
+  hvprof::store::SessionMetadata metadata;
+  metadata.platform = "bench";
+  auto opened = hvprof::agent::SessionWriter::Open(directory.string(), metadata);
+  if (!opened) {
+    state.SkipWithError(opened.error().message().c_str());
+    return;
+  }
+  hvprof::agent::SessionWriter session = std::move(opened).value();
+  std::mt19937_64 random(7);
+  uint64_t time_ns = 0;
+  uint64_t total = 0;
+  for (auto _ : state) {
+    for (uint32_t r = 0; r < kRings; ++r) {
+      bool notify = false;
+      for (;;) {
+        ring::SchedRecord record{};
+        const uint64_t draw = random();
+        const bool wakeup = draw % 8 == 0;
+        record.type = static_cast<uint8_t>(wakeup ? ring::SchedType::kWakeup : ring::SchedType::kRunstate);
+        record.old_state = static_cast<uint8_t>(wakeup ? ring::Runstate::kBlocked : ring::Runstate::kRunning);
+        record.new_state = static_cast<uint8_t>(ring::Runstate::kRunnable);
+        time_ns += 20000 + draw % 5000;
+        record.time_ns = time_ns;
+        record.domain = static_cast<uint16_t>(draw >> 8) % 16;
+        record.vcpu = static_cast<uint16_t>(draw >> 16) % 4;
+        record.pid = record.tid = record.other_pid = record.other_tid = ring::kNoPid;
+        record.from_pcpu = record.to_pcpu = ring::kUnknownPcpu;
+        if (writers[r].WriteSched(record, static_cast<uint16_t>(r), &notify) != RingWriter::Result::kWritten) break;
+      }
+    }
+    const bool timed = TimePass(state, session, &total, [&] {
+      uint64_t drained = 0;
+      for (auto& reader : readers) {
+        drained += reader.DrainRecords([](const ring::SampleRecord&, std::span<const uint64_t>) {},
+                                       [&](const ring::SchedRecord& record) { session.AddSched(record); })
+                       .sched;
+      }
+      return drained;
+    });
+    if (!timed) break;
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(total));
+  std::filesystem::remove_all(directory);
+}
+
 }  // namespace
 
 BENCHMARK(DrainAndStore)->Arg(0)->Arg(8)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
+BENCHMARK(DrainAndStoreSched)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
 BENCHMARK_MAIN();

@@ -37,6 +37,7 @@ benches=(
   "report|bench/report/run.sh|bench/report/run.sh 2000000"
   "report-stacks|bench/report/stacks.sh|bench/report/stacks.sh 2000000"
   "report-diff|bench/report/diff.sh|bench/report/diff.sh 2000000"
+  "sched|bench/sched/run.sh 10|bench/sched/run.sh 2"
 )
 if [ "$list" = 1 ]; then
   for entry in "${benches[@]}"; do IFS='|' read -r name full short <<<"$entry"; echo "$name: $full"; done
@@ -44,7 +45,7 @@ if [ "$list" = 1 ]; then
 fi
 
 ninja -C build sample_path_bench agent_bench sim_bench hvprof hvprofd hvprof-hv hvprof-report hvprof-symbolize \
-  linux_hotspots >/dev/null || { echo "run-all: the build failed" >&2; exit 2; }
+  linux_hotspots linux_sched_mix >/dev/null || { echo "run-all: the build failed" >&2; exit 2; }
 logs=$(mktemp -d /tmp/hvprof-bench.XXXXXX)
 figures="$logs/figures.tsv"
 : >"$figures"

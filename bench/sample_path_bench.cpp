@@ -1,6 +1,8 @@
 // The engine's sample path, one sample into a ring, for both ring formats.
 //   RingWrite/*    RingWriter::Write alone (what the NMI handler spends in the ring)
 //   RecordSample/* Engine::RecordSample: mode classification, routing, timestamp and the write
+//   RecordSched    Engine::RecordSched: one scheduling record (a runstate change) into the
+//                  primary's scheduling ring of the pCPU (issue 21, bench/sched/run.sh)
 //   RecordSampleScale/CPUS/DOMAINS/VCPUS/BUSY/RUN
 //                  RecordSample on a host of CPUS pCPUs and DOMAINS passive domains of VCPUS
 //                  vCPUs each (issue 22's scale figure, bench/scale/run.sh). BUSY of the pCPUs
@@ -72,13 +74,18 @@ void RingWriteLegacy(benchmark::State& state) {
 
 // A profiled dom1 (active) on a 2-CPU fake machine, rings in the requested format.
 struct Setup {
-  explicit Setup(bool v2) : platform(2, fake::IntelArchPerfmonModel()), drivers(platform) {
+  // `sched`: dom0 also takes the scheduling rings (v2 only); sched_base is pCPU 0's.
+  explicit Setup(bool v2, bool sched = false) : platform(2, fake::IntelArchPerfmonModel()), drivers(platform) {
+    sched_ = sched;
     platform.AddDomain(0, 2, DomainType::kPv64, true);
     platform.AddDomain(1, 2, DomainType::kPv64);
     engine = std::make_unique<Engine>(platform, drivers.Detect());
     legacy::Init init{};
     engine->DoOp(0, legacy::kOpInit, &init, sizeof init);
-    GetBuffer(0, v2);
+    const uint64_t own = GetBuffer(0, v2);
+    if (sched) {
+      sched_base = static_cast<uint8_t*>(platform.RegionBase(own)) + first_sched_ring_ * ring_bytes_;
+    }
     for (DomainId d : {DomainId{0}, DomainId{1}}) {
       legacy::DomainIdArg id = d;
       engine->DoOp(0, legacy::kOpSetActive, &id, sizeof id);
@@ -103,7 +110,13 @@ struct Setup {
       buffer.struct_size = sizeof buffer;
       buffer.abi_version = kAbiVersion;
       buffer.capacity = 4096;
+      if (domain == 0 && sched_) buffer.flags = kBufferSchedRings;
       engine->DoOp(domain, kOpGetBufferV2, &buffer, sizeof buffer);
+      if (domain == 0 && sched_) {
+        if (buffer.nbuf_sched == 0) std::abort();
+        first_sched_ring_ = buffer.nbuf - buffer.nbuf_sched;
+        ring_bytes_ = buffer.ring_bytes;
+      }
       return buffer.region_handle;
     }
     legacy::GetBuffer buffer{};
@@ -115,6 +128,12 @@ struct Setup {
   PmuDrivers drivers;
   std::unique_ptr<Engine> engine;
   uint8_t* base = nullptr;
+  uint8_t* sched_base = nullptr;
+
+ private:
+  bool sched_ = false;
+  uint32_t first_sched_ring_ = 0;
+  uint64_t ring_bytes_ = 0;
 };
 
 InterruptedContext GuestKernel() {
@@ -138,6 +157,26 @@ void RecordSampleV2(benchmark::State& state) {
     context.ip += 4;
     setup.engine->RecordSample(0, context, 0, 100000);
     ring::StoreRelease(&header->tail, ring::LoadRelaxed(&header->head));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void RecordSched(benchmark::State& state) {
+  Setup setup(true, true);
+  auto* header = reinterpret_cast<ring::RingHeader*>(setup.sched_base);
+  ring::SchedRecord record{};
+  record.type = static_cast<uint8_t>(ring::SchedType::kRunstate);
+  record.old_state = static_cast<uint8_t>(ring::Runstate::kRunning);
+  record.new_state = static_cast<uint8_t>(ring::Runstate::kRunnable);
+  record.domain = 1;
+  record.pid = record.tid = record.other_pid = record.other_tid = ring::kNoPid;
+  for (auto _ : state) {
+    record.time_ns += 1000;
+    setup.engine->RecordSched(0, record);
+    ring::StoreRelease(&header->tail, ring::LoadRelaxed(&header->head));
+  }
+  if (ring::LoadRelaxed(&header->sched_written) != static_cast<uint64_t>(state.iterations())) {
+    state.SkipWithError("records went missing");
   }
   state.SetItemsProcessed(state.iterations());
 }
@@ -279,4 +318,5 @@ BENCHMARK(RingWriteV2);
 BENCHMARK(RingWriteLegacy);
 BENCHMARK(RecordSampleV2);
 BENCHMARK(RecordSampleLegacy);
+BENCHMARK(RecordSched);
 BENCHMARK_MAIN();

@@ -81,6 +81,7 @@ Examples:
   hvprof-report --sched -l            the same, and each domain's CPU time beside its sample share
   hvprof-report --timeline --buckets=120   which domain ran on each pCPU, in 120 columns
   hvprof-report --timeline --format=perfetto -o trace.json   open it in https://ui.perfetto.dev
+  hvprof-report --timeline --format=html -o lanes.html   a swim lane per pCPU, in any browser
 
 Exit status: 0 complete report; 1 no report (e.g. no session); 2 bad usage;
 3 report printed but incomplete (damaged samples, images missing or changed: see its warnings);
@@ -182,7 +183,7 @@ Result<SchedOutput> MakeSchedReport(const std::string& directory, const SchedReq
   if (request.timeline) {
     report::TimelineOptions timeline_options;
     timeline_options.buckets = request.buckets;
-    timeline_options.slices = request.format == "perfetto" || request.format == "chrome-json";
+    timeline_options.slices = request.format == "perfetto" || request.format == "chrome-json" || request.format == "html";
     HVPROF_TRY(built, report::BuildTimeline(session.records, session.options, timeline_options));
     timeline = std::move(built);
   }
@@ -210,9 +211,10 @@ Result<SchedOutput> MakeSchedReport(const std::string& directory, const SchedReq
   }
   if (timeline) {
     if (!out.text.empty()) out.text += "\n";
-    out.text += request.format == "text" ? report::FormatTimelineText(*timeline)
-                : request.format == "csv" ? report::FormatTimelineCsv(*timeline)
-                                          : report::FormatChromeTrace(*timeline);
+    out.text += request.format == "text"   ? report::FormatTimelineText(*timeline)
+                : request.format == "csv"  ? report::FormatTimelineCsv(*timeline)
+                : request.format == "html" ? report::FormatTimelineHtml(*timeline, directory)
+                                           : report::FormatChromeTrace(*timeline);
   }
   return out;
 }
@@ -287,7 +289,8 @@ int main(int argc, char** argv) {
          "text, csv, json (docs/report-json.md); folded: one line per call stack, root first, "
          "'frame;frame;frame COUNT', as flame-graph tools read it; pprof: gzipped profile.proto for "
          "`go tool pprof` and Pyroscope, with -o; html: a flame graph in one self-contained page (click "
-         "to zoom, search, flame or icicle), with -o; perfetto (or chrome-json), with --timeline: Chrome's "
+         "to zoom, search, flame or icicle), with -o, or with --timeline a swim lane per pCPU (wheel to zoom, drag "
+         "to move, hover for the vCPU or task); perfetto (or chrome-json), with --timeline: Chrome's "
          "trace-event JSON, which ui.perfetto.dev and chrome://tracing open (docs/report-formats.md)")
         ("stack-root", po::value(&stack_root)->default_value("domain"),
          "folded and html: what each stack starts with: domain (the domain's name, then the mode), mode, or none")
@@ -325,8 +328,9 @@ int main(int argc, char** argv) {
                   "domain's CPU time beside its share of the samples (needs a session recorded with --sched; "
                   "docs/sched.md)")
         ("timeline", "the scheduling time line: which domain ran on each pCPU, a row per pCPU cut into --buckets "
-                     "columns; csv: a row per pCPU and bucket; --format=perfetto: every stretch a vCPU ran as Chrome "
-                     "trace JSON for ui.perfetto.dev (needs a session recorded with --sched)")
+                     "columns; csv: a row per pCPU and bucket; --format=html: swim lanes in one self-contained page; "
+                     "--format=perfetto: every stretch a vCPU ran as Chrome trace JSON for ui.perfetto.dev (needs a "
+                     "session recorded with --sched)")
         ("buckets", po::value(&timeline_buckets)->default_value(timeline_buckets),
          "--timeline: how many columns the window is cut into (1 to 10000)")
         ("top", po::value(&sched_top)->default_value(sched_top),
@@ -435,14 +439,15 @@ int main(int argc, char** argv) {
       }
       if (sched_view && timeline && format != "text") {
         return fail(Error(ErrorKind::kInvalidArgument, "--sched and --timeline together print text: give one of them "
-                                                       "for csv, json or perfetto"),
+                                                       "for csv, json, html or perfetto"),
                     2);
       }
       if (sched_view && format != "text" && format != "csv" && format != "json") {
         return fail(MakeError(ErrorKind::kInvalidArgument, "--sched writes text, csv or json, not {}", format), 2);
       }
-      if (timeline && format != "text" && format != "csv" && !trace) {
-        return fail(MakeError(ErrorKind::kInvalidArgument, "--timeline writes text, csv or perfetto, not {}", format), 2);
+      if (timeline && format != "text" && format != "csv" && format != "html" && !trace) {
+        return fail(MakeError(ErrorKind::kInvalidArgument, "--timeline writes text, csv, html or perfetto, not {}", format),
+                    2);
       }
       if (timeline_buckets == 0 || timeline_buckets > report::kMaxTimelineBuckets) {
         return fail(MakeError(ErrorKind::kInvalidArgument, "--buckets: 1 to {}", report::kMaxTimelineBuckets), 2);

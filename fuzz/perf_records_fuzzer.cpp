@@ -1,6 +1,7 @@
 // Fuzzes the reader of perf's ring records (hvprof-hv, linux platform) with bytes a hostile or
-// broken kernel ring could hold: the first two input bytes choose the sample layout, the rest
-// is records. The parser must never read outside the bytes (callchains and names included),
+// broken kernel ring could hold: the first two input bytes choose the sample layout (bit 14:
+// two ids are tracepoints with a layout of their own, as with --sched), the rest is records.
+// The parser must never read outside the bytes (callchains, raw records and names included),
 // and its quick scan must agree with it: when the scan says the records are in time order,
 // the times the parser gives them do not go backwards, and when it says there is no side band
 // (mmap, comm, fork, exit), the parser finds none.
@@ -31,6 +32,7 @@ struct Checker final : RecordVisitor {
   }
   void OnSample(const PerfSample& r) override {
     Inside(r.callchain.data(), r.callchain.size_bytes());
+    Inside(r.raw.data(), r.raw.size());
     if (sample_has_time) Time(r.time);
   }
   void OnMmap2(const PerfMmap2& r) override {
@@ -66,11 +68,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Every supported field can be on or off; sample_id_all from the top bit.
   const uint64_t fields[] = {kSampleIdentifier, kSampleIp,       kSampleTid,      kSampleTime,
                              kSampleAddr,       kSampleId,       kSampleStreamId, kSampleCpu,
-                             kSamplePeriod,     kSampleCallchain};
+                             kSamplePeriod,     kSampleCallchain, kSampleRaw};
   for (size_t i = 0; i < std::size(fields); ++i) {
     if (bits & (1u << i)) layout.sample_type |= fields[i];
   }
   layout.sample_id_all = (bits & 0x8000) != 0;
+  // Bit 14: samples of ids 1 and 42 are a tracepoint's (--sched), laid out differently.
+  static const uint64_t kOtherIds[] = {1, 42};
+  if (bits & 0x4000) {
+    layout.sample_type |= kSampleIdentifier;
+    const uint64_t trailer_bits = kSampleTid | kSampleTime | kSampleId | kSampleStreamId | kSampleCpu;
+    layout.other_sample_type = (layout.sample_type & trailer_bits) | kSampleIdentifier | kSampleRaw;
+    layout.other_ids = kOtherIds;
+  }
   // The ring's bytes as the reader gets them: copied into their own (aligned) buffer.
   std::vector<uint8_t> bytes(data + 2, data + size);
   Checker checker;

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-25}
 targets=(elf_image_fuzzer kernel_symbols_fuzzer session_files_fuzzer published_profile_fuzzer
          ring_reader_fuzzer scenario_fuzzer engine_ops_fuzzer archive_reader_fuzzer jit_symbols_fuzzer
-         perf_records_fuzzer)
+         perf_records_fuzzer tracepoint_fuzzer)
 
 build=$(scripts/configure.sh asan)
 ninja -C "$build" -j"$(nproc)" "${targets[@]}"
@@ -35,6 +35,11 @@ cp fuzz/corpus/kernel_symbols/* "$seeds/kernel_symbols_fuzzer/"
 if [ -r /proc/kallsyms ]; then head -n 300 /proc/kallsyms > "$seeds/kernel_symbols_fuzzer/proc-kallsyms"; fi
 # A small session (committed), the example scenarios, and rings and op sequences made here.
 cp fuzz/corpus/session_files/* "$seeds/session_files_fuzzer/"
+# Scheduler tracepoints: a 6.18 kernel's format files, each followed by a raw record's bytes.
+for format in tests/linux/fixtures/tracefs/*/format; do
+  event=$(basename "$(dirname "$format")")
+  { cat "$format"; printf '\0'; head -c 64 /dev/zero; } > "$seeds/tracepoint_fuzzer/$event"
+done
 cp fuzz/corpus/published/* "$seeds/published_profile_fuzzer/"
 cp examples/*.json tests/golden/scenario.json fuzz/corpus/scenario/* "$seeds/scenario_fuzzer/"
 python3 - "$seeds" <<'PY'

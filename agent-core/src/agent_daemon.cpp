@@ -407,7 +407,8 @@ void AgentDaemon::UpdateMetadata(const hvpmu::Status* status) {
     if (sched_ring) {
       if (!sched) {
         sched.emplace();
-        sched->source = "engine";
+        // On linux the engine's records are perf's scheduler tracepoints, translated.
+        sched->source = link_->platform_name() == "linux" ? "perf" : "engine";
       }
       record.written = ring::LoadRelaxed(&header.sched_written);
       sched->lost.ring_full += record.lost[static_cast<int>(LossReason::kRingFull)];

@@ -38,6 +38,9 @@ namespace {
 
 constexpr uint64_t kSampleType = kSampleIdentifier | kSampleIp | kSampleTid | kSampleTime |
                                  kSampleCpu | kSamplePeriod;
+// The scheduler's tracepoints: who (the task running: prev, or the waker), when, where, and
+// the record; the same sample_id trailer as the counters'.
+constexpr uint64_t kTracepointSampleType = kSampleIdentifier | kSampleTid | kSampleTime | kSampleCpu | kSampleRaw;
 // perf's callchain has room for a few context markers besides the frames.
 constexpr uint32_t kCallchainMarkers = 4;
 
@@ -162,12 +165,16 @@ void PerfPmuDriver::CloseAll() {
       ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, ring.tracker.get(), nullptr);
     }
     ring.counters.clear();
+    ring.tracepoints.clear();
     ring.ring = PerfRing();
     ring.mapping.Reset();
     ring.tracker.Reset();
   }
   rings_.clear();
   ids_.clear();
+  sched_ids_.clear();
+  layout_.other_ids = {};
+  layout_.other_sample_type = 0;
   set_up_ = false;
   profiling_ = false;
 }
@@ -206,7 +213,7 @@ hvprof::Result<void> PerfPmuDriver::OpenAll() {
       } else if (::ioctl(fd, PERF_EVENT_IOC_ID, &id) != 0) {
         return hvprof::ErrnoError(errno, fmt::format("PERF_EVENT_IOC_ID on CPU {}", cpu));
       }
-      ids_.emplace_back(id, counter);
+      ids_.push_back(IdEntry{id, counter, cpu});
       return hvprof::Ok();
     };
     if (!options_.dry_run) {
@@ -273,8 +280,39 @@ hvprof::Result<void> PerfPmuDriver::OpenAll() {
       HVPROF_TRYV(add_id(fd.get(), static_cast<int>(index)));
       ring.counters.emplace_back(index, std::move(fd));
     }
+    for (uint32_t k = 0; sched_ && k < kSchedTracepoints; ++k) {
+      const auto kind = static_cast<SchedTracepoint>(k);
+      if (sched_->id(kind) == 0) continue;  // not on this kernel
+      hvprof::ScopedFd fd;
+      if (!options_.dry_run) {
+        perf_event_attr attr{};
+        attr.type = PERF_TYPE_TRACEPOINT;
+        attr.config = sched_->id(kind);
+        attr.sample_period = 1;  // every event: tracepoints are not throttled at period 1
+        attr.sample_type = kTracepointSampleType;
+        attr.disabled = 1;
+        attr.sample_id_all = 1;
+        attr.use_clockid = 1;
+        attr.clockid = CLOCK_MONOTONIC;
+        HVPROF_TRY(opened, OpenPerfEvent(attr, static_cast<int>(cpu),
+                                         fmt::format("the {} tracepoint (--sched)", sched_->name(kind)),
+                                         options_.paths));
+        fd = std::move(opened);
+        if (::ioctl(fd.get(), PERF_EVENT_IOC_SET_OUTPUT, ring.tracker.get()) != 0) {
+          return hvprof::ErrnoError(errno, fmt::format("PERF_EVENT_IOC_SET_OUTPUT on CPU {}", cpu));
+        }
+      }
+      HVPROF_TRYV(add_id(fd.get(), TracepointCounter(kind)));
+      ring.tracepoints.emplace_back(kind, std::move(fd));
+    }
     rings_.push_back(std::move(ring));
   }
+  for (const IdEntry& entry : ids_) {
+    if (TracepointOf(entry.counter)) sched_ids_.push_back(entry.id);
+  }
+  std::sort(sched_ids_.begin(), sched_ids_.end());
+  layout_.other_ids = sched_ids_;
+  layout_.other_sample_type = sched_ids_.empty() ? 0 : kTracepointSampleType;
   return hvprof::Ok();
 }
 
@@ -283,6 +321,12 @@ ErrorCode PerfPmuDriver::Setup(const CounterConfig* configs, uint32_t count) {
   CloseAll();
   accumulated_ns_ = 0;  // rates are per setup
   layout_.sample_type = kSampleType | (options_.callchain_depth != 0 ? kSampleCallchain : 0);
+  sched_.reset();
+  if (sched_wanted_ && sched_wanted_()) {
+    auto points = SchedTracepoints::Read(options_.paths);
+    if (!points) return Fail(points.error());
+    sched_ = std::move(points.value());
+  }
   for (uint32_t index = 0; index < counters_.size(); ++index) {
     Counter& counter = counters_[index];
     counter = Counter{};
@@ -319,6 +363,12 @@ void PerfPmuDriver::Start() {
                     ring.cpu, std::strerror(errno));
       }
     }
+    for (auto& [kind, fd] : ring.tracepoints) {
+      if (fd.valid() && ::ioctl(fd.get(), PERF_EVENT_IOC_ENABLE, 0) != 0) {
+        hvprof::Log(hvprof::LogLevel::kError, "cannot enable the {} tracepoint on CPU {}: {}",
+                    sched_->name(kind), ring.cpu, std::strerror(errno));
+      }
+    }
   }
   profiling_ = true;
   started_ns_ = MonotonicNs();
@@ -328,6 +378,9 @@ void PerfPmuDriver::Stop() {
   if (!profiling_) return;
   for (CpuRing& ring : rings_) {
     for (auto& [index, fd] : ring.counters) {
+      if (fd.valid()) ::ioctl(fd.get(), PERF_EVENT_IOC_DISABLE, 0);
+    }
+    for (auto& [kind, fd] : ring.tracepoints) {
       if (fd.valid()) ::ioctl(fd.get(), PERF_EVENT_IOC_DISABLE, 0);
     }
   }
@@ -343,20 +396,22 @@ uint64_t PerfPmuDriver::profiling_ns() const {
 }
 
 int PerfPmuDriver::CounterOfId(uint64_t id) const {
-  for (const auto& [known, counter] : ids_) {
-    if (known == id) return counter;
+  for (const IdEntry& entry : ids_) {
+    if (entry.id == id) return entry.counter;
   }
-  return -1;
+  return kTrackerId;
 }
 
 uint64_t PerfPmuDriver::IdOf(uint32_t cpu, uint32_t counter) const {
-  size_t next = 0;
-  for (const CpuRing& ring : rings_) {
-    ++next;  // the tracker's id
-    for (const auto& [index, fd] : ring.counters) {
-      if (ring.cpu == cpu && index == counter) return ids_[next].first;
-      ++next;
-    }
+  for (const IdEntry& entry : ids_) {
+    if (entry.cpu == cpu && entry.counter == static_cast<int>(counter)) return entry.id;
+  }
+  return 0;
+}
+
+uint64_t PerfPmuDriver::TracepointIdOf(uint32_t cpu, SchedTracepoint kind) const {
+  for (const IdEntry& entry : ids_) {
+    if (entry.cpu == cpu && entry.counter == TracepointCounter(kind)) return entry.id;
   }
   return 0;
 }

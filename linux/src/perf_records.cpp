@@ -2,6 +2,7 @@
 
 #include <linux/perf_event.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -21,7 +22,7 @@ static_assert(kSampleIp == PERF_SAMPLE_IP && kSampleTid == PERF_SAMPLE_TID);
 static_assert(kSampleTime == PERF_SAMPLE_TIME && kSampleAddr == PERF_SAMPLE_ADDR);
 static_assert(kSampleCallchain == PERF_SAMPLE_CALLCHAIN && kSampleId == PERF_SAMPLE_ID);
 static_assert(kSampleCpu == PERF_SAMPLE_CPU && kSamplePeriod == PERF_SAMPLE_PERIOD);
-static_assert(kSampleStreamId == PERF_SAMPLE_STREAM_ID);
+static_assert(kSampleStreamId == PERF_SAMPLE_STREAM_ID && kSampleRaw == PERF_SAMPLE_RAW);
 static_assert(kSampleIdentifier == PERF_SAMPLE_IDENTIFIER);
 static_assert(kMiscGuestKernel == PERF_RECORD_MISC_GUEST_KERNEL);
 static_assert(kMiscGuestUser == PERF_RECORD_MISC_GUEST_USER);
@@ -31,6 +32,12 @@ static_assert(kContextUser == static_cast<uint64_t>(PERF_CONTEXT_USER));
 static_assert(kContextKernel == static_cast<uint64_t>(PERF_CONTEXT_KERNEL));
 static_assert(kContextGuestKernel == static_cast<uint64_t>(PERF_CONTEXT_GUEST_KERNEL));
 static_assert(kContextMax == static_cast<uint64_t>(PERF_CONTEXT_MAX));
+
+namespace {
+// The sample_type bits that make up the sample_id trailer of non-sample records.
+constexpr uint64_t kSampleIdBits =
+    kSampleTid | kSampleTime | kSampleId | kSampleStreamId | kSampleCpu | kSampleIdentifier;
+}  // namespace
 
 uint32_t RecordLayout::SampleIdBytes() const {
   if (!sample_id_all) return 0;
@@ -42,6 +49,21 @@ uint32_t RecordLayout::SampleIdBytes() const {
   if (sample_type & kSampleCpu) bytes += 8;
   if (sample_type & kSampleIdentifier) bytes += 8;
   return bytes;
+}
+
+bool RecordLayout::Supported() const {
+  if ((sample_type & ~kSupportedSampleBits) != 0) return false;
+  if (other_ids.empty()) return true;
+  return (other_sample_type & ~kSupportedSampleBits) == 0 && (sample_type & kSampleIdentifier) != 0 &&
+         (other_sample_type & kSampleIdentifier) != 0 &&
+         (sample_type & kSampleIdBits) == (other_sample_type & kSampleIdBits);
+}
+
+uint64_t RecordLayout::SampleTypeOf(const uint8_t* body, size_t size) const {
+  if (other_ids.empty() || size < 8) return sample_type;
+  uint64_t id = 0;
+  std::memcpy(&id, body, 8);
+  return std::binary_search(other_ids.begin(), other_ids.end(), id) ? other_sample_type : sample_type;
 }
 
 namespace {
@@ -123,7 +145,7 @@ bool ReadString(Cursor& cursor, std::string_view* out) {
 bool ParseSample(const RecordLayout& layout, uint16_t misc, const uint8_t* body, size_t size,
                  PerfSample* sample) {
   Cursor cursor(body, size);
-  const uint64_t type = layout.sample_type;
+  const uint64_t type = layout.SampleTypeOf(body, size);
   sample->misc = misc;
   if (type & kSampleIdentifier) sample->id = cursor.Read<uint64_t>();
   if (type & kSampleIp) sample->ip = cursor.Read<uint64_t>();
@@ -147,6 +169,13 @@ bool ParseSample(const RecordLayout& layout, uint16_t misc, const uint8_t* body,
     sample->callchain = std::span<const uint64_t>(
         reinterpret_cast<const uint64_t*>(cursor.here()), static_cast<size_t>(nr));
     cursor.Skip(static_cast<size_t>(nr) * 8);
+  }
+  if (type & kSampleRaw) {
+    // A u32 size, then that many bytes (the kernel pads size + data to a multiple of 8).
+    const uint32_t raw_size = cursor.Read<uint32_t>();
+    if (!cursor.ok() || raw_size > cursor.left()) return false;
+    sample->raw = std::span<const uint8_t>(cursor.here(), raw_size);
+    cursor.Skip(raw_size);
   }
   return cursor.ok();
 }
@@ -268,10 +297,11 @@ namespace {
 // sample_id trailer's. False for a record without one (an unknown type, no TIME asked for) or
 // too short to hold it.
 bool TimeOf(const RecordLayout& layout, uint32_t type, const uint8_t* body, size_t size, uint64_t* time) {
-  const uint64_t sample_type = layout.sample_type;
+  uint64_t sample_type = layout.sample_type;
   size_t offset = 0;
   switch (static_cast<RecordType>(type)) {
     case RecordType::kSample:
+      sample_type = layout.SampleTypeOf(body, size);
       if (!(sample_type & kSampleTime)) return false;
       offset = (sample_type & kSampleIdentifier ? 8 : 0) + (sample_type & kSampleIp ? 8 : 0) +
                (sample_type & kSampleTid ? 8 : 0);

@@ -409,6 +409,7 @@ void ProcessTable::AddMapping(Process& process, Mapping mapping) {
 void ProcessTable::OnTask(const PerfTask& record) {
   if (record.pid == kNoTask || record.pid == 0) return;
   if (record.fork) {
+    tgid_of_[record.tid] = record.pid;
     if (record.pid == record.ppid) {  // a new thread
       Get(record.pid).threads[record.tid];
       return;
@@ -499,6 +500,27 @@ uint16_t ProcessTable::VcpuOf(uint32_t pid, uint32_t tid) {
     thread.vcpu = process.next_vcpu++;
   }
   return static_cast<uint16_t>(thread.vcpu);
+}
+
+uint32_t ProcessTable::TgidOf(uint32_t tid) {
+  if (tid == 0) return 0;
+  auto known = tgid_of_.find(tid);
+  if (known != tgid_of_.end()) return known->second;
+  uint32_t tgid = tid;
+  // /proc/TID exists for every thread, though only processes are listed.
+  if (auto status = hvprof::ReadFileToString(fmt::format("{}/{}/status", options_.proc_root, tid))) {
+    std::string_view text = status.value();
+    const size_t at = text.find("\nTgid:");
+    if (at != std::string_view::npos) {
+      text.remove_prefix(at + 6);
+      while (!text.empty() && (text.front() == '\t' || text.front() == ' ')) text.remove_prefix(1);
+      uint32_t value = 0;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+      if (ec == std::errc() && end != text.data()) tgid = value;
+    }
+  }
+  tgid_of_[tid] = tgid;
+  return tgid;
 }
 
 bool ProcessTable::IsVcpuThread(uint32_t pid, uint32_t tid) {

@@ -88,4 +88,27 @@ RoutedSample SampleRouter::Route(const PerfSample& sample, uint32_t cpu) {
   return routed;
 }
 
+SchedSubject SampleRouter::RouteTask(uint32_t tid, uint32_t pid, uint32_t cpu) {
+  SchedSubject subject;
+  if (tid == 0) {  // the CPU's idle task (every CPU's is pid 0)
+    subject.domain = kDomainIdle;
+    subject.vcpu = static_cast<uint16_t>(cpu);
+    return subject;
+  }
+  if (pid == kNoTask || pid == 0) pid = processes_.TgidOf(tid);
+  const DomainId guest = domains_.GuestDomainFor(pid, false);
+  if (guest != kDomainInvalid && processes_.IsVcpuThread(pid, tid)) {
+    subject.domain = guest;
+    subject.vcpu = processes_.VcpuOf(pid, tid);
+    domains_.NoteGuestVcpus(guest, static_cast<uint16_t>(subject.vcpu + 1));
+    return subject;
+  }
+  subject.domain = processes_.Get(pid).domain;
+  subject.vcpu = static_cast<uint16_t>(cpu % host_vcpus_);
+  subject.pid = pid;
+  subject.tid = tid;
+  subject.task = true;
+  return subject;
+}
+
 }  // namespace hvprof::linux_host

@@ -5,12 +5,16 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "browser_support.h"
+#include "hvprof/base/files.h"
 #include "host_harness.h"
 #include "sim_harness.h"
+#include "skip.h"
 
 using hvprof::testing::Host;
 using hvprof::testing::TestScenario;
@@ -100,12 +104,73 @@ TEST_CASE("hvprof --sched on the sim: the report's time in each state is the mac
   }
 }
 
+TEST_CASE("the HTML time line opens offline in headless Chromium and its lanes hold the report's times",
+          "[sched][e2e][browser]") {
+  const std::string chromium = hvprof::testing::Chromium();
+  if (chromium.empty() && hvprof::testing::SkipTest("needs Chromium (Debian package chromium) to open the page")) {
+    return;
+  }
+  Host host(BusyScenario());
+  REQUIRE(host.Hvprof({"--start-daemon", "--passive-domains=all", "--sched", "-e", "CPU_CLK_UNHALTED:1000000"}).status == 0);
+  REQUIRE(host.Hvprof({"--start"}).status == 0);
+  REQUIRE(host.Hvprof({"--run-sim=300ms"}).status == 0);
+  REQUIRE(host.Hvprof({"--shutdown"}).status == 0);
+  const std::string file = host.session_root() + "/../lanes.html";
+  const auto written = host.Report({"--timeline", "--format=html", "-o", file});
+  INFO(written.err);
+  REQUIRE(written.status == 0);
+  const auto read = hvprof::ReadFileToString(file, 64 << 20);
+  REQUIRE(read.has_value());
+  // Nothing in the file points anywhere: no address, no element that loads one.
+  CHECK_FALSE(std::regex_search(read.value(), std::regex(R"(\b(https?|ftp|wss?):)", std::regex::icase)));
+  for (const char* loader : {"src=", "href=", "<link", "<img", "<iframe", "@import", "url("}) {
+    INFO(loader);
+    CHECK(read.value().find(loader) == std::string::npos);
+  }
+
+  const Json sched = Json::parse(host.Report({"--sched", "--format=json"}).out);
+  const hvprof::testing::Page page = hvprof::testing::Open(chromium, file, "");
+  hvprof::testing::CheckClean(page);
+  // What the page summed from the slices it drew: each pCPU's busy time and each vCPU's running
+  // time, to the nanosecond what --sched says.
+  std::map<int, uint64_t> busy;
+  const std::regex pcpu_row(R"re(data-pcpu="(\d+)" data-busy-ns="(\d+)")re");
+  for (std::sregex_iterator m(page.dom.begin(), page.dom.end(), pcpu_row), end; m != end; ++m) {
+    busy[std::stoi((*m)[1])] = std::stoull((*m)[2]);
+  }
+  REQUIRE(busy.size() == sched["pcpus"].size());
+  for (const Json& pcpu : sched["pcpus"]) {
+    INFO("pCPU " << pcpu["pcpu"]);
+    CHECK(busy[pcpu["pcpu"].get<int>()] == pcpu["busy_ns"].get<uint64_t>());
+  }
+  std::map<std::string, uint64_t> running;
+  const std::regex entity_row(R"re(data-entity="\d+" data-label="([^"]*)" data-running-ns="(\d+)")re");
+  for (std::sregex_iterator m(page.dom.begin(), page.dom.end(), entity_row), end; m != end; ++m) {
+    running[(*m)[1]] = std::stoull((*m)[2]);
+  }
+  size_t ran = 0;
+  for (const Json& entity : sched["entities"]) {
+    if (entity["running_ns"].get<uint64_t>() == 0) continue;
+    ++ran;
+    const std::string label = entity["label"].get<std::string>();
+    INFO(label);
+    REQUIRE(running.contains(label));
+    CHECK(running[label] == entity["running_ns"].get<uint64_t>());
+  }
+  CHECK(ran == 7);
+  CHECK(running.size() == ran);
+  // The lanes were drawn: every slice of the whole window.
+  std::smatch drawn;
+  REQUIRE(std::regex_search(page.dom, drawn, std::regex(R"re(data-drawn-slices="(\d+)")re")));
+  CHECK(std::stoull(drawn[1]) > 100);
+}
+
 TEST_CASE("scheduling: --sched is refused where it cannot record yet, and a session without it says so", "[sched][e2e]") {
   Host host(TestScenario("intel-arch-v4", 22));
   // Where nothing records scheduling yet, before anything starts.
-  auto linux_host = host.Hvprof({"--start-daemon", "--platform=linux", "--sched"});
-  CHECK(linux_host.status != 0);
-  CHECK(linux_host.err.find("--sched is not available on linux yet") != std::string::npos);
+  auto xen_host = host.Hvprof({"--start-daemon", "--platform=xen", "--sched"});
+  CHECK(xen_host.status != 0);
+  CHECK(xen_host.err.find("--sched is not available on xen yet") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(host.session_root() + "/daemonrc.json"));
   auto guest = host.GuestHvprof(1, {"--start-daemon", "--sched"});
   CHECK(guest.status != 0);

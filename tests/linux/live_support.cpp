@@ -44,7 +44,9 @@ EngineSession::EngineSession(LinuxMachine& machine, SessionOptions options) : ma
   legacy::Init init{};
   Must(e.DoOp(0, legacy::kOpInit, &init, sizeof init), "init");
   BufferV2 own = BufferRequest(0, options.capacity);
+  if (options.sched) own.flags = kBufferSchedRings;
   Must(e.DoOp(0, kOpGetBufferV2, &own, sizeof own), "get_buffer_v2");
+  if (options.sched) REQUIRE(own.nbuf_sched != 0);
   MapRegion(0, own);
   Must(e.DoOp(0, legacy::kOpResetActiveList, nullptr, 0), "reset_active_list");
   legacy::DomainIdArg dom0 = 0;
@@ -113,10 +115,11 @@ void EngineSession::Stop() {
 void EngineSession::DrainRings() {
   for (auto& region : regions_) {
     for (uint32_t i = 0; i < region->readers.size(); ++i) {
-      const agent::DrainStats stats = region->readers[i].Drain(
+      const agent::DrainStats stats = region->readers[i].DrainRecords(
           [&](const ring::SampleRecord& record, std::span<const uint64_t> frames) {
             samples_.push_back({region->owner, i, record, {frames.begin(), frames.end()}});
-          });
+          },
+          [&](const ring::SchedRecord& record) { sched_.push_back(record); });
       CHECK(stats.malformed == 0);
     }
   }

@@ -32,6 +32,7 @@ struct SessionOptions {
   uint32_t capacity = 16384;
   uint16_t event = 0x3C;  // CPU_CLK_UNHALTED
   uint64_t count = 100000;
+  bool sched = false;  // ask for scheduling rings (--sched): the machine opens its tracepoints
 };
 
 class EngineSession {
@@ -50,6 +51,8 @@ class EngineSession {
   void Pump(std::chrono::milliseconds duration, const std::function<bool()>& done = {});
 
   const std::vector<CollectedSample>& samples() const { return samples_; }
+  // With SessionOptions::sched: the scheduling records drained, in each ring's order.
+  const std::vector<hvpmu::ring::SchedRecord>& sched() const { return sched_; }
   hvpmu::Status Status();
   hvpmu::Engine& engine() { return *engine_; }
 
@@ -66,6 +69,7 @@ class EngineSession {
   std::unique_ptr<hvpmu::Engine> engine_;
   std::vector<std::unique_ptr<Region>> regions_;
   std::vector<CollectedSample> samples_;
+  std::vector<hvpmu::ring::SchedRecord> sched_;
   bool started_ = false;
 };
 

@@ -2,6 +2,7 @@
 // the whole sample path, and the engine's rings show where each kind of sample lands.
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -36,6 +37,10 @@ class FakeHost {
     Write("proc/300/task/301/comm", "CPU 0/KVM\n");
     Write("proc/300/task/302/comm", "CPU 1/KVM\n");
     Write("proc/300/task/303/comm", "worker\n");
+    // /proc/TID exists for every thread, though only processes are listed.
+    for (int tid : {301, 302, 303}) {
+      Write(fmt::format("proc/{}/status", tid), fmt::format("Name:\tx\nTgid:\t300\nPid:\t{}\n", tid));
+    }
     Process(400, 1, "othervmm");
   }
   void Process(uint32_t pid, uint32_t ppid, const std::string& comm) {
@@ -47,13 +52,22 @@ class FakeHost {
     Write(fmt::format("proc/{}/maps", pid), "");
   }
   HostPaths paths() const { return {dir_.File("proc"), dir_.File("sys")}; }
-
- private:
+  // tracefs with the scheduler's tracepoints of fixtures/tracefs (a 6.18 kernel).
+  void Tracefs() {
+    for (const char* event : {"sched_switch", "sched_waking", "sched_wakeup_new", "sched_migrate_task"}) {
+      std::ifstream in(std::string(HVPROF_LINUX_TRACEFS_FIXTURES) + "/" + event + "/format");
+      std::stringstream text;
+      text << in.rdbuf();
+      Write(fmt::format("sys/kernel/tracing/events/sched/{}/format", event), text.str());
+    }
+  }
   void Write(const std::string& relative, const std::string& text) {
     const std::filesystem::path path = dir_.File(relative);
     std::filesystem::create_directories(path.parent_path());
     std::ofstream(path) << text;
   }
+
+ private:
   TempDir dir_;
 };
 
@@ -308,6 +322,150 @@ TEST_CASE("throttled time is counted as samples lost at the rate asked", "[linux
   CHECK(stats["cpus"][0]["throttled"] == 80);
   CHECK(stats["cpus"][1]["throttled"] == 0);
   CHECK(stats["totals"]["throttled"] == 80);
+}
+
+namespace {
+
+// A raw record of sched_switch, sched_waking or sched_migrate_task as the fixtures' kernel lays
+// it out (fixtures/tracefs).
+std::vector<uint8_t> SwitchRaw(int32_t prev, int64_t prev_state, int32_t next) {
+  std::vector<uint8_t> raw(64, 0);
+  const uint16_t id = 372;
+  std::memcpy(raw.data(), &id, 2);
+  std::memcpy(raw.data() + 24, &prev, 4);
+  std::memcpy(raw.data() + 32, &prev_state, 8);
+  std::memcpy(raw.data() + 56, &next, 4);
+  return raw;
+}
+std::vector<uint8_t> WakingRaw(int32_t pid, int32_t target_cpu) {
+  std::vector<uint8_t> raw(36, 0);
+  const uint16_t id = 375;
+  std::memcpy(raw.data(), &id, 2);
+  std::memcpy(raw.data() + 24, &pid, 4);
+  std::memcpy(raw.data() + 32, &target_cpu, 4);
+  return raw;
+}
+std::vector<uint8_t> MigrateRaw(int32_t pid, int32_t from, int32_t to) {
+  std::vector<uint8_t> raw(28, 0);
+  const uint16_t id = 371;
+  std::memcpy(raw.data(), &id, 2);
+  std::memcpy(raw.data() + 12, &pid, 4);
+  std::memcpy(raw.data() + 20, &from, 4);
+  std::memcpy(raw.data() + 24, &to, 4);
+  return raw;
+}
+
+struct Expected {
+  ring::SchedType type;
+  ring::Runstate from, to;
+  DomainId domain;
+  uint16_t vcpu;
+  uint32_t tid;  // kNoPid: a vCPU
+};
+
+void CheckRecord(const ring::SchedRecord& r, const Expected& e, uint64_t time, uint16_t pcpu) {
+  CHECK(r.type == static_cast<uint8_t>(e.type));
+  CHECK(r.old_state == static_cast<uint8_t>(e.from));
+  CHECK(r.new_state == static_cast<uint8_t>(e.to));
+  CHECK(r.domain == e.domain);
+  CHECK(r.vcpu == e.vcpu);
+  CHECK(r.tid == e.tid);
+  CHECK(((r.flags & ring::kSchedPidValid) != 0) == (e.tid != ring::kNoPid));
+  CHECK(r.time_ns == time);
+  CHECK(r.pcpu == pcpu);
+}
+
+}  // namespace
+
+TEST_CASE("scheduler tracepoints become the engine's scheduling records", "[linux][routing][sched]") {
+  FakeHost host;
+  host.Tracefs();
+  host.Write("proc/105/status", "Name:\ttree-worker\nUmask:\t0022\nState:\tS\nTgid:\t100\nNgid:\t0\nPid:\t105\n");
+  auto created = LinuxMachine::Create(DryOptions(host, "pid:100=1,kvm:300=2"));
+  REQUIRE(created.has_value());
+  LinuxMachine& machine = *created.value();
+  PerfPmuDriver& driver = machine.perf_driver();
+
+  SECTION("without --sched no tracepoint is opened") {
+    EngineSession session(machine, SessionOptions{});
+    CHECK(driver.sched() == nullptr);
+    CHECK(driver.TracepointIdOf(0, SchedTracepoint::kSwitch) == 0);
+    CHECK(driver.layout().other_ids.empty());
+  }
+  SECTION("with --sched") {
+    SessionOptions options;
+    options.passive = {1, 2};
+    options.sched = true;
+    EngineSession session(machine, options);
+    REQUIRE(driver.sched() != nullptr);
+    uint64_t ids[2][kSchedTracepoints] = {};
+    for (uint32_t cpu = 0; cpu < 2; ++cpu) {
+      for (uint32_t k = 0; k < kSchedTracepoints; ++k) {
+        ids[cpu][k] = driver.TracepointIdOf(cpu, static_cast<SchedTracepoint>(k));
+        REQUIRE(ids[cpu][k] != 0);
+      }
+    }
+    const auto sw = [&](uint32_t cpu) { return ids[cpu][static_cast<uint32_t>(SchedTracepoint::kSwitch)]; };
+    CHECK(driver.layout().other_ids.size() == 2 * kSchedTracepoints);
+
+    // Before profiling starts nothing is recorded.
+    RecordBuilder early(driver.layout());
+    early.Tracepoint(sw(0), 0, 0, 50, 0, SwitchRaw(0, 0, 50));
+    machine.InjectRecords(0, early.bytes());
+
+    session.Start();
+    RecordBuilder cpu0(driver.layout());
+    cpu0.Tracepoint(sw(0), 0, 0, 100, 0, SwitchRaw(0, 0, 50));  // idle -> hostapp
+    cpu0.Sample(kMiscUser, driver.IdOf(0, 0), 0x401000, 50, 50, 150, 0, 50000);  // a sample between
+    cpu0.Tracepoint(ids[0][static_cast<uint32_t>(SchedTracepoint::kWaking)], 50, 50, 200, 0, WakingRaw(302, 1));
+    cpu0.Tracepoint(sw(0), 50, 50, 300, 0, SwitchRaw(50, 0x1, 105));    // hostapp sleeps; a thread of 100 runs
+    cpu0.Tracepoint(sw(0), 100, 105, 400, 0, SwitchRaw(105, 0x10, 0));  // which exits
+    cpu0.Tracepoint(sw(0), 0, 0, 450, 0, std::vector<uint8_t>(64, 0));  // not a sched_switch record
+    const DrainResult drained = machine.InjectRecords(0, cpu0.bytes());
+    CHECK(drained.samples == 1);
+    RecordBuilder cpu1(driver.layout());
+    cpu1.Tracepoint(ids[1][static_cast<uint32_t>(SchedTracepoint::kMigrate)], 0, 0, 210, 1, MigrateRaw(302, 0, 1));
+    cpu1.Tracepoint(sw(1), 0, 0, 250, 1, SwitchRaw(0, 0, 302));  // idle -> the guest's vCPU 1
+    machine.InjectRecords(1, cpu1.bytes());
+    session.Stop();
+
+    std::vector<ring::SchedRecord> on[2];
+    for (const ring::SchedRecord& r : session.sched()) {
+      REQUIRE(r.pcpu < 2);
+      on[r.pcpu].push_back(r);
+    }
+    using ring::Runstate;
+    using ring::SchedType;
+    const uint32_t none = ring::kNoPid;
+    REQUIRE(on[0].size() == 7);
+    CheckRecord(on[0][0], {SchedType::kRunstate, Runstate::kRunning, Runstate::kRunnable, kDomainIdle, 0, none}, 100, 0);
+    CheckRecord(on[0][1], {SchedType::kRunstate, Runstate::kRunnable, Runstate::kRunning, 0, 0, 50}, 100, 0);
+    CHECK(on[0][1].pid == 50);
+    // The wake-up of the guest's vCPU 1 by hostapp, to run on CPU 1.
+    CheckRecord(on[0][2], {SchedType::kWakeup, Runstate::kBlocked, Runstate::kRunnable, 2, 1, none}, 200, 0);
+    CHECK((on[0][2].flags & ring::kSchedOtherValid) != 0);
+    CHECK(on[0][2].other_domain == 0);
+    CHECK(on[0][2].other_tid == 50);
+    CHECK(on[0][2].to_pcpu == 1);
+    CheckRecord(on[0][3], {SchedType::kRunstate, Runstate::kRunning, Runstate::kBlocked, 0, 0, 50}, 300, 0);
+    // Thread 105 is process 100's (/proc/105/status), so domain 1 (pid:100=1).
+    CheckRecord(on[0][4], {SchedType::kRunstate, Runstate::kRunnable, Runstate::kRunning, 1, 0, 105}, 300, 0);
+    CHECK(on[0][4].pid == 100);
+    CheckRecord(on[0][5], {SchedType::kRunstate, Runstate::kRunning, Runstate::kOffline, 1, 0, 105}, 400, 0);
+    CheckRecord(on[0][6], {SchedType::kRunstate, Runstate::kRunnable, Runstate::kRunning, kDomainIdle, 0, none}, 400, 0);
+    REQUIRE(on[1].size() == 3);
+    CheckRecord(on[1][0], {SchedType::kMigrate, Runstate::kRunnable, Runstate::kRunnable, 2, 1, none}, 210, 1);
+    CHECK(on[1][0].from_pcpu == 0);
+    CHECK(on[1][0].to_pcpu == 1);
+    CheckRecord(on[1][1], {SchedType::kRunstate, Runstate::kRunning, Runstate::kRunnable, kDomainIdle, 1, none}, 250, 1);
+    CheckRecord(on[1][2], {SchedType::kRunstate, Runstate::kRunnable, Runstate::kRunning, 2, 1, none}, 250, 1);
+
+    const Json stats = Json::parse(machine.StatsJson());
+    CHECK(stats["totals"]["sched_samples"] == 8);
+    CHECK(stats["totals"]["sched_undecodable"] == 1);
+    CHECK(stats["totals"]["unknown_sample_ids"] == 0);
+    CHECK(session.samples().size() == 1);
+  }
 }
 
 TEST_CASE("the software driver validates counts against the timer's floor", "[linux][routing]") {

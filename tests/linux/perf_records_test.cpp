@@ -194,6 +194,64 @@ TEST_CASE("the time order of a ring is read as the parser times its records", "[
   CHECK_FALSE(ScanRecords(b.bytes(), Layout()).side_band);
 }
 
+TEST_CASE("tracepoint samples share a ring with the counters' by their ids", "[linux][records][sched]") {
+  // The counters' samples and, for ids 90 and 95, a tracepoint's: no ip or period, a raw record.
+  const std::vector<uint64_t> tracepoint_ids = {90, 95};
+  RecordLayout layout = Layout(true);
+  layout.other_sample_type = kSampleIdentifier | kSampleTid | kSampleTime | kSampleCpu | kSampleRaw;
+  layout.other_ids = tracepoint_ids;
+  REQUIRE(layout.Supported());
+  RecordBuilder b(layout);
+  const std::vector<uint8_t> raw = {0x74, 0x01, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};  // 17 bytes
+  b.Sample(kMiscUser, 42, 0x401000, 100, 101, 5000, 1, 38520, {kContextUser, 0x401000});
+  b.Tracepoint(95, 100, 101, 5100, 1, raw);
+  b.Lost(90, 3, Sid(0, 5150, 1, 90));
+  b.Tracepoint(90, 0, 0, 5200, 1, {});
+  b.Sample(kMiscKernel, 42, 0xffffffff81000000, 0, 0, 5300, 1, 38520);
+  Recorder r;
+  const ParseStats stats = ParseRecords(b.bytes(), layout, r);
+  CHECK(stats.malformed == 0);
+  CHECK(r.order == std::vector<std::string>{"sample", "sample", "lost", "sample", "sample"});
+  REQUIRE(r.samples.size() == 4);
+  CHECK(r.samples[0].ip == 0x401000);
+  CHECK(r.samples[0].raw.empty());
+  CHECK(r.samples[1].id == 95);
+  CHECK(r.samples[1].ip == 0);
+  CHECK(r.samples[1].period == 0);
+  CHECK(r.samples[1].tid == 101);
+  CHECK(r.samples[1].time == 5100);
+  CHECK(r.samples[1].cpu == 1);
+  // The kernel pads the u32 size and the data to whole u64s, and counts the padding.
+  REQUIRE(r.samples[1].raw.size() == 20);
+  CHECK(std::equal(raw.begin(), raw.end(), r.samples[1].raw.begin()));
+  CHECK(r.samples[2].raw.size() == 4);
+  CHECK(r.samples[3].time == 5300);
+  REQUIRE(r.losts.size() == 1);
+  CHECK(r.losts[0].lost == 3);
+  CHECK(ScanRecords(b.bytes(), layout).in_order);
+  // Without the other ids, the tracepoint samples are read as counters' and come apart.
+  RecordLayout counters_only = Layout(true);
+  Recorder wrong;
+  ParseRecords(b.bytes(), counters_only, wrong);
+  CHECK(wrong.samples.size() < 4);
+
+  // A raw size beyond the record, and layouts whose trailers would differ, are refused.
+  RecordBuilder bad(layout);
+  bad.Tracepoint(90, 0, 0, 5400, 1, {1, 2, 3, 4});
+  std::vector<uint8_t> bytes = bad.bytes();
+  const uint32_t too_big = 4000;
+  std::memcpy(bytes.data() + 8 + 32, &too_big, 4);
+  Recorder none;
+  CHECK(ParseRecords(bytes, layout, none).malformed == 1);
+  CHECK(none.samples.empty());
+  RecordLayout mismatched = layout;
+  mismatched.other_sample_type &= ~kSampleCpu;
+  CHECK_FALSE(mismatched.Supported());
+  mismatched = layout;
+  mismatched.other_sample_type &= ~kSampleIdentifier;
+  CHECK_FALSE(mismatched.Supported());
+}
+
 TEST_CASE("broken records are counted and never read past", "[linux][records]") {
   const RecordLayout layout = Layout();
   SECTION("a header larger than what is left drops the rest") {

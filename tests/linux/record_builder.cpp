@@ -54,9 +54,12 @@ void RecordBuilder::Trailer(const Sid& sid) {
 
 RecordBuilder& RecordBuilder::Sample(uint16_t misc, uint64_t id, uint64_t ip, uint32_t pid,
                                      uint32_t tid, uint64_t time, uint32_t cpu, uint64_t period,
-                                     const std::vector<uint64_t>& callchain) {
+                                     const std::vector<uint64_t>& callchain,
+                                     const std::vector<uint8_t>& raw) {
   Begin(static_cast<uint32_t>(RecordType::kSample), misc);
-  const uint64_t type = layout_.sample_type;
+  uint8_t id_bytes[8];
+  std::memcpy(id_bytes, &id, 8);
+  const uint64_t type = layout_.SampleTypeOf(id_bytes, 8);
   if (type & kSampleIdentifier) U64(id);
   if (type & kSampleIp) U64(ip);
   if (type & kSampleTid) {
@@ -76,8 +79,20 @@ RecordBuilder& RecordBuilder::Sample(uint16_t misc, uint64_t id, uint64_t ip, ui
     U64(callchain.size());
     for (uint64_t entry : callchain) U64(entry);
   }
+  if (type & kSampleRaw) {
+    // The size counts the padding that makes the u32 and the data a whole number of u64s.
+    const auto size = static_cast<uint32_t>((raw.size() + 4 + 7) / 8 * 8 - 4);
+    U32(size);
+    for (uint8_t byte : raw) U8(byte);
+    for (size_t i = raw.size(); i < size; ++i) U8(0);
+  }
   End();
   return *this;
+}
+
+RecordBuilder& RecordBuilder::Tracepoint(uint64_t id, uint32_t pid, uint32_t tid, uint64_t time,
+                                         uint32_t cpu, const std::vector<uint8_t>& raw) {
+  return Sample(kMiscKernel, id, 0, pid, tid, time, cpu, 1, {}, raw);
 }
 
 RecordBuilder& RecordBuilder::Mmap2(uint32_t pid, uint32_t tid, uint64_t addr, uint64_t len,

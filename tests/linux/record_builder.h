@@ -24,7 +24,12 @@ class RecordBuilder {
 
   RecordBuilder& Sample(uint16_t misc, uint64_t id, uint64_t ip, uint32_t pid, uint32_t tid,
                         uint64_t time, uint32_t cpu, uint64_t period,
-                        const std::vector<uint64_t>& callchain = {});
+                        const std::vector<uint64_t>& callchain = {},
+                        const std::vector<uint8_t>& raw = {});
+  // A tracepoint's sample (laid out by the layout's other_sample_type when `id` is one of its
+  // other_ids): the running task, the time, the CPU and the raw record.
+  RecordBuilder& Tracepoint(uint64_t id, uint32_t pid, uint32_t tid, uint64_t time, uint32_t cpu,
+                            const std::vector<uint8_t>& raw);
   RecordBuilder& Mmap2(uint32_t pid, uint32_t tid, uint64_t addr, uint64_t len, uint64_t pgoff,
                        const std::string& filename, Sid sid, const std::string& build_id_hex = "",
                        uint32_t prot = 5 /* PROT_READ | PROT_EXEC */);

@@ -80,7 +80,7 @@ TEST_CASE("sched cli: combinations that make no sense are refused with the reaso
       {{"--timeline", "--domain=dom0", session}, "--timeline does not take --domain"},
       {{"--sched", "--diff", session, session}, "--sched reports one session's scheduling: not with --diff"},
       {{"--sched", "--format=html", session}, "--sched writes text, csv or json, not html"},
-      {{"--timeline", "--format=json", session}, "--timeline writes text, csv or perfetto, not json"},
+      {{"--timeline", "--format=json", session}, "--timeline writes text, csv, html or perfetto, not json"},
       {{"--sched", "--timeline", "--format=csv", session}, "--sched and --timeline together print text"},
       {{"--timeline", "-l", session}, "--timeline does not take -l"},
       {{"--timeline", "--buckets=0", session}, "--buckets: 1 to 10000"},

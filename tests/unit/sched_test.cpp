@@ -421,8 +421,24 @@ TEST_CASE("sched: an old state that disagrees is counted and the record believed
   CHECK(report.counters.inconsistent == 2);
   const SchedEntityStats& v = Find(report, 1, 0);
   CHECK(v.ns[kRunningI] == 20);
-  CHECK(v.ns[kBlockedI] == 20);
+  // Leaving pCPU 0 at 20, where it was not known to run, says it ran there for some part of
+  // the time since the pCPU's last change (10): unknown, not blocked.
+  CHECK(v.ns[kBlockedI] == 10);
+  CHECK(v.ns[kUnknownI] == 10);
   CHECK(v.ns[kRunnableI] == 0);
+  // The same with another vCPU on that pCPU since 15 (Linux's dropped switch to it): the
+  // stretch since that arrival is unknown for the one leaving.
+  Stream u;
+  u.State(5, 0, 1, 0, kRun, kBlock);
+  u.State(15, 0, 2, 0, kReady, kRun);
+  u.State(25, 0, 1, 0, kRun, kBlock);
+  const SchedReport unrecorded = Analyze(u, Window(0, 40));
+  CheckAccounting(unrecorded);
+  CHECK(unrecorded.counters.inconsistent == 1);
+  CHECK(Find(unrecorded, 1, 0).ns[kRunningI] == 5);
+  CHECK(Find(unrecorded, 1, 0).ns[kUnknownI] == 10);
+  CHECK(Find(unrecorded, 1, 0).ns[kBlockedI] == 25);
+  CHECK(Find(unrecorded, 2, 0).ns[kRunningI] == 25);
   // Another vCPU arriving where one still runs displaces it: its time from then is unknown.
   Stream d;
   d.State(10, 0, 1, 0, kReady, kRun);

@@ -75,6 +75,9 @@ class Engine {
   void RecordSched(uint32_t cpu, const ring::SchedRecord& record);
   // Whether RecordSched takes records now: hosts skip building them otherwise.
   bool sched_recording() const { return __atomic_load_n(&sched_routing_, __ATOMIC_ACQUIRE) != 0; }
+  // How many scheduling rings the primary took (0: it asked for none): hosts whose scheduler
+  // events cost something to collect (linux's tracepoints) set them up only then.
+  uint32_t sched_rings() const { return num_sched_rings_; }
 
   // The consumer of `domain`'s rings went away (its agent died or unmapped everything):
   // deactivate it and unshare its rings, as disable_virq would, even while profiling.

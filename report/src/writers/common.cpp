@@ -117,4 +117,25 @@ uint64_t SampledNs(const store::SessionMetadata& m) {
   return m.last_sample_ns > m.first_sample_ns ? m.last_sample_ns - m.first_sample_ns : 0;
 }
 
+std::string FillPage(std::string_view page, const nlohmann::json& data) {
+  constexpr std::string_view kMarker = "/*HVPROF-DATA*/";
+  const std::string json = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string escaped;
+  escaped.reserve(json.size());
+  for (char c : json) {
+    if (c == '<') {
+      escaped += "\\u003c";  // JSON reads it back as '<'
+    } else {
+      escaped += c;
+    }
+  }
+  const size_t marker = page.find(kMarker);
+  std::string filled;
+  filled.reserve(page.size() + escaped.size());
+  filled += page.substr(0, marker);
+  filled += escaped;
+  filled += page.substr(marker + kMarker.size());
+  return filled;
+}
+
 }  // namespace hvprof::report

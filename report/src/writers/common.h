@@ -5,8 +5,11 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "hvprof/base/escape.h"
 #include "hvprof/report/model.h"
+#include "hvprof/report/views/sched.h"
 #include "hvprof/report/views/table.h"
 
 namespace hvprof::report {
@@ -38,6 +41,14 @@ std::vector<LossLine> Losses(const store::SessionMetadata& m);
 uint64_t TotalLost(const std::vector<LossLine>& losses);
 // The span of the platform's clock between the first and the last sample stored (0 if none).
 uint64_t SampledNs(const store::SessionMetadata& m);
+
+// A self-contained page (flamegraph.html, timeline.html) with `data` in place of its marker
+// "/*HVPROF-DATA*/", as JSON that cannot end its <script> element early: no '<' is left
+// unescaped, and bytes that are not UTF-8 become U+FFFD.
+std::string FillPage(std::string_view page, const nlohmann::json& data);
+
+// What went wrong in the scheduling records, a line each (nothing when all is well).
+std::vector<std::string> SchedProblems(const SchedCounters& counters);
 // What the platform said of its own sampling (linux), as a header line; empty if nothing.
 std::string PlatformRates(const store::SessionMetadata& m);
 

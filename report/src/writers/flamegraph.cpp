@@ -12,8 +12,6 @@ extern const std::string_view kFlameGraphPage;
 
 namespace {
 
-constexpr std::string_view kDataMarker = "/*HVPROF-DATA*/";
-
 // The header's facts as [term, value, is_warning]: the same things the text report's header
 // says, so a page that travels without its session still says what it measured.
 nlohmann::json Facts(const Profile& profile, const NamedStacks& stacks, const StackFilter& filter) {
@@ -74,29 +72,6 @@ nlohmann::json Facts(const Profile& profile, const NamedStacks& stacks, const St
   return facts;
 }
 
-// The page with `data` in it.
-std::string Page(const nlohmann::json& data) {
-  // Inside <script>, "</script>" or "<!--" in a name would end the data early: no '<' is left
-  // unescaped (JSON reads \u003c back as '<'). Bytes that are not UTF-8 become U+FFFD.
-  const std::string json = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  std::string escaped;
-  escaped.reserve(json.size());
-  for (char c : json) {
-    if (c == '<') {
-      escaped += "\\u003c";
-    } else {
-      escaped += c;
-    }
-  }
-  const size_t marker = kFlameGraphPage.find(kDataMarker);
-  std::string page;
-  page.reserve(kFlameGraphPage.size() + escaped.size());
-  page += kFlameGraphPage.substr(0, marker);
-  page += escaped;
-  page += kFlameGraphPage.substr(marker + kDataMarker.size());
-  return page;
-}
-
 }  // namespace
 
 std::string FormatFlameGraph(const Profile& profile, const NamedStacks& stacks, const StackFilter& filter) {
@@ -122,7 +97,7 @@ std::string FormatFlameGraph(const Profile& profile, const NamedStacks& stacks, 
     rows.push_back(std::move(row));
   }
   data["stacks"] = std::move(rows);
-  return Page(data);
+  return FillPage(kFlameGraphPage, data);
 }
 
 std::string FormatDiffFlameGraphPage(const NamedStacks& stacks, const FlameGraphDiff& diff) {
@@ -142,7 +117,7 @@ std::string FormatDiffFlameGraphPage(const NamedStacks& stacks, const FlameGraph
   }
   data["stacks"] = std::move(rows);
   data["diff"] = {{"base_total", diff.base_total}, {"new_total", diff.new_total}, {"base_counts", diff.base_counts}};
-  return Page(data);
+  return FillPage(kFlameGraphPage, data);
 }
 
 }  // namespace hvprof::report

@@ -45,36 +45,6 @@ size_t LabelWidth(const SchedReport& report, size_t least) {
   return width;
 }
 
-// What went wrong in the records, a line each (nothing when all is well).
-std::vector<std::string> Problems(const SchedCounters& c) {
-  std::vector<std::string> lines;
-  if (c.input.backwards != 0) {
-    lines.push_back(fmt::format("{} records earlier than the one before them on their pCPU: dropped", c.input.backwards));
-  }
-  if (c.input.unknown_types != 0) {
-    lines.push_back(fmt::format("{} records of a type this hvprof does not know: skipped (a newer hypervisor?)",
-                                c.input.unknown_types));
-  }
-  if (c.input.invalid != 0) {
-    lines.push_back(fmt::format("{} records with a state or pCPU that cannot be: dropped", c.input.invalid));
-  }
-  if (c.inconsistent != 0) {
-    lines.push_back(fmt::format("{} records whose old state disagreed with what the records before said ({} of them "
-                                "found another entity still running there): taken from then on",
-                                c.inconsistent, c.displaced));
-  }
-  if (c.lost_records != 0 || c.lost_gaps != 0) {
-    lines.push_back(fmt::format("{} records lost in {} gaps (the agent did not drain the scheduling rings in time: a "
-                                "larger --buffer-size or a shorter --poll-interval); a pCPU's time in a gap is unknown",
-                                c.lost_records, c.lost_gaps));
-  }
-  if (c.outside_window != 0) {
-    lines.push_back(fmt::format("{} records outside the session's window: states taken, nothing counted",
-                                c.outside_window));
-  }
-  return lines;
-}
-
 Json LatencyJson(const SchedLatency& l) {
   return {{"count", l.count}, {"total_ns", l.total_ns}, {"p50_ns", l.p50_ns}, {"p90_ns", l.p90_ns},
           {"p99_ns", l.p99_ns}, {"max_ns", l.max_ns}};
@@ -132,6 +102,36 @@ Json SharesJson(const SchedShares& shares) {
 
 }  // namespace
 
+std::vector<std::string> SchedProblems(const SchedCounters& c) {
+  std::vector<std::string> lines;
+  if (c.input.backwards != 0) {
+    lines.push_back(fmt::format("{} records earlier than the one before them on their pCPU: dropped", c.input.backwards));
+  }
+  if (c.input.unknown_types != 0) {
+    lines.push_back(fmt::format("{} records of a type this hvprof does not know: skipped (a newer hypervisor?)",
+                                c.input.unknown_types));
+  }
+  if (c.input.invalid != 0) {
+    lines.push_back(fmt::format("{} records with a state or pCPU that cannot be: dropped", c.input.invalid));
+  }
+  if (c.inconsistent != 0) {
+    lines.push_back(fmt::format("{} records whose old state disagreed with what the records before said ({} of them "
+                                "found another entity still running there): taken from then on",
+                                c.inconsistent, c.displaced));
+  }
+  if (c.lost_records != 0 || c.lost_gaps != 0) {
+    lines.push_back(fmt::format("{} records lost in {} gaps (the agent did not drain the scheduling rings in time: a "
+                                "larger --buffer-size or a shorter --poll-interval); a pCPU's time in a gap is unknown",
+                                c.lost_records, c.lost_gaps));
+  }
+  if (c.outside_window != 0) {
+    lines.push_back(fmt::format("{} records outside the session's window: states taken, nothing counted",
+                                c.outside_window));
+  }
+  return lines;
+}
+
+
 std::string FormatSchedText(const SchedReport& report, bool no_header, const SchedShares* shares) {
   std::string out;
   const SchedCounters& c = report.counters;
@@ -139,7 +139,7 @@ std::string FormatSchedText(const SchedReport& report, bool no_header, const Sch
   if (!no_header) {
     out += fmt::format("Scheduling: {} pCPUs over {} s of the platform's clock ({} s of pCPU time); {} records\n",
                        report.pcpus, Seconds(window), Seconds(window * report.pcpus), c.input.kept);
-    const auto problems = Problems(c);
+    const auto problems = SchedProblems(c);
     if (problems.empty()) out += "Record problems: none\n";
     for (const std::string& line : problems) out += "Record problems: " + line + "\n";
     if (c.redundant_wakeups != 0) {

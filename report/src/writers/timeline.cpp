@@ -8,6 +8,8 @@
 
 namespace hvprof::report {
 
+extern const std::string_view kTimelinePage;
+
 using Json = nlohmann::json;
 
 namespace {
@@ -105,6 +107,49 @@ std::string FormatChromeTrace(const Timeline& timeline) {
                      "\"window_start_ns\":{},\"window_end_ns\":{},\"pcpus\":{}}}}}\n",
                      report.start_ns, report.end_ns, report.pcpus);
   return out;
+}
+
+std::string FormatTimelineHtml(const Timeline& timeline, const std::string& session) {
+  const SchedReport& report = timeline.report;
+  const double seconds = static_cast<double>(report.window_ns()) / 1e9;
+  Json data;
+  data["title"] = fmt::format("hvprof time line: {} pCPUs over {:.3f} s", report.pcpus, seconds);
+  Json facts = Json::array();
+  facts.push_back({"Session", session, false});
+  facts.push_back({"Window", fmt::format("{:.6f} s of the platform's clock, from {} ns", seconds, report.start_ns), false});
+  uint64_t busy = 0, idle = 0, unknown = 0;
+  for (const SchedPcpuStats& p : report.pcpu_stats) {
+    busy += p.busy_ns;
+    idle += p.idle_ns;
+    unknown += p.unknown_ns;
+  }
+  const uint64_t whole = busy + idle + unknown;
+  facts.push_back({"pCPU time", fmt::format("{:.3f} s: busy {:.2f}%, idle {:.2f}% (left blank), unknown {:.2f}%",
+                                            static_cast<double>(whole) / 1e9, Percent(busy, whole), Percent(idle, whole),
+                                            Percent(unknown, whole)),
+                   unknown != 0});
+  facts.push_back({"Records", fmt::format("{} read, {} kept", report.counters.input.records, report.counters.input.kept),
+                   false});
+  for (const std::string& problem : SchedProblems(report.counters)) facts.push_back({"Problem", problem, true});
+  data["facts"] = std::move(facts);
+  data["window_ns"] = report.window_ns();
+  data["pcpus"] = report.pcpus;
+  Json domains = Json::array();
+  for (uint16_t domain : timeline.legend) {
+    if (domain == sched::kIdleDomain || domain == kTimelineUnknown) continue;
+    domains.push_back({domain, report.DomainName(domain)});
+  }
+  data["domains"] = std::move(domains);
+  Json entities = Json::array();
+  for (const SchedEntityStats& e : report.entities) entities.push_back({e.label, e.entity.domain, e.entity.vcpu});
+  data["entities"] = std::move(entities);
+  std::vector<uint64_t> slices;
+  slices.reserve(timeline.slices.size() * 4);
+  for (const TimelineSlice& slice : timeline.slices) {
+    slices.insert(slices.end(), {slice.pcpu, slice.entity, slice.start_ns - report.start_ns, slice.end_ns - report.start_ns});
+  }
+  data["slices"] = std::move(slices);
+  return FillPage(kTimelinePage, data);
 }
 
 }  // namespace hvprof::report

@@ -183,6 +183,8 @@ class LinuxMachine {
   void OnSetup();
   DrainResult ApplyRecords(std::vector<std::vector<uint8_t>>& buffers,
                            const std::vector<uint32_t>& ring_cpus);
+  // A scheduler tracepoint's sample -> the engine's scheduling records on `cpu`.
+  void ApplySched(const PerfSample& sample, uint32_t cpu, SchedTracepoint kind);
   CpuRateStats& StatsOf(uint32_t cpu);
   void OnThrottle(uint32_t cpu, const PerfThrottle& record);
   // Samples not taken while throttled, per CPU, up to `now_ns` for an interval still open.
@@ -214,6 +216,8 @@ class LinuxMachine {
   uint64_t ring_corrupt_ = 0;
   uint64_t unknown_ids_ = 0;
   uint64_t samples_without_engine_ = 0;
+  uint64_t sched_samples_ = 0;       // scheduler tracepoint samples read
+  uint64_t sched_undecodable_ = 0;   // ... whose raw record did not fit its format
   int64_t max_sample_rate_at_setup_ = -1;
   uint64_t last_time_ = 0;
   uint64_t last_prune_ = 0;

@@ -8,6 +8,10 @@
 // followed even while profiling is stopped); each counter's event writes its samples into that
 // ring (PERF_EVENT_IOC_SET_OUTPUT) and is told apart by PERF_SAMPLE_IDENTIFIER.
 //
+// With --sched (the engine has scheduling rings when the counters are set up), the scheduler's
+// tracepoints (tracepoints.h) are opened on every CPU too, also into the CPU's ring: their
+// samples carry PERF_SAMPLE_RAW and no ip, period or callchain (RecordLayout::other_ids).
+//
 // Cycles on cpu-clock: a CPU_CLK_UNHALTED count of N cycles is a timer period of
 // N * 1000 / MHz ns at the CPU's nominal frequency (NominalFrequency), and each sample's period
 // is converted back, so sample weights stay in cycles. The kernel times no shorter than 10 us.
@@ -15,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +28,7 @@
 #include "hvprof/linux/perf_events.h"
 #include "hvprof/linux/perf_records.h"
 #include "hvprof/linux/perf_ring.h"
+#include "hvprof/linux/tracepoints.h"
 
 namespace hvprof::linux_host {
 
@@ -62,6 +68,7 @@ class PerfPmuDriver final : public PmuDriver {
     hvprof::ScopedMmap mapping;
     PerfRing ring;
     std::vector<std::pair<uint32_t, hvprof::ScopedFd>> counters;  // logical counter, fd
+    std::vector<std::pair<SchedTracepoint, hvprof::ScopedFd>> tracepoints;  // --sched
   };
   struct TimeReading {
     uint64_t enabled_ns = 0;
@@ -91,10 +98,22 @@ class PerfPmuDriver final : public PmuDriver {
   std::vector<CpuRing>& rings() { return rings_; }
   RecordLayout layout() const { return layout_; }
   const std::vector<Counter>& counters() const { return counters_; }
-  // The logical counter that produced sample `id`, or -1 (the tracker, or unknown).
+  // The logical counter that produced sample `id`, or kTrackerId (the tracker, or unknown),
+  // or for a scheduler tracepoint TracepointCounter(kind).
   int CounterOfId(uint64_t id) const;
+  static constexpr int kTrackerId = -1;
+  static constexpr int TracepointCounter(SchedTracepoint kind) { return -2 - static_cast<int>(kind); }
+  static std::optional<SchedTracepoint> TracepointOf(int counter) {
+    if (counter > -2 || counter < -1 - static_cast<int>(kSchedTracepoints)) return std::nullopt;
+    return static_cast<SchedTracepoint>(-2 - counter);
+  }
   // The id samples of `counter` on `cpu` carry (0 if none); dry runs number them too.
   uint64_t IdOf(uint32_t cpu, uint32_t counter) const;
+  uint64_t TracepointIdOf(uint32_t cpu, SchedTracepoint kind) const;
+  // --sched: asked before each Setup whether to open the scheduler's tracepoints too.
+  void set_sched_wanted(std::function<bool()> wanted) { sched_wanted_ = std::move(wanted); }
+  // The scheduler's tracepoints as this kernel lays them out, while they are open; else null.
+  const SchedTracepoints* sched() const { return sched_ ? &*sched_ : nullptr; }
   // perf's period of a sample of `counter`, in the event's units (cycles for CPU_CLK_UNHALTED).
   uint64_t EnginePeriod(uint32_t counter, uint64_t perf_period) const;
   std::optional<TimeReading> ReadTimes(uint32_t cpu, uint32_t counter) const;
@@ -126,7 +145,15 @@ class PerfPmuDriver final : public PmuDriver {
   RecordLayout layout_;
   std::vector<Counter> counters_;
   std::vector<CpuRing> rings_;
-  std::vector<std::pair<uint64_t, int>> ids_;  // sample id -> counter (-1: tracker)
+  struct IdEntry {
+    uint64_t id = 0;
+    int counter = kTrackerId;  // or TracepointCounter(kind)
+    uint32_t cpu = 0;
+  };
+  std::vector<IdEntry> ids_;
+  std::function<bool()> sched_wanted_;
+  std::optional<SchedTracepoints> sched_;
+  std::vector<uint64_t> sched_ids_;  // sorted: the layout's other_ids
   bool reserved_ = false;
   bool set_up_ = false;
   bool profiling_ = false;

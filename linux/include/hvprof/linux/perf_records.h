@@ -36,11 +36,12 @@ inline constexpr uint64_t kSampleId = 1u << 6;
 inline constexpr uint64_t kSampleCpu = 1u << 7;
 inline constexpr uint64_t kSamplePeriod = 1u << 8;
 inline constexpr uint64_t kSampleStreamId = 1u << 9;
+inline constexpr uint64_t kSampleRaw = 1u << 10;
 inline constexpr uint64_t kSampleIdentifier = 1u << 16;
 inline constexpr uint64_t kSupportedSampleBits = kSampleIp | kSampleTid | kSampleTime |
                                                  kSampleAddr | kSampleCallchain | kSampleId |
                                                  kSampleCpu | kSamplePeriod | kSampleStreamId |
-                                                 kSampleIdentifier;
+                                                 kSampleRaw | kSampleIdentifier;
 
 // PERF_RECORD_MISC_*.
 inline constexpr uint16_t kMiscCpumodeMask = 7;
@@ -64,12 +65,21 @@ inline constexpr uint64_t kContextMax = static_cast<uint64_t>(-4095);
 inline constexpr uint32_t kNoTask = 0xFFFFFFFFu;
 
 // How the records of one ring are laid out: the attr's sample_type and sample_id_all.
+//
+// Events of two sample types may share a ring (the counters and, with --sched, the scheduler's
+// tracepoints): the samples of the ids in `other_ids` are laid out by `other_sample_type`. Both
+// types then carry kSampleIdentifier, so a sample's id is its first word whatever its type, and
+// the same sample_id trailer, so every other record parses alike (Supported() checks both).
 struct RecordLayout {
   uint64_t sample_type = 0;
   bool sample_id_all = false;
+  uint64_t other_sample_type = 0;
+  std::span<const uint64_t> other_ids;  // sorted; owned by whoever made the layout
   // The bytes of the sample_id trailer of non-sample records.
   uint32_t SampleIdBytes() const;
-  bool Supported() const { return (sample_type & ~kSupportedSampleBits) == 0; }
+  bool Supported() const;
+  // The sample_type of a sample whose body starts with `body` (`size` bytes).
+  uint64_t SampleTypeOf(const uint8_t* body, size_t size) const;
 };
 
 // The sample_id_all trailer of a non-sample record; fields are kNoTask / 0 when absent.
@@ -92,6 +102,7 @@ struct PerfSample {
   uint32_t cpu = kNoTask;
   uint64_t period = 0;
   std::span<const uint64_t> callchain;  // into the parsed buffer
+  std::span<const uint8_t> raw;         // PERF_SAMPLE_RAW's data (a tracepoint's record), into the buffer
 };
 
 struct PerfMmap2 {

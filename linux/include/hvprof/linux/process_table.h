@@ -93,6 +93,9 @@ class ProcessTable {
   uint16_t VcpuOf(uint32_t pid, uint32_t tid);
   // Whether `tid` of VMM `pid` runs a vCPU (its name says so, or it ran guest code).
   bool IsVcpuThread(uint32_t pid, uint32_t tid);
+  // The process (thread group) thread `tid` belongs to: from FORK records, else from
+  // /proc/TID/status; `tid` itself where neither says (a thread gone before it was asked about).
+  uint32_t TgidOf(uint32_t tid);
 
   // {"domain", "kernel", "hypervisor" (dom0 only), "processes": [...]}, as SimMachine's.
   // Only processes with mappings are listed (with `sampled_only`, only those with samples);
@@ -136,6 +139,7 @@ class ProcessTable {
   std::array<Process*, 16> recent_{};
   std::vector<Process> retired_;
   std::map<std::string, ElfCacheEntry> elf_cache_;
+  std::unordered_map<uint32_t, uint32_t> tgid_of_;  // thread -> process, as TgidOf found it
   uint64_t proc_discoveries_ = 0;
   uint64_t elf_failures_ = 0;
 };

@@ -37,6 +37,17 @@ struct RoutedSample {
   std::span<const uint64_t> frames;
 };
 
+// Whom a scheduler tracepoint names, in the engine's terms: the idle task of a CPU (tid 0) is
+// that pCPU's idle vCPU; a VMM's vCPU thread is its guest's vCPU; any other thread is a task
+// (pid and tid) of its process's domain.
+struct SchedSubject {
+  hvpmu::DomainId domain = 0;
+  uint16_t vcpu = 0;
+  uint32_t pid = 0xFFFFFFFFu;  // hvpmu::ring::kNoPid unless `task`
+  uint32_t tid = 0xFFFFFFFFu;
+  bool task = false;
+};
+
 struct RouterStats {
   uint64_t host_user = 0;
   uint64_t host_kernel = 0;  // hypervisor mode, idle excluded
@@ -52,6 +63,8 @@ class SampleRouter {
       : processes_(processes), domains_(domains), host_vcpus_(host_vcpus ? host_vcpus : 1) {}
 
   RoutedSample Route(const PerfSample& sample, uint32_t cpu);
+  // Thread `tid` of process `pid` (kNoTask: look it up) as seen on `cpu`.
+  SchedSubject RouteTask(uint32_t tid, uint32_t pid, uint32_t cpu);
   const RouterStats& stats() const { return stats_; }
 
   // The frames of the first context block of a perf callchain, without the leading ip.
