@@ -108,6 +108,20 @@ std::vector<store::ProcessRecord> ProcessesFromContext(const Json& context) {
   return processes;
 }
 
+std::vector<store::TaskRecord> TasksFromContext(const Json& context) {
+  std::vector<store::TaskRecord> tasks;
+  if (!context.is_object() || !context.contains("tasks") || !context["tasks"].is_array()) return tasks;
+  for (const Json& task : context["tasks"]) {
+    if (!task.is_object()) continue;
+    store::TaskRecord t;
+    t.pid = task.value("pid", 0u);
+    t.tid = task.value("tid", 0u);
+    t.comm = task.value("comm", "");
+    tasks.push_back(std::move(t));
+  }
+  return tasks;
+}
+
 int32_t LegacyMaxSamples(uint32_t capacity) {
   return static_cast<int32_t>(std::min<uint64_t>(uint64_t{capacity} + 1, INT32_MAX));
 }

@@ -478,7 +478,8 @@ void Dom0Agent::RefreshProcesses(store::SessionMetadata& metadata) {
       Log(LogLevel::kWarning, "cannot read the processes of {}: {}", DomainLabel(record.id), text.error().message());
       continue;
     }
-    auto processes = agent::ProcessesFromContext(Json::parse(text.value(), nullptr, false));
+    const Json context = Json::parse(text.value(), nullptr, false);
+    auto processes = agent::ProcessesFromContext(context);
     // Keep processes seen earlier that the platform has since forgotten: their samples stay.
     for (store::ProcessRecord& old : record.processes) {
       const bool still = std::any_of(processes.begin(), processes.end(),
@@ -486,6 +487,9 @@ void Dom0Agent::RefreshProcesses(store::SessionMetadata& metadata) {
       if (!still) processes.push_back(std::move(old));
     }
     record.processes = std::move(processes);
+    // The platform keeps every task it named; a newer list replaces the older.
+    auto tasks = agent::TasksFromContext(context);
+    if (!tasks.empty()) record.tasks = std::move(tasks);
   }
 }
 

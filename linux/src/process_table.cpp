@@ -454,6 +454,20 @@ void ProcessTable::OnComm(const PerfComm& record) {
   }
   if (record.tid == record.pid) process.comm = std::string(record.comm);
   process.threads[record.tid].comm = std::string(record.comm);
+  if (auto named = named_tasks_.find(record.tid); named != named_tasks_.end()) named->second.comm = record.comm;
+}
+
+void ProcessTable::NoteTask(uint32_t pid, uint32_t tid) {
+  if (named_tasks_.contains(tid)) return;
+  Process& process = Get(pid);
+  NamedTask task;
+  task.pid = pid;
+  task.domain = process.domain;
+  auto thread = process.threads.find(tid);
+  task.comm = thread != process.threads.end() ? thread->second.comm : std::string();
+  if (task.comm.empty()) task.comm = ReadThreadComm(pid, tid);
+  if (task.comm.empty() && tid == pid) task.comm = process.comm;
+  named_tasks_.emplace(tid, std::move(task));
 }
 
 void ProcessTable::OnMmap2(const PerfMmap2& record) {
@@ -575,7 +589,15 @@ std::string ProcessTable::ContextJson(DomainId domain, const std::string& host_k
                          {"mappings", mappings}});
   }
   out["processes"] = processes;
-  return out.dump();
+  std::vector<std::pair<uint32_t, const NamedTask*>> tasks;
+  for (const auto& [tid, task] : named_tasks_) {
+    if (task.domain == domain) tasks.emplace_back(tid, &task);
+  }
+  std::sort(tasks.begin(), tasks.end());
+  Json named = Json::array();
+  for (const auto& [tid, task] : tasks) named.push_back({{"pid", task->pid}, {"tid", tid}, {"comm", task->comm}});
+  if (!named.empty()) out["tasks"] = std::move(named);  // only with --sched
+  return out.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 void ProcessTable::Prune(uint64_t before) {

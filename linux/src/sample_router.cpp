@@ -108,6 +108,7 @@ SchedSubject SampleRouter::RouteTask(uint32_t tid, uint32_t pid, uint32_t cpu) {
   subject.pid = pid;
   subject.tid = tid;
   subject.task = true;
+  processes_.NoteTask(pid, tid);
   return subject;
 }
 

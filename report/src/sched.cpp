@@ -182,7 +182,10 @@ Result<SchedSession> LoadSchedRecords(const std::string& session_dir) {
   const std::string path = session.directory + "/" + store::kSchedFile;
   SchedSession loaded;
   loaded.options.pcpus = session.metadata.num_cpus;
-  for (const store::DomainRecord& domain : session.metadata.domains) loaded.options.domain_names[domain.id] = domain.name;
+  for (const store::DomainRecord& domain : session.metadata.domains) {
+    loaded.options.domain_names[domain.id] = domain.name;
+    for (const store::TaskRecord& task : domain.tasks) loaded.options.thread_names[task.tid] = task.comm;
+  }
   loaded.problems = session.problems;
   HVPROF_TRY(read, store::ReadSchedFile(path, session.metadata.session_id, [&](const store::StoredSched& record) {
     loaded.records.Add(ToSchedEvent(record));

@@ -73,8 +73,13 @@ std::string SerializeMetadata(const SessionMetadata& m) {
       for (const auto& mapping : p.mappings) mappings.push_back(MappingJson(mapping));
       processes.push_back({{"pid", p.pid}, {"comm", p.comm}, {"mappings", mappings}});
     }
-    domains.push_back({{"id", d.id}, {"name", d.name}, {"role", d.role}, {"vcpus", d.vcpus},
-                       {"processes", processes}});
+    Json domain = {{"id", d.id}, {"name", d.name}, {"role", d.role}, {"vcpus", d.vcpus}, {"processes", processes}};
+    if (!d.tasks.empty()) {
+      Json tasks = Json::array();
+      for (const auto& t : d.tasks) tasks.push_back({{"pid", t.pid}, {"tid", t.tid}, {"comm", t.comm}});
+      domain["tasks"] = std::move(tasks);
+    }
+    domains.push_back(std::move(domain));
   }
   out["domains"] = domains;
   Json images = Json::array();
@@ -234,6 +239,17 @@ Result<SessionMetadata> ParseMetadata(std::string_view text, std::string_view or
         process.mappings.push_back(mapping);
       }
       domain.processes.push_back(std::move(process));
+    }
+    HVPROF_TRY(tasks, d.OptionalArray("tasks", kMaxList));
+    for (const json::Node& tf : tasks) {
+      TaskRecord task;
+      HVPROF_TRY(task_pid, tf.Get<uint32_t>("pid"));
+      HVPROF_TRY(task_tid, tf.Get<uint32_t>("tid"));
+      HVPROF_TRY(task_comm, tf.Get("comm", ""));
+      task.pid = task_pid;
+      task.tid = task_tid;
+      task.comm = task_comm;
+      domain.tasks.push_back(std::move(task));
     }
     m.domains.push_back(std::move(domain));
   }

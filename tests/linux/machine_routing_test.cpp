@@ -419,7 +419,8 @@ TEST_CASE("scheduler tracepoints become the engine's scheduling records", "[linu
     cpu0.Sample(kMiscUser, driver.IdOf(0, 0), 0x401000, 50, 50, 150, 0, 50000);  // a sample between
     cpu0.Tracepoint(ids[0][static_cast<uint32_t>(SchedTracepoint::kWaking)], 50, 50, 200, 0, WakingRaw(302, 1));
     cpu0.Tracepoint(sw(0), 50, 50, 300, 0, SwitchRaw(50, 0x1, 105));    // hostapp sleeps; a thread of 100 runs
-    cpu0.Tracepoint(sw(0), 100, 105, 400, 0, SwitchRaw(105, 0x10, 0));  // which exits
+    cpu0.Comm(100, 105, "tree-worker", false, RecordBuilder::Sid{100, 105, 350, 0, sw(0)});  // names itself
+    cpu0.Tracepoint(sw(0), 100, 105, 400, 0, SwitchRaw(105, 0x10, 0));  // and exits
     cpu0.Tracepoint(sw(0), 0, 0, 450, 0, std::vector<uint8_t>(64, 0));  // not a sched_switch record
     const DrainResult drained = machine.InjectRecords(0, cpu0.bytes());
     CHECK(drained.samples == 1);
@@ -465,6 +466,14 @@ TEST_CASE("scheduler tracepoints become the engine's scheduling records", "[linu
     CHECK(stats["totals"]["sched_undecodable"] == 1);
     CHECK(stats["totals"]["unknown_sample_ids"] == 0);
     CHECK(session.samples().size() == 1);
+    // The tasks the records name, by name, in their domains' contexts for the session.
+    const Json dom0 = Json::parse(machine.ContextJson(0));
+    REQUIRE(dom0["tasks"].size() == 1);
+    CHECK(dom0["tasks"][0] == Json({{"pid", 50}, {"tid", 50}, {"comm", "hostapp"}}));
+    const Json dom1 = Json::parse(machine.ContextJson(1));
+    REQUIRE(dom1["tasks"].size() == 1);
+    CHECK(dom1["tasks"][0] == Json({{"pid", 100}, {"tid", 105}, {"comm", "tree-worker"}}));
+    CHECK_FALSE(Json::parse(machine.ContextJson(2)).contains("tasks"));  // the guest's are vCPUs
   }
 }
 

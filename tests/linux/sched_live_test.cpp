@@ -144,6 +144,8 @@ TEST_CASE("hvprof run --sched on linux: each task's run and wait time match perf
     INFO(fmt::format("{}[{}]", task.comm, tid));
     REQUIRE(entities.contains(tid));
     const Json& entity = entities.at(tid);
+    // Named as perf names it: the thread's comm, tid and pid.
+    CHECK(entity["label"].get<std::string>().find(task.comm + "[" + std::to_string(tid) + "/") != std::string::npos);
     // perf's "preempt" is the time a task waited after being preempted, its "delay" the time
     // from a wake-up to running: both are hvprof's runnable time.
     const double unknown_ms = entity["unknown_ns"].get<double>() / 1e6;

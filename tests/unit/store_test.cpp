@@ -229,8 +229,9 @@ TEST_CASE("session metadata round-trips and names what is wrong", "[store]") {
   m.platform = "sim";
   m.cpu_type = "i386/arch_perfmon";
   m.events.push_back({5, "CPU_CLK_UNHALTED", 0x3C, 0, "zero", 100000, true, true});
-  DomainRecord dom0{0, "dom0", "active", 2, {}};
+  DomainRecord dom0{0, "dom0", "active", 2, {}, {}};
   dom0.processes.push_back({1201, "xz", {{"/usr/lib/x86_64-linux-gnu/liblzma.so.5", 0x7f0000000000, 0x7f0000030000, 0x7f0000000000, "abcd"}}});
+  dom0.tasks.push_back({1201, 1202, "xz worker"});  // a task that scheduling records name
   m.domains.push_back(dom0);
   m.images.push_back({"hypervisor", std::nullopt, "/usr/lib/debug/boot/xen-syms-4.17-amd64", "elf", "151b", 0});
   m.rings.push_back({0, 1, "vcpu", 64, 100, {5, 0, 0, 0, 0, 0, 0, 0}, 100, 0, 64});

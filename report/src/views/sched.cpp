@@ -270,11 +270,11 @@ class Analyzer {
     }
     if (r.state != kUnknown && (r.state != old_state || (old_state == kRunning && r.pcpu != pcpu))) {
       ++report_.counters.inconsistent;
-      if (old_state == kRunning) {
-        // It leaves a pCPU it was not known to run on: its arrival there went unrecorded (Linux
-        // drops a tracepoint now and then). It ran there for some part of the time since that
-        // pCPU's last change, which the records do not tell: that stretch is unknown for it,
-        // not its tracked state.
+      if (old_state == kRunning && r.state != kRunning) {
+        // It leaves a pCPU it was not known to run on, and it was not known to run anywhere: its
+        // arrival there went unrecorded (Linux drops a tracepoint now and then). It ran there for
+        // some part of the time since that pCPU's last change, which the records do not tell:
+        // that stretch is unknown for it, not its tracked state.
         const uint64_t from = std::max(r.since, pcpus_[pcpu].since);
         if (from < t) Move(e, kUnknown, from, kSchedNoPcpu, false);
       }

@@ -152,5 +152,7 @@ const char* DomainRoleName(uint32_t role);
 Json DomainStatusJson(const hvpmu::DomainStatus& domain, const std::string& label);
 // The processes and mappings of the platform's context record (HypervisorLink::Context).
 std::vector<store::ProcessRecord> ProcessesFromContext(const Json& context);
+// The context's "tasks" (linux --sched: the tasks scheduling records name), if any.
+std::vector<store::TaskRecord> TasksFromContext(const Json& context);
 
 }  // namespace hvprof::agent

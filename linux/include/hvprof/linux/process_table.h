@@ -96,10 +96,15 @@ class ProcessTable {
   // The process (thread group) thread `tid` belongs to: from FORK records, else from
   // /proc/TID/status; `tid` itself where neither says (a thread gone before it was asked about).
   uint32_t TgidOf(uint32_t tid);
+  // --sched: task `tid` of process `pid` is named in scheduling records. It is kept by name
+  // (its thread's comm, then what COMM records rename it to) for ContextJson's "tasks", after it
+  // exits too, so that a report names it.
+  void NoteTask(uint32_t pid, uint32_t tid);
 
-  // {"domain", "kernel", "hypervisor" (dom0 only), "processes": [...]}, as SimMachine's.
-  // Only processes with mappings are listed (with `sampled_only`, only those with samples);
-  // for one pid the live entry comes before its retired ones.
+  // {"domain", "kernel", "hypervisor" (dom0 only), "processes": [...], "tasks": [...]}, as
+  // SimMachine's. Only processes with mappings are listed (with `sampled_only`, only those with
+  // samples); for one pid the live entry comes before its retired ones. "tasks", when there are
+  // any, are the NoteTask ones of the domain: [{"pid", "tid", "comm"}].
   std::string ContextJson(DomainId domain, const std::string& host_kernel,
                           bool sampled_only) const;
 
@@ -140,6 +145,12 @@ class ProcessTable {
   std::vector<Process> retired_;
   std::map<std::string, ElfCacheEntry> elf_cache_;
   std::unordered_map<uint32_t, uint32_t> tgid_of_;  // thread -> process, as TgidOf found it
+  struct NamedTask {
+    uint32_t pid = 0;
+    DomainId domain = 0;
+    std::string comm;
+  };
+  std::unordered_map<uint32_t, NamedTask> named_tasks_;  // tid -> NoteTask's
   uint64_t proc_discoveries_ = 0;
   uint64_t elf_failures_ = 0;
 };

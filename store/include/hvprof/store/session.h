@@ -77,12 +77,20 @@ struct JitRecord {
 };
 inline constexpr const char* kJitDirectory = "jit";
 
+// A task that scheduling records name (linux --sched), by its name: a thread of process `pid`.
+struct TaskRecord {
+  uint32_t pid = 0;
+  uint32_t tid = 0;
+  std::string comm;
+};
+
 struct DomainRecord {
   uint16_t id = 0;
   std::string name;
   std::string role;  // "active" (dom0 included), "passive"
   uint16_t vcpus = 0;
   std::vector<ProcessRecord> processes;  // context records of its user space, if known
+  std::vector<TaskRecord> tasks;         // tasks its scheduling records name, by tid
 };
 
 // Per ring: what the hypervisor put in (or lost), and what the agent stored. A scheduling
