@@ -223,7 +223,8 @@ int main(int argc, char** argv) {
                 "process ends: auto (the default: on for linux and xen, off for the sim's made-up processes), on, off")
         ("sched", "also record scheduling: each vCPU's runstate changes (running, runnable, blocked, offline), "
                   "wake-ups and migrations, per pCPU, beside the samples (hvprof-report --sched, --timeline). "
-                  "sim: from its scheduler; linux and xen: not yet")
+                  "sim: from its scheduler; xen: from Xen's trace buffers, as xentrace reads them (hvprof sets "
+                  "Xen's global trace mask; no xentrace may run meanwhile); linux: not yet")
         ("verbose,V", "log more in hvprofd.log");
     po::options_description general("General options");
     general.add_options()

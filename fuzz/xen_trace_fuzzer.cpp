@@ -19,29 +19,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> buffer(size_t{kPages} * xt::kPageSize, 0);
   std::memcpy(buffer.data(), data, std::min(size, buffer.size()));
   hvprof::xen::TraceDecoder decoder(size > 0 ? data[0] * 1000u : 0);
-  auto check = [](uint16_t cpu) {
-    return [cpu](const ring::SchedRecord& record) {
-      if (record.kind != static_cast<uint8_t>(ring::RecordKind::kSched) || record.type == 0 ||
-          record.type > ring::kMaxSchedType || record.slots != 1 || record.pcpu != cpu ||
-          record.old_state >= ring::kRunstateCount || record.new_state >= ring::kRunstateCount) {
-        __builtin_trap();
-      }
-    };
+  uint64_t last_ns = 0;
+  auto check = [&last_ns](const ring::SchedRecord& record) {
+    if (record.kind != static_cast<uint8_t>(ring::RecordKind::kSched) || record.type == 0 ||
+        record.type > ring::kMaxSchedType || record.slots != 1 || record.pcpu > 1 ||
+        record.old_state >= ring::kRunstateCount || record.new_state >= ring::kRunstateCount ||
+        record.time_ns < last_ns) {
+      __builtin_trap();
+    }
+    last_ns = record.time_ns;
   };
   for (uint16_t cpu = 0; cpu < 2; ++cpu) {
     std::vector<uint8_t> window;
     const auto cons = hvprof::xen::CopyTraceWindow(buffer.data(), data_size, &window);
     if (cons) {
       if (!xt::ValidIndex(*cons, data_size) || window.size() > data_size) __builtin_trap();
-      if (decoder.Decode(cpu, window, check(cpu)) > window.size()) __builtin_trap();
+      if (decoder.Decode(cpu, window) > window.size()) __builtin_trap();
     } else if (!window.empty()) {
       __builtin_trap();
     }
     // The rest of the input as a window of its own, cut anywhere.
     if (size > buffer.size()) {
       std::span<const uint8_t> rest(data + buffer.size(), size - buffer.size());
-      if (decoder.Decode(cpu, rest, check(cpu)) > rest.size()) __builtin_trap();
+      if (decoder.Decode(cpu, rest) > rest.size()) __builtin_trap();
     }
   }
+  decoder.Flush(check);
   return 0;
 }

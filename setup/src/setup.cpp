@@ -70,9 +70,9 @@ Result<void> SetupOptions::CheckNumbers() const {
   if (jit != "auto" && jit != "on" && jit != "off") {
     return MakeError(ErrorKind::kInvalidArgument, "--jit={}: say auto, on or off", jit);
   }
-  if (sched && platform != "sim") {
+  if (sched && platform != "sim" && platform != "xen") {
     return MakeError(ErrorKind::kUnsupported,
-                     "--sched is not available on {} yet: only the sim records scheduling so far ({} comes "
+                     "--sched is not available on {} yet: only the sim and xen record scheduling so far ({} comes "
                      "with {}); leave out --sched",
                      platform, platform,
                      platform == "linux" ? "the sched_switch, sched_waking and sched_migrate_task tracepoints"

@@ -27,15 +27,15 @@ uint64_t TraceDecoder::NsOfTsc(uint64_t tsc) const {
   return static_cast<uint64_t>(static_cast<unsigned __int128>(tsc) * 1'000'000 / cpu_khz_);
 }
 
-ring::SchedRecord TraceDecoder::Base(uint16_t cpu, uint64_t time_ns, uint32_t word, ring::SchedType type) const {
+ring::SchedRecord TraceDecoder::Base(const Item& item, ring::SchedType type) const {
   ring::SchedRecord record{};
   record.kind = static_cast<uint8_t>(ring::RecordKind::kSched);
   record.type = static_cast<uint8_t>(type);
   record.slots = 1;
-  record.pcpu = cpu;
-  record.time_ns = time_ns;
-  record.domain = static_cast<uint16_t>(word >> 16);
-  record.vcpu = static_cast<uint16_t>(word & 0xFFFF);
+  record.pcpu = item.cpu;
+  record.time_ns = item.time_ns;
+  record.domain = static_cast<uint16_t>(item.word >> 16);
+  record.vcpu = static_cast<uint16_t>(item.word & 0xFFFF);
   record.pid = record.tid = record.other_pid = record.other_tid = ring::kNoPid;
   record.from_pcpu = record.to_pcpu = ring::kUnknownPcpu;
   return record;
@@ -46,19 +46,21 @@ void TraceDecoder::Emit(const ring::SchedRecord& record, const OnSched& on_sched
   on_sched(record);
 }
 
-void TraceDecoder::Runstate(uint16_t cpu, uint64_t time_ns, uint32_t word, uint32_t old_state, uint32_t new_state,
-                            const OnSched& on_sched) {
+void TraceDecoder::Apply(const Item& item, const OnSched& on_sched) {
+  if (item.lost) {
+    ring::SchedRecord record = Base(item, ring::SchedType::kLost);
+    record.count = item.count;
+    record.aux = item.aux;
+    Emit(record, on_sched);
+    return;
+  }
   ++stats_.runstate;
-  Vcpu& vcpu = vcpus_[word];
-  if (vcpu.state != 0xFF && vcpu.state_pcpu == cpu && vcpu.state != old_state) ++stats_.inconsistent;
-  Pending& wake = pending_wake_[cpu];
-  const bool woken = wake.set && wake.vcpu_word == word;
-  if (wake.set && !woken) ++stats_.redundant_wakes;  // another vCPU's change came first
-  wake.set = false;
-  if (woken) {
-    if (old_state == xt::kRunstateBlocked || old_state == xt::kRunstateOffline) {
-      ring::SchedRecord record = Base(cpu, time_ns, word, ring::SchedType::kWakeup);
-      record.old_state = static_cast<uint8_t>(old_state);
+  Vcpu& vcpu = vcpus_[item.word];
+  if (vcpu.state != 0xFF && vcpu.state != item.old_state) ++stats_.inconsistent;
+  if (item.woken) {
+    if (item.old_state == xt::kRunstateBlocked || item.old_state == xt::kRunstateOffline) {
+      ring::SchedRecord record = Base(item, ring::SchedType::kWakeup);
+      record.old_state = item.old_state;
       record.new_state = static_cast<uint8_t>(ring::Runstate::kRunnable);
       ++stats_.wakeups;
       Emit(record, on_sched);
@@ -66,32 +68,37 @@ void TraceDecoder::Runstate(uint16_t cpu, uint64_t time_ns, uint32_t word, uint3
       ++stats_.redundant_wakes;
     }
   }
-  const bool idle = (word >> 16) == xt::kDomidIdle;
-  const bool starts = new_state == xt::kRunstateRunning && !idle && time_ns >= vcpu.last_start_ns;
-  if (starts && old_state != xt::kRunstateRunning) {
-    if (vcpu.last_pcpu != ring::kUnknownPcpu && vcpu.last_pcpu != cpu && time_ns > vcpu.last_start_ns) {
-      ring::SchedRecord record = Base(cpu, time_ns, word, ring::SchedType::kMigrate);
-      record.flags = ring::kSchedDerived;
-      record.old_state = record.new_state = static_cast<uint8_t>(old_state);
-      record.from_pcpu = vcpu.last_pcpu;
-      record.to_pcpu = cpu;
-      ++stats_.migrations;
-      Emit(record, on_sched);
-    }
+  const bool idle = (item.word >> 16) == xt::kDomidIdle;
+  const bool starts = item.new_state == xt::kRunstateRunning && item.old_state != xt::kRunstateRunning && !idle;
+  if (starts && vcpu.last_pcpu != ring::kUnknownPcpu && vcpu.last_pcpu != item.cpu) {
+    ring::SchedRecord record = Base(item, ring::SchedType::kMigrate);
+    record.flags = ring::kSchedDerived;
+    record.old_state = record.new_state = item.old_state;
+    record.from_pcpu = vcpu.last_pcpu;
+    record.to_pcpu = item.cpu;
+    ++stats_.migrations;
+    Emit(record, on_sched);
   }
-  if (starts) {
-    vcpu.last_pcpu = cpu;
-    vcpu.last_start_ns = time_ns;
-  }
-  vcpu.state = static_cast<uint8_t>(new_state);
-  vcpu.state_pcpu = cpu;
-  ring::SchedRecord record = Base(cpu, time_ns, word, ring::SchedType::kRunstate);
-  record.old_state = static_cast<uint8_t>(old_state);
-  record.new_state = static_cast<uint8_t>(new_state);
+  if (item.new_state == xt::kRunstateRunning && !idle) vcpu.last_pcpu = item.cpu;
+  vcpu.state = item.new_state;
+  ring::SchedRecord record = Base(item, ring::SchedType::kRunstate);
+  record.old_state = item.old_state;
+  record.new_state = item.new_state;
   Emit(record, on_sched);
 }
 
-size_t TraceDecoder::Decode(uint16_t cpu, std::span<const uint8_t> window, const OnSched& on_sched) {
+void TraceDecoder::Flush(const OnSched& on_sched) {
+  std::sort(items_.begin(), items_.end(), [](const Item& a, const Item& b) {
+    if (a.time_ns != b.time_ns) return a.time_ns < b.time_ns;
+    if (a.rank != b.rank) return a.rank < b.rank;
+    if (a.cpu != b.cpu) return a.cpu < b.cpu;
+    return a.sequence < b.sequence;
+  });
+  for (const Item& item : items_) Apply(item, on_sched);
+  items_.clear();
+}
+
+size_t TraceDecoder::Decode(uint16_t cpu, std::span<const uint8_t> window) {
   if (pending_wake_.size() <= cpu) {
     pending_wake_.resize(size_t{cpu} + 1);
     last_ns_.resize(size_t{cpu} + 1, 0);
@@ -125,9 +132,8 @@ size_t TraceDecoder::Decode(uint16_t cpu, std::span<const uint8_t> window, const
       ++stats_.wrap_records;
       continue;
     }
-    const bool sched_event = xt::IsRunstateChange(event) || event == xt::kContinueRunning || event == xt::kSchedWake ||
-                             event == xt::kLostRecords;
-    if (!sched_event) {
+    const bool runstate = xt::IsRunstateChange(event) || event == xt::kContinueRunning;
+    if (!runstate && event != xt::kSchedWake && event != xt::kLostRecords) {
       if ((event & 0x0FFF0000u) == (xt::kTrcSched & 0x0FFF0000u)) {
         ++stats_.ignored;
       } else {
@@ -137,19 +143,27 @@ size_t TraceDecoder::Decode(uint16_t cpu, std::span<const uint8_t> window, const
     }
     if (!cycles) ++stats_.no_cycles;
     last_ns_[cpu] = time_ns;
+    Pending& wake = pending_wake_[cpu];
+    Item item{};
+    item.time_ns = time_ns;
+    item.sequence = sequence_++;
+    item.cpu = cpu;
+    item.rank = 2;
     if (event == xt::kLostRecords) {
       if (extra < 4) {
         ++stats_.truncated;
         continue;
       }
-      ring::SchedRecord record = Base(cpu, time_ns, xt::VcpuWord(word(1) & 0xFFFF, word(1) >> 16), ring::SchedType::kLost);
-      record.count = word(0);
-      record.aux = NsOfTsc(word(2) | (uint64_t{word(3)} << 32));
+      item.lost = true;
+      item.rank = 0;  // before the record it was written with
+      item.word = xt::VcpuWord(word(1) & 0xFFFF, word(1) >> 16);  // {u16 domain, u16 vcpu}
+      item.count = word(0);
+      item.aux = NsOfTsc(word(2) | (uint64_t{word(3)} << 32));
       ++stats_.lost_markers;
-      stats_.lost_records += record.count;
-      // Whatever was tracked on this CPU may have changed unseen.
-      pending_wake_[cpu].set = false;
-      Emit(record, on_sched);
+      stats_.lost_records += item.count;
+      if (wake.set) ++stats_.redundant_wakes;
+      wake.set = false;  // what it woke may have been lost
+      items_.push_back(item);
       continue;
     }
     if (event == xt::kSchedWake) {
@@ -157,7 +171,6 @@ size_t TraceDecoder::Decode(uint16_t cpu, std::span<const uint8_t> window, const
         ++stats_.truncated;
         continue;
       }
-      Pending& wake = pending_wake_[cpu];
       if (wake.set) ++stats_.redundant_wakes;  // the one before it changed nothing
       wake.vcpu_word = xt::VcpuWord(word(0), word(1));
       wake.set = true;
@@ -167,11 +180,16 @@ size_t TraceDecoder::Decode(uint16_t cpu, std::span<const uint8_t> window, const
       ++stats_.truncated;
       continue;
     }
-    if (event == xt::kContinueRunning) {
-      Runstate(cpu, time_ns, word(0), xt::kRunstateRunning, xt::kRunstateRunning, on_sched);
-    } else {
-      Runstate(cpu, time_ns, word(0), xt::RunstateOld(event), xt::RunstateNew(event), on_sched);
-    }
+    item.word = word(0);
+    item.old_state = static_cast<uint8_t>(event == xt::kContinueRunning ? xt::kRunstateRunning : xt::RunstateOld(event));
+    item.new_state = static_cast<uint8_t>(event == xt::kContinueRunning ? xt::kRunstateRunning : xt::RunstateNew(event));
+    item.woken = wake.set && wake.vcpu_word == item.word;
+    if (wake.set && !item.woken) ++stats_.redundant_wakes;  // another vCPU's change came first
+    wake.set = false;
+    const bool on = item.new_state == xt::kRunstateRunning;
+    const bool was_on = item.old_state == xt::kRunstateRunning;
+    item.rank = item.old_state == item.new_state ? 0 : was_on ? 1 : on ? 3 : 2;
+    items_.push_back(item);
   }
   return at;
 }

@@ -1,23 +1,24 @@
 // Xen's trace records (hvpmu/abi/xen_trace.h) as hvprof's scheduling records (ring::SchedRecord):
-// a pure decoder, fed the bytes the consumer copied out of one CPU's buffer. It keeps what it
-// needs between windows (each vCPU's state and last pCPU, a wake-up waiting for its runstate
-// change), so windows of one CPU must come in order; windows of different CPUs may interleave.
+// a pure decoder, fed the bytes the consumer copied out of each CPU's buffer (Decode, CPU by CPU,
+// each CPU's windows in order), which hands on what it read merged by time across CPUs (Flush),
+// as a vCPU's records are spread over the CPUs that traced them. At one time, a records-lost mark
+// and a record that changes nothing come first, then one that takes a vCPU off a pCPU, then the
+// others, and one that puts a vCPU on a pCPU last (the report's order, docs/sched.md); one CPU's
+// records keep their order otherwise.
 //
 // - TRC_SCHED_RUNSTATE_CHANGE (old<<8 | new<<4) -> Runstate old -> new;
 //   TRC_SCHED_CONTINUE_RUNNING -> Runstate running -> running (a state as it stands).
 // - TRC_SCHED_WAKE followed on that CPU by the vCPU's change from blocked (or offline) ->
 //   Wakeup, then the Runstate. A wake of a vCPU that was not blocked changes nothing (counted).
 // - Xen 4.17 has no generic migration record: a vCPU that starts running on another pCPU than
-//   the one it last ran on gets a Migrate (flag kSchedDerived) before its Runstate. The pCPUs'
-//   windows come one after the other, not merged by time: a start older than the vCPU's last
-//   one known (another pCPU's window read later) derives nothing and moves nothing, so that no
-//   migration is made up; those missed the report derives itself, in time order (docs/sched.md).
-// - A runstate change whose old state is not the one the same pCPU's records left the vCPU in
-//   is counted (inconsistent); across pCPUs the windows' order cannot tell.
+//   the one it last ran on gets a Migrate (flag kSchedDerived) before its Runstate.
 // - TRC_LOST_RECORDS -> Lost (count, the time of the first loss).
 // - TRC_TRACE_WRAP_BUFFER is padding (counted); other ids of the scheduling class are counted as
 //   ignored, ids of any other class as unknown; a record that runs past the window is truncated
-//   and ends the window.
+//   and ends the window. A runstate change whose old state is not the one tracked is counted
+//   (inconsistent), and believed.
+// Records of one Flush are merged with each other only: a CPU's record read after a later one of
+// another CPU was handed on (a race between the copies of two buffers) comes late.
 // Times: the records' TSC as nanoseconds, tsc * 10^6 / cpu_khz (xc_physinfo's cpu_khz).
 #pragma once
 
@@ -56,34 +57,48 @@ class TraceDecoder {
   // `cpu_khz` 0 is taken as 1 GHz (TSC ticks as nanoseconds).
   explicit TraceDecoder(uint64_t cpu_khz);
 
-  // Decodes the whole records at the start of `window` (copied out of CPU `cpu`'s buffer, in
-  // order), handing on scheduling records as they come. Returns the bytes used: all of them,
-  // unless the window ends inside a record.
-  size_t Decode(uint16_t cpu, std::span<const uint8_t> window, const OnSched& on_sched);
+  // Reads the whole records at the start of `window` (copied out of CPU `cpu`'s buffer, in
+  // order) and keeps them for Flush. Returns the bytes used: all of them, unless the window
+  // ends inside a record.
+  size_t Decode(uint16_t cpu, std::span<const uint8_t> window);
+  // Hands on the scheduling records read since the last Flush, merged by time.
+  void Flush(const OnSched& on_sched);
 
   uint64_t NsOfTsc(uint64_t tsc) const;
   const TraceDecodeStats& stats() const { return stats_; }
 
  private:
   struct Vcpu {
-    uint8_t state = 0xFF;          // 0xFF: not known yet
-    uint16_t state_pcpu = 0xFFFF;  // the pCPU whose record said so
-    uint16_t last_pcpu = 0xFFFF;   // where it last started running, and when
-    uint64_t last_start_ns = 0;
+    uint8_t state = 0xFF;         // 0xFF: not known yet
+    uint16_t last_pcpu = 0xFFFF;  // where it last started running
   };
   struct Pending {
     uint32_t vcpu_word = 0;  // the WAKE's subject
     bool set = false;
   };
-  void Runstate(uint16_t cpu, uint64_t time_ns, uint32_t word, uint32_t old_state, uint32_t new_state,
-                const OnSched& on_sched);
-  hvpmu::ring::SchedRecord Base(uint16_t cpu, uint64_t time_ns, uint32_t word, hvpmu::ring::SchedType type) const;
+  struct Item {  // one record read, until Flush
+    uint64_t time_ns;
+    uint32_t sequence;  // read order
+    uint16_t cpu;
+    uint8_t rank;       // the order at one time
+    bool lost;          // TRC_LOST_RECORDS, else a runstate change
+    bool woken;         // a WAKE of the same vCPU came just before it
+    uint8_t old_state;
+    uint8_t new_state;
+    uint32_t word;      // domain << 16 | vcpu
+    uint64_t count;     // lost: records lost, and the time of the first
+    uint64_t aux;
+  };
+  void Apply(const Item& item, const OnSched& on_sched);
+  hvpmu::ring::SchedRecord Base(const Item& item, hvpmu::ring::SchedType type) const;
   void Emit(const hvpmu::ring::SchedRecord& record, const OnSched& on_sched);
 
   uint64_t cpu_khz_;
   std::unordered_map<uint32_t, Vcpu> vcpus_;  // by VcpuWord (domain << 16 | vcpu)
   std::vector<Pending> pending_wake_;         // per CPU
   std::vector<uint64_t> last_ns_;             // per CPU: the time of its last record
+  std::vector<Item> items_;                   // read since the last Flush
+  uint32_t sequence_ = 0;
   TraceDecodeStats stats_;
 };
 
