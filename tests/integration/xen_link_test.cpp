@@ -19,6 +19,7 @@
 #include "hvprof/xen/xen_link.h"
 #include "hvprof/xen/xenctrl_subset.h"
 #include "hvpmu/abi/xen_trace.h"
+#include "hvprof/hv/protocol.h"
 
 extern "C" {
 #include <xenforeignmemory.h>
@@ -299,7 +300,13 @@ TEST_CASE("xen: the trace buffers keep Xen's refusals, and the link reads the ma
   auto link = ConnectThroughFake(host, XenRoot(dir));
   xc_interface* xch = xc_interface_open(nullptr, nullptr, 0);
   REQUIRE(xch != nullptr);
-  // Enable before any size: EINVAL, as Xen says.
+  // Enable before any size: EINVAL, as Xen says (libxenctrl's enable sets a size first: asked
+  // of hvprof-hv directly); a guest may not ask at all.
+  auto enable_first = host.Connect(0)->SimXenTrace(static_cast<uint32_t>(hv::XenTraceCommand::kEnable), 0);
+  REQUIRE(enable_first.has_value());
+  CHECK(enable_first.value().xen_errno == EINVAL);
+  CHECK(enable_first.value().bytes == 0);
+  CHECK_FALSE(host.Connect(1)->SimXenTrace(static_cast<uint32_t>(hv::XenTraceCommand::kGetInfo), 0).has_value());
   errno = 0;
   CHECK(xc_tbuf_set_evt_mask(xch, hvpmu::xentrace::kHvprofEventMask) == 0);
   unsigned long pages = 0;
