@@ -225,7 +225,8 @@ int main(int argc, char** argv) {
                   "wake-ups and migrations, per pCPU, beside the samples (hvprof-report --sched, --timeline). "
                   "sim: from its scheduler; linux: from the sched_switch, sched_waking, sched_wakeup_new and "
                   "sched_migrate_task tracepoints (root, tracefs), a KVM guest's vCPU threads as its vCPUs and "
-                  "other threads as tasks; xen: not yet")
+                  "other threads as tasks; xen: from Xen's trace buffers, as xentrace reads them (hvprof sets "
+                  "Xen's global trace mask; no xentrace may run meanwhile)")
         ("verbose,V", "log more in hvprofd.log");
     po::options_description general("General options");
     general.add_options()

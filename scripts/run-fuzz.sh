@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-25}
 targets=(elf_image_fuzzer kernel_symbols_fuzzer session_files_fuzzer published_profile_fuzzer
          ring_reader_fuzzer scenario_fuzzer engine_ops_fuzzer archive_reader_fuzzer jit_symbols_fuzzer
-         perf_records_fuzzer tracepoint_fuzzer)
+         perf_records_fuzzer tracepoint_fuzzer xen_trace_fuzzer)
 
 build=$(scripts/configure.sh asan)
 ninja -C "$build" -j"$(nproc)" "${targets[@]}"
@@ -92,6 +92,14 @@ legacy = struct.pack("<IIIIQQQQ", 3, 0, 32, 0, 0, 0, 0, 0)[:48]
 for ip, mode in ((0x401000, 0), (0xffffffff81000000, 1), (0xffff82d040200000, 2)):
     legacy += struct.pack("<QBB6x", ip, mode, 0)
 open(f"{seeds}/ring_reader_fuzzer/legacy", "wb").write(bytes(len(legacy)) + legacy)
+# One CPU's Xen trace buffer (one page: cons, prod, then records as Xen 4.17 writes them): a
+# runstate change, a wake-up and its change, a lost-records record; then a window cut short.
+def xrec(event, tsc, words):
+    return struct.pack("<IQ", event | (len(words) << 28) | (1 << 31), tsc) + b"".join(struct.pack("<I", w) for w in words)
+records = xrec(0x00021101, 1000, [0x00010000]) + xrec(0x00028004, 2000, [2, 1]) + xrec(0x00021211, 2000, [0x00020001])
+records += xrec(0x0001f001, 3000, [5, 0x00000001, 2500, 0])
+tbuf = struct.pack("<II", 0, len(records)) + records
+open(f"{seeds}/xen_trace_fuzzer/buffer", "wb").write(tbuf.ljust(4096, b"\0") + records[:-3])
 # Profiling ops by dom0 in the usual order: init, set_passive 1, reserve, counter, setup,
 # enable_virq, start, a sample, stop.
 def op(caller, index, arg=b""):

@@ -275,6 +275,7 @@ void AgentDaemon::DrainAll(bool final) {
       jit_->Watch(record.domain, record.pid);
     }
   }, [&](const ring::SchedRecord& record) { session_->AddSched(record); }, final);
+  if (sched_source_) sched_source_->Drain([&](const ring::SchedRecord& record) { session_->AddSched(record); });
   if (jit_) jit_->Poll();
 }
 
@@ -286,6 +287,7 @@ Result<void> AgentDaemon::Run() {
     fds.push_back({wake_.get(), POLLIN, 0});
     fds.push_back({hypervisor_lost_ ? -1 : link_->HangupFd(), POLLRDHUP, 0});
     for (const ScopedFd& fd : rings_.notification_fds()) fds.push_back({fd.get(), POLLIN, 0});
+    if (sched_source_ && sched_source_->NotificationFd() >= 0) fds.push_back({sched_source_->NotificationFd(), POLLIN, 0});
     const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(PollIntervalMs()));
     if (ready < 0 && errno != EINTR) return ErrnoError(errno, "poll");
     if (ready > 0 && (fds[2].revents & (POLLHUP | POLLRDHUP | POLLERR)) != 0) {
@@ -472,6 +474,17 @@ void AgentDaemon::UpdateMetadata(const hvpmu::Status* status) {
     m.losses.no_ring = own.no_ring;
   }
   m.losses.malformed_records = malformed;
+  if (sched_source_) {  // the hypervisor's own recording (Xen's trace buffers)
+    const SchedSourceStats stats = sched_source_->stats();
+    if (!sched) sched.emplace();
+    sched->source = sched_source_->name();
+    // Xen's per-CPU buffer was full (TRC_LOST_RECORDS): as a full scheduling ring.
+    sched->lost.ring_full += stats.platform_lost;
+    sched->lost.malformed += stats.malformed;
+    for (const std::string& note : sched_source_->notes()) {
+      if (std::find(m.notes.begin(), m.notes.end(), note) == m.notes.end()) m.notes.push_back(note);
+    }
+  }
   if (sched) m.sched = std::move(sched);
 }
 

@@ -21,6 +21,13 @@ Result<std::string> HypervisorLink::GroundTruth(bool) {
 
 Result<std::string> HypervisorLink::PlatformInfo() { return std::string("{}"); }
 
+Result<std::unique_ptr<SchedSource>> HypervisorLink::OpenSchedSource() {
+  return MakeError(ErrorKind::kUnsupported, "{} records no scheduling of its own", platform_name());
+}
+Result<SimTraceBuffers> HypervisorLink::SimXenTrace(uint32_t, uint64_t) {
+  return MakeError(ErrorKind::kUnsupported, "{} has no simulated Xen trace buffers", platform_name());
+}
+
 Error HypervisorLink::DescribeRefusal(uint32_t op, hvpmu::ErrorCode code) const { return RefusalError(op, code); }
 
 Result<void> HypervisorLink::Publish(std::span<const std::byte>) {
@@ -238,6 +245,35 @@ class HostedLink final : public HypervisorLink {
   Result<std::string> GroundTruth(bool reset) override {
     hv::GroundTruthRequest request{reset ? 1u : 0u, 0};
     return TextCall(MessageType::kGroundTruth, hv::Pack(request));
+  }
+  Result<SimTraceBuffers> SimXenTrace(uint32_t command, uint64_t argument) override {
+    hv::XenTraceRequest request{command, 0, argument};
+    HVPROF_TRY(reply, Call(MessageType::kXenTrace, hv::Pack(request)));
+    hv::XenTraceReply answer;
+    if (!hv::Unpack(std::span<const std::byte>(reply.payload), &answer) ||
+        (answer.error == 0 && answer.bytes != 0 && reply.fds.size() != 2)) {
+      return MakeError(ErrorKind::kProtocol, "hvprof-hv sent a malformed reply about Xen's trace buffers");
+    }
+    if (answer.error != 0) {
+      return MakeError(ErrorKind::kPermissionDenied, "Xen's trace buffers refused: {}",
+                       hv::ProtocolErrorName(static_cast<hv::ProtocolError>(answer.error)));
+    }
+    SimTraceBuffers out;
+    out.xen_errno = answer.xen_errno;
+    out.evt_mask = answer.evt_mask;
+    out.tbuf_pages = answer.tbuf_pages;
+    out.t_info_mfn = answer.t_info_mfn;
+    out.t_info_pages = answer.t_info_pages;
+    out.num_cpus = answer.num_cpus;
+    out.first_mfn = answer.first_mfn;
+    out.bytes = answer.bytes;
+    out.cpu_khz = answer.cpu_khz;
+    out.enabled = answer.enabled != 0;
+    if (answer.bytes != 0) {
+      out.memory = std::move(reply.fds[0]);
+      out.notify = std::move(reply.fds[1]);
+    }
+    return out;
   }
 
  private:

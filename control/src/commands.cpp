@@ -684,6 +684,14 @@ std::string FormatStatus(const Json& s) {
   if (s.contains("note")) {  // Xen: only what the rings' headers count
     out += fmt::format("\nlost: {} records to full rings\nnote: {}\n", lost.value("ring_full", uint64_t{0}),
                        s.value("note", ""));
+    if (s.contains("sched")) {  // Xen's trace buffers (--sched)
+      const Json sched = s["sched"];
+      out += fmt::format("sched:   {} scheduling records from {}, {} lost by Xen\n",
+                         sched.value("records", uint64_t{0}), sched.value("source", ""), sched.value("lost", uint64_t{0}));
+      for (const Json& note : sched.value("notes", Json::array())) {
+        out += fmt::format("note: {}\n", EscapeForTerminal(note.get<std::string>()));
+      }
+    }
     return out;
   }
   out += fmt::format("\nlost in the hypervisor: {} ring full, {} corrupt index, {} no ring, {} in "

@@ -333,6 +333,10 @@ Result<void> Dom0Agent::SetUp() {
     xen_buffers_[0] = static_cast<uint32_t>(std::max(own.nbuf, 0));
     capacity_ = rings_.capacity();
     watermark_ = 0;  // Xen notifies per sample, and user space only on dom0's vCPU 0
+    if (setup_.sched) {  // Xen's own trace buffers, as xentrace reads them
+      HVPROF_TRY(source, link_->OpenSchedSource());
+      sched_source_ = std::move(source);
+    }
   } else {
     hvpmu::BufferV2 own = agent::BufferRequest(0, capacity_);
     if (setup_.sched) own.flags = hvpmu::kBufferSchedRings;
@@ -566,6 +570,12 @@ Result<Json> Dom0Agent::Start() {
                      missing.size() == 1 ? "has" : "have", missing.size() == 1 ? "it" : "each of them", how);
   }
   if (code.value() != ErrorCode::kOk) return link_->DescribeRefusal(legacy::kOpStart, code.value());
+  if (sched_source_) {
+    if (auto started = sched_source_->Start(); !started) {
+      (void)Op(legacy::kOpStop, {}, true);  // all or nothing
+      return started.error();
+    }
+  }
   MarkProfiling(true);
   HVPROF_TRYV(session_->WriteMetadata());
   return Json{{"message", "profiling started"}};
@@ -574,6 +584,9 @@ Result<Json> Dom0Agent::Start() {
 Result<Json> Dom0Agent::Stop() {
   if (!profiling_) return Json{{"message", "profiling is not on"}};
   HVPROF_TRYV(Op(legacy::kOpStop, {}));
+  if (sched_source_) {
+    if (auto stopped = sched_source_->Stop(); !stopped) Log(LogLevel::kWarning, "{}", stopped.error().message());
+  }
   MarkProfiling(false);
   DrainAll(true);  // the final flush
   HVPROF_TRY(dumped, Dump());
@@ -607,6 +620,7 @@ Result<Json> Dom0Agent::Shutdown() {
   }
   // Release everything, in Xen's order: our rings, the counters, the lists, the primary role.
   rings_.Clear();
+  sched_source_.reset();
   Result<void> released = Ok();
   if (link_->legacy_only()) {
     if (auto unwound = UnwindXenoprof(); !unwound) released = unwound.error();  // as recovery does
@@ -687,6 +701,13 @@ Result<Json> Dom0Agent::Status() {
                    {"lost", {{"ring_full", lost}}},
                    {"backtrace_depth", setup_.callgraph},
                    {"note", "Xen reports no state or losses of its own; this is what hvprofd set up and its rings say"}});
+    if (sched_source_) {
+      const agent::SchedSourceStats stats = sched_source_->stats();
+      result["sched"] = {{"source", sched_source_->name()},
+                         {"records", stats.records},
+                         {"lost", stats.platform_lost},
+                         {"notes", sched_source_->notes()}};
+    }
     return result;
   }
   HVPROF_TRY(status, EngineStatus());

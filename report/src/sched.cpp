@@ -199,8 +199,10 @@ Result<SchedSession> LoadSchedRecords(const std::string& session_dir) {
                                           read.torn_tail ? ", and the file ends inside a chunk" : ""));
   }
   // The window: from the first record (the snapshot taken when recording started) to the end of
-  // profiling, which the last sample marks when it is later than the last record.
-  if (session.metadata.last_sample_ns != 0) {
+  // profiling, which the last sample marks when it is later than the last record. Xen's trace
+  // buffers stamp records with the TSC, not the samples' clock: their records alone say.
+  const bool own_clock = session.metadata.sched && session.metadata.sched->source == "xentrace";
+  if (session.metadata.last_sample_ns != 0 && !own_clock) {
     loaded.options.end_ns = std::max(session.metadata.last_sample_ns, loaded.records.last_ns());
   }
   return loaded;

@@ -70,10 +70,6 @@ Result<void> SetupOptions::CheckNumbers() const {
   if (jit != "auto" && jit != "on" && jit != "off") {
     return MakeError(ErrorKind::kInvalidArgument, "--jit={}: say auto, on or off", jit);
   }
-  if (sched && platform == "xen") {
-    return MakeError(ErrorKind::kUnsupported,
-                     "--sched is not available on xen yet (it comes with Xen's trace buffers); leave out --sched");
-  }
   return Ok();
 }
 

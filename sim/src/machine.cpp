@@ -752,6 +752,21 @@ void SimMachine::Schedule() {
     vcpu.state = next;
     if (next == Runstate::kRunning) vcpu.last_cpu = static_cast<int>(cpu);
   }
+  if (sched_sink_) {  // who goes on running where (Xen's continue-running), for the sink only
+    for (uint32_t c = 0; c < ncpus; ++c) {
+      if (previous_vcpu_[c] != cpus_[c]->vcpu) continue;
+      const int v = cpus_[c]->vcpu;
+      hvpmu::ring::SchedRecord record{};
+      record.type = static_cast<uint8_t>(SchedType::kRunstate);
+      record.old_state = record.new_state = static_cast<uint8_t>(Runstate::kRunning);
+      record.time_ns = now_ns();
+      record.domain = v < 0 ? hvpmu::kDomainIdle : domains_[vcpus_[v].domain]->id;
+      record.vcpu = v < 0 ? static_cast<uint16_t>(c) : vcpus_[v].id;
+      record.pid = record.tid = record.other_pid = record.other_tid = hvpmu::ring::kNoPid;
+      record.from_pcpu = record.to_pcpu = 0xFFFF;
+      sched_sink_(c, now_, record);
+    }
+  }
   for (uint32_t c = 0; c < ncpus; ++c) {  // the idle vCPU takes over a pCPU left without work
     if (previous_vcpu_[c] >= 0 && cpus_[c]->vcpu < 0) {
       EmitSched(c, SchedType::kRunstate, hvpmu::kDomainIdle, static_cast<uint16_t>(c), Runstate::kRunnable,
@@ -775,7 +790,8 @@ void SimMachine::AccountSchedTruth() {
 void SimMachine::EmitSched(uint32_t cpu, hvpmu::ring::SchedType type, DomainId domain, uint16_t vcpu,
                            hvpmu::ring::Runstate from, hvpmu::ring::Runstate to, uint16_t from_cpu,
                            uint16_t to_cpu) {
-  if (engine_ == nullptr || !engine_->sched_recording()) return;
+  const bool recording = engine_ != nullptr && engine_->sched_recording();
+  if (!recording && !sched_sink_) return;
   hvpmu::ring::SchedRecord record{};
   record.type = static_cast<uint8_t>(type);
   record.old_state = static_cast<uint8_t>(from);
@@ -786,7 +802,8 @@ void SimMachine::EmitSched(uint32_t cpu, hvpmu::ring::SchedType type, DomainId d
   record.pid = record.tid = record.other_pid = record.other_tid = hvpmu::ring::kNoPid;
   record.from_pcpu = from_cpu;
   record.to_pcpu = to_cpu;
-  engine_->RecordSched(cpu, record);
+  if (recording) engine_->RecordSched(cpu, record);
+  if (sched_sink_) sched_sink_(cpu, now_, record);
 }
 
 void SimMachine::EmitSnapshot() {

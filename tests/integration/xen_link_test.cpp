@@ -3,6 +3,7 @@
 // foreign mappings and VIRQ_XENOPROF, checked against the simulator's ground truth; and Xen's
 // refusals, each with its message.
 #include <poll.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 
 #include <unistd.h>
@@ -16,6 +17,13 @@
 
 #include "hvprof/agent/ring_reader.h"
 #include "hvprof/xen/xen_link.h"
+#include "hvprof/xen/xenctrl_subset.h"
+#include "hvpmu/abi/xen_trace.h"
+#include "hvprof/hv/protocol.h"
+
+extern "C" {
+#include <xenforeignmemory.h>
+}
 #include "host_harness.h"
 #include "sim_harness.h"
 
@@ -277,4 +285,88 @@ TEST_CASE("xen link: a PV guest learns its id from xenstore and may run only the
   // Above op 17 Xen's range check answers, not the engine.
   CHECK_FALSE(guest.Op(hvpmu::kOpStatus, {}).has_value());
   ::setenv("HVPROF_FAKE_XEN_DOMAIN", "0", 1);
+}
+
+// Xen's trace buffers through libxenctrl as the fake plays it (hvprof-hv's simulated ones): Xen's
+// refusals, then the link's SchedSource reading the machine's scheduling through frames mapped
+// one by one.
+TEST_CASE("xen: the trace buffers keep Xen's refusals, and the link reads the machine's scheduling from them",
+          "[xen][sched]") {
+  Json scenario = TestScenario("intel-arch-v4", 23);
+  const double loads[] = {0.6, 0.95, 0.4, 0.85};  // some pCPUs idle at times
+  for (size_t d = 0; d < scenario["domains"].size(); ++d) scenario["domains"][d]["load"] = loads[d % 4];
+  Host host(scenario);
+  TempDir dir;
+  auto link = ConnectThroughFake(host, XenRoot(dir));
+  xc_interface* xch = xc_interface_open(nullptr, nullptr, 0);
+  REQUIRE(xch != nullptr);
+  // Enable before any size: EINVAL, as Xen says (libxenctrl's enable sets a size first: asked
+  // of hvprof-hv directly); a guest may not ask at all.
+  auto enable_first = host.Connect(0)->SimXenTrace(static_cast<uint32_t>(hv::XenTraceCommand::kEnable), 0);
+  REQUIRE(enable_first.has_value());
+  CHECK(enable_first.value().xen_errno == EINVAL);
+  CHECK(enable_first.value().bytes == 0);
+  CHECK_FALSE(host.Connect(1)->SimXenTrace(static_cast<uint32_t>(hv::XenTraceCommand::kGetInfo), 0).has_value());
+  errno = 0;
+  CHECK(xc_tbuf_set_evt_mask(xch, hvpmu::xentrace::kHvprofEventMask) == 0);
+  unsigned long pages = 0;
+  CHECK(xc_tbuf_get_size(xch, &pages) != 0);
+  // The size is one-shot: the same again is EBUSY, another EINVAL.
+  CHECK(xc_tbuf_set_size(xch, 4) == 0);
+  CHECK(xc_tbuf_get_size(xch, &pages) == 0);
+  CHECK(pages == 4);  // pages, not bytes
+  CHECK(xc_tbuf_set_size(xch, 8) != 0);
+  CHECK(errno == EINVAL);
+  CHECK(xc_tbuf_set_size(xch, 4) != 0);
+  CHECK(errno == EBUSY);
+  unsigned long mfn = 0;
+  unsigned long t_info_bytes = 0;
+  CHECK(xc_tbuf_enable(xch, 64, &mfn, &t_info_bytes) == 0);  // the size asked for is ignored
+  CHECK(t_info_bytes % 4096 == 0);
+  CHECK(t_info_bytes > 0);
+  // A frame Xen does not share is refused.
+  auto memory = xenforeignmemory_open(nullptr, 0);
+  xen_pfn_t stranger = 0x1;
+  int error = 0;
+  CHECK(xenforeignmemory_map(memory, hvpmu::xentrace::kDomidXen, PROT_READ, 1, &stranger, &error) == nullptr);
+  CHECK(error == -EPERM);
+  xenforeignmemory_close(memory);
+  CHECK(xc_tbuf_disable(xch) == 0);
+  xc_interface_close(xch);
+
+  auto source = link->OpenSchedSource();
+  INFO((source ? std::string() : source.error().message()));
+  REQUIRE(source.has_value());
+  REQUIRE(source.value()->Start().has_value());
+  REQUIRE(source.value()->NotificationFd() >= 0);
+  auto clock = host.Connect(0);
+  std::map<std::pair<int, int>, uint64_t> runstates;
+  uint64_t drained = 0;
+  for (int step = 0; step < 300; ++step) {
+    REQUIRE(clock->SimRunFor(1'000'000).has_value());
+    // 4 pages a CPU fill in about 100 ms here: VIRQ_TBUF fires before that.
+    pollfd fd{source.value()->NotificationFd(), POLLIN, 0};
+    if (::poll(&fd, 1, 0) > 0 || step % 50 == 49) {
+      source.value()->Drain([&](const hvpmu::ring::SchedRecord& record) {
+        ++drained;
+        if (record.type == static_cast<uint8_t>(hvpmu::ring::SchedType::kRunstate)) ++runstates[{record.domain, record.vcpu}];
+      });
+    }
+  }
+  REQUIRE(source.value()->Stop().has_value());
+  source.value()->Drain([&](const hvpmu::ring::SchedRecord&) { ++drained; });
+  const agent::SchedSourceStats stats = source.value()->stats();
+  CHECK(stats.records == drained);
+  CHECK(stats.platform_lost == 0);
+  CHECK(stats.malformed == 0);
+  CHECK(stats.inconsistent == 0);
+  CHECK(drained > 1000);
+  // Every vCPU of the machine and every pCPU's idle vCPU changed state.
+  for (const auto& [domain, vcpus] : std::vector<std::pair<int, int>>{{0, 2}, {1, 2}, {2, 2}, {3, 1}, {0x7FFF, 4}}) {
+    for (int vcpu = 0; vcpu < vcpus; ++vcpu) {
+      INFO("domain " << domain << " vcpu " << vcpu);
+      CHECK(runstates[{domain, vcpu}] > 0);
+    }
+  }
+  CHECK(source.value()->notes().at(0).find("0x00029000") != std::string::npos);
 }

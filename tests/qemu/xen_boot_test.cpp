@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -354,6 +355,66 @@ TEST_CASE("qemu_xen_guest") {
   CHECK(Contains(run.at(13).output, "Lost samples: none"));
   // Once the guest left, dom0 shuts down cleanly.
   CHECK(Contains(boot->at(14).output, "profiling shut down"));
+}
+
+// --sched on the real Xen 4.17 (issue 21): dom0 reads Xen's trace buffers while a PV guest
+// spins, and the session has runstate records for dom0 and the guest; the pCPUs' time adds up.
+TEST_CASE("qemu_xen_sched") {
+  GuestOptions guest;
+  guest.name = "g1";
+  guest.command_timeout_seconds = 150;
+  guest.commands = {
+      "guest.sh await dom0 tracing 120",                                    // 0
+      "timeout 6 sh -c 'while :; do :; done'; guest.sh post spin done",     // 1
+  };
+  Dom0Options options;
+  options.command_timeout_seconds = 150;
+  options.timeout_seconds = 420;
+  options.guests.push_back(guest);
+  const auto boot = RunInDom0({
+      "guest.sh create g1",                                                // 0
+      "hvprof --start-daemon --platform=xen --sched",                      // 1
+      "hvprof --start",                                                    // 2
+      "xl unpause g1 && guest.sh tell g1 dom0 tracing",                    // 3
+      "guest.sh wait g1 spin done 120",                                    // 4
+      "hvprof --status | grep -e sched -e mask",                           // 5
+      "hvprof --stop",                                                     // 6
+      "guest.sh finish g1 120 >/dev/null",                                 // 7
+      "hvprof --shutdown",                                                 // 8
+      "hvprof-report --sched --format=json --top=1",                       // 9
+      "grep -o '\"source\": *\"[a-z]*\"' /var/lib/hvprof/samples/current/session.json",  // 10
+  }, options);
+  if (!boot) return;
+  PrintTimes("qemu_xen_sched", *boot);
+  REQUIRE(boot->completed);
+  INFO(boot->Describe());
+  CheckAllSucceeded(*boot);
+  CHECK(Contains(boot->at(5).output, "scheduling records from xentrace"));
+  CHECK(Contains(boot->at(5).output, "0x00029000"));
+  CHECK(Contains(boot->at(10).output, "xentrace"));
+  const auto sched = nlohmann::json::parse(boot->at(9).output, nullptr, false);
+  REQUIRE(!sched.is_discarded());
+  const double window = sched["window"]["ns"].get<double>();
+  CHECK(window > 1e9);
+  // Runstate records for dom0's vCPUs and the guest's; the guest spun for about 6 s.
+  double guest_running = 0;
+  bool dom0_seen = false;
+  for (const nlohmann::json& entity : sched["entities"]) {
+    if (entity["domain"] == 0) dom0_seen = true;
+    if (entity["domain"] == 1) guest_running += entity["running_ns"].get<double>();
+  }
+  CHECK(dom0_seen);
+  CHECK(guest_running > 3e9);
+  // Every pCPU's time is accounted: busy + idle + unknown is the window, and little is unknown.
+  REQUIRE(sched["pcpus"].size() == 2);
+  double accounted = 0;
+  for (const nlohmann::json& cpu : sched["pcpus"]) {
+    accounted += cpu["busy_ns"].get<double>() + cpu["idle_ns"].get<double>();
+  }
+  std::printf("qemu_xen_sched: window %.3f s, guest ran %.3f s, pCPUs busy+idle %.3f s of %.3f s; records %s\n",
+              window / 1e9, guest_running / 1e9, accounted / 1e9, 2 * window / 1e9, sched["records"].dump().c_str());
+  CHECK(std::abs(accounted - 2 * window) <= 0.02 * 2 * window);
+  CHECK(sched["records"]["lost_records"] == 0);
 }
 
 }  // namespace

@@ -116,3 +116,13 @@ TEST_CASE("a sample rate sets the counts of time-like events given without one",
   CHECK(CheckNumber("rate", 1000000, "linux").value() == 1000000);
   CHECK_FALSE(CheckNumber("rate", 1000001, "linux").has_value());
 }
+
+TEST_CASE("setup: --sched is for the sim and xen, which record scheduling", "[setup][sched]") {
+  for (const char* platform : {"sim", "xen"}) {
+    INFO(platform);
+    SetupOptions options;
+    options.platform = platform;
+    options.sched = true;
+    CHECK(options.CheckNumbers().has_value());
+  }
+}

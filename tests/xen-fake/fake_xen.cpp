@@ -7,6 +7,12 @@
 // above 17, ENOSYS for other hypercalls (xen_version's XENVER_version says 4.17), and the
 // engine's refusals as Xen's errno.
 //
+// Xen's trace buffers (--sched; hvpmu/abi/xen_trace.h) are hvprof-hv's simulated ones
+// (kXenTrace): libxenctrl's xc_tbuf_*, xc_physinfo and the cpumap helpers drive them as Xen's
+// sysctl does (the size is one-shot: another size is EINVAL; enable before any size is EINVAL),
+// xenforeignmemory_map of DOMID_XEN's frames maps their pages one by one (a CPU's frames are not
+// contiguous, as Xen's are not), and VIRQ_TBUF fires when a buffer passes half full.
+//
 // Where the engine departs from Xen 4.17 on purpose, the fake keeps Xen's own bookkeeping (the
 // Book below, from xen/common/xenoprof.c) and answers as Xen does, as tests/qemu's
 // qemu_xenoprof_quirks saw the real hypervisor answer:
@@ -59,7 +65,10 @@ extern "C" {
 #include "hvprof/agent/hypervisor_link.h"
 #include "hvprof/base/files.h"
 #include "hvpmu/abi/ops.h"
+#include "hvpmu/abi/xen_trace.h"
 #include "hvpmu/abi/xenoprof_legacy.h"
+#include "hvprof/hv/protocol.h"
+#include "hvprof/xen/xenctrl_subset.h"
 
 namespace {
 
@@ -84,6 +93,9 @@ struct FakeXen {
   };
   std::map<void*, Mapping> mappings;  // live foreign mappings
   hvpmu::DomainId domain = 0;
+  // Xen's trace buffers, as hvprof-hv last described them, and the live mappings of their frames.
+  hvprof::agent::SimTraceBuffers trace;
+  std::map<void*, size_t> trace_mappings;  // address -> pages
 
   std::string connected_to;  // run directory and domain of `link`
 
@@ -295,6 +307,63 @@ void ForgetEngineList(HypervisorLink& link, hvpmu::DomainId caller) {
   if (primary) (void)primary.value()->Op(legacy::kOpResetActiveList, {});
 }
 
+// One XEN_SYSCTL_tbuf_op to hvprof-hv; keeps what it says of the buffers. False when hvprof-hv
+// cannot be asked; Xen's own refusal is in fake.trace.xen_errno.
+bool RefreshTrace(FakeXen& fake, hvprof::hv::XenTraceCommand command, uint64_t argument) {
+  HypervisorLink* link = fake.Link();
+  if (link == nullptr) return false;
+  auto answer = link->SimXenTrace(static_cast<uint32_t>(command), argument);
+  if (!answer) return false;
+  hvprof::agent::SimTraceBuffers& trace = answer.value();
+  if (!trace.memory.valid() && fake.trace.memory.valid()) {  // the descriptors come once the buffers exist
+    trace.memory = std::move(fake.trace.memory);
+    trace.notify = std::move(fake.trace.notify);
+  }
+  fake.trace = std::move(trace);
+  return true;
+}
+
+// The sysctl as libxenctrl returns it: 0, or -1 with Xen's errno.
+int TraceCommand(hvprof::hv::XenTraceCommand command, uint64_t argument) {
+  FakeXen& fake = Fake();
+  std::lock_guard lock(fake.mutex);
+  if (fake.domain != 0) return Fail(EPERM);  // XEN_SYSCTL_*: the control domain's
+  if (!RefreshTrace(fake, command, argument)) return Fail(EIO);
+  return fake.trace.xen_errno != 0 ? Fail(fake.trace.xen_errno) : 0;
+}
+
+// DOMID_XEN's frames of the trace buffers, each mapped on its own into one reservation, as the
+// privcmd driver maps a frame list.
+void* MapTraceFrames(FakeXen& fake, int prot, size_t pages, const xen_pfn_t frames[], int err[]) {
+  if (fake.domain != 0) {
+    for (size_t i = 0; i < pages; ++i) err[i] = -EPERM;
+    return errno = EPERM, nullptr;
+  }
+  if (!fake.trace.memory.valid()) RefreshTrace(fake, hvprof::hv::XenTraceCommand::kGetInfo, 0);
+  const uint64_t first = fake.trace.first_mfn;
+  const uint64_t count = fake.trace.bytes / 4096;
+  bool any_bad = false;
+  for (size_t i = 0; i < pages; ++i) {
+    const bool known = fake.trace.memory.valid() && frames[i] >= first && frames[i] - first < count;
+    err[i] = known ? 0 : -EPERM;  // not a page Xen shares
+    any_bad |= !known;
+  }
+  if (any_bad) return errno = EPERM, nullptr;
+  void* base = ::mmap(nullptr, pages * 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) return nullptr;
+  for (size_t i = 0; i < pages; ++i) {
+    void* page = ::mmap(static_cast<uint8_t*>(base) + i * 4096, 4096, prot, MAP_SHARED | MAP_FIXED,
+                        fake.trace.memory.get(), static_cast<off_t>((frames[i] - first) * 4096));
+    if (page == MAP_FAILED) {
+      const int errnum = errno;
+      ::munmap(base, pages * 4096);
+      return errno = errnum, nullptr;
+    }
+  }
+  fake.trace_mappings[base] = pages;
+  return base;
+}
+
 }  // namespace
 
 struct xencall_handle {
@@ -307,6 +376,11 @@ struct xenevtchn_handle {
   int epoll_fd = -1;
   std::vector<hvprof::ScopedFd> ring_fds;
   bool bound = false;
+  hvprof::ScopedFd tbuf_fd;  // VIRQ_TBUF: port 2
+  bool tbuf_bound = false;
+};
+struct xc_interface_core {
+  int unused;
 };
 
 extern "C" {
@@ -498,7 +572,7 @@ int xenforeignmemory_close(xenforeignmemory_handle* handle) {
   return 0;
 }
 
-void* xenforeignmemory_map(xenforeignmemory_handle*, uint32_t dom, int, size_t pages, const xen_pfn_t arr[],
+void* xenforeignmemory_map(xenforeignmemory_handle*, uint32_t dom, int prot, size_t pages, const xen_pfn_t arr[],
                            int err[]) {
   FakeXen& fake = Fake();
   std::lock_guard lock(fake.mutex);
@@ -507,6 +581,7 @@ void* xenforeignmemory_map(xenforeignmemory_handle*, uint32_t dom, int, size_t p
     for (size_t i = 0; i < pages; ++i) err[i] = -EPERM;
     return errno = EPERM, nullptr;
   }
+  if (dom == hvpmu::xentrace::kDomidXen) return MapTraceFrames(fake, prot, pages, arr, err);
   // The buffer's pages belong to the caller: Xen maps them only as DOMID_SELF's (a domain id,
   // its own or the passive domain's, is refused).
   if (dom != 0x7FF0) {
@@ -532,6 +607,11 @@ void* xenforeignmemory_map(xenforeignmemory_handle*, uint32_t dom, int, size_t p
 int xenforeignmemory_unmap(xenforeignmemory_handle*, void* addr, size_t) {
   FakeXen& fake = Fake();
   std::lock_guard lock(fake.mutex);
+  if (auto it = fake.trace_mappings.find(addr); it != fake.trace_mappings.end()) {
+    ::munmap(addr, it->second * 4096);
+    fake.trace_mappings.erase(it);
+    return 0;
+  }
   return fake.mappings.erase(addr) == 1 ? 0 : Fail(EINVAL);
 }
 
@@ -551,7 +631,23 @@ int xenevtchn_close(xenevtchn_handle* handle) {
 int xenevtchn_fd(xenevtchn_handle* handle) { return handle->epoll_fd; }
 
 // Port 1 stands for VIRQ_XENOPROF on vCPU 0: every ring of the caller's own buffer wakes it.
+// Port 2 for VIRQ_TBUF (dom0 only): hvprof-hv's trace buffers' eventfd.
 xenevtchn_port_or_error_t xenevtchn_bind_virq(xenevtchn_handle* handle, unsigned int virq) {
+  if (virq == hvpmu::xentrace::kVirqTbuf) {
+    if (handle->tbuf_bound) return Fail(EEXIST);
+    FakeXen& fake = Fake();
+    std::lock_guard lock(fake.mutex);
+    if (fake.domain != 0) return Fail(EPERM);  // a global VIRQ: dom0's
+    if (!fake.trace.notify.valid() && !RefreshTrace(fake, hvprof::hv::XenTraceCommand::kGetInfo, 0)) return Fail(EIO);
+    if (fake.trace.notify.valid()) {
+      handle->tbuf_fd = hvprof::ScopedFd(::fcntl(fake.trace.notify.get(), F_DUPFD_CLOEXEC, 0));
+      epoll_event event{};
+      event.events = EPOLLIN;
+      ::epoll_ctl(handle->epoll_fd, EPOLL_CTL_ADD, handle->tbuf_fd.get(), &event);
+    }
+    handle->tbuf_bound = true;
+    return 2;
+  }
   if (virq != legacy::kVirqXenoprof) return Fail(EINVAL);
   if (handle->bound) return Fail(EEXIST);
   FakeXen& fake = Fake();
@@ -573,6 +669,12 @@ xenevtchn_port_or_error_t xenevtchn_bind_virq(xenevtchn_handle* handle, unsigned
 }
 
 int xenevtchn_unbind(xenevtchn_handle* handle, evtchn_port_t port) {
+  if (port == 2 && handle->tbuf_bound) {
+    if (handle->tbuf_fd.valid()) ::epoll_ctl(handle->epoll_fd, EPOLL_CTL_DEL, handle->tbuf_fd.get(), nullptr);
+    handle->tbuf_fd.Reset();
+    handle->tbuf_bound = false;
+    return 0;
+  }
   if (port != 1 || !handle->bound) return Fail(EINVAL);
   for (const hvprof::ScopedFd& fd : handle->ring_fds) ::epoll_ctl(handle->epoll_fd, EPOLL_CTL_DEL, fd.get(), nullptr);
   handle->ring_fds.clear();
@@ -586,10 +688,103 @@ xenevtchn_port_or_error_t xenevtchn_pending(xenevtchn_handle* handle) {
     uint64_t count = 0;
     while (::read(fd.get(), &count, sizeof count) == sizeof count) fired = true;
   }
-  return fired ? 1 : Fail(EAGAIN);
+  if (fired) return 1;
+  if (handle->tbuf_fd.valid()) {
+    uint64_t count = 0;
+    while (::read(handle->tbuf_fd.get(), &count, sizeof count) == sizeof count) fired = true;
+  }
+  return fired ? 2 : Fail(EAGAIN);
 }
 
-int xenevtchn_unmask(xenevtchn_handle*, evtchn_port_t port) { return port == 1 ? 0 : Fail(EINVAL); }
+int xenevtchn_unmask(xenevtchn_handle*, evtchn_port_t port) { return port == 1 || port == 2 ? 0 : Fail(EINVAL); }
+
+}  // extern "C"
+
+// libxenctrl: the trace buffers' sysctl, physinfo and the cpumap helpers.
+extern "C" {
+
+xc_interface* xc_interface_open(xentoollog_logger*, xentoollog_logger*, unsigned) {
+  std::lock_guard lock(Fake().mutex);
+  if (RestrictedPrivcmd() || Fake().Link() == nullptr) {
+    errno = RestrictedPrivcmd() ? EPERM : ENOENT;
+    return nullptr;
+  }
+  return new xc_interface{};
+}
+
+int xc_interface_close(xc_interface* xch) {
+  delete xch;
+  return 0;
+}
+
+int xc_physinfo(xc_interface*, HvprofXenPhysinfo* info) {
+  FakeXen& fake = Fake();
+  std::lock_guard lock(fake.mutex);
+  if (!RefreshTrace(fake, hvprof::hv::XenTraceCommand::kGetInfo, 0)) return Fail(EIO);
+  *info = HvprofXenPhysinfo{};
+  info->threads_per_core = 1;
+  info->cores_per_socket = fake.trace.num_cpus;
+  info->nr_cpus = fake.trace.num_cpus;
+  info->max_cpu_id = fake.trace.num_cpus - 1;
+  info->nr_nodes = 1;
+  info->cpu_khz = fake.trace.cpu_khz;
+  return 0;
+}
+
+int xc_get_cpumap_size(xc_interface*) {
+  FakeXen& fake = Fake();
+  std::lock_guard lock(fake.mutex);
+  if (fake.trace.num_cpus == 0 && !RefreshTrace(fake, hvprof::hv::XenTraceCommand::kGetInfo, 0)) return Fail(EIO);
+  return static_cast<int>((fake.trace.num_cpus + 7) / 8);
+}
+
+xc_cpumap_t xc_cpumap_alloc(xc_interface* xch) {
+  const int size = xc_get_cpumap_size(xch);
+  if (size <= 0) return nullptr;
+  return static_cast<xc_cpumap_t>(std::calloc(1, static_cast<size_t>(size)));
+}
+
+int xc_tbuf_set_cpu_mask(xc_interface* xch, xc_cpumap_t mask) {
+  const int size = xc_get_cpumap_size(xch);
+  if (size <= 0 || mask == nullptr) return Fail(EINVAL);
+  uint64_t bits = 0;
+  for (int i = 0; i < size && i < 8; ++i) bits |= uint64_t{mask[i]} << (8 * i);
+  return TraceCommand(hvprof::hv::XenTraceCommand::kSetCpuMask, bits);
+}
+
+int xc_tbuf_set_evt_mask(xc_interface*, uint32_t mask) {
+  return TraceCommand(hvprof::hv::XenTraceCommand::kSetEvtMask, mask);
+}
+
+int xc_tbuf_set_size(xc_interface*, unsigned long size) {
+  return TraceCommand(hvprof::hv::XenTraceCommand::kSetSize, size);
+}
+
+// As libxenctrl 4.17: set_size's answer ignored, enable, then t_info's frame and its size in
+// bytes.
+int xc_tbuf_enable(xc_interface* xch, unsigned long pages, unsigned long* mfn, unsigned long* size) {
+  (void)xc_tbuf_set_size(xch, pages);
+  if (TraceCommand(hvprof::hv::XenTraceCommand::kEnable, 0) != 0) return -1;
+  FakeXen& fake = Fake();
+  std::lock_guard lock(fake.mutex);
+  if (RefreshTrace(fake, hvprof::hv::XenTraceCommand::kGetInfo, 0) && fake.trace.xen_errno == 0) {
+    *mfn = fake.trace.t_info_mfn;
+    *size = uint64_t{fake.trace.t_info_pages} * 4096;
+  }
+  return 0;
+}
+
+int xc_tbuf_disable(xc_interface*) { return TraceCommand(hvprof::hv::XenTraceCommand::kDisable, 0); }
+
+// Pages per CPU (t_info's tbuf_size), whatever xenctrl.h says.
+int xc_tbuf_get_size(xc_interface*, unsigned long* size) {
+  if (TraceCommand(hvprof::hv::XenTraceCommand::kGetInfo, 0) != 0) return -1;
+  FakeXen& fake = Fake();
+  std::lock_guard lock(fake.mutex);
+  if (fake.trace.tbuf_pages == 0) return -1;
+  *size = fake.trace.tbuf_pages;
+  return 0;
+}
 
 }  // extern "C"
 

@@ -26,6 +26,8 @@ extern "C" {
 #include <nlohmann/json.hpp>
 
 #include "hvprof/base/files.h"
+#include "trace_buffers.h"
+#include "xen_handles.h"
 #include "hvpmu/abi/xenoprof_legacy.h"
 
 namespace hvprof::xen {
@@ -40,12 +42,6 @@ constexpr uint64_t kPage = 4096;
 
 struct CallClose {
   void operator()(xencall_handle* h) const { xencall_close(h); }
-};
-struct MemoryClose {
-  void operator()(xenforeignmemory_handle* h) const { xenforeignmemory_close(h); }
-};
-struct EvtchnClose {
-  void operator()(xenevtchn_handle* h) const { xenevtchn_close(h); }
 };
 struct StoreClose {
   void operator()(xs_handle* h) const { xs_close(h); }
@@ -94,8 +90,8 @@ class HypercallBuffer {
 // The three library handles, shared with every mapping that outlives a call.
 struct Handles {
   std::unique_ptr<xencall_handle, CallClose> call;
-  std::unique_ptr<xenforeignmemory_handle, MemoryClose> memory;
-  std::unique_ptr<xenevtchn_handle, EvtchnClose> events;
+  MemoryHandle memory;
+  EvtchnHandle events;
   std::unique_ptr<xs_handle, StoreClose> store;  // optional: domain names and ids
 };
 
@@ -233,6 +229,14 @@ class XenLink final : public agent::HypervisorLink {
     HVPROF_TRY(fd, virq_->Descriptor());
     fds.push_back(std::move(fd));
     return fds;
+  }
+
+  // Xen's trace buffers, for dom0 (docs/xen.md, Scheduling).
+  Result<std::unique_ptr<agent::SchedSource>> OpenSchedSource() override {
+    if (domain_ != 0) {
+      return MakeError(ErrorKind::kPermissionDenied, "--sched: only dom0 can read Xen's trace buffers");
+    }
+    return OpenXenTraceBuffers();
   }
 
   Result<std::string> Context() override {

@@ -21,6 +21,7 @@
 #include "hvprof/base/log.h"
 #include "hvprof/base/probes.h"
 #include "hvprof/hv/framing.h"
+#include "xen_trace.h"
 
 #include <nlohmann/json.hpp>
 
@@ -685,6 +686,24 @@ void Daemon::Handle(Connection& connection, const hv::MessageHeader& header,
         if (request.reset != 0) machine_->ResetGroundTruth();
       }
       return ReplyStatus(connection, sequence, type, ProtocolError::kOk, json);
+    }
+    case MessageType::kXenTrace: {
+      hv::XenTraceRequest request;
+      if (!hv::Unpack(payload, &request)) return malformed("Xen trace request of the wrong size");
+      hv::XenTraceReply reply{};
+      if (connection.domain != 0 || !machine_) {
+        reply.error = static_cast<int32_t>(machine_ ? ProtocolError::kDenied : ProtocolError::kUnsupported);
+        return Reply(connection, sequence, type, hv::Pack(reply));
+      }
+      std::array<int, 2> fds{-1, -1};
+      {
+        auto lock = LockMachine();
+        if (!xen_trace_) xen_trace_ = std::make_unique<SimXenTrace>(*machine_);
+        reply = xen_trace_->Command(request);
+        fds = {xen_trace_->memory_fd(), xen_trace_->notify_fd()};
+      }
+      if (reply.bytes == 0) return Reply(connection, sequence, type, hv::Pack(reply));
+      return Reply(connection, sequence, type, hv::Pack(reply), fds);
     }
     case MessageType::kDomains:
       return ReplyStatus(connection, sequence, type, ProtocolError::kOk, DomainsFor(connection.domain));

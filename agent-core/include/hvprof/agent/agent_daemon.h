@@ -103,6 +103,8 @@ class AgentDaemon {
   store::SessionPaths paths_;
   std::unique_ptr<HypervisorLink> link_;
   RingSet rings_;
+  // Scheduling records the hypervisor keeps its own way (Xen's trace buffers), with --sched.
+  std::unique_ptr<SchedSource> sched_source_;
   std::unique_ptr<SessionWriter> session_;
   JitScope jit_scope_ = JitScope::kNone;
   std::unique_ptr<JitSnapshots> jit_;  // with the session, when jit_scope_ says so

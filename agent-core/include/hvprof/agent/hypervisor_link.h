@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "hvprof/agent/sched_source.h"
 #include "hvprof/base/error.h"
 #include "hvprof/base/scoped_fd.h"
 #include "hvpmu/abi/errors.h"
@@ -32,6 +33,24 @@ struct PublishedProfile {
   hvpmu::DomainId domain = 0;  // the publisher, as the hypervisor knows it
   uint64_t sequence = 0;       // increases with every publication
   std::string bytes;           // the guest's document: untrusted input
+};
+
+// The simulated machine's Xen trace buffers (hvprof-hv's kXenTrace), as the fake Xen libraries
+// drive them for the tests: the answer to one XEN_SYSCTL_tbuf_op command, and once the buffers
+// exist their memory and VIRQ_TBUF's eventfd.
+struct SimTraceBuffers {
+  int xen_errno = 0;  // what Xen would refuse the command with
+  uint32_t evt_mask = 0;
+  uint32_t tbuf_pages = 0;
+  uint64_t t_info_mfn = 0;
+  uint32_t t_info_pages = 0;
+  uint32_t num_cpus = 0;
+  uint64_t first_mfn = 0;  // frame f is at (f - first_mfn) * 4096 in `memory`
+  uint64_t bytes = 0;
+  uint32_t cpu_khz = 0;
+  bool enabled = false;
+  ScopedFd memory;  // with bytes != 0
+  ScopedFd notify;
 };
 
 struct SimClock {
@@ -87,10 +106,16 @@ class HypervisorLink {
   // dom0: the profiles guests published after `after_sequence`, the latest per domain.
   virtual Result<std::vector<PublishedProfile>> FetchPublished(uint64_t after_sequence);
 
+  // Scheduling records the hypervisor keeps its own way (Xen's trace buffers); kUnsupported
+  // where it has none (hosted: they come in the engine's scheduling rings).
+  virtual Result<std::unique_ptr<SchedSource>> OpenSchedSource();
+
   // Simulated machines only.
   virtual Result<SimClock> SimQuery();
   virtual Result<SimClock> SimRunFor(uint64_t ns);
   virtual Result<std::string> GroundTruth(bool reset);
+  // The machine's Xen trace buffers: one command (hv::XenTraceCommand) and its argument.
+  virtual Result<SimTraceBuffers> SimXenTrace(uint32_t command, uint64_t argument);
 };
 
 // Connects to hvprof-hv's socket for one domain and says hello. With `hello_timeout`, an

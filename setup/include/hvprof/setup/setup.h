@@ -52,8 +52,8 @@ struct SetupOptions {
   bool sched = false;
   bool verbose = false;
 
-  // CheckNumber for each numeric field, --jit's value, and --sched where it can record (a
-  // daemonrc.json may have been edited).
+  // CheckNumber for each numeric field and --jit's value (a daemonrc.json may have been
+  // edited).
   Result<void> CheckNumbers() const;
   // Whether --jit asks for JIT files on `platform`.
   bool JitWanted() const;

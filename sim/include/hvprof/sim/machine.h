@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,6 +82,12 @@ class SimMachine {
 
   // The engine whose HandlePmi receives this machine's PMIs. Must be set before RunFor.
   void AttachEngine(Engine* engine) { engine_ = engine; }
+  // Also hands every scheduling record, with the cycle count (the TSC) of its pCPU, to `sink`
+  // (empty: to nobody), whether or not the engine records them; and, as Xen traces a vCPU that
+  // goes on running, a running -> running record for each pCPU whose vCPU (or idle) stays at a
+  // scheduling decision. For Xen's trace buffers (xen_trace_writer.h).
+  using SchedSink = std::function<void(uint32_t cpu, uint64_t tsc, const hvpmu::ring::SchedRecord& record)>;
+  void SetSchedSink(SchedSink sink) { sched_sink_ = std::move(sink); }
   SimPlatform& platform() { return *platform_; }
   const Scenario& scenario() const { return scenario_; }
 
@@ -174,6 +181,7 @@ class SimMachine {
   uint64_t sched_truth_since_ = 0;      // cycles: the last reset
   std::vector<int> previous_vcpu_;      // Schedule's scratch: each pCPU's vCPU before
   bool was_recording_sched_ = false;
+  SchedSink sched_sink_;
   std::vector<std::unique_ptr<Cpu>> cpus_;
   std::vector<TruthRow> truth_;
   std::vector<TruthKey> truth_keys_;

@@ -49,6 +49,8 @@ struct DaemonOptions {
   std::string ground_truth_path;              // written on exit, if set
 };
 
+class SimXenTrace;  // src/xen_trace.h
+
 using hv::DefaultRunDir;
 using hv::DomainSocketPath;
 
@@ -102,6 +104,8 @@ class Daemon {
   std::string DomainsFor(DomainId caller);
   std::unique_ptr<PmuDrivers> drivers_;
   std::unique_ptr<Engine> engine_;
+  // --platform=sim: Xen's trace buffers, once dom0 (the fake Xen) asks for them (kXenTrace).
+  std::unique_ptr<SimXenTrace> xen_trace_;
 
   std::mutex machine_mutex_;  // guards the machine, the engine and the platform
   // Server threads waiting for machine_mutex_: the machine thread pauses between steps while

@@ -41,6 +41,8 @@ enum class MessageType : uint16_t {
   kPublish = 9,      // the caller's profile (bytes) -> StatusReply (guests only)
   kFetchPublished = 10,  // FetchPublishedRequest -> StatusReply + PublishedEntry... (primary only)
   kPlatformInfo = 11,    // empty -> StatusReply + JSON: rates, limits, notes (primary only)
+  kXenTrace = 12,        // XenTraceRequest -> XenTraceReply + memfd and eventfd once the buffers
+                         // exist (primary only, sim only): Xen's trace buffers, for the fake Xen
   kError = 0x7FFF,   // reply to a request that could not be understood: StatusReply + text
 };
 
@@ -165,6 +167,40 @@ struct PublishedEntry {
   uint64_t sequence;  // increases with every publication
 };
 static_assert(sizeof(PublishedEntry) == 16);
+
+// The simulated machine's Xen 4.17 trace buffers (hvpmu/abi/xen_trace.h), as Xen's sysctl
+// XEN_SYSCTL_tbuf_op drives them; the fake Xen's xc_tbuf_* send these. Xen's refusals come back
+// as its errno in `xen_errno`: EINVAL for a second set_size of another size, and for enable
+// before any size.
+enum class XenTraceCommand : uint32_t {  // XEN_SYSCTL_TBUFOP_*
+  kGetInfo = 0,
+  kSetCpuMask = 1,  // argument: CPUs 0-63 as bits
+  kSetEvtMask = 2,  // argument: the event mask
+  kSetSize = 3,     // argument: pages per CPU; allocates the buffers (once) and starts tracing
+  kEnable = 4,
+  kDisable = 5,
+};
+
+struct XenTraceRequest {
+  uint32_t command;  // XenTraceCommand
+  uint32_t pad;
+  uint64_t argument;
+};
+
+struct XenTraceReply {
+  int32_t error;       // ProtocolError
+  int32_t xen_errno;   // 0, or what Xen would refuse the command with
+  uint32_t evt_mask;   // get_info's
+  uint32_t tbuf_pages; // pages per CPU (t_info's tbuf_size), 0 before the buffers exist
+  uint64_t t_info_mfn; // the frame of t_info's first page (get_info's buffer_mfn)
+  uint32_t t_info_pages;
+  uint32_t num_cpus;
+  uint64_t first_mfn;  // the frame of the memfd's first page: frame f is at (f - first_mfn) * 4096
+  uint64_t bytes;      // the memfd's size; 0 before the buffers exist (then no descriptors come)
+  uint32_t cpu_khz;    // the TSC's rate (xc_physinfo's cpu_khz)
+  uint32_t enabled;    // tracing is on
+};
+static_assert(sizeof(XenTraceReply) == 56);
 
 struct StatusReply {
   int32_t error;  // ProtocolError; text or JSON follows
