@@ -365,7 +365,8 @@ TEST_CASE("qemu_xen_sched") {
   guest.command_timeout_seconds = 150;
   guest.commands = {
       "guest.sh await dom0 tracing 120",                                    // 0
-      "timeout 6 sh -c 'while :; do :; done'; guest.sh post spin done",     // 1
+      // Done, then alive until dom0 has read that (a guest that ends takes its xenstore keys).
+      "timeout 6 sh -c 'while :; do :; done'; guest.sh post spin done && guest.sh await dom0 stopped 120",  // 1
   };
   Dom0Options options;
   options.command_timeout_seconds = 150;
@@ -378,7 +379,7 @@ TEST_CASE("qemu_xen_sched") {
       "xl unpause g1 && guest.sh tell g1 dom0 tracing",                    // 3
       "guest.sh wait g1 spin done 120",                                    // 4
       "hvprof --status | grep -e sched -e mask",                           // 5
-      "hvprof --stop",                                                     // 6
+      "hvprof --stop && guest.sh tell g1 dom0 stopped",                    // 6
       "guest.sh finish g1 120 >/dev/null",                                 // 7
       "hvprof --shutdown",                                                 // 8
       "hvprof-report --sched --format=json --top=1",                       // 9
