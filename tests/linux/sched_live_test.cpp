@@ -168,7 +168,7 @@ TEST_CASE("hvprof run --sched on linux: each task's run and wait time match perf
   CHECK(clear >= 3);
 }
 
-TEST_CASE("--sched on linux: a KVM guest's vCPU thread is the guest's vCPU in the scheduling records",
+TEST_CASE("linux --sched: a KVM guest's vCPU thread is the guest's vCPU in the scheduling records",
           "[linux][live][sched]") {
   using namespace std::chrono_literals;
   if (auto points = hvprof::linux_host::SchedTracepoints::Read({}); !points) {
