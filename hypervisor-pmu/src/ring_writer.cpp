@@ -140,7 +140,11 @@ void RingWriter::UpdateNotify(uint64_t fill, uint64_t tail, bool* notify) {
   if (format_ == RingFormat::kV2) ring::StoreRelaxed(&HeaderOf(base_)->notifications, sent);
 }
 
-// Inlined into both writers: the sample path pays nothing for sharing it.
+// Inlined into both writers: the sample path pays nothing for sharing them.
+inline uint8_t* RingWriter::Slot(uint32_t slot) const {
+  return base_ + ring::kHeaderSize + uint64_t{slot} * ring::kRecordSize;
+}
+
 inline RingWriter::Reservation RingWriter::Reserve(uint32_t group) {
   const uint64_t tail = ring::LoadAcquire(&HeaderOf(base_)->tail);  // the only read of shared memory
   const uint64_t head = head_;
@@ -150,13 +154,19 @@ inline RingWriter::Reservation RingWriter::Reserve(uint32_t group) {
   const uint32_t pad = position + group > capacity_ ? capacity_ - position : 0;
   if (pad + group > capacity_ - (head - tail)) return {Result::kFull, tail, 0, 0};
   if (pad != 0) {
-    auto* pad_record = reinterpret_cast<ring::PadRecord*>(base_ + ring::kHeaderSize +
-                                                          uint64_t{position} * ring::kRecordSize);
+    auto* pad_record = reinterpret_cast<ring::PadRecord*>(Slot(position));
     __builtin_memset(pad_record, 0, sizeof *pad_record);
     pad_record->kind = static_cast<uint8_t>(ring::RecordKind::kPad);
     pad_record->slots = pad;
   }
   return {Result::kWritten, tail, pad, (position + pad) & mask};
+}
+
+inline uint64_t RingWriter::Publish(const Reservation& room, uint32_t group) {
+  const uint64_t new_head = head_ + room.pad + group;
+  ring::StoreRelease(&HeaderOf(base_)->head, new_head);
+  head_ = new_head;
+  return new_head - room.tail;
 }
 
 RingWriter::Result RingWriter::WriteV2(const SampleToWrite& sample, bool* notify) {
@@ -168,17 +178,12 @@ RingWriter::Result RingWriter::WriteV2(const SampleToWrite& sample, bool* notify
     CountLoss(room.result == Result::kFull ? LossReason::kRingFull : LossReason::kCorruptIndex);
     return room.result;
   }
-  ring::RingHeader* header = HeaderOf(base_);
-  const uint64_t tail = room.tail;
-  const uint64_t head = head_;
-  const uint32_t pad = room.pad;
   const uint32_t mask = capacity_ - 1;
-  uint8_t* slots = base_ + ring::kHeaderSize;
   uint32_t slot = room.slot;
 
   // Written in place, field by field: building it on the stack and copying it costs a
   // store-forwarding stall on the reload.
-  auto* record = reinterpret_cast<ring::SampleRecord*>(slots + uint64_t{slot} * ring::kRecordSize);
+  auto* record = reinterpret_cast<ring::SampleRecord*>(Slot(slot));
   record->kind = static_cast<uint8_t>(ring::RecordKind::kSample);
   record->mode = static_cast<uint8_t>(sample.mode);
   record->event = sample.event;
@@ -198,7 +203,7 @@ RingWriter::Result RingWriter::WriteV2(const SampleToWrite& sample, bool* notify
 
   for (uint32_t done = 0; done < nframes; done += ring::kFramesPerRecord) {
     slot = (slot + 1) & mask;
-    auto* frames = reinterpret_cast<ring::FramesRecord*>(slots + uint64_t{slot} * ring::kRecordSize);
+    auto* frames = reinterpret_cast<ring::FramesRecord*>(Slot(slot));
     const uint32_t left = nframes - done;
     const uint32_t count = left < ring::kFramesPerRecord ? left : ring::kFramesPerRecord;
     frames->kind = static_cast<uint8_t>(ring::RecordKind::kFrames);
@@ -209,11 +214,9 @@ RingWriter::Result RingWriter::WriteV2(const SampleToWrite& sample, bool* notify
     }
   }
 
-  const uint64_t new_head = head + pad + group;
-  ring::StoreRelease(&header->head, new_head);
-  head_ = new_head;
+  const uint64_t fill = Publish(room, group);
   CountSample(sample.mode);
-  UpdateNotify(new_head - tail, tail, notify);
+  UpdateNotify(fill, room.tail, notify);
   return Result::kWritten;
 }
 
@@ -232,15 +235,9 @@ RingWriter::Result RingWriter::WriteSched(const ring::SchedRecord& record, uint1
     CountSchedLoss(room.result == Result::kFull ? LossReason::kRingFull : LossReason::kCorruptIndex, record.time_ns);
     return room.result;
   }
-  ring::RingHeader* header = HeaderOf(base_);
-  const uint64_t tail = room.tail;
-  const uint64_t head = head_;
-  const uint32_t pad = room.pad;
-  const uint32_t mask = capacity_ - 1;
-  uint8_t* slots = base_ + ring::kHeaderSize;
   uint32_t slot = room.slot;
   if (sched_pending_lost_ != 0) {
-    auto* lost = reinterpret_cast<ring::SchedRecord*>(slots + uint64_t{slot} * ring::kRecordSize);
+    auto* lost = reinterpret_cast<ring::SchedRecord*>(Slot(slot));
     __builtin_memset(lost, 0, sizeof *lost);
     lost->kind = static_cast<uint8_t>(ring::RecordKind::kSched);
     lost->type = static_cast<uint8_t>(ring::SchedType::kLost);
@@ -252,21 +249,19 @@ RingWriter::Result RingWriter::WriteSched(const ring::SchedRecord& record, uint1
     lost->from_pcpu = lost->to_pcpu = ring::kUnknownPcpu;
     lost->count = sched_pending_lost_;
     lost->aux = sched_first_lost_ns_;
-    slot = (slot + 1) & mask;
+    slot = (slot + 1) & (capacity_ - 1);
   }
-  auto* out = reinterpret_cast<ring::SchedRecord*>(slots + uint64_t{slot} * ring::kRecordSize);
+  auto* out = reinterpret_cast<ring::SchedRecord*>(Slot(slot));
   __builtin_memcpy(out, &record, sizeof record);
   out->kind = static_cast<uint8_t>(ring::RecordKind::kSched);
   out->slots = 1;
   out->pcpu = pcpu;
   out->reserved0 = 0;
 
-  const uint64_t new_head = head + pad + group;
-  ring::StoreRelease(&header->head, new_head);
-  head_ = new_head;
+  const uint64_t fill = Publish(room, group);
   sched_pending_lost_ = 0;
-  ring::StoreRelaxed(&header->sched_written, BumpCounter(&stats_.sched_written));
-  UpdateNotify(new_head - tail, tail, notify);
+  ring::StoreRelaxed(&HeaderOf(base_)->sched_written, BumpCounter(&stats_.sched_written));
+  UpdateNotify(fill, room.tail, notify);
   return Result::kWritten;
 }
 

@@ -87,6 +87,10 @@ class RingWriter {
     uint32_t slot;
   };
   Reservation Reserve(uint32_t group);
+  // Slot `slot` of the record array.
+  uint8_t* Slot(uint32_t slot) const;
+  // Hands the reserved group (and its pad) to the consumer; the ring's fill after it.
+  uint64_t Publish(const Reservation& room, uint32_t group);
   Result WriteV2(const SampleToWrite& sample, bool* notify);
   Result WriteLegacy(const SampleToWrite& sample, bool* notify);
   void CountLoss(ring::LossReason reason);
