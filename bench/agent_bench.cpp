@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -88,35 +89,63 @@ bool TimePass(benchmark::State& state, hvprof::agent::SessionWriter& session, ui
   return true;
 }
 
-void DrainAndStore(benchmark::State& state) {
-  const auto depth = static_cast<uint32_t>(state.range(0));
-  const std::filesystem::path directory =
-      std::filesystem::temp_directory_path() / ("hvprof-agent-bench-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(directory);
-
-  std::vector<std::vector<uint64_t>> memory(kRings, std::vector<uint64_t>(ring::RingBytes(kCapacity) / 8));
-  std::vector<RingWriter> writers(kRings);
+// kRings default-size rings (vCPU rings, two for each of four domains; or with `sched` one
+// scheduling ring per pCPU), a reader of each, and a session in a directory of its own, which
+// goes with them.
+struct BenchRings {
+  std::filesystem::path directory;
+  std::vector<std::vector<uint64_t>> memory;
+  std::vector<RingWriter> writers;
   std::vector<hvprof::agent::RingReader> readers;
-  std::vector<SampleSource> sources;
+  std::optional<hvprof::agent::SessionWriter> session;
+  ~BenchRings() {
+    session.reset();  // it writes its last metadata on the way out
+    if (!directory.empty()) std::filesystem::remove_all(directory);
+  }
+};
+
+// False, with the benchmark skipped, when a ring or the session cannot be set up.
+bool OpenRings(benchmark::State& state, bool sched, BenchRings* rings) {
+  rings->directory = std::filesystem::temp_directory_path() /
+                     ((sched ? "hvprof-agent-bench-sched-" : "hvprof-agent-bench-") + std::to_string(::getpid()));
+  std::filesystem::remove_all(rings->directory);
+  rings->memory.assign(kRings, std::vector<uint64_t>(ring::RingBytes(kCapacity) / 8));
+  rings->writers = std::vector<RingWriter>(kRings);
   for (uint32_t r = 0; r < kRings; ++r) {
-    writers[r].AttachV2(memory[r].data(), kCapacity, kCapacity / 2, static_cast<DomainId>(r / 2),
-                        static_cast<uint16_t>(r % 2), ring::RingKind::kVcpu);
-    auto reader = hvprof::agent::RingReader::Attach(memory[r].data(), ring::RingBytes(kCapacity), kCapacity);
+    if (sched) {
+      rings->writers[r].AttachV2(rings->memory[r].data(), kCapacity, kCapacity / 2, 0, static_cast<uint16_t>(r),
+                                 ring::RingKind::kSched, true);
+    } else {
+      rings->writers[r].AttachV2(rings->memory[r].data(), kCapacity, kCapacity / 2, static_cast<DomainId>(r / 2),
+                                 static_cast<uint16_t>(r % 2), ring::RingKind::kVcpu);
+    }
+    auto reader = hvprof::agent::RingReader::Attach(rings->memory[r].data(), ring::RingBytes(kCapacity), kCapacity);
     if (!reader) {
       state.SkipWithError(reader.error().message().c_str());
-      return;
+      return false;
     }
-    readers.push_back(std::move(reader).value());
-    sources.emplace_back(r);
+    rings->readers.push_back(std::move(reader).value());
   }
   hvprof::store::SessionMetadata metadata;
   metadata.platform = "bench";
-  auto opened = hvprof::agent::SessionWriter::Open(directory.string(), metadata);
+  auto opened = hvprof::agent::SessionWriter::Open(rings->directory.string(), metadata);
   if (!opened) {
     state.SkipWithError(opened.error().message().c_str());
-    return;
+    return false;
   }
-  hvprof::agent::SessionWriter session = std::move(opened).value();
+  rings->session.emplace(std::move(opened).value());
+  return true;
+}
+
+void DrainAndStore(benchmark::State& state) {
+  const auto depth = static_cast<uint32_t>(state.range(0));
+  BenchRings rings;
+  if (!OpenRings(state, false, &rings)) return;
+  std::vector<RingWriter>& writers = rings.writers;
+  std::vector<hvprof::agent::RingReader>& readers = rings.readers;
+  hvprof::agent::SessionWriter& session = *rings.session;
+  std::vector<SampleSource> sources;
+  for (uint32_t r = 0; r < kRings; ++r) sources.emplace_back(r);
 
   uint64_t total = 0;
   for (auto _ : state) {
@@ -139,34 +168,14 @@ void DrainAndStore(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<int64_t>(total));
   state.counters["bytes_per_sample"] =
       total == 0 ? 0.0 : static_cast<double>(session.stats().bytes) / static_cast<double>(total);
-  std::filesystem::remove_all(directory);
 }
 
 void DrainAndStoreSched(benchmark::State& state) {
-  const std::filesystem::path directory =
-      std::filesystem::temp_directory_path() / ("hvprof-agent-bench-sched-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(directory);
-  std::vector<std::vector<uint64_t>> memory(kRings, std::vector<uint64_t>(ring::RingBytes(kCapacity) / 8));
-  std::vector<RingWriter> writers(kRings);
-  std::vector<hvprof::agent::RingReader> readers;
-  for (uint32_t r = 0; r < kRings; ++r) {
-    writers[r].AttachV2(memory[r].data(), kCapacity, kCapacity / 2, 0, static_cast<uint16_t>(r), ring::RingKind::kSched,
-                        true);
-    auto reader = hvprof::agent::RingReader::Attach(memory[r].data(), ring::RingBytes(kCapacity), kCapacity);
-    if (!reader) {
-      state.SkipWithError(reader.error().message().c_str());
-      return;
-    }
-    readers.push_back(std::move(reader).value());
-  }
-  hvprof::store::SessionMetadata metadata;
-  metadata.platform = "bench";
-  auto opened = hvprof::agent::SessionWriter::Open(directory.string(), metadata);
-  if (!opened) {
-    state.SkipWithError(opened.error().message().c_str());
-    return;
-  }
-  hvprof::agent::SessionWriter session = std::move(opened).value();
+  BenchRings rings;
+  if (!OpenRings(state, true, &rings)) return;
+  std::vector<RingWriter>& writers = rings.writers;
+  std::vector<hvprof::agent::RingReader>& readers = rings.readers;
+  hvprof::agent::SessionWriter& session = *rings.session;
   std::mt19937_64 random(7);
   uint64_t time_ns = 0;
   uint64_t total = 0;
@@ -201,7 +210,6 @@ void DrainAndStoreSched(benchmark::State& state) {
     if (!timed) break;
   }
   state.SetItemsProcessed(static_cast<int64_t>(total));
-  std::filesystem::remove_all(directory);
 }
 
 }  // namespace

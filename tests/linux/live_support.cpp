@@ -226,4 +226,24 @@ std::string Child::Output() {
   return output_;
 }
 
+bool KvmGuestRunning(Child& guest) {
+  for (int i = 0; i < 100 && guest.Output().find("running") == std::string::npos; ++i) {
+    if (guest.Exited()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (guest.Output().find("running") != std::string::npos) return true;
+  guest.Wait();
+  SkipTest("KVM cannot run a guest here (no /dev/kvm, or no virtualization)");
+  return false;
+}
+
+DomainId GuestDomainOf(LinuxMachine& machine, pid_t vmm) {
+  DomainId domain = kDomainInvalid;
+  for (const linux_host::DomainDesc& desc : machine.domains().domains()) {
+    if (desc.guest && desc.vmm_pid == static_cast<uint32_t>(vmm)) domain = desc.id;
+  }
+  REQUIRE(domain != kDomainInvalid);
+  return domain;
+}
+
 }  // namespace hvprof::testing

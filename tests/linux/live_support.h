@@ -104,4 +104,10 @@ class Child {
   std::string output_;
 };
 
+// Waits until the KVM fixture (HVPROF_LINUX_KVM_GUEST) in `guest` runs its vCPU; false, after
+// SkipTest with the reason, where KVM cannot run a guest here.
+bool KvmGuestRunning(Child& guest);
+// The domain `machine` numbered the VMM process `vmm` as (REQUIREs one).
+hvpmu::DomainId GuestDomainOf(hvprof::linux_host::LinuxMachine& machine, pid_t vmm);
+
 }  // namespace hvprof::testing

@@ -458,23 +458,11 @@ TEST_CASE("perf's own losses are counted and explained", "[linux][live]") {
 
 TEST_CASE("KVM guest samples belong to their VMM's domain", "[linux][live]") {
   Child guest({HVPROF_LINUX_KVM_GUEST, "1.0"}, false);
-  for (int i = 0; i < 100 && guest.Output().find("running") == std::string::npos; ++i) {
-    if (guest.Exited()) break;
-    std::this_thread::sleep_for(20ms);
-  }
-  if (guest.Output().find("running") == std::string::npos) {
-    guest.Wait();
-    hvprof::testing::SkipTest("KVM cannot run a guest here (no /dev/kvm, or no virtualization)");
-    return;
-  }
+  if (!hvprof::testing::KvmGuestRunning(guest)) return;
   // No map: the VMM is found by its KVM file descriptor and numbered automatically.
   auto machine = LiveMachine(Options());
   if (!machine) return;
-  DomainId guest_domain = kDomainInvalid;
-  for (const DomainDesc& desc : machine->domains().domains()) {
-    if (desc.guest && desc.vmm_pid == static_cast<uint32_t>(guest.pid())) guest_domain = desc.id;
-  }
-  REQUIRE(guest_domain != kDomainInvalid);
+  const DomainId guest_domain = hvprof::testing::GuestDomainOf(*machine, guest.pid());
   SessionOptions options;
   options.passive = {guest_domain};
   EngineSession session(*machine, options);

@@ -176,15 +176,7 @@ TEST_CASE("linux --sched: a KVM guest's vCPU thread is the guest's vCPU in the s
     return;
   }
   Child guest({HVPROF_LINUX_KVM_GUEST, "1.0"}, false);
-  for (int i = 0; i < 100 && guest.Output().find("running") == std::string::npos; ++i) {
-    if (guest.Exited()) break;
-    std::this_thread::sleep_for(20ms);
-  }
-  if (guest.Output().find("running") == std::string::npos) {
-    guest.Wait();
-    hvprof::testing::SkipTest("KVM cannot run a guest here (no /dev/kvm, or no virtualization)");
-    return;
-  }
+  if (!hvprof::testing::KvmGuestRunning(guest)) return;
   // Its vCPU thread, by name.
   uint32_t vcpu_tid = 0;
   for (const auto& entry : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", guest.pid()))) {
@@ -196,11 +188,7 @@ TEST_CASE("linux --sched: a KVM guest's vCPU thread is the guest's vCPU in the s
   REQUIRE(vcpu_tid != 0);
   auto machine = hvprof::testing::LiveMachine(hvprof::linux_host::LinuxOptions{});
   if (!machine) return;
-  hvpmu::DomainId guest_domain = hvpmu::kDomainInvalid;
-  for (const hvprof::linux_host::DomainDesc& desc : machine->domains().domains()) {
-    if (desc.guest && desc.vmm_pid == static_cast<uint32_t>(guest.pid())) guest_domain = desc.id;
-  }
-  REQUIRE(guest_domain != hvpmu::kDomainInvalid);
+  const hvpmu::DomainId guest_domain = hvprof::testing::GuestDomainOf(*machine, guest.pid());
   SessionOptions options;
   options.passive = {guest_domain};
   options.sched = true;
