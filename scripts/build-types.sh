@@ -2,10 +2,10 @@
 # Builds hvprof as users build it, beyond the two tested builds (scripts/run-tests.sh: GCC
 # RelWithDebInfo, and clang with the sanitizers), with warnings as errors, and runs each one's
 # demo for a moment:
-#   release  GCC, -O3: every target (tests and benchmarks too; GCC warns differently at -O3)
-#   debug    clang, -O0 with asserts on: the programs and every library they link. What Debug
-#            alone compiles is the asserts, which live in those; the tests are compiled by the
-#            three other builds, clang's among them, and run in the tested ones.
+#   release  GCC, -O3 (GCC warns differently at -O3)
+#   debug    clang, -O0, without NDEBUG
+# Each builds the programs and every library they link; the tests and benchmarks are compiled
+# by the two tested builds. CI builds release only (.ci/run says why).
 #   scripts/build-types.sh [release] [debug]      (default: both)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,8 +16,7 @@ scripts/install-deps.sh >/dev/null
 for config in "${configs[@]}"; do
   start=$(date +%s)
   dir=$(scripts/configure.sh "$config")
-  targets=()
-  [ "$config" = debug ] && targets=(hvprof hvprofd hvprof-hv hvprof-report hvprof-symbolize)
+  targets=(hvprof hvprofd hvprof-hv hvprof-report hvprof-symbolize)
   ninja -C "$dir" "${targets[@]}" >"$dir/build.log" 2>&1 || { tail -n 60 "$dir/build.log" >&2; echo "build-types: $config failed to build" >&2; exit 1; }
   # It builds; its programs also start and profile.
   work=$(mktemp -d)

@@ -2,7 +2,7 @@
 # Configures one of the project's build directories as its scripts and CI build them, and prints
 # the directory. One place for each build's compiler, type and options:
 #   scripts/configure.sh normal    build/          GCC, RelWithDebInfo: the tested build
-#   scripts/configure.sh asan      build-asan/     clang, ASan+UBSan (-O1 -g1), with the libFuzzer
+#   scripts/configure.sh asan      build-asan/     clang, ASan+UBSan (-O1 -g1, asserts on), with the libFuzzer
 #                                                  targets: tested again, and fuzzed
 #   scripts/configure.sh tsan      build-tsan/     GCC, ThreadSanitizer
 #   scripts/configure.sh release   build-release/  GCC, Release (-O3), as users build

@@ -133,20 +133,41 @@ tar("symlink", good + [member("link", kind=tarfile.SYMTYPE, link="/tmp"), member
 tar("hardlink", good + [member("hard", kind=tarfile.LNKTYPE, link="/etc/passwd")])
 PY
 
-mkdir -p "$build/artifacts"
+mkdir -p "$build/artifacts" "$build/fuzz-logs"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-for target in "${targets[@]}"; do
-  corpus="$build/corpus/$target"
+# One target per CPU at a time (a target runs one process). The summaries are printed in order once
+# they all end; a failure fails the script once every target has run.
+fuzz_one() {
+  local target=$1 corpus="$build/corpus/$1" log="$build/fuzz-logs/$1.log" status=0
   mkdir -p "$corpus"
-  echo "run-fuzz: $target for ${seconds}s"
   "$build/fuzz/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
     -max_len=65536 -print_final_stats=1 -artifact_prefix="$build/artifacts/$target-" \
-    "$corpus" "$seeds/$target" 2>&1 | grep -E '^(#|INFO: seed|INFO: -max|==|SUMMARY|stat::number_of_executed|stat::peak)|ERROR|Error|error' | tail -n 12
-  status=${PIPESTATUS[0]}
-  if [ "$status" -ne 0 ]; then
-    echo "run-fuzz: $target failed (exit $status); see $build/artifacts/" >&2
-    exit 1
+    "$corpus" "$seeds/$target" >"$log" 2>&1 || status=$?
+  { echo "run-fuzz: $target ran for ${seconds}s"
+    grep -E '^(#|INFO: seed|INFO: -max|==|SUMMARY|stat::number_of_executed|stat::peak)|ERROR|Error|error' "$log" | tail -n 12 || true
+    [ "$status" -eq 0 ] || echo "run-fuzz: $target failed (exit $status); see $build/artifacts/ and $log"
+  } >"$log.summary"
+  return "$status"
+}
+lanes=$(nproc)
+failed=0
+running=0
+for target in "${targets[@]}"; do
+  fuzz_one "$target" &
+  running=$((running + 1))
+  if [ "$running" -ge "$lanes" ]; then
+    wait -n || failed=1
+    running=$((running - 1))
   fi
 done
+while [ "$running" -gt 0 ]; do
+  wait -n || failed=1
+  running=$((running - 1))
+done
+for target in "${targets[@]}"; do cat "$build/fuzz-logs/$target.log.summary"; done
+if [ "$failed" -ne 0 ]; then
+  echo "run-fuzz: a target failed (above)" >&2
+  exit 1
+fi
 echo "run-fuzz: all targets ran clean"

@@ -73,6 +73,7 @@ void CheckClean(const Page& page) {
   for (std::string line; std::getline(log, line);) {
     if (line.find(":CONSOLE") != std::string::npos) console += line + "\n";
   }
+  INFO("console messages:\n" << console);
   CHECK(console.empty());
   CHECK(page.dom.find("data-ready=\"true\"") != std::string::npos);
   CHECK(page.dom.find("<pre id=\"errors\" hidden=\"\"></pre>") != std::string::npos);

@@ -17,7 +17,24 @@ namespace stats = hvprof::stats;
 
 namespace {
 
+// Under the sanitizers (clang's __has_feature) a pair takes about a second: there the tests
+// draw a few pairs, for the sanitizers' checks of the simulator and the statistics, and judge
+// no rate; the normal build judges the rates over 200 pairs.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define HVPROF_STATS_SANITIZED 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define HVPROF_STATS_SANITIZED 1
+#endif
+#ifdef HVPROF_STATS_SANITIZED
+constexpr int kPairs = 10;
+constexpr bool kJudgeRates = false;
+#else
 constexpr int kPairs = 200;
+constexpr bool kJudgeRates = true;
+#endif
 constexpr uint64_t kRunNs = 100'000'000;
 constexpr uint64_t kSlices = 10;
 
@@ -131,7 +148,7 @@ TEST_CASE("diff statistics: pairs of seeds of one scenario flag nothing in 95% o
   }
   WARN(pairs_with_alarm << " of " << kPairs << " null pairs had a significant row; " << rows_tested / kPairs
                         << " rows tested a pair");
-  CHECK(pairs_with_alarm <= kPairs * 5 / 100);
+  if (kJudgeRates) CHECK(pairs_with_alarm <= kPairs * 5 / 100);
 }
 
 TEST_CASE("diff statistics: a 2-point move of one function is found in 95% of pairs", "[sim][stats]") {
@@ -157,5 +174,5 @@ TEST_CASE("diff statistics: a 2-point move of one function is found in 95% of pa
   // The scenario does what the test says it does.
   REQUIRE(truth_moved > 0.015);
   REQUIRE(truth_moved < 0.025);
-  CHECK(found >= kPairs * 95 / 100);
+  if (kJudgeRates) CHECK(found >= kPairs * 95 / 100);
 }
