@@ -131,6 +131,11 @@ def main():
             hv_own, pf_own = median_of(hv, "own"), median_of(pf, "own")
             print(f"{rate} Hz: wall hvprof {hv_wall:.2f} s, perf {pf_wall:.2f} s (hvprof/perf {hv_wall / pf_wall:.3f}); "
                   f"own share hvprof {hv_own:.2f}%, perf {pf_own:.2f}%")
+            if args.runs > 1:
+                # This VM's timer interrupts cost differ from run to run (the same run has taken 8.6 s
+                # and 16.2 s): every run's wall time, so the spread is seen beside the medians.
+                walls = [", ".join(f"{run['wall']:.2f}" for run in runs) for runs in (hv, pf)]
+                print(f"  wall of each run: hvprof {walls[0]} s; perf {walls[1]} s")
             print(f"  hvprof samples {hv[-1]['samples']}, lost by cause {hv[-1]['losses'] or 'none'}")
             print(f"  perf samples {pf[-1]['samples']}, {pf[-1]['losses'] or 'no loss records'}")
             khz = f"{rate // 1000} kHz"
