@@ -73,14 +73,17 @@ std::map<uint32_t, PerfTask> ParseWaitSummary(const std::string& text) {
   return tasks;
 }
 
-// perf's figure within 2% (1 ms below 50 ms) of hvprof's, or of hvprof's plus the entity's
-// unknown time: where the kernel dropped a tracepoint (a switch to the task went unrecorded),
-// timehist gives the task the whole stretch since the CPU's previous switch, and hvprof says
-// the records cannot tell (docs/sched.md).
+// perf's figure within 2% (1 ms below 50 ms) of hvprof's, give or take the entity's unknown
+// time. Where the kernel dropped a tracepoint in hvprof's stream (a switch to the task went
+// unrecorded), timehist gives the task the whole stretch since the CPU's previous switch, and
+// hvprof says the records cannot tell (docs/sched.md): perf may be above. perf's own stream
+// drops as often (the same tracepoints, the same kernel), and a waking it lost turns a wait into
+// sleep in its figures: perf may be below by about as much (seen in CI: nap's runnable time
+// 162.8 ms in perf's, 167.1 ms in hvprof's with 3.9 ms unknown).
 void CheckClose(double hvprof_ms, double unknown_ms, double perf_ms, const std::string& what) {
   INFO(fmt::format("{}: hvprof {:.3f} ms (+ {:.3f} ms unknown), perf {:.3f} ms", what, hvprof_ms, unknown_ms, perf_ms));
   const double tolerance = std::max(0.02 * perf_ms, 1.0);
-  CHECK(perf_ms >= hvprof_ms - tolerance);
+  CHECK(perf_ms >= hvprof_ms - unknown_ms - tolerance);
   CHECK(perf_ms <= hvprof_ms + unknown_ms + tolerance);
 }
 
