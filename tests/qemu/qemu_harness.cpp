@@ -277,7 +277,7 @@ std::string GuestRun::Describe() const {
 
 std::optional<XenBoot> RunInDom0(const std::vector<std::string>& commands, const Dom0Options& options) {
   REQUIRE(!commands.empty());
-#ifdef HVPROF_QEMU_SANITIZED
+#ifdef HVPROF_SANITIZED
   SkipTest("a sanitizer build: its programs make dom0's image about 160 MB and each boot twice as long; the "
            "real-Xen suite runs in the normal build");
   return std::nullopt;

@@ -17,18 +17,10 @@ namespace stats = hvprof::stats;
 
 namespace {
 
-// Under the sanitizers (clang's __has_feature) a pair takes about a second: there the tests
-// draw a few pairs, for the sanitizers' checks of the simulator and the statistics, and judge
-// no rate; the normal build judges the rates over 200 pairs.
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define HVPROF_STATS_SANITIZED 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define HVPROF_STATS_SANITIZED 1
-#endif
-#ifdef HVPROF_STATS_SANITIZED
+// Under the sanitizers (HVPROF_SANITIZED, tests/CMakeLists.txt) a pair takes about a second:
+// there the tests draw a few pairs, for the sanitizers' checks of the simulator and the
+// statistics, and judge no rate; the normal build judges the rates over 200 pairs.
+#ifdef HVPROF_SANITIZED
 constexpr int kPairs = 10;
 constexpr bool kJudgeRates = false;
 #else
