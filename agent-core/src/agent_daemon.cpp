@@ -248,7 +248,13 @@ Result<void> AgentDaemon::OpenSession(store::SessionMetadata base) {
   session_ = std::make_unique<SessionWriter>(std::move(session));
   jit_.reset();
   if (jit_scope_ != JitScope::kNone) {
-    jit_ = std::make_unique<JitSnapshots>(session_->directory(), JitSnapshots::Options{}, session_->metadata().jit);
+    // hvprof's own programs run no JIT code: their processes are not followed.
+    JitSnapshots::Options options;
+    const std::string programs = ExecutableDirectory();
+    for (const char* program : {"hvprofd", "hvprof", "hvprof-hv"}) {
+      options.skip_programs.push_back(programs + "/" + program);
+    }
+    jit_ = std::make_unique<JitSnapshots>(session_->directory(), std::move(options), session_->metadata().jit);
   }
   return Ok();
 }

@@ -302,3 +302,22 @@ TEST_CASE("jit snapshots: processes that are gone, pids that are none, and a bou
   later.Poll();
   CHECK(later.records().empty());
 }
+
+TEST_CASE("jit snapshots: processes of hvprof's own programs are not followed", "[jit][agent]") {
+  TempDir session;
+  Runtime runtime;  // a fork of this test: its program is this test's
+  runtime.Append("1000 10 own\n");
+  JitSnapshots::Options options;
+  options.skip_programs = {"/nonexistent/hvprofd", std::filesystem::read_symlink("/proc/self/exe").string()};
+  JitSnapshots skipping(session.path(), options);
+  skipping.Watch(0, runtime.pid());
+  skipping.Poll();
+  CHECK(skipping.records().empty());
+  // The same process, when its program is not one to skip, is followed.
+  options.skip_programs = {"/nonexistent/hvprofd"};
+  JitSnapshots following(session.path(), options);
+  following.Watch(0, runtime.pid());
+  following.Poll();
+  REQUIRE(following.records().size() == 1);
+  CHECK(Copy(session, following) == "1000 10 own\n");
+}

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "hvprof/base/scoped_fd.h"
@@ -40,6 +41,10 @@ class JitSnapshots {
     size_t max_jitdumps_per_process = 2;
     // Processes followed at once (each holds two descriptors); 0: from RLIMIT_NOFILE.
     size_t max_processes = 0;
+    // Programs whose processes are never followed: hvprof's own, which write no perf map or
+    // jitdump, and whose /proc/PID/maps (hundreds of mappings) cost a millisecond to read.
+    // Missing files are left out.
+    std::vector<std::string> skip_programs;
   };
 
   // `existing`: the copies an earlier hvprofd listed in the session it continues.
@@ -93,6 +98,7 @@ class JitSnapshots {
   };
 
   void Start(Process& process);
+  bool Skipped(const Process& process) const;
   void End(Process& process);
   void FindJitDumps(Process& process);
   void AddFile(Process& process, std::string kind, std::string path, uint64_t max_bytes);
@@ -108,6 +114,7 @@ class JitSnapshots {
   size_t live_ = 0;  // processes holding descriptors
   uint64_t last_key_ = UINT64_MAX;
   std::vector<store::JitRecord> records_;
+  std::vector<std::pair<dev_t, ino_t>> skipped_programs_;  // options_.skip_programs' files
   uint64_t session_bytes_ = 0;
   uint64_t unwatched_ = 0;
   std::chrono::steady_clock::time_point last_poll_{};
