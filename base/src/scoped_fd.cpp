@@ -29,8 +29,8 @@ void ScopedMmap::Reset() {
   size_ = 0;
 }
 
-Result<ScopedMmap> ScopedMmap::MapShared(int fd, size_t size, int prot, uint64_t offset) {
-  void* addr = ::mmap(nullptr, size, prot, MAP_SHARED, fd, static_cast<off_t>(offset));
+Result<ScopedMmap> ScopedMmap::MapShared(int fd, size_t size, int prot, uint64_t offset, bool populate) {
+  void* addr = ::mmap(nullptr, size, prot, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, static_cast<off_t>(offset));
   if (addr == MAP_FAILED) return ErrnoError(errno, fmt::format("mmap of {} bytes", size));
   return ScopedMmap(addr, size);
 }

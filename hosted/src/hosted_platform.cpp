@@ -40,7 +40,11 @@ bool HostedPlatform::AllocateShared(DomainId owner, uint64_t bytes, SharedRegion
   }
   // The size is fixed from now on: a consumer cannot shrink the file under the producer.
   ::fcntl(memfd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
-  auto mapping = hvprof::ScopedMmap::MapShared(memfd.get(), bytes, PROT_READ | PROT_WRITE);
+  // Populated: the pages are allocated and mapped now, before profiling starts (else MAP_POPULATE
+  // alone faults them in).
+  if (populate_rings_) (void)::posix_fallocate(memfd.get(), 0, static_cast<off_t>(bytes));
+  auto mapping =
+      hvprof::ScopedMmap::MapShared(memfd.get(), bytes, PROT_READ | PROT_WRITE, 0, populate_rings_);
   if (!mapping) {
     hvprof::Log(hvprof::LogLevel::kError, "{}", mapping.error().message());
     return false;

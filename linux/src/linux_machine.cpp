@@ -419,10 +419,125 @@ DrainResult LinuxMachine::InjectRecords(uint32_t cpu, std::span<const uint8_t> b
   return ApplyRecords(buffers, {cpu});
 }
 
+// Applies each record as the parser reads it, with no copy: a ring whose records need no other
+// ring's first (the merge's case is below).
+struct LinuxMachine::Applier final : RecordVisitor {
+  LinuxMachine& machine;
+  DrainResult& result;
+  uint32_t ring_cpu;
+
+  Applier(LinuxMachine& m, DrainResult& r, uint32_t cpu) : machine(m), result(r), ring_cpu(cpu) {}
+  // The latest time seen, each record's as the merge orders by it (Collector's).
+  void Seen(uint64_t time) { machine.last_time_ = std::max(machine.last_time_, time); }
+  void OnSample(const PerfSample& r) override {
+    Seen(r.time);
+    machine.ApplySample(r, ring_cpu, result);
+  }
+  void OnMmap2(const PerfMmap2& r) override { Seen(r.sid.time), machine.processes_->OnMmap2(r); }
+  void OnComm(const PerfComm& r) override { Seen(r.sid.time), machine.processes_->OnComm(r); }
+  void OnTask(const PerfTask& r) override { Seen(r.sid.has_time ? r.sid.time : r.time), machine.processes_->OnTask(r); }
+  void OnLost(const PerfLost& r) override { Seen(r.sid.time), machine.ApplyLost(r, ring_cpu); }
+  void OnThrottle(const PerfThrottle& r) override { Seen(r.time), machine.ApplyThrottle(r, ring_cpu); }
+  void OnLostSamples(const PerfLostSamples& r) override { Seen(r.sid.time), machine.ApplyLostSamples(r, ring_cpu); }
+};
+
+void LinuxMachine::ApplySample(const PerfSample& sample, uint32_t ring_cpu, DrainResult& result) {
+  const uint32_t cpu = sample.cpu < num_cpus_ ? sample.cpu : ring_cpu;
+  const int counter = driver_->CounterOfId(sample.id);
+  if (counter < 0) {
+    if (const auto kind = PerfPmuDriver::TracepointOf(counter)) {
+      ApplySched(sample, cpu, *kind);
+    } else {
+      ++unknown_ids_;
+    }
+    return;
+  }
+  ++StatsOf(cpu).samples[counter];
+  if (engine_ == nullptr) {
+    ++samples_without_engine_;
+    return;
+  }
+  RoutedSample routed = router_->Route(sample, cpu);
+  if (!routed.frames.empty()) routed.context.frame_pointer = LinuxPlatform::kFrameBase;
+  platform_->BeginSample(sample.time, routed.frames);
+  engine_->RecordSample(cpu, routed.context, static_cast<uint8_t>(counter),
+                        driver_->EnginePeriod(static_cast<uint32_t>(counter), sample.period));
+  platform_->EndSample();
+  ++result.samples;
+}
+
+void LinuxMachine::ApplyLost(const PerfLost& lost, uint32_t ring_cpu) {
+  CpuRateStats& stats = StatsOf(lost.sid.cpu < num_cpus_ ? lost.sid.cpu : ring_cpu);
+  ++stats.lost_records;
+  stats.lost += lost.lost;
+  HVPROF_PROBE(perf__lost, lost.sid.cpu, lost.lost, 0);
+}
+
+void LinuxMachine::ApplyThrottle(const PerfThrottle& throttle, uint32_t ring_cpu) {
+  const uint32_t cpu = throttle.sid.cpu < num_cpus_ ? throttle.sid.cpu : ring_cpu;
+  OnThrottle(cpu, throttle);
+  HVPROF_PROBE(perf__throttle, throttle.sid.cpu, static_cast<int>(throttle.throttle), throttle.time);
+}
+
+void LinuxMachine::ApplyLostSamples(const PerfLostSamples& lost, uint32_t ring_cpu) {
+  StatsOf(lost.sid.cpu < num_cpus_ ? lost.sid.cpu : ring_cpu).lost_samples += lost.lost;
+  HVPROF_PROBE(perf__lost, lost.sid.cpu, lost.lost, 1);
+}
+
 DrainResult LinuxMachine::ApplyRecords(std::vector<std::vector<uint8_t>>& buffers,
                                        const std::vector<uint32_t>& ring_cpus) {
   DrainResult result;
   const RecordLayout layout = driver_->layout();
+  const size_t n = buffers.size();
+  const auto cpu_of = [&](uint32_t ring) { return ring < ring_cpus.size() ? ring_cpus[ring] : 0; };
+  const auto count = [&](const RecordReader& reader) {
+    parse_malformed_ += reader.stats().malformed;
+    parse_unknown_ += reader.stats().unknown;
+    result.records += reader.stats().records;
+  };
+  // Side-band records (fork, exec, mmap) change how later samples are read, on every CPU: then
+  // every ring is merged in time order. Without them no record depends on another ring's, and
+  // within a ring only the scheduler's tracepoints depend on their order (a ring's records are
+  // in time order but for rare exceptions, which only the merge below sorts): the order is
+  // checked only when they are recorded. The common case (no side band, nothing to sort) reads
+  // one header per record here, then applies each record as it is parsed.
+  const bool order_matters = driver_->sched() != nullptr;
+  bool side_band = false;
+  std::vector<RingScan> scans(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    scans[i] = ScanRecords(buffers[i], layout, order_matters);
+    side_band |= scans[i].side_band;
+    result.bytes += buffers[i].size();
+  }
+  if (side_band && !order_matters) {
+    for (uint32_t i = 0; i < n; ++i) scans[i].in_order = ScanRecords(buffers[i], layout, true).in_order;
+  }
+  const bool direct = !side_band && std::all_of(scans.begin(), scans.end(), [](const RingScan& scan) {
+    return scan.in_order;
+  });
+  if (direct) {
+    for (uint32_t i = 0; i < n; ++i) {
+      Applier applier(*this, result, cpu_of(i));
+      RecordReader reader(buffers[i], layout);
+      while (reader.Next(applier)) {
+      }
+      count(reader);
+    }
+  } else {
+    ApplyMerged(buffers, scans, ring_cpus, result);
+  }
+  // Pruning walks every process: once a second is enough, whatever the sample rate.
+  if (last_time_ > kPruneAfterNs && last_time_ - last_prune_ >= 1'000'000'000) {
+    processes_->Prune(last_time_ - kPruneAfterNs);
+    last_prune_ = last_time_;
+  }
+  return result;
+}
+
+void LinuxMachine::ApplyMerged(std::vector<std::vector<uint8_t>>& buffers, const std::vector<RingScan>& scans,
+                               const std::vector<uint32_t>& ring_cpus, DrainResult& result) {
+  const RecordLayout layout = driver_->layout();
+  const auto cpu_of = [&](uint32_t ring) { return ring < ring_cpus.size() ? ring_cpus[ring] : 0; };
   // Every ring in time order, merged: a fork on one CPU comes before its child's samples and
   // forks on another. The merge reads each ring in place, one record ahead: a heap of the rings'
   // next records, earliest first (ties: the lower ring first). A ring out of order (rare) is
@@ -443,19 +558,12 @@ DrainResult LinuxMachine::ApplyRecords(std::vector<std::vector<uint8_t>>& buffer
     return a > b;
   };
   std::vector<const Collector*> current(n, nullptr);
-  // Without side-band records anywhere, no record depends on another ring's: each ring is
-  // applied whole, one after the other, without the merge's heap.
-  bool side_band = false;
-  std::vector<bool> in_order(n, true);
+  // Without side-band records anywhere, each ring is applied whole, one after the other.
+  const bool side_band =
+      std::any_of(scans.begin(), scans.end(), [](const RingScan& scan) { return scan.side_band; });
   for (uint32_t i = 0; i < n; ++i) {
-    const RingScan scan = ScanRecords(buffers[i], layout);
-    side_band |= scan.side_band;
-    in_order[i] = scan.in_order;
-  }
-  for (uint32_t i = 0; i < n; ++i) {
-    result.bytes += buffers[i].size();
     readers.emplace_back(buffers[i], layout);
-    if (!in_order[i]) {
+    if (!scans[i].in_order) {
       sorted_[i].clear();
       while (heads_[i].Advance(readers[i])) sorted_[i].push_back(heads_[i]);
       std::stable_sort(sorted_[i].begin(), sorted_[i].end(),
@@ -477,60 +585,17 @@ DrainResult LinuxMachine::ApplyRecords(std::vector<std::vector<uint8_t>>& buffer
       reading = true;
     }
     const Collector& head = *current[ring];
-    const uint32_t ring_cpu = ring < ring_cpus.size() ? ring_cpus[ring] : 0;
+    const uint32_t ring_cpu = cpu_of(ring);
     last_time_ = std::max(last_time_, head.time);
     switch (head.kind) {
       case Collector::kNone: break;
-      case Collector::kSample: {
-        const PerfSample& sample = head.sample;
-        const uint32_t cpu = sample.cpu < num_cpus_ ? sample.cpu : ring_cpu;
-        const int counter = driver_->CounterOfId(sample.id);
-        if (counter < 0) {
-          if (const auto kind = PerfPmuDriver::TracepointOf(counter)) {
-            ApplySched(sample, cpu, *kind);
-          } else {
-            ++unknown_ids_;
-          }
-          break;
-        }
-        ++StatsOf(cpu).samples[counter];
-        if (engine_ == nullptr) {
-          ++samples_without_engine_;
-          break;
-        }
-        RoutedSample routed = router_->Route(sample, cpu);
-        if (!routed.frames.empty()) routed.context.frame_pointer = LinuxPlatform::kFrameBase;
-        platform_->BeginSample(sample.time, routed.frames);
-        engine_->RecordSample(cpu, routed.context, static_cast<uint8_t>(counter),
-                              driver_->EnginePeriod(static_cast<uint32_t>(counter), sample.period));
-        platform_->EndSample();
-        ++result.samples;
-        break;
-      }
+      case Collector::kSample: ApplySample(head.sample, ring_cpu, result); break;
       case Collector::kMmap2: processes_->OnMmap2(head.mmap); break;
       case Collector::kComm: processes_->OnComm(head.comm); break;
       case Collector::kTask: processes_->OnTask(head.task); break;
-      case Collector::kLost: {
-        const PerfLost& lost = head.lost;
-        CpuRateStats& stats = StatsOf(lost.sid.cpu < num_cpus_ ? lost.sid.cpu : ring_cpu);
-        ++stats.lost_records;
-        stats.lost += lost.lost;
-        HVPROF_PROBE(perf__lost, lost.sid.cpu, lost.lost, 0);
-        break;
-      }
-      case Collector::kThrottle: {
-        const PerfThrottle& throttle = head.throttle;
-        const uint32_t cpu = throttle.sid.cpu < num_cpus_ ? throttle.sid.cpu : ring_cpu;
-        OnThrottle(cpu, throttle);
-        HVPROF_PROBE(perf__throttle, throttle.sid.cpu, static_cast<int>(throttle.throttle), throttle.time);
-        break;
-      }
-      case Collector::kLostSamples: {
-        const PerfLostSamples& lost = head.lost_samples;
-        StatsOf(lost.sid.cpu < num_cpus_ ? lost.sid.cpu : ring_cpu).lost_samples += lost.lost;
-        HVPROF_PROBE(perf__lost, lost.sid.cpu, lost.lost, 1);
-        break;
-      }
+      case Collector::kLost: ApplyLost(head.lost, ring_cpu); break;
+      case Collector::kThrottle: ApplyThrottle(head.throttle, ring_cpu); break;
+      case Collector::kLostSamples: ApplyLostSamples(head.lost_samples, ring_cpu); break;
     }
     current[ring] = advance(ring);
     if (current[ring] == nullptr) {
@@ -546,12 +611,6 @@ DrainResult LinuxMachine::ApplyRecords(std::vector<std::vector<uint8_t>>& buffer
     parse_unknown_ += reader.stats().unknown;
     result.records += reader.stats().records;
   }
-  // Pruning walks every process: once a second is enough, whatever the sample rate.
-  if (last_time_ > kPruneAfterNs && last_time_ - last_prune_ >= 1'000'000'000) {
-    processes_->Prune(last_time_ - kPruneAfterNs);
-    last_prune_ = last_time_;
-  }
-  return result;
 }
 
 void LinuxMachine::ApplySched(const PerfSample& sample, uint32_t cpu, SchedTracepoint kind) {

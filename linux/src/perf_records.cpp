@@ -340,7 +340,7 @@ bool TimeOf(const RecordLayout& layout, uint32_t type, const uint8_t* body, size
 
 }  // namespace
 
-RingScan ScanRecords(std::span<const uint8_t> bytes, const RecordLayout& layout) {
+RingScan ScanRecords(std::span<const uint8_t> bytes, const RecordLayout& layout, bool check_order) {
   RingScan scan;
   uint64_t last = 0;
   size_t pos = 0;
@@ -359,7 +359,7 @@ RingScan ScanRecords(std::span<const uint8_t> bytes, const RecordLayout& layout)
         break;
     }
     uint64_t time = 0;
-    if (scan.in_order &&
+    if (check_order && scan.in_order &&
         TimeOf(layout, header.type, bytes.data() + pos + sizeof header, header.size - sizeof header, &time)) {
       scan.in_order = time >= last;
       last = time;

@@ -102,7 +102,8 @@ ChunkWriter::ChunkWriter(ScopedFd fd, const ChunkFormat& format, std::span<const
     : fd_(std::move(fd)), format_(&format), sequence_(next_sequence) {
   std::memcpy(session_id_, session_id.data(), sizeof session_id_);
   stats_.bytes = bytes;
-  payload_.reserve(kChunkTarget + 4096);
+  chunk_.reserve(sizeof(ChunkHeader) + kChunkTarget + 4096);
+  chunk_.resize(sizeof(ChunkHeader));
 }
 
 Result<ChunkWriter> ChunkWriter::Open(const std::string& path, const ChunkFormat& format,
@@ -173,10 +174,10 @@ void ChunkWriter::Append(std::span<const uint8_t> record, uint64_t time_ns) {
   if (records_ == 0) first_time_ = last_time_ = time_ns;  // the chunk's own span
   first_time_ = std::min(first_time_, time_ns);
   last_time_ = std::max(last_time_, time_ns);
-  payload_.insert(payload_.end(), record.begin(), record.end());
+  chunk_.insert(chunk_.end(), record.begin(), record.end());
   ++records_;
   ++stats_.records;
-  if (payload_.size() >= kChunkTarget || records_ >= kMaxChunkRecords) (void)Flush(false);
+  if (chunk_.size() - sizeof(ChunkHeader) >= kChunkTarget || records_ >= kMaxChunkRecords) (void)Flush(false);
 }
 
 Result<void> ChunkWriter::Flush(bool sync) {
@@ -188,18 +189,17 @@ Result<void> ChunkWriter::Flush(bool sync) {
     header.header_bytes = sizeof header;
     header.sequence = sequence_;
     header.records = records_;
-    header.payload_bytes = static_cast<uint32_t>(payload_.size());
-    header.payload_crc = Crc(payload_.data(), payload_.size());
+    const std::span<const uint8_t> payload(chunk_.data() + sizeof header, chunk_.size() - sizeof header);
+    header.payload_bytes = static_cast<uint32_t>(payload.size());
+    header.payload_crc = Crc(payload.data(), payload.size());
     header.first_time_ns = first_time_;
     header.last_time_ns = last_time_;
     std::memcpy(header.session_id, session_id_, sizeof header.session_id);
     header.header_crc = Crc(&header, offsetof(ChunkHeader, header_crc));
     // One write for header and payload, so a crash tears at most this chunk.
-    std::vector<uint8_t> buffer(sizeof header + payload_.size());
-    std::memcpy(buffer.data(), &header, sizeof header);
-    std::memcpy(buffer.data() + sizeof header, payload_.data(), payload_.size());
+    std::memcpy(chunk_.data(), &header, sizeof header);
+    const std::span<const uint8_t> buffer(chunk_);
     const uint32_t records = records_;
-    payload_.clear();
     records_ = 0;
     Result<void> written = Ok();
     struct statvfs fs {};
@@ -210,8 +210,10 @@ Result<void> ChunkWriter::Flush(bool sync) {
                           "bytes kept free for the session's metadata",
                           uint64_t{fs.f_bavail} * fs.f_frsize, format_->records, buffer.size(), keep_free_);
     } else {
-      written = WriteAll(fd_.get(), std::as_bytes(std::span(buffer)), format_->what);
+      written = WriteAll(fd_.get(), std::as_bytes(buffer), format_->what);
     }
+    const uint64_t chunk_bytes = buffer.size();
+    chunk_.resize(sizeof header);  // the next chunk's, written or not
     if (!written) {
       // What did reach the file is cut off again, so the file stays a sequence of whole chunks
       // and the next chunk (same sequence number) can follow once there is space.
@@ -229,9 +231,9 @@ Result<void> ChunkWriter::Flush(bool sync) {
       return *failure_;
     }
     failure_.reset();
-    stats_.bytes += buffer.size();
+    stats_.bytes += chunk_bytes;
     ++stats_.chunks;
-    HVPROF_PROBE(chunk__written, sequence_, records, buffer.size(), stats_.bytes);
+    HVPROF_PROBE(chunk__written, sequence_, records, chunk_bytes, stats_.bytes);
     ++sequence_;
   }
   if (sync && ::fdatasync(fd_.get()) != 0) {

@@ -26,8 +26,10 @@ class ScopedMmap {
   ScopedMmap(const ScopedMmap&) = delete;
   ScopedMmap& operator=(const ScopedMmap&) = delete;
 
-  // Maps `size` bytes of `fd` at `offset`, shared, with the given PROT_* flags.
-  static Result<ScopedMmap> MapShared(int fd, size_t size, int prot, uint64_t offset = 0);
+  // Maps `size` bytes of `fd` at `offset`, shared, with the given PROT_* flags. With
+  // `populate`, every page is faulted in now (MAP_POPULATE): memory written on a hot path (a
+  // ring) then takes no page fault there, as perf's kernel-allocated rings take none.
+  static Result<ScopedMmap> MapShared(int fd, size_t size, int prot, uint64_t offset = 0, bool populate = false);
   // Maps a whole file read-only and private. An empty file gives an empty mapping.
   static Result<ScopedMmap> MapFileReadOnly(int fd);
   // Maps `size` bytes of zeroed, private memory (touched only as it is used). With

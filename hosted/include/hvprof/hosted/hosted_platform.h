@@ -50,7 +50,11 @@ class HostedPlatform : public Platform {
   uint64_t notifications_sent() const { return notifications_sent_; }
 
  protected:
-  HostedPlatform() = default;
+  // `populate_rings`: allocate and map every page of the rings when they are made, so that the
+  // engine writes samples without taking page faults (several microseconds each, with the
+  // clearing: the collector's own time on a live host, as perf's kernel-allocated rings never
+  // fault). The sim leaves it off: its hundreds of domains' rings are touched only as used.
+  explicit HostedPlatform(bool populate_rings = false) : populate_rings_(populate_rings) {}
   ~HostedPlatform();
 
  private:
@@ -69,6 +73,7 @@ class HostedPlatform : public Platform {
   bool pmu_claimed_ = false;
   bool pmu_held_elsewhere_ = false;
   uint64_t notifications_sent_ = 0;
+  bool populate_rings_ = false;
 };
 
 }  // namespace hvprof::hosted

@@ -69,8 +69,9 @@ class LinuxMachine;
 // The engine's view of the host.
 class LinuxPlatform final : public hosted::HostedPlatform {
  public:
+  // The rings are populated: a live host's collector takes no page faults writing samples.
   LinuxPlatform(uint32_t num_cpus, DomainRegistry& domains)
-      : num_cpus_(num_cpus), domains_(domains) {}
+      : hosted::HostedPlatform(true), num_cpus_(num_cpus), domains_(domains) {}
 
   uint32_t NumCpus() override { return num_cpus_; }
   // The real CPUID of the CPU this runs on (x86), zeros elsewhere.
@@ -177,12 +178,20 @@ class LinuxMachine {
 
  private:
   struct Collector;
+  struct Applier;
 
   explicit LinuxMachine(const LinuxOptions& options);
   hvprof::Result<void> Init();
   void OnSetup();
   DrainResult ApplyRecords(std::vector<std::vector<uint8_t>>& buffers,
                            const std::vector<uint32_t>& ring_cpus);
+  // The rings merged in time order (side-band records, or a ring out of order).
+  void ApplyMerged(std::vector<std::vector<uint8_t>>& buffers, const std::vector<RingScan>& scans,
+                   const std::vector<uint32_t>& ring_cpus, DrainResult& result);
+  void ApplySample(const PerfSample& sample, uint32_t ring_cpu, DrainResult& result);
+  void ApplyLost(const PerfLost& lost, uint32_t ring_cpu);
+  void ApplyThrottle(const PerfThrottle& throttle, uint32_t ring_cpu);
+  void ApplyLostSamples(const PerfLostSamples& lost, uint32_t ring_cpu);
   // A scheduler tracepoint's sample -> the engine's scheduling records on `cpu`.
   void ApplySched(const PerfSample& sample, uint32_t cpu, SchedTracepoint kind);
   CpuRateStats& StatsOf(uint32_t cpu);

@@ -195,10 +195,11 @@ class RecordReader {
 // on other CPUs must be ordered against. The kernel writes a ring nearly always in order, but
 // not always (an NMI can take its sample between another record's timestamp and its write).
 struct RingScan {
-  bool in_order = true;
+  bool in_order = true;  // always true when the order was not checked
   bool side_band = false;
 };
-RingScan ScanRecords(std::span<const uint8_t> bytes, const RecordLayout& layout);
+// With `check_order` false, only the record types are looked at (one header read per record).
+RingScan ScanRecords(std::span<const uint8_t> bytes, const RecordLayout& layout, bool check_order = true);
 
 // Walks `bytes` (whole records, as copied out of a ring) and calls the visitor per record.
 ParseStats ParseRecords(std::span<const uint8_t> bytes, const RecordLayout& layout,

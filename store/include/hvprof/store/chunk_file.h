@@ -175,7 +175,8 @@ class ChunkWriter {
   uint8_t session_id_[16];
   uint32_t sequence_;
   bool broken_ = false;  // a failed write could not be cut off: nothing more is appended
-  std::vector<uint8_t> payload_;
+  // The chunk in progress: room for its header, then its payload (one write, no copy).
+  std::vector<uint8_t> chunk_;
   uint32_t records_ = 0;
   uint64_t first_time_ = 0;
   uint64_t last_time_ = 0;
