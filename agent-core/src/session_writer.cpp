@@ -262,11 +262,8 @@ void SessionWriter::Add(const hvpmu::ring::SampleRecord& record, std::span<const
   sample.period = record.period;
   sample.pid = record.pid;
   sample.tid = record.tid;
-  sample.domain = record.domain;
-  sample.vcpu = record.vcpu;
-  sample.pcpu = record.pcpu;
-  sample.mode = record.mode <= 2 ? record.mode : 2;
-  sample.event = record.event;
+  const uint8_t mode = record.mode <= 2 ? record.mode : 2;
+  sample.SetPlace(record.domain, record.vcpu, record.pcpu, mode, record.event);
   sample.flags = record.flags;
   sample.frames = frames;
   writer_.Append(sample);
@@ -274,7 +271,7 @@ void SessionWriter::Add(const hvpmu::ring::SampleRecord& record, std::span<const
     metadata_.first_sample_ns = record.time_ns;
   }
   if (record.time_ns > metadata_.last_sample_ns) metadata_.last_sample_ns = record.time_ns;
-  if (record.domain < by_domain_mode_.size()) ++by_domain_mode_[record.domain][sample.mode];
+  if (record.domain < by_domain_mode_.size()) ++by_domain_mode_[record.domain][mode];
 }
 
 void SessionWriter::AddSched(const hvpmu::ring::SchedRecord& record) {

@@ -1,6 +1,7 @@
 // The NMI sample path: no locks, no allocation, bounded work.
 #include "freestanding.h"
 #include "hvpmu/engine.h"
+#include "ring_writer_inline.h"
 
 namespace hvpmu {
 
@@ -165,7 +166,7 @@ void Engine::LogSample(uint32_t cpu, const InterruptedContext& context, uint8_t 
   sample.backtrace_group = depth != 0;
 
   bool notify = false;
-  switch (writer->Write(sample, &notify)) {
+  switch (writer->WriteInline(sample, &notify)) {
     case RingWriter::Result::kWritten: break;
     case RingWriter::Result::kFull:
       Bump(&stats.lost[static_cast<uint32_t>(ring::LossReason::kRingFull)]);

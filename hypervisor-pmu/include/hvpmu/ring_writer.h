@@ -61,6 +61,9 @@ class RingWriter {
   // the fill level reached the watermark and the consumer has not been told since it last
   // made progress.
   Result Write(const SampleToWrite& sample, bool* notify);
+  // The same, inlined into its caller: defined in src/ring_writer_inline.h, for the engine's
+  // sample path.
+  inline Result WriteInline(const SampleToWrite& sample, bool* notify);
 
   // Writes one scheduling record (v3 rings): `record` with everything but kind, slots and
   // pcpu, which the writer fills in. Records lost since the last one written (full ring,
