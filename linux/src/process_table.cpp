@@ -250,10 +250,9 @@ const Process* ProcessTable::Find(uint32_t pid) const {
   return it == live_.end() ? nullptr : &it->second;
 }
 
-Process& ProcessTable::Get(uint32_t pid) {
-  // Consecutive samples are mostly of one process.
+Process& ProcessTable::Lookup(uint32_t pid) {
+  // Consecutive samples are mostly of one process: it is kept as the recent one of its pid.
   Process*& recent = recent_[pid % recent_.size()];
-  if (recent != nullptr && recent->pid == pid) return *recent;
   auto it = live_.find(pid);
   if (it != live_.end()) {
     recent = &it->second;

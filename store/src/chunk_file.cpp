@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <thread>
 
 #include "hvprof/base/files.h"
 #include "hvprof/base/probes.h"
@@ -245,13 +246,29 @@ Result<void> ChunkWriter::Flush(bool sync) {
 
 // ---- reading
 
-ChunkReadSummary ReadChunks(std::span<const uint8_t> bytes, const ChunkFormat& format, const ChunkDecoder& decode,
-                            std::optional<std::span<const uint8_t, 16>> session_id) {
+namespace {
+
+// Problems kept per read: a file damaged throughout would otherwise give one per chunk.
+constexpr size_t kMaxProblems = 100;
+
+// A chunk whose header, session, place in the sequence and checksum held: its payload is to be
+// decoded.
+struct VerifiedChunk {
+  uint64_t offset;  // of its header in the file
+  uint32_t sequence;
+  uint32_t records;
+  std::span<const uint8_t> payload;
+};
+
+// ReadChunks' first pass: every check but decoding. The chunks to decode, in file order.
+ChunkReadSummary VerifyChunks(std::span<const uint8_t> bytes, const ChunkFormat& format,
+                              std::optional<std::span<const uint8_t, 16>> session_id,
+                              std::vector<VerifiedChunk>* chunks) {
   ChunkReadSummary summary;
   const char* const noun = format.records;
   uint64_t position = 0;
   auto problem = [&](uint64_t offset, int64_t chunk, std::string description) {
-    if (summary.problems.size() < 100) summary.problems.push_back({offset, chunk, std::move(description)});
+    if (summary.problems.size() < kMaxProblems) summary.problems.push_back({offset, chunk, std::move(description)});
   };
   uint32_t version = 0;  // unknown until the file header says
   if (bytes.size() >= sizeof(FileHeader)) {
@@ -372,32 +389,65 @@ ChunkReadSummary ReadChunks(std::span<const uint8_t> bytes, const ChunkFormat& f
       ++summary.damaged_chunks;
       continue;
     }
-    const ChunkDecode decoded = decode(payload, info->records);
-    if (!decoded.ok) {
-      problem(start, info->sequence,
-              fmt::format("chunk {} has a valid checksum but malformed records after {} of {}{}", info->sequence,
-                          decoded.well_formed, info->records,
-                          decoded.delivered < decoded.well_formed ? fmt::format("; its {} are skipped", noun) : ""));
-      ++summary.damaged_chunks;
-    } else {
-      ++summary.chunks;
-    }
-    summary.records += decoded.delivered;
+    chunks->push_back({start, info->sequence, info->records, payload});
   }
   summary.next_sequence = next;
   return summary;
 }
 
-Result<ChunkReadSummary> ReadChunkFile(const std::string& path, const ChunkFormat& format, const ChunkDecoder& decode,
-                                       std::optional<std::span<const uint8_t, 16>> session_id, bool refuse_foreign) {
+// ReadChunks' second pass, per chunk in file order: what its decoding found.
+void CountDecoded(ChunkReadSummary* summary, const ChunkFormat& format, const VerifiedChunk& chunk,
+                  const ChunkDecode& decoded) {
+  if (!decoded.ok) {
+    if (summary->problems.size() < kMaxProblems) {
+      summary->problems.push_back(
+          {chunk.offset, chunk.sequence,
+           fmt::format("chunk {} has a valid checksum but malformed records after {} of {}{}", chunk.sequence,
+                       decoded.well_formed, chunk.records,
+                       decoded.delivered < decoded.well_formed ? fmt::format("; its {} are skipped", format.records)
+                                                                : "")});
+    }
+    ++summary->damaged_chunks;
+  } else {
+    ++summary->chunks;
+  }
+  summary->records += decoded.delivered;
+}
+
+void OrderProblems(ChunkReadSummary* summary) {
+  // Each pass keeps its first problems in file order: merged, the first of all are kept.
+  std::stable_sort(summary->problems.begin(), summary->problems.end(),
+                   [](const FileProblem& a, const FileProblem& b) { return a.offset < b.offset; });
+  if (summary->problems.size() > kMaxProblems) summary->problems.resize(kMaxProblems);
+}
+
+}  // namespace
+
+ChunkReadSummary ReadChunks(std::span<const uint8_t> bytes, const ChunkFormat& format, const ChunkDecoder& decode,
+                            std::optional<std::span<const uint8_t, 16>> session_id) {
+  std::vector<VerifiedChunk> chunks;
+  ChunkReadSummary summary = VerifyChunks(bytes, format, session_id, &chunks);
+  for (const VerifiedChunk& chunk : chunks) {
+    CountDecoded(&summary, format, chunk, decode(chunk.payload, chunk.records));
+  }
+  OrderProblems(&summary);
+  return summary;
+}
+
+namespace {
+
+// The file at `path`, mapped; with `refuse_foreign`, an error when its header names another
+// session than `session_id`.
+Result<ScopedMmap> MapChunkFile(const std::string& path, const ChunkFormat& format,
+                                std::optional<std::span<const uint8_t, 16>> session_id, bool refuse_foreign) {
   HVPROF_TRY(fd, OpenRegularFile(path, O_RDONLY));
   HVPROF_TRY(mapping, ScopedMmap::MapFileReadOnly(fd.get()));
   const std::span<const uint8_t> bytes(static_cast<const uint8_t*>(mapping.data()), mapping.size());
   if (refuse_foreign && session_id) {
     // Only the header, so that nothing of the other session is delivered.
-    const ChunkDecoder none = [](std::span<const uint8_t>, uint32_t) { return ChunkDecode{}; };
-    const ChunkReadSummary header = ReadChunks(bytes.first(std::min(bytes.size(), sizeof(FileHeader))), format, none,
-                                               session_id);
+    std::vector<VerifiedChunk> none;
+    const ChunkReadSummary header =
+        VerifyChunks(bytes.first(std::min(bytes.size(), sizeof(FileHeader))), format, session_id, &none);
     if (header.foreign_file) {
       return MakeError(ErrorKind::kBadState,
                        "{} holds the {} of session {}, not of this one ({}): it was copied in from another session; "
@@ -406,7 +456,49 @@ Result<ChunkReadSummary> ReadChunkFile(const std::string& path, const ChunkForma
                        SessionIdHex(*session_id));
     }
   }
-  return ReadChunks(bytes, format, decode, session_id);
+  return mapping;
+}
+
+}  // namespace
+
+Result<ChunkReadSummary> ReadChunkFile(const std::string& path, const ChunkFormat& format, const ChunkDecoder& decode,
+                                       std::optional<std::span<const uint8_t, 16>> session_id, bool refuse_foreign) {
+  HVPROF_TRY(mapping, MapChunkFile(path, format, session_id, refuse_foreign));
+  return ReadChunks(std::span<const uint8_t>(static_cast<const uint8_t*>(mapping.data()), mapping.size()), format,
+                    decode, session_id);
+}
+
+Result<ChunkReadSummary> ReadChunkFileInParallel(const std::string& path, const ChunkFormat& format,
+                                                 std::span<const ChunkDecoder> decoders,
+                                                 std::optional<std::span<const uint8_t, 16>> session_id) {
+  HVPROF_TRY(mapping, MapChunkFile(path, format, session_id, false));
+  const std::span<const uint8_t> bytes(static_cast<const uint8_t*>(mapping.data()), mapping.size());
+  std::vector<VerifiedChunk> chunks;
+  ChunkReadSummary summary = VerifyChunks(bytes, format, session_id, &chunks);
+  // Consecutive runs of chunks of about equal bytes, one per decoder, the first to decoder 0.
+  const size_t shares = std::max<size_t>(1, std::min(decoders.size(), chunks.size()));
+  uint64_t total = 0;
+  for (const VerifiedChunk& chunk : chunks) total += chunk.payload.size();
+  std::vector<size_t> first(shares + 1, chunks.size());
+  first[0] = 0;
+  uint64_t seen = 0;
+  size_t share = 1;
+  for (size_t i = 0; i < chunks.size() && share < shares; ++i) {
+    if (seen >= total / shares * share) first[share++] = i;
+    seen += chunks[i].payload.size();
+  }
+  while (share < shares) first[share++] = chunks.size();
+  std::vector<ChunkDecode> results(chunks.size());
+  const auto run = [&](size_t w) {
+    for (size_t i = first[w]; i < first[w + 1]; ++i) results[i] = decoders[w](chunks[i].payload, chunks[i].records);
+  };
+  std::vector<std::thread> threads;
+  for (size_t w = 1; w < shares; ++w) threads.emplace_back(run, w);
+  run(0);
+  for (std::thread& thread : threads) thread.join();
+  for (size_t i = 0; i < chunks.size(); ++i) CountDecoded(&summary, format, chunks[i], results[i]);
+  OrderProblems(&summary);
+  return summary;
 }
 
 }  // namespace hvprof::store

@@ -161,3 +161,20 @@ Result<ReadSummary> ReadSamplesFile(const std::string& path, const std::function
 }
 
 }  // namespace hvprof::store
+
+namespace hvprof::store {
+
+Result<ReadSummary> ReadSamplesFileInParallel(const std::string& path,
+                                              std::span<const std::function<void(const StoredSample&)>> on_sample,
+                                              std::optional<std::span<const uint8_t, 16>> session_id) {
+  std::vector<ChunkDecoder> decoders;
+  decoders.reserve(on_sample.size());
+  for (const auto& consumer : on_sample) decoders.push_back(SampleDecoder(consumer));
+  HVPROF_TRY(read, ReadChunkFileInParallel(path, kSamplesFormat, decoders, session_id));
+  ReadSummary summary;
+  static_cast<ChunkReadSummary&>(summary) = std::move(read);
+  summary.samples = summary.records;
+  return summary;
+}
+
+}  // namespace hvprof::store

@@ -10,9 +10,12 @@
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <type_traits>
 #include <map>
+#include <memory>
+#include <thread>
 #include <tuple>
 #include <unordered_map>
 
@@ -488,42 +491,99 @@ static_assert(sizeof(AggregateEntry) == sizeof(PackedEntry) && offsetof(Aggregat
 
 }  // namespace
 
+namespace {
+
+// Sorted, unique entries from two such lists: the counts of equal keys added.
+std::vector<AggregateEntry> MergeEntries(const std::vector<AggregateEntry>& a, const std::vector<AggregateEntry>& b) {
+  std::vector<AggregateEntry> merged;
+  merged.reserve(std::max(a.size(), b.size()));
+  size_t i = 0, j = 0;
+  while (i < a.size() || j < b.size()) {
+    if (j == b.size() || (i < a.size() && a[i].key < b[j].key)) {
+      merged.push_back(a[i++]);
+    } else if (i == a.size() || b[j].key < a[i].key) {
+      merged.push_back(b[j++]);
+    } else {
+      merged.push_back({a[i].key, a[i].count + b[j].count});  // at most the samples read: no wrap
+      ++i, ++j;
+    }
+  }
+  return merged;
+}
+
+// Files smaller than this are read by one thread: starting others costs more than they save.
+constexpr uint64_t kParallelBytes = 8ull << 20;
+constexpr unsigned kMaxReaders = 4;
+
+}  // namespace
+
 Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* summary_out,
                                        std::optional<std::span<const uint8_t, 16>> session_id, StackDetail stacks,
-                                       TimeSlicing slicing) {
+                                       TimeSlicing slicing, unsigned readers) {
   const bool by_thread = stacks == StackDetail::kStacksByThread;
-  detail::AddressCounter counter;
-  StackCounter stack_counter;
-  uint64_t samples = 0;
-  uint64_t addresses[kMaxFrames + 1];
   const uint32_t slices = std::min(slicing.count, kMaxTimeSlices);
-  std::vector<detail::AddressCounter> slice_counters;
-  slice_counters.reserve(slices);
-  for (uint32_t slice = 0; slice < slices; ++slice) slice_counters.emplace_back(1u << 12);
   TimeSlicing capped = slicing;
   capped.count = slices;
-  HVPROF_TRY(summary, ReadSamplesFile(
-                          path,
-                          [&](const StoredSample& s) {
-                            const AggregateKey key{s.ip, s.pid, s.domain, s.mode, s.event};
-                            counter.Add(key);
-                            ++samples;
-                            if (slices != 0) slice_counters[capped.SliceOf(s.time_ns)].Add(key);
-                            if (stacks == StackDetail::kNone) return;
-                            addresses[0] = s.ip;
-                            const size_t length = std::min<size_t>(s.frames.size(), kMaxFrames);
-                            std::copy_n(s.frames.begin(), length, addresses + 1);
-                            stack_counter.Add(by_thread ? StackKey{s.pid, s.tid, s.domain, s.mode, s.event, s.vcpu,
-                                                                   s.pcpu}
-                                                        : StackKey{s.pid, kUnknownThread, s.domain, s.mode, s.event,
-                                                                   kUnknownCpu, kUnknownCpu},
-                                              {addresses, length + 1});
-                          },
-                          session_id));
+  // The chunks are decoded by up to kMaxReaders threads, each counting its share in its own
+  // counters, merged afterwards: every count is the same as one thread's.
+  struct stat st {};
+  const uint64_t file_bytes = ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  if (readers == 0) {
+    readers = file_bytes < kParallelBytes
+                  ? 1
+                  : static_cast<unsigned>(std::clamp<uint64_t>(std::thread::hardware_concurrency(), 1, kMaxReaders));
+  }
+  struct Reader {
+    detail::AddressCounter counter;
+    StackCounter stack_counter;
+    std::vector<detail::AddressCounter> slice_counters;
+    uint64_t samples = 0;
+    uint64_t addresses[kMaxFrames + 1];
+  };
+  std::vector<std::unique_ptr<Reader>> state;
+  std::vector<std::function<void(const StoredSample&)>> consumers;
+  for (unsigned w = 0; w < readers; ++w) {
+    state.push_back(std::make_unique<Reader>());
+    Reader& r = *state.back();
+    r.slice_counters.reserve(slices);
+    for (uint32_t slice = 0; slice < slices; ++slice) r.slice_counters.emplace_back(1u << 12);
+    consumers.push_back([&r, &capped, slices, stacks, by_thread](const StoredSample& s) {
+      const AggregateKey key{s.ip, s.pid, s.domain, s.mode, s.event};
+      r.counter.Add(key);
+      ++r.samples;
+      if (slices != 0) r.slice_counters[capped.SliceOf(s.time_ns)].Add(key);
+      if (stacks == StackDetail::kNone) return;
+      r.addresses[0] = s.ip;
+      const size_t length = std::min<size_t>(s.frames.size(), kMaxFrames);
+      std::copy_n(s.frames.begin(), length, r.addresses + 1);
+      r.stack_counter.Add(by_thread ? StackKey{s.pid, s.tid, s.domain, s.mode, s.event, s.vcpu, s.pcpu}
+                                    : StackKey{s.pid, kUnknownThread, s.domain, s.mode, s.event, kUnknownCpu,
+                                               kUnknownCpu},
+                          {r.addresses, length + 1});
+    });
+  }
+  Result<ReadSummary> read = readers == 1 ? ReadSamplesFile(path, consumers[0], session_id)
+                                          : ReadSamplesFileInParallel(path, consumers, session_id);
+  HVPROF_TRY(summary, std::move(read));
   Aggregate aggregate;
-  aggregate.entries = counter.TakeSorted();
-  aggregate.samples = samples;
+  aggregate.entries = state[0]->counter.TakeSorted();
+  aggregate.samples = state[0]->samples;
+  for (unsigned w = 1; w < readers; ++w) {
+    aggregate.entries = MergeEntries(aggregate.entries, state[w]->counter.TakeSorted());
+    aggregate.samples += state[w]->samples;
+  }
   aggregate.has_stacks = stacks != StackDetail::kNone;
+  // Later shares' stacks after the first's, each in the order it was first seen: the order one
+  // thread reading the whole file gives.
+  StackCounter& stack_counter = state[0]->stack_counter;
+  for (unsigned w = 1; w < readers; ++w) {
+    std::vector<CountedStack> more;
+    std::vector<uint64_t> words;
+    state[w]->stack_counter.Take(&more, &words);
+    for (const CountedStack& stack : more) {
+      stack_counter.Add(stack.key, {words.data() + stack.first, stack.length}, stack.count);
+    }
+  }
   stack_counter.Take(&aggregate.stacks, &aggregate.stack_words);
   if (slices != 0) {
     // Each slice's entries are sorted like the whole's, and a subset of them: one merge each.
@@ -533,8 +593,10 @@ Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* sum
     aggregate.slice_counts.assign(aggregate.entries.size() * slices, 0);
     bool fits = true;
     for (uint32_t slice = 0; slice < slices; ++slice) {
+      std::vector<AggregateEntry> counted = state[0]->slice_counters[slice].TakeSorted();
+      for (unsigned w = 1; w < readers; ++w) counted = MergeEntries(counted, state[w]->slice_counters[slice].TakeSorted());
       size_t at = 0;
-      for (const AggregateEntry& entry : slice_counters[slice].TakeSorted()) {
+      for (const AggregateEntry& entry : counted) {
         while (at < aggregate.entries.size() && aggregate.entries[at].key < entry.key) ++at;
         if (at == aggregate.entries.size()) break;
         fits &= entry.count <= UINT32_MAX;
@@ -546,7 +608,6 @@ Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* sum
       aggregate.slice_counts = {};
     }
   }
-  struct stat st {};
   if (::stat(path.c_str(), &st) == 0) aggregate.source_bytes = static_cast<uint64_t>(st.st_size);
   if (summary_out != nullptr) *summary_out = std::move(summary);
   return aggregate;

@@ -681,3 +681,64 @@ TEST_CASE("counting a samples file in time slices", "[store]") {
   for (uint32_t k = 0; k < 9; ++k) CHECK(a.slice_counts[1 * 10 + k] == 0);
   CHECK(a.slice_counts[1 * 10 + 9] == 5);
 }
+
+TEST_CASE("the aggregate is the same whatever the number of threads reading the file, damage included",
+          "[store][bad-input]") {
+  TempDir dir;
+  const auto samples = MakeSamples(60000, 11);
+  const std::string path = dir.File("samples.hvs");
+  WriteFile(path, samples, 5000);  // twelve chunks
+  // A damaged payload in the fourth chunk and a damaged header in the ninth.
+  std::vector<uint8_t> bytes = Bytes(path);
+  std::vector<size_t> starts;
+  for (size_t at = sizeof(FileHeader); at + sizeof(ChunkHeader) <= bytes.size();) {
+    starts.push_back(at);
+    ChunkHeader header;
+    std::memcpy(&header, bytes.data() + at, sizeof header);
+    at += sizeof header + header.payload_bytes;
+  }
+  REQUIRE(starts.size() == 12);
+  bytes[starts[3] + sizeof(ChunkHeader) + 40] ^= 0x10;
+  bytes[starts[8] + 12] ^= 0xFF;
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  const TimeSlicing slicing{5, samples.front().sample.time_ns, samples.back().sample.time_ns};
+  ReadSummary one_summary;
+  auto one = AggregateSamplesFile(path, &one_summary, std::nullopt, StackDetail::kStacksByThread, slicing, 1);
+  REQUIRE(one.has_value());
+  CHECK(one.value().samples == 50000);
+  CHECK(one_summary.damaged_chunks == 2);
+  for (unsigned readers : {2u, 3u, 16u}) {
+    ReadSummary summary;
+    auto many = AggregateSamplesFile(path, &summary, std::nullopt, StackDetail::kStacksByThread, slicing, readers);
+    REQUIRE(many.has_value());
+    INFO(readers << " readers");
+    const Aggregate& a = one.value();
+    const Aggregate& b = many.value();
+    CHECK(b.samples == a.samples);
+    REQUIRE(b.entries.size() == a.entries.size());
+    size_t different = 0;
+    for (size_t i = 0; i < a.entries.size(); ++i) {
+      different += a.entries[i].key < b.entries[i].key || b.entries[i].key < a.entries[i].key ||
+                   a.entries[i].count != b.entries[i].count;
+    }
+    CHECK(different == 0);
+    CHECK(b.slice_counts == a.slice_counts);
+    REQUIRE(b.stacks.size() == a.stacks.size());  // in the same order: the stacks as first seen
+    size_t stacks_differ = 0;
+    for (size_t i = 0; i < a.stacks.size(); ++i) {
+      const auto wa = a.Addresses(a.stacks[i]);
+      const auto wb = b.Addresses(b.stacks[i]);
+      stacks_differ += a.stacks[i].count != b.stacks[i].count || a.stacks[i].key.tid != b.stacks[i].key.tid ||
+                       !std::equal(wa.begin(), wa.end(), wb.begin(), wb.end());
+    }
+    CHECK(stacks_differ == 0);
+    CHECK(summary.samples == one_summary.samples);
+    CHECK(summary.chunks == one_summary.chunks);
+    CHECK(summary.damaged_chunks == one_summary.damaged_chunks);
+    CHECK(summary.next_sequence == one_summary.next_sequence);
+    CHECK(AllProblems(summary) == AllProblems(one_summary));
+  }
+}

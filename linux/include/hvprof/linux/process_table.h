@@ -84,8 +84,12 @@ class ProcessTable {
   void OnComm(const PerfComm& record);
   void OnMmap2(const PerfMmap2& record);
 
-  // The live entry of `pid`, read from /proc if it was never seen (a stub if it is gone).
-  Process& Get(uint32_t pid);
+  // The live entry of `pid`, read from /proc if it was never seen (a stub if it is gone). Inline
+  // for the sample path's common case, a process seen a moment ago.
+  Process& Get(uint32_t pid) {
+    Process* recent = recent_[pid % recent_.size()];
+    return recent != nullptr && recent->pid == pid ? *recent : Lookup(pid);
+  }
   const Process* Find(uint32_t pid) const;
 
   // The vCPU index of VMM thread `tid`: from its name ("CPU 3/KVM", "vcpu3", "fc_vcpu 3"), else
@@ -141,6 +145,7 @@ class ProcessTable {
   std::unordered_map<uint32_t, Process> live_;
   // The processes Get found last, by pid modulo the size (nodes of live_ do not move): samples
   // come in runs of a few processes, interleaved across CPUs. Cleared when a node goes.
+  Process& Lookup(uint32_t pid);  // Get's other cases
   std::array<Process*, 16> recent_{};
   std::vector<Process> retired_;
   std::map<std::string, ElfCacheEntry> elf_cache_;

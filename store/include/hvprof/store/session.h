@@ -301,9 +301,12 @@ std::string DomainName(uint16_t id, std::string_view name);
 // Builds the aggregate from the whole samples file (ignoring damaged chunks, and chunks of
 // another session than `session_id`'s when given), and its stacks as `stacks` asks.
 // With `slicing`, each entry is also counted per time slice (Aggregate::slice_counts).
+// A large file's chunks are decoded by `readers` threads (0: one per CPU, up to 4, for a file of
+// 8 MiB or more), each counting its share; the result is the same whatever their number.
 Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* summary = nullptr,
                                        std::optional<std::span<const uint8_t, 16>> session_id = std::nullopt,
-                                       StackDetail stacks = StackDetail::kNone, TimeSlicing slicing = {});
+                                       StackDetail stacks = StackDetail::kNone, TimeSlicing slicing = {},
+                                       unsigned readers = 0);
 Result<void> WriteAggregate(const std::string& path, const Aggregate& aggregate);
 Result<Aggregate> ReadAggregate(const std::string& path);
 
