@@ -5,8 +5,8 @@
 // checksums hold, so it reaches the record decoders. Beyond "no crash", it checks the
 // accounting a report relies on: every record delivered is counted once and is well-formed,
 // no chunk is counted twice, what was skipped fits in the file, and reading with the file's own
-// session id given changes nothing. What the aggregate and metadata readers accept must
-// round-trip.
+// session id given changes nothing; aggregating a samples file on several threads counts what
+// one thread counts. What the aggregate and metadata readers accept must round-trip.
 #include <zlib.h>
 
 #include <cstring>
@@ -123,6 +123,34 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(behind.header_ok && behind.version == store::kSamplesFileVersion);
   }
 
+  // Aggregated by several threads and by one: the same counts, stacks and problems. Only inputs
+  // with chunks to share out (a parallel read is the same as one thread's when there is one).
+  if (plain.chunks + plain.damaged_chunks >= 2) {
+    hvprof::fuzz::TempFile file(data, size);
+    Check(file.ok());
+    store::ReadSummary one_summary, many_summary;
+    auto one = store::AggregateSamplesFile(file.path(), &one_summary, std::nullopt,
+                                           store::StackDetail::kStacksByThread, {3, 0, 1u << 20}, 1);
+    auto many = store::AggregateSamplesFile(file.path(), &many_summary, std::nullopt,
+                                            store::StackDetail::kStacksByThread, {3, 0, 1u << 20}, 3);
+    Check(one.has_value() && many.has_value());
+    {
+      const store::Aggregate& a = one.value();
+      const store::Aggregate& b = many.value();
+      Check(a.samples == b.samples && a.entries.size() == b.entries.size() && a.stacks.size() == b.stacks.size() &&
+            a.stack_words == b.stack_words && a.slice_counts == b.slice_counts);
+      for (size_t i = 0; i < a.entries.size(); ++i) {
+        Check(!(a.entries[i].key < b.entries[i].key) && !(b.entries[i].key < a.entries[i].key) &&
+              a.entries[i].count == b.entries[i].count);
+      }
+      Check(one_summary.chunks == many_summary.chunks && one_summary.damaged_chunks == many_summary.damaged_chunks &&
+            one_summary.problems.size() == many_summary.problems.size());
+      for (size_t i = 0; i < one_summary.problems.size(); ++i) {
+        Check(one_summary.problems[i].description == many_summary.problems[i].description);
+      }
+    }
+  }
+
   // As sched.hvs: as it comes, with its own session id, and behind a header and a chunk header.
   uint64_t sched_checksum = 0;
   const store::SchedReadSummary sched = ReadSchedChecked(input, std::nullopt, &sched_checksum);
@@ -143,8 +171,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // As an aggregate: as it comes, and with its checksum made right so that the sections behind
   // it are reached.
   auto read_aggregate = [&checksum](const uint8_t* bytes, size_t length) {
-    hvprof::fuzz::MemfdFile file(bytes, length);
-    if (!file.ok()) return;
+    hvprof::fuzz::TempFile file(bytes, length);
+    Check(file.ok());
     auto aggregate = store::ReadAggregate(file.path());
     if (!aggregate) return;
     const store::Aggregate& a = aggregate.value();
