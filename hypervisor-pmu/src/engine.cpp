@@ -21,12 +21,6 @@ Engine::Engine(Platform& platform, PmuDriver* driver) : platform_(platform), dri
   num_cpus_ = Min(platform.NumCpus(), kMaxCpus);
 }
 
-Engine::DomainSlot* Engine::FindSlot(DomainId domain) {
-  if (domain > kMaxDomainId) return nullptr;
-  const uint16_t index = detail::LoadAcquire(&slot_of_domain_[domain]);
-  return index == 0 ? nullptr : &slots_[index - 1];
-}
-
 Engine::DomainSlot* Engine::FindOrCreateSlot(DomainId domain) {
   if (DomainSlot* slot = FindSlot(domain)) return slot;
   if (domain > kMaxDomainId) return nullptr;

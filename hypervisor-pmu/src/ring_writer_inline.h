@@ -43,7 +43,8 @@ inline uint64_t RingWriter::Publish(const Reservation& room, uint32_t group) {
   return new_head - room.tail;
 }
 
-inline RingWriter::Result RingWriter::WriteV2(const SampleToWrite& sample, bool* notify) {
+// Always inlined: its caller's SampleToWrite stays in registers (GCC judged it too large to inline).
+__attribute__((always_inline)) inline RingWriter::Result RingWriter::WriteV2(const SampleToWrite& sample, bool* notify) {
   const uint32_t nframes = sample.nframes < ring::kMaxBacktraceDepth ? sample.nframes
                                                                      : ring::kMaxBacktraceDepth;
   const uint32_t group = 1 + ring::FrameRecordsFor(nframes);
@@ -94,7 +95,7 @@ inline RingWriter::Result RingWriter::WriteV2(const SampleToWrite& sample, bool*
   return Result::kWritten;
 }
 
-inline RingWriter::Result RingWriter::WriteInline(const SampleToWrite& sample, bool* notify) {
+__attribute__((always_inline)) inline RingWriter::Result RingWriter::WriteInline(const SampleToWrite& sample, bool* notify) {
   if (format_ == RingFormat::kV2) return WriteV2(sample, notify);
   return WriteLegacy(sample, notify);
 }
