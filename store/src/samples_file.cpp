@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "samples_decode.h"
 #include "varint.h"
 
 namespace hvprof::store {
@@ -9,78 +10,13 @@ namespace {
 
 using namespace detail;  // the codings (varint.h)
 
-// Record tag bits: which fields differ from the previous record of the chunk.
-constexpr uint8_t kNewPlace = 1u << 0;   // domain, vcpu, pcpu
-constexpr uint8_t kNewTask = 1u << 1;    // pid, tid
-constexpr uint8_t kNewKind = 1u << 2;    // mode, event, flags
-constexpr uint8_t kNewPeriod = 1u << 3;
-constexpr uint8_t kHasFrames = 1u << 4;
-constexpr uint8_t kKnownTags = 0x1F;
-
 constexpr ChunkFormat kSamplesFormat{kSamplesFileMagic, kSamplesFileVersion, 1, kChunkMagic,
                                      "samples.hvs",     "samples file",      "samples"};
-
-// Decodes one verified chunk payload. Returns false (with what was decoded so far delivered)
-// if the payload does not hold `records` well-formed records.
-bool DecodeChunk(std::span<const uint8_t> payload, uint32_t records,
-                 const std::function<void(const StoredSample&)>& on_sample, uint64_t* decoded) {
-  Cursor in(payload);
-  StoredSample previous;
-  uint64_t frames[kMaxFrames];
-  for (uint32_t r = 0; r < records; ++r) {
-    StoredSample sample = previous;
-    sample.frames = {};
-    const uint8_t tag = in.Byte();
-    if ((tag & ~kKnownTags) != 0 || (r == 0 && (tag & (kNewPlace | kNewTask | kNewKind | kNewPeriod)) !=
-                                                   (kNewPlace | kNewTask | kNewKind | kNewPeriod))) {
-      return false;
-    }
-    sample.ip = previous.ip + static_cast<uint64_t>(UnZigZag(in.Varint()));
-    sample.time_ns = previous.time_ns + static_cast<uint64_t>(UnZigZag(in.Varint()));
-    if (tag & kNewPlace) {
-      const uint64_t domain = in.Varint(), vcpu = in.Varint(), pcpu = in.Varint();
-      if (domain > 0xFFFF || vcpu > 0xFFFF || pcpu > 0xFFFF) return false;
-      sample.domain = static_cast<uint16_t>(domain);
-      sample.vcpu = static_cast<uint16_t>(vcpu);
-      sample.pcpu = static_cast<uint16_t>(pcpu);
-    }
-    if (tag & kNewTask) {
-      const uint64_t pid = in.Varint(), tid = in.Varint();
-      if (pid > 0x100000000ULL || tid > 0x100000000ULL) return false;
-      sample.pid = static_cast<uint32_t>(pid - 1);  // stored plus one, so "none" is 0
-      sample.tid = static_cast<uint32_t>(tid - 1);
-    }
-    if (tag & kNewKind) {
-      sample.mode = in.Byte();
-      sample.event = in.Byte();
-      const uint64_t flags = in.Varint();
-      if (sample.mode > 2 || flags > 0xFFFF) return false;
-      sample.flags = static_cast<uint16_t>(flags);
-    }
-    if (tag & kNewPeriod) sample.period = in.Varint();
-    if (tag & kHasFrames) {
-      const uint64_t count = in.Varint();
-      if (count == 0 || count > kMaxFrames) return false;
-      for (uint64_t i = 0; i < count; ++i) {
-        frames[i] = sample.ip + static_cast<uint64_t>(UnZigZag(in.Varint()));
-      }
-      sample.frames = std::span<const uint64_t>(frames, count);
-    }
-    if (!in.ok()) return false;
-    on_sample(sample);
-    ++*decoded;
-    previous = sample;
-  }
-  return in.done();
-}
 
 // Samples before a malformed one are delivered.
 ChunkDecoder SampleDecoder(const std::function<void(const StoredSample&)>& on_sample) {
   return [&on_sample](std::span<const uint8_t> payload, uint32_t records) {
-    ChunkDecode result;
-    result.ok = DecodeChunk(payload, records, on_sample, &result.delivered);
-    result.well_formed = result.delivered;
-    return result;
+    return DecodeSamples(payload, records, on_sample);
   };
 }
 
@@ -170,9 +106,17 @@ Result<ReadSummary> ReadSamplesFileInParallel(const std::string& path,
   std::vector<ChunkDecoder> decoders;
   decoders.reserve(on_sample.size());
   for (const auto& consumer : on_sample) decoders.push_back(SampleDecoder(consumer));
-  HVPROF_TRY(read, ReadChunkFileInParallel(path, kSamplesFormat, decoders, session_id));
+  return ReadSamplesFileDecoding(path, decoders, session_id);
+}
+
+Result<ReadSummary> ReadSamplesFileDecoding(const std::string& path, std::span<const ChunkDecoder> decoders,
+                                            std::optional<std::span<const uint8_t, 16>> session_id) {
+  Result<ChunkReadSummary> read = decoders.size() == 1
+                                      ? ReadChunkFile(path, kSamplesFormat, decoders[0], session_id)
+                                      : ReadChunkFileInParallel(path, kSamplesFormat, decoders, session_id);
+  HVPROF_TRY(chunks, std::move(read));
   ReadSummary summary;
-  static_cast<ChunkReadSummary&>(summary) = std::move(read);
+  static_cast<ChunkReadSummary&>(summary) = std::move(chunks);
   summary.samples = summary.records;
   return summary;
 }

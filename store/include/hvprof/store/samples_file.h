@@ -105,6 +105,9 @@ Result<ReadSummary> ReadSamplesFile(const std::string& path,
 Result<ReadSummary> ReadSamplesFileInParallel(const std::string& path,
                                               std::span<const std::function<void(const StoredSample&)>> on_sample,
                                               std::optional<std::span<const uint8_t, 16>> session_id = std::nullopt);
+// The same with decoders of the caller's (one: read on this thread; more: ReadChunkFileInParallel).
+Result<ReadSummary> ReadSamplesFileDecoding(const std::string& path, std::span<const ChunkDecoder> decoders,
+                                            std::optional<std::span<const uint8_t, 16>> session_id = std::nullopt);
 // The same over bytes in memory (for the fuzzer and tests).
 ReadSummary ReadSamples(std::span<const uint8_t> bytes,
                         const std::function<void(const StoredSample&)>& on_sample,
