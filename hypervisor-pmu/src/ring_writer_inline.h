@@ -97,7 +97,10 @@ __attribute__((always_inline)) inline RingWriter::Result RingWriter::WriteV2(con
 
 __attribute__((always_inline)) inline RingWriter::Result RingWriter::WriteInline(const SampleToWrite& sample, bool* notify) {
   if (format_ == RingFormat::kV2) return WriteV2(sample, notify);
-  return WriteLegacy(sample, notify);
+  // A copy for the out-of-line legacy writer: were `sample` itself passed, its address would
+  // escape, the caller would keep it in memory, and the v2 path would reload it from there.
+  const SampleToWrite legacy = sample;
+  return WriteLegacy(legacy, notify);
 }
 
 }  // namespace hvpmu
