@@ -324,6 +324,7 @@ hvprof::Result<void> LinuxMachine::Init() {
 }
 
 void LinuxMachine::OnSetup() {
+  last_id_known_ = false;  // new events (a dry run numbers them afresh)
   for (CpuRateStats& stats : cpu_stats_) {
     CpuRateStats fresh;
     fresh.cpu = stats.cpu;
@@ -443,7 +444,14 @@ struct LinuxMachine::Applier final : RecordVisitor {
 
 void LinuxMachine::ApplySample(const PerfSample& sample, uint32_t ring_cpu, DrainResult& result) {
   const uint32_t cpu = sample.cpu < num_cpus_ ? sample.cpu : ring_cpu;
-  const int counter = driver_->CounterOfId(sample.id);
+  // A ring's samples come in runs of one event: its counter is looked up once a run (perf's
+  // event ids are never reused, so a remembered one cannot name another event).
+  if (!last_id_known_ || sample.id != last_id_) {
+    last_id_ = sample.id;
+    last_counter_ = driver_->CounterOfId(sample.id);
+    last_id_known_ = true;
+  }
+  const int counter = last_counter_;
   if (counter < 0) {
     if (const auto kind = PerfPmuDriver::TracepointOf(counter)) {
       ApplySched(sample, cpu, *kind);

@@ -220,6 +220,9 @@ class LinuxMachine {
   std::vector<std::vector<uint8_t>> buffers_;
   std::vector<Collector> heads_;                // per ring, reused from drain to drain
   std::vector<std::vector<Collector>> sorted_;  // per ring, the records of a ring out of order
+  uint64_t last_id_ = 0;  // the event id of the last sample applied, and its counter
+  int last_counter_ = 0;
+  bool last_id_known_ = false;
   uint64_t parse_malformed_ = 0;
   uint64_t parse_unknown_ = 0;
   uint64_t ring_corrupt_ = 0;
