@@ -742,3 +742,43 @@ TEST_CASE("the aggregate is the same whatever the number of threads reading the 
     CHECK(AllProblems(summary) == AllProblems(one_summary));
   }
 }
+
+TEST_CASE("samples round-trip exactly with values at every varint length and the extremes", "[store]") {
+  // Every field at 0, at the edges of each length of a varint (7, 14, ... 63 bits), and at its
+  // largest, with differences from one sample to the next of every size, both signs.
+  std::vector<uint64_t> values = {0, 1, UINT64_MAX, UINT64_MAX - 1, uint64_t{1} << 63};
+  for (unsigned bits = 7; bits < 64; bits += 7) {
+    values.push_back((uint64_t{1} << bits) - 1);
+    values.push_back(uint64_t{1} << bits);
+    values.push_back(~((uint64_t{1} << bits) - 1));
+  }
+  std::vector<Owned> samples;
+  for (size_t i = 0; i < values.size() * values.size(); ++i) {
+    const uint64_t a = values[i % values.size()], b = values[i / values.size()];
+    Owned owned;
+    StoredSample& s = owned.sample;
+    s.ip = a;
+    s.time_ns = b;
+    s.period = a ^ b;
+    s.pid = static_cast<uint32_t>(b);  // 0xFFFFFFFF included: no pid
+    s.tid = static_cast<uint32_t>(a >> 32);
+    s.domain = static_cast<uint16_t>(a);
+    s.vcpu = static_cast<uint16_t>(b >> 48);
+    s.pcpu = static_cast<uint16_t>(a >> 16);
+    s.mode = static_cast<uint8_t>(i % 3);
+    s.event = static_cast<uint8_t>(b);
+    s.flags = static_cast<uint16_t>(b >> 8);
+    if (i % 5 == 0) owned.frames = {b, a, ~a, a + 1, 0, UINT64_MAX};
+    samples.push_back(std::move(owned));
+  }
+  for (auto& owned : samples) owned.sample.frames = owned.frames;
+  TempDir dir;
+  const std::string path = dir.File("samples.hvs");
+  WriteFile(path, samples, 97);
+  size_t i = 0, mismatches = 0;
+  auto summary = ReadSamplesFile(path, [&](const StoredSample& s) { mismatches += !Same(s, samples[i++]); });
+  REQUIRE(summary.has_value());
+  CHECK(summary.value().problems.empty());
+  CHECK(i == samples.size());
+  CHECK(mismatches == 0);
+}
