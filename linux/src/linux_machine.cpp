@@ -403,21 +403,31 @@ double LinuxMachine::ThrottledSamples(const CpuRateStats& stats, uint64_t now_ns
 
 DrainResult LinuxMachine::DrainSamples() {
   auto& rings = driver_->rings();
+  // Each ring's records are parsed where the kernel wrote them, and handed back after; only a
+  // ring whose records wrap the end of its data area is copied out, to parse them in one piece.
   if (buffers_.size() < rings.size()) buffers_.resize(rings.size());
+  std::vector<PerfRing::View> views(rings.size());
+  std::vector<std::span<const uint8_t>> records(rings.size());
   std::vector<uint32_t> cpus;
   for (size_t i = 0; i < rings.size(); ++i) {
-    buffers_[i].clear();
-    const RingReadStats read = rings[i].ring.ReadAll(&buffers_[i]);
-    ring_corrupt_ += read.corrupt;
+    views[i] = rings[i].ring.Peek();
+    ring_corrupt_ += views[i].corrupt ? 1 : 0;
+    if (views[i].second.empty()) {
+      records[i] = views[i].first;
+    } else {
+      buffers_[i].assign(views[i].first.begin(), views[i].first.end());
+      buffers_[i].insert(buffers_[i].end(), views[i].second.begin(), views[i].second.end());
+      records[i] = buffers_[i];
+    }
     cpus.push_back(rings[i].cpu);
   }
-  buffers_.resize(rings.size());
-  return ApplyRecords(buffers_, cpus);
+  const DrainResult result = ApplyRecords(records, cpus);
+  for (size_t i = 0; i < rings.size(); ++i) rings[i].ring.Release(views[i]);
+  return result;
 }
 
 DrainResult LinuxMachine::InjectRecords(uint32_t cpu, std::span<const uint8_t> bytes) {
-  std::vector<std::vector<uint8_t>> buffers(1, std::vector<uint8_t>(bytes.begin(), bytes.end()));
-  return ApplyRecords(buffers, {cpu});
+  return ApplyRecords({bytes}, {cpu});
 }
 
 // Applies each record as the parser reads it, with no copy: a ring whose records need no other
@@ -492,7 +502,7 @@ void LinuxMachine::ApplyLostSamples(const PerfLostSamples& lost, uint32_t ring_c
   HVPROF_PROBE(perf__lost, lost.sid.cpu, lost.lost, 1);
 }
 
-DrainResult LinuxMachine::ApplyRecords(std::vector<std::vector<uint8_t>>& buffers,
+DrainResult LinuxMachine::ApplyRecords(const std::vector<std::span<const uint8_t>>& buffers,
                                        const std::vector<uint32_t>& ring_cpus) {
   DrainResult result;
   const RecordLayout layout = driver_->layout();
@@ -542,7 +552,7 @@ DrainResult LinuxMachine::ApplyRecords(std::vector<std::vector<uint8_t>>& buffer
   return result;
 }
 
-void LinuxMachine::ApplyMerged(std::vector<std::vector<uint8_t>>& buffers, const std::vector<RingScan>& scans,
+void LinuxMachine::ApplyMerged(const std::vector<std::span<const uint8_t>>& buffers, const std::vector<RingScan>& scans,
                                const std::vector<uint32_t>& ring_cpus, DrainResult& result) {
   const RecordLayout layout = driver_->layout();
   const auto cpu_of = [&](uint32_t ring) { return ring < ring_cpus.size() ? ring_cpus[ring] : 0; };

@@ -2,6 +2,7 @@
 
 #include <linux/perf_event.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace hvprof::linux_host {
@@ -42,26 +43,40 @@ uint64_t PerfRing::Pending() const {
   return head >= tail_ ? head - tail_ : 0;
 }
 
+PerfRing::View PerfRing::Peek() const {
+  View view;
+  if (meta_ == nullptr) return view;
+  // Acquire: the record bytes the kernel wrote before publishing head are visible below.
+  view.head = __atomic_load_n(&meta_->data_head, __ATOMIC_ACQUIRE);
+  if (view.head < tail_ || view.head - tail_ > data_size_) {
+    view.corrupt = true;  // the kernel never overwrites unread data: nothing here can be trusted
+    return view;
+  }
+  const uint64_t length = view.head - tail_;
+  const uint64_t start = tail_ & (data_size_ - 1);
+  const uint64_t first = std::min(length, data_size_ - start);
+  view.first = std::span<const uint8_t>(data_ + start, first);
+  view.second = std::span<const uint8_t>(data_, length - first);
+  return view;
+}
+
+void PerfRing::Release(const View& view) {
+  if (meta_ == nullptr) return;
+  tail_ = view.head;
+  // Release: our reads of the data complete before the kernel may reuse the space.
+  __atomic_store_n(&meta_->data_tail, tail_, __ATOMIC_RELEASE);
+}
+
 RingReadStats PerfRing::ReadAll(std::vector<uint8_t>* out) {
   RingReadStats stats;
   if (meta_ == nullptr) return stats;
-  // Acquire: the record bytes the kernel wrote before publishing head are visible below.
-  const uint64_t head = __atomic_load_n(&meta_->data_head, __ATOMIC_ACQUIRE);
-  if (head < tail_ || head - tail_ > data_size_) {
-    // Impossible indices (the kernel never overwrites unread data): skip to head.
-    ++stats.corrupt;
-  } else if (head != tail_) {
-    const uint64_t length = head - tail_;
-    const uint64_t start = tail_ & (data_size_ - 1);
-    const uint64_t first = std::min(length, data_size_ - start);
-    // Appended by copy, never zero-filled first (resize would write every byte twice).
-    out->insert(out->end(), data_ + start, data_ + start + first);
-    if (first < length) out->insert(out->end(), data_, data_ + (length - first));
-    stats.bytes = length;
-  }
-  tail_ = head;
-  // Release: our reads of the data complete before the kernel may reuse the space.
-  __atomic_store_n(&meta_->data_tail, tail_, __ATOMIC_RELEASE);
+  const View view = Peek();
+  stats.corrupt = view.corrupt ? 1 : 0;
+  // Appended by copy, never zero-filled first (resize would write every byte twice).
+  out->insert(out->end(), view.first.begin(), view.first.end());
+  out->insert(out->end(), view.second.begin(), view.second.end());
+  stats.bytes = view.first.size() + view.second.size();
+  Release(view);
   return stats;
 }
 

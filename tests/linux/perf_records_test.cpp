@@ -409,6 +409,26 @@ TEST_CASE("the ring reader copies across the wrap and hands space back", "[linux
     CHECK(r.samples[4].ip == 0x1004);
   }
 
+  SECTION("records are read in place, and handed back only when released") {
+    for (uint64_t start : {uint64_t{2048}, uint64_t{2048 + 480}}) {  // a lap on: as above, then across the end
+      fake.meta().data_tail = start;
+      auto again = PerfRing::Attach(fake.memory, sizeof fake.memory, FakeRing::kPage);
+      REQUIRE(again.has_value());
+      ring = again.value();
+      fake.Publish(start, records);
+      const PerfRing::View view = ring.Peek();
+      CHECK_FALSE(view.corrupt);
+      CHECK(view.first.size() + view.second.size() == records.size());
+      CHECK(view.second.empty() == (start == 2048));
+      std::vector<uint8_t> joined(view.first.begin(), view.first.end());
+      joined.insert(joined.end(), view.second.begin(), view.second.end());
+      CHECK(joined == records);
+      CHECK(fake.meta().data_tail == start);  // still the reader's
+      ring.Release(view);
+      CHECK(fake.meta().data_tail == start + records.size());
+      CHECK(ring.Pending() == 0);
+    }
+  }
   SECTION("an impossible head is skipped, never read") {
     const uint64_t tail = fake.meta().data_tail;
     fake.meta().data_head = tail + FakeRing::kData + 8;  // more than the ring holds

@@ -183,10 +183,10 @@ class LinuxMachine {
   explicit LinuxMachine(const LinuxOptions& options);
   hvprof::Result<void> Init();
   void OnSetup();
-  DrainResult ApplyRecords(std::vector<std::vector<uint8_t>>& buffers,
+  DrainResult ApplyRecords(const std::vector<std::span<const uint8_t>>& buffers,
                            const std::vector<uint32_t>& ring_cpus);
   // The rings merged in time order (side-band records, or a ring out of order).
-  void ApplyMerged(std::vector<std::vector<uint8_t>>& buffers, const std::vector<RingScan>& scans,
+  void ApplyMerged(const std::vector<std::span<const uint8_t>>& buffers, const std::vector<RingScan>& scans,
                    const std::vector<uint32_t>& ring_cpus, DrainResult& result);
   void ApplySample(const PerfSample& sample, uint32_t ring_cpu, DrainResult& result);
   void ApplyLost(const PerfLost& lost, uint32_t ring_cpu);
@@ -217,7 +217,7 @@ class LinuxMachine {
   hvprof::ScopedFd wake_;
   std::vector<std::string> notes_;
   std::vector<CpuRateStats> cpu_stats_;
-  std::vector<std::vector<uint8_t>> buffers_;
+  std::vector<std::vector<uint8_t>> buffers_;  // per ring, for records that wrap its end
   std::vector<Collector> heads_;                // per ring, reused from drain to drain
   std::vector<std::vector<Collector>> sorted_;  // per ring, the records of a ring out of order
   uint64_t last_id_ = 0;  // the event id of the last sample applied, and its counter

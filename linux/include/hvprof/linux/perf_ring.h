@@ -1,10 +1,11 @@
 // The consumer side of one perf mmap ring: a metadata page (struct perf_event_mmap_page)
 // followed by a power-of-two data area. The kernel publishes data_head (we load it with
-// acquire, so the bytes before it are visible); we copy everything up to it out, wrap
-// included, and only then store data_tail with release, which hands the space back.
+// acquire, so the bytes before it are visible); we read everything up to it (in place, or
+// copied out), and only then store data_tail with release, which hands the space back.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "hvprof/base/error.h"
@@ -24,6 +25,18 @@ class PerfRing {
   // the data area is everything after the first page.
   static hvprof::Result<PerfRing> Attach(void* base, uint64_t bytes, uint64_t page_size);
 
+  // The published bytes, in place: one span, or two when they wrap the end of the data area.
+  // The kernel does not write over them until Release. Impossible indices (head behind the
+  // tail, or more than the ring ahead) give no bytes, `corrupt` set, and Release skips to head.
+  struct View {
+    std::span<const uint8_t> first;
+    std::span<const uint8_t> second;
+    uint64_t head = 0;
+    bool corrupt = false;
+  };
+  View Peek() const;
+  // Hands the bytes of `view` back to the kernel.
+  void Release(const View& view);
   // Appends every published byte to `out` and releases it to the kernel.
   RingReadStats ReadAll(std::vector<uint8_t>* out);
   // Published bytes not yet read.
