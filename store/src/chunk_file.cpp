@@ -258,12 +258,16 @@ struct VerifiedChunk {
   uint32_t sequence;
   uint32_t records;
   std::span<const uint8_t> payload;
+  uint32_t payload_crc;  // for a caller that checks the payload itself (VerifyChunks' `crc`)
+  uint64_t bytes;        // header and payload
 };
 
-// ReadChunks' first pass: every check but decoding. The chunks to decode, in file order.
+// ReadChunks' first pass: every check but decoding. The chunks to decode, in file order. With
+// `check_payloads` false the payloads' checksums are left to the caller (CheckPayload), which
+// then counts a failed one with CountBadPayload: the same summary, sooner when done on threads.
 ChunkReadSummary VerifyChunks(std::span<const uint8_t> bytes, const ChunkFormat& format,
                               std::optional<std::span<const uint8_t, 16>> session_id,
-                              std::vector<VerifiedChunk>* chunks) {
+                              std::vector<VerifiedChunk>* chunks, bool check_payloads = true) {
   ChunkReadSummary summary;
   const char* const noun = format.records;
   uint64_t position = 0;
@@ -381,7 +385,7 @@ ChunkReadSummary VerifyChunks(std::span<const uint8_t> bytes, const ChunkFormat&
     damaged_since_good = 0;
     next = uint64_t{info->sequence} + 1;
     summary.intact_end = position;
-    if (Crc(payload.data(), payload.size()) != info->payload_crc) {
+    if (check_payloads && Crc(payload.data(), payload.size()) != info->payload_crc) {
       problem(start, info->sequence,
               fmt::format("chunk {} fails its checksum (damaged); its {} {} are skipped", info->sequence,
                           info->records, noun));
@@ -389,10 +393,26 @@ ChunkReadSummary VerifyChunks(std::span<const uint8_t> bytes, const ChunkFormat&
       ++summary.damaged_chunks;
       continue;
     }
-    chunks->push_back({start, info->sequence, info->records, payload});
+    chunks->push_back({start, info->sequence, info->records, payload, info->payload_crc, position - start});
   }
   summary.next_sequence = next;
   return summary;
+}
+
+// A chunk VerifyChunks left unchecked (check_payloads false): whether its payload holds.
+bool CheckPayload(const VerifiedChunk& chunk) {
+  return Crc(chunk.payload.data(), chunk.payload.size()) == chunk.payload_crc;
+}
+
+// What VerifyChunks counts for a payload that fails its checksum.
+void CountBadPayload(ChunkReadSummary* summary, const ChunkFormat& format, const VerifiedChunk& chunk) {
+  if (summary->problems.size() < kMaxProblems) {
+    summary->problems.push_back({chunk.offset, chunk.sequence,
+                                 fmt::format("chunk {} fails its checksum (damaged); its {} {} are skipped",
+                                             chunk.sequence, chunk.records, format.records)});
+  }
+  summary->skipped_bytes += chunk.bytes;
+  ++summary->damaged_chunks;
 }
 
 // ReadChunks' second pass, per chunk in file order: what its decoding found.
@@ -474,7 +494,8 @@ Result<ChunkReadSummary> ReadChunkFileInParallel(const std::string& path, const 
   HVPROF_TRY(mapping, MapChunkFile(path, format, session_id, false));
   const std::span<const uint8_t> bytes(static_cast<const uint8_t*>(mapping.data()), mapping.size());
   std::vector<VerifiedChunk> chunks;
-  ChunkReadSummary summary = VerifyChunks(bytes, format, session_id, &chunks);
+  // The payloads' checksums are checked by the threads, each its own chunks'.
+  ChunkReadSummary summary = VerifyChunks(bytes, format, session_id, &chunks, false);
   // Consecutive runs of chunks of about equal bytes, one per decoder, the first to decoder 0.
   const size_t shares = std::max<size_t>(1, std::min(decoders.size(), chunks.size()));
   uint64_t total = 0;
@@ -489,14 +510,24 @@ Result<ChunkReadSummary> ReadChunkFileInParallel(const std::string& path, const 
   }
   while (share < shares) first[share++] = chunks.size();
   std::vector<ChunkDecode> results(chunks.size());
+  std::vector<uint8_t> intact(chunks.size(), 0);
   const auto run = [&](size_t w) {
-    for (size_t i = first[w]; i < first[w + 1]; ++i) results[i] = decoders[w](chunks[i].payload, chunks[i].records);
+    for (size_t i = first[w]; i < first[w + 1]; ++i) {
+      intact[i] = CheckPayload(chunks[i]) ? 1 : 0;
+      if (intact[i]) results[i] = decoders[w](chunks[i].payload, chunks[i].records);
+    }
   };
   std::vector<std::thread> threads;
   for (size_t w = 1; w < shares; ++w) threads.emplace_back(run, w);
   run(0);
   for (std::thread& thread : threads) thread.join();
-  for (size_t i = 0; i < chunks.size(); ++i) CountDecoded(&summary, format, chunks[i], results[i]);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (intact[i]) {
+      CountDecoded(&summary, format, chunks[i], results[i]);
+    } else {
+      CountBadPayload(&summary, format, chunks[i]);
+    }
+  }
   OrderProblems(&summary);
   return summary;
 }
