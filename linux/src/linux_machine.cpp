@@ -135,6 +135,19 @@ bool LinuxPlatform::ReadGuestMemory(DomainId, uint16_t, uint64_t address, void* 
 
 // ---- the machine
 
+namespace {
+
+// The time a record is ordered by in the merge, and the latest time seen.
+uint64_t OrderTime(const PerfSample& r) { return r.time; }
+uint64_t OrderTime(const PerfMmap2& r) { return r.sid.time; }
+uint64_t OrderTime(const PerfComm& r) { return r.sid.time; }
+uint64_t OrderTime(const PerfTask& r) { return r.sid.has_time ? r.sid.time : r.time; }
+uint64_t OrderTime(const PerfLost& r) { return r.sid.time; }
+uint64_t OrderTime(const PerfThrottle& r) { return r.time; }
+uint64_t OrderTime(const PerfLostSamples& r) { return r.sid.time; }
+
+}  // namespace
+
 // The next record of one ring, parsed in place: the merge in ApplyRecords applies the earliest
 // head of all rings, then reads that ring's next one.
 struct LinuxMachine::Collector final : RecordVisitor {
@@ -149,13 +162,27 @@ struct LinuxMachine::Collector final : RecordVisitor {
   PerfThrottle throttle;
   PerfLostSamples lost_samples;
 
-  void OnSample(const PerfSample& r) override { kind = kSample, time = r.time, sample = r; }
-  void OnMmap2(const PerfMmap2& r) override { kind = kMmap2, time = r.sid.time, mmap = r; }
-  void OnComm(const PerfComm& r) override { kind = kComm, time = r.sid.time, comm = r; }
-  void OnTask(const PerfTask& r) override { kind = kTask, time = r.sid.has_time ? r.sid.time : r.time, task = r; }
-  void OnLost(const PerfLost& r) override { kind = kLost, time = r.sid.time, lost = r; }
-  void OnThrottle(const PerfThrottle& r) override { kind = kThrottle, time = r.time, throttle = r; }
-  void OnLostSamples(const PerfLostSamples& r) override { kind = kLostSamples, time = r.sid.time, lost_samples = r; }
+  void OnSample(const PerfSample& r) override { kind = kSample, time = OrderTime(r), sample = r; }
+  void OnMmap2(const PerfMmap2& r) override { kind = kMmap2, time = OrderTime(r), mmap = r; }
+  void OnComm(const PerfComm& r) override { kind = kComm, time = OrderTime(r), comm = r; }
+  void OnTask(const PerfTask& r) override { kind = kTask, time = OrderTime(r), task = r; }
+  void OnLost(const PerfLost& r) override { kind = kLost, time = OrderTime(r), lost = r; }
+  void OnThrottle(const PerfThrottle& r) override { kind = kThrottle, time = OrderTime(r), throttle = r; }
+  void OnLostSamples(const PerfLostSamples& r) override { kind = kLostSamples, time = OrderTime(r), lost_samples = r; }
+
+  // The record held, to `visitor` as the parser gave it.
+  void Replay(RecordVisitor& visitor) const {
+    switch (kind) {
+      case kNone: break;
+      case kSample: visitor.OnSample(sample); break;
+      case kMmap2: visitor.OnMmap2(mmap); break;
+      case kComm: visitor.OnComm(comm); break;
+      case kTask: visitor.OnTask(task); break;
+      case kLost: visitor.OnLost(lost); break;
+      case kThrottle: visitor.OnThrottle(throttle); break;
+      case kLostSamples: visitor.OnLostSamples(lost_samples); break;
+    }
+  }
 
   // Reads the ring's next record that is one of the kinds above; false at its end.
   bool Advance(RecordReader& reader) {
@@ -430,27 +457,32 @@ DrainResult LinuxMachine::InjectRecords(uint32_t cpu, std::span<const uint8_t> b
   return ApplyRecords({bytes}, {cpu});
 }
 
-// Applies each record as the parser reads it, with no copy: a ring whose records need no other
-// ring's first (the merge's case is below).
+// Applies each record of one ring to the machine: as the parser reads it (no copy) when the
+// ring's records need no other ring's first, else as the merge replays it (Collector::Replay).
 struct LinuxMachine::Applier final : RecordVisitor {
   LinuxMachine& machine;
   DrainResult& result;
   uint32_t ring_cpu;
 
   Applier(LinuxMachine& m, DrainResult& r, uint32_t cpu) : machine(m), result(r), ring_cpu(cpu) {}
-  // The latest time seen, each record's as the merge orders by it (Collector's).
-  void Seen(uint64_t time) { machine.last_time_ = std::max(machine.last_time_, time); }
-  void OnSample(const PerfSample& r) override {
-    Seen(r.time);
-    machine.ApplySample(r, ring_cpu, result);
+  template <typename Record>
+  void Seen(const Record& r) {
+    machine.last_time_ = std::max(machine.last_time_, OrderTime(r));
   }
-  void OnMmap2(const PerfMmap2& r) override { Seen(r.sid.time), machine.processes_->OnMmap2(r); }
-  void OnComm(const PerfComm& r) override { Seen(r.sid.time), machine.processes_->OnComm(r); }
-  void OnTask(const PerfTask& r) override { Seen(r.sid.has_time ? r.sid.time : r.time), machine.processes_->OnTask(r); }
-  void OnLost(const PerfLost& r) override { Seen(r.sid.time), machine.ApplyLost(r, ring_cpu); }
-  void OnThrottle(const PerfThrottle& r) override { Seen(r.time), machine.ApplyThrottle(r, ring_cpu); }
-  void OnLostSamples(const PerfLostSamples& r) override { Seen(r.sid.time), machine.ApplyLostSamples(r, ring_cpu); }
+  void OnSample(const PerfSample& r) override { Seen(r), machine.ApplySample(r, ring_cpu, result); }
+  void OnMmap2(const PerfMmap2& r) override { Seen(r), machine.processes_->OnMmap2(r); }
+  void OnComm(const PerfComm& r) override { Seen(r), machine.processes_->OnComm(r); }
+  void OnTask(const PerfTask& r) override { Seen(r), machine.processes_->OnTask(r); }
+  void OnLost(const PerfLost& r) override { Seen(r), machine.ApplyLost(r, ring_cpu); }
+  void OnThrottle(const PerfThrottle& r) override { Seen(r), machine.ApplyThrottle(r, ring_cpu); }
+  void OnLostSamples(const PerfLostSamples& r) override { Seen(r), machine.ApplyLostSamples(r, ring_cpu); }
 };
+
+void LinuxMachine::CountParsed(const RecordReader& reader, DrainResult& result) {
+  parse_malformed_ += reader.stats().malformed;
+  parse_unknown_ += reader.stats().unknown;
+  result.records += reader.stats().records;
+}
 
 void LinuxMachine::ApplySample(const PerfSample& sample, uint32_t ring_cpu, DrainResult& result) {
   const uint32_t cpu = sample.cpu < num_cpus_ ? sample.cpu : ring_cpu;
@@ -508,11 +540,6 @@ DrainResult LinuxMachine::ApplyRecords(const std::vector<std::span<const uint8_t
   const RecordLayout layout = driver_->layout();
   const size_t n = buffers.size();
   const auto cpu_of = [&](uint32_t ring) { return ring < ring_cpus.size() ? ring_cpus[ring] : 0; };
-  const auto count = [&](const RecordReader& reader) {
-    parse_malformed_ += reader.stats().malformed;
-    parse_unknown_ += reader.stats().unknown;
-    result.records += reader.stats().records;
-  };
   // Side-band records (fork, exec, mmap) change how later samples are read, on every CPU: then
   // every ring is merged in time order. Without them no record depends on another ring's, and
   // within a ring only the scheduler's tracepoints depend on their order (a ring's records are
@@ -539,7 +566,7 @@ DrainResult LinuxMachine::ApplyRecords(const std::vector<std::span<const uint8_t
       RecordReader reader(buffers[i], layout);
       while (reader.Next(applier)) {
       }
-      count(reader);
+      CountParsed(reader, result);
     }
   } else {
     ApplyMerged(buffers, scans, ring_cpus, result);
@@ -602,19 +629,8 @@ void LinuxMachine::ApplyMerged(const std::vector<std::span<const uint8_t>>& buff
       heap.pop_back();
       reading = true;
     }
-    const Collector& head = *current[ring];
-    const uint32_t ring_cpu = cpu_of(ring);
-    last_time_ = std::max(last_time_, head.time);
-    switch (head.kind) {
-      case Collector::kNone: break;
-      case Collector::kSample: ApplySample(head.sample, ring_cpu, result); break;
-      case Collector::kMmap2: processes_->OnMmap2(head.mmap); break;
-      case Collector::kComm: processes_->OnComm(head.comm); break;
-      case Collector::kTask: processes_->OnTask(head.task); break;
-      case Collector::kLost: ApplyLost(head.lost, ring_cpu); break;
-      case Collector::kThrottle: ApplyThrottle(head.throttle, ring_cpu); break;
-      case Collector::kLostSamples: ApplyLostSamples(head.lost_samples, ring_cpu); break;
-    }
+    Applier applier(*this, result, cpu_of(ring));
+    current[ring]->Replay(applier);
     current[ring] = advance(ring);
     if (current[ring] == nullptr) {
       reading = false;
@@ -624,11 +640,7 @@ void LinuxMachine::ApplyMerged(const std::vector<std::span<const uint8_t>>& buff
       reading = false;
     }
   }
-  for (const RecordReader& reader : readers) {
-    parse_malformed_ += reader.stats().malformed;
-    parse_unknown_ += reader.stats().unknown;
-    result.records += reader.stats().records;
-  }
+  for (const RecordReader& reader : readers) CountParsed(reader, result);
 }
 
 void LinuxMachine::ApplySched(const PerfSample& sample, uint32_t cpu, SchedTracepoint kind) {

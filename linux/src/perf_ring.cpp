@@ -67,17 +67,4 @@ void PerfRing::Release(const View& view) {
   __atomic_store_n(&meta_->data_tail, tail_, __ATOMIC_RELEASE);
 }
 
-RingReadStats PerfRing::ReadAll(std::vector<uint8_t>* out) {
-  RingReadStats stats;
-  if (meta_ == nullptr) return stats;
-  const View view = Peek();
-  stats.corrupt = view.corrupt ? 1 : 0;
-  // Appended by copy, never zero-filled first (resize would write every byte twice).
-  out->insert(out->end(), view.first.begin(), view.first.end());
-  out->insert(out->end(), view.second.begin(), view.second.end());
-  stats.bytes = view.first.size() + view.second.size();
-  Release(view);
-  return stats;
-}
-
 }  // namespace hvprof::linux_host

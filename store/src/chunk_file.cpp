@@ -251,23 +251,23 @@ namespace {
 // Problems kept per read: a file damaged throughout would otherwise give one per chunk.
 constexpr size_t kMaxProblems = 100;
 
-// A chunk whose header, session, place in the sequence and checksum held: its payload is to be
-// decoded.
+// A chunk whose header, session and place in the sequence held: its payload is to be checked
+// against its checksum and decoded.
 struct VerifiedChunk {
   uint64_t offset;  // of its header in the file
   uint32_t sequence;
   uint32_t records;
   std::span<const uint8_t> payload;
-  uint32_t payload_crc;  // for a caller that checks the payload itself (VerifyChunks' `crc`)
-  uint64_t bytes;        // header and payload
+  uint32_t payload_crc;
+  uint64_t bytes;  // header and payload
 };
 
-// ReadChunks' first pass: every check but decoding. The chunks to decode, in file order. With
-// `check_payloads` false the payloads' checksums are left to the caller (CheckPayload), which
-// then counts a failed one with CountBadPayload: the same summary, sooner when done on threads.
+// The first pass of reading: every check of the chunks' headers, in file order. The payloads
+// are left to the second (ReadChunksWith), which may run on threads: their checksums are most of
+// the checking.
 ChunkReadSummary VerifyChunks(std::span<const uint8_t> bytes, const ChunkFormat& format,
                               std::optional<std::span<const uint8_t, 16>> session_id,
-                              std::vector<VerifiedChunk>* chunks, bool check_payloads = true) {
+                              std::vector<VerifiedChunk>* chunks) {
   ChunkReadSummary summary;
   const char* const noun = format.records;
   uint64_t position = 0;
@@ -385,48 +385,32 @@ ChunkReadSummary VerifyChunks(std::span<const uint8_t> bytes, const ChunkFormat&
     damaged_since_good = 0;
     next = uint64_t{info->sequence} + 1;
     summary.intact_end = position;
-    if (check_payloads && Crc(payload.data(), payload.size()) != info->payload_crc) {
-      problem(start, info->sequence,
-              fmt::format("chunk {} fails its checksum (damaged); its {} {} are skipped", info->sequence,
-                          info->records, noun));
-      summary.skipped_bytes += position - start;
-      ++summary.damaged_chunks;
-      continue;
-    }
     chunks->push_back({start, info->sequence, info->records, payload, info->payload_crc, position - start});
   }
   summary.next_sequence = next;
   return summary;
 }
 
-// A chunk VerifyChunks left unchecked (check_payloads false): whether its payload holds.
-bool CheckPayload(const VerifiedChunk& chunk) {
-  return Crc(chunk.payload.data(), chunk.payload.size()) == chunk.payload_crc;
-}
-
-// What VerifyChunks counts for a payload that fails its checksum.
-void CountBadPayload(ChunkReadSummary* summary, const ChunkFormat& format, const VerifiedChunk& chunk) {
-  if (summary->problems.size() < kMaxProblems) {
-    summary->problems.push_back({chunk.offset, chunk.sequence,
-                                 fmt::format("chunk {} fails its checksum (damaged); its {} {} are skipped",
-                                             chunk.sequence, chunk.records, format.records)});
-  }
-  summary->skipped_bytes += chunk.bytes;
-  ++summary->damaged_chunks;
-}
-
-// ReadChunks' second pass, per chunk in file order: what its decoding found.
-void CountDecoded(ChunkReadSummary* summary, const ChunkFormat& format, const VerifiedChunk& chunk,
-                  const ChunkDecode& decoded) {
-  if (!decoded.ok) {
+// The second pass, per chunk in file order: its checksum (`intact`) and what its decoding found.
+void CountChunk(ChunkReadSummary* summary, const ChunkFormat& format, const VerifiedChunk& chunk, bool intact,
+                const ChunkDecode& decoded) {
+  auto problem = [&](std::string description) {
     if (summary->problems.size() < kMaxProblems) {
-      summary->problems.push_back(
-          {chunk.offset, chunk.sequence,
-           fmt::format("chunk {} has a valid checksum but malformed records after {} of {}{}", chunk.sequence,
-                       decoded.well_formed, chunk.records,
-                       decoded.delivered < decoded.well_formed ? fmt::format("; its {} are skipped", format.records)
-                                                                : "")});
+      summary->problems.push_back({chunk.offset, chunk.sequence, std::move(description)});
     }
+  };
+  if (!intact) {
+    problem(fmt::format("chunk {} fails its checksum (damaged); its {} {} are skipped", chunk.sequence, chunk.records,
+                        format.records));
+    summary->skipped_bytes += chunk.bytes;
+    ++summary->damaged_chunks;
+    return;
+  }
+  if (!decoded.ok) {
+    problem(fmt::format("chunk {} has a valid checksum but malformed records after {} of {}{}", chunk.sequence,
+                        decoded.well_formed, chunk.records,
+                        decoded.delivered < decoded.well_formed ? fmt::format("; its {} are skipped", format.records)
+                                                                 : ""));
     ++summary->damaged_chunks;
   } else {
     ++summary->chunks;
@@ -434,24 +418,51 @@ void CountDecoded(ChunkReadSummary* summary, const ChunkFormat& format, const Ve
   summary->records += decoded.delivered;
 }
 
-void OrderProblems(ChunkReadSummary* summary) {
-  // Each pass keeps its first problems in file order: merged, the first of all are kept.
-  std::stable_sort(summary->problems.begin(), summary->problems.end(),
+// Both passes over `bytes`, the second on one thread per decoder: decoder `w` checks and decodes
+// the w-th of as many runs of consecutive chunks, of about equal bytes, in file order (one
+// decoder: this thread, in order). The summary is the same whatever the number of decoders.
+ChunkReadSummary ReadChunksWith(std::span<const uint8_t> bytes, const ChunkFormat& format,
+                                std::span<const ChunkDecoder> decoders,
+                                std::optional<std::span<const uint8_t, 16>> session_id) {
+  std::vector<VerifiedChunk> chunks;
+  ChunkReadSummary summary = VerifyChunks(bytes, format, session_id, &chunks);
+  const size_t shares = std::max<size_t>(1, std::min(decoders.size(), chunks.size()));
+  uint64_t total = 0;
+  for (const VerifiedChunk& chunk : chunks) total += chunk.payload.size();
+  std::vector<size_t> first(shares + 1, chunks.size());
+  first[0] = 0;
+  uint64_t seen = 0;
+  size_t share = 1;
+  for (size_t i = 0; i < chunks.size() && share < shares; ++i) {
+    if (seen >= total / shares * share) first[share++] = i;
+    seen += chunks[i].payload.size();
+  }
+  std::vector<ChunkDecode> results(chunks.size());
+  std::vector<uint8_t> intact(chunks.size(), 0);
+  const auto run = [&](size_t w) {
+    for (size_t i = first[w]; i < first[w + 1]; ++i) {
+      const VerifiedChunk& chunk = chunks[i];
+      intact[i] = Crc(chunk.payload.data(), chunk.payload.size()) == chunk.payload_crc;
+      if (intact[i]) results[i] = decoders[w](chunk.payload, chunk.records);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t w = 1; w < shares; ++w) threads.emplace_back(run, w);
+  if (!decoders.empty()) run(0);
+  for (std::thread& thread : threads) thread.join();
+  for (size_t i = 0; i < chunks.size(); ++i) CountChunk(&summary, format, chunks[i], intact[i] != 0, results[i]);
+  // The two passes each kept their first problems in file order: merged, the first of all.
+  std::stable_sort(summary.problems.begin(), summary.problems.end(),
                    [](const FileProblem& a, const FileProblem& b) { return a.offset < b.offset; });
-  if (summary->problems.size() > kMaxProblems) summary->problems.resize(kMaxProblems);
+  if (summary.problems.size() > kMaxProblems) summary.problems.resize(kMaxProblems);
+  return summary;
 }
 
 }  // namespace
 
 ChunkReadSummary ReadChunks(std::span<const uint8_t> bytes, const ChunkFormat& format, const ChunkDecoder& decode,
                             std::optional<std::span<const uint8_t, 16>> session_id) {
-  std::vector<VerifiedChunk> chunks;
-  ChunkReadSummary summary = VerifyChunks(bytes, format, session_id, &chunks);
-  for (const VerifiedChunk& chunk : chunks) {
-    CountDecoded(&summary, format, chunk, decode(chunk.payload, chunk.records));
-  }
-  OrderProblems(&summary);
-  return summary;
+  return ReadChunksWith(bytes, format, std::span<const ChunkDecoder>(&decode, 1), session_id);
 }
 
 namespace {
@@ -483,53 +494,16 @@ Result<ScopedMmap> MapChunkFile(const std::string& path, const ChunkFormat& form
 
 Result<ChunkReadSummary> ReadChunkFile(const std::string& path, const ChunkFormat& format, const ChunkDecoder& decode,
                                        std::optional<std::span<const uint8_t, 16>> session_id, bool refuse_foreign) {
-  HVPROF_TRY(mapping, MapChunkFile(path, format, session_id, refuse_foreign));
-  return ReadChunks(std::span<const uint8_t>(static_cast<const uint8_t*>(mapping.data()), mapping.size()), format,
-                    decode, session_id);
+  return ReadChunkFileInParallel(path, format, std::span<const ChunkDecoder>(&decode, 1), session_id, refuse_foreign);
 }
 
 Result<ChunkReadSummary> ReadChunkFileInParallel(const std::string& path, const ChunkFormat& format,
                                                  std::span<const ChunkDecoder> decoders,
-                                                 std::optional<std::span<const uint8_t, 16>> session_id) {
-  HVPROF_TRY(mapping, MapChunkFile(path, format, session_id, false));
-  const std::span<const uint8_t> bytes(static_cast<const uint8_t*>(mapping.data()), mapping.size());
-  std::vector<VerifiedChunk> chunks;
-  // The payloads' checksums are checked by the threads, each its own chunks'.
-  ChunkReadSummary summary = VerifyChunks(bytes, format, session_id, &chunks, false);
-  // Consecutive runs of chunks of about equal bytes, one per decoder, the first to decoder 0.
-  const size_t shares = std::max<size_t>(1, std::min(decoders.size(), chunks.size()));
-  uint64_t total = 0;
-  for (const VerifiedChunk& chunk : chunks) total += chunk.payload.size();
-  std::vector<size_t> first(shares + 1, chunks.size());
-  first[0] = 0;
-  uint64_t seen = 0;
-  size_t share = 1;
-  for (size_t i = 0; i < chunks.size() && share < shares; ++i) {
-    if (seen >= total / shares * share) first[share++] = i;
-    seen += chunks[i].payload.size();
-  }
-  while (share < shares) first[share++] = chunks.size();
-  std::vector<ChunkDecode> results(chunks.size());
-  std::vector<uint8_t> intact(chunks.size(), 0);
-  const auto run = [&](size_t w) {
-    for (size_t i = first[w]; i < first[w + 1]; ++i) {
-      intact[i] = CheckPayload(chunks[i]) ? 1 : 0;
-      if (intact[i]) results[i] = decoders[w](chunks[i].payload, chunks[i].records);
-    }
-  };
-  std::vector<std::thread> threads;
-  for (size_t w = 1; w < shares; ++w) threads.emplace_back(run, w);
-  run(0);
-  for (std::thread& thread : threads) thread.join();
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    if (intact[i]) {
-      CountDecoded(&summary, format, chunks[i], results[i]);
-    } else {
-      CountBadPayload(&summary, format, chunks[i]);
-    }
-  }
-  OrderProblems(&summary);
-  return summary;
+                                                 std::optional<std::span<const uint8_t, 16>> session_id,
+                                                 bool refuse_foreign) {
+  HVPROF_TRY(mapping, MapChunkFile(path, format, session_id, refuse_foreign));
+  return ReadChunksWith(std::span<const uint8_t>(static_cast<const uint8_t*>(mapping.data()), mapping.size()), format,
+                        decoders, session_id);
 }
 
 }  // namespace hvprof::store

@@ -89,34 +89,15 @@ ReadSummary ReadSamples(std::span<const uint8_t> bytes, const std::function<void
 
 Result<ReadSummary> ReadSamplesFile(const std::string& path, const std::function<void(const StoredSample&)>& on_sample,
                                     std::optional<std::span<const uint8_t, 16>> session_id) {
-  HVPROF_TRY(read, ReadChunkFile(path, kSamplesFormat, SampleDecoder(on_sample), session_id));
-  ReadSummary summary;
-  static_cast<ChunkReadSummary&>(summary) = std::move(read);
-  summary.samples = summary.records;
-  return summary;
-}
-
-}  // namespace hvprof::store
-
-namespace hvprof::store {
-
-Result<ReadSummary> ReadSamplesFileInParallel(const std::string& path,
-                                              std::span<const std::function<void(const StoredSample&)>> on_sample,
-                                              std::optional<std::span<const uint8_t, 16>> session_id) {
-  std::vector<ChunkDecoder> decoders;
-  decoders.reserve(on_sample.size());
-  for (const auto& consumer : on_sample) decoders.push_back(SampleDecoder(consumer));
-  return ReadSamplesFileDecoding(path, decoders, session_id);
+  const ChunkDecoder decoder = SampleDecoder(on_sample);
+  return ReadSamplesFileDecoding(path, std::span<const ChunkDecoder>(&decoder, 1), session_id);
 }
 
 Result<ReadSummary> ReadSamplesFileDecoding(const std::string& path, std::span<const ChunkDecoder> decoders,
                                             std::optional<std::span<const uint8_t, 16>> session_id) {
-  Result<ChunkReadSummary> read = decoders.size() == 1
-                                      ? ReadChunkFile(path, kSamplesFormat, decoders[0], session_id)
-                                      : ReadChunkFileInParallel(path, kSamplesFormat, decoders, session_id);
-  HVPROF_TRY(chunks, std::move(read));
+  HVPROF_TRY(read, ReadChunkFileInParallel(path, kSamplesFormat, decoders, session_id));
   ReadSummary summary;
-  static_cast<ChunkReadSummary&>(summary) = std::move(chunks);
+  static_cast<ChunkReadSummary&>(summary) = std::move(read);
   summary.samples = summary.records;
   return summary;
 }

@@ -489,11 +489,6 @@ static_assert(sizeof(AggregateEntry) == sizeof(PackedEntry) && offsetof(Aggregat
               offsetof(AggregateKey, domain) == 12 && offsetof(AggregateKey, mode) == 14 &&
               offsetof(AggregateKey, event) == 15 && std::endian::native == std::endian::little);
 
-
-}  // namespace
-
-namespace {
-
 // Sorted, unique entries from two such lists: the counts of equal keys added.
 std::vector<AggregateEntry> MergeEntries(const std::vector<AggregateEntry>& a, const std::vector<AggregateEntry>& b) {
   std::vector<AggregateEntry> merged;

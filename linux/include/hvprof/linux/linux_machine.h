@@ -188,6 +188,7 @@ class LinuxMachine {
   // The rings merged in time order (side-band records, or a ring out of order).
   void ApplyMerged(const std::vector<std::span<const uint8_t>>& buffers, const std::vector<RingScan>& scans,
                    const std::vector<uint32_t>& ring_cpus, DrainResult& result);
+  void CountParsed(const RecordReader& reader, DrainResult& result);
   void ApplySample(const PerfSample& sample, uint32_t ring_cpu, DrainResult& result);
   void ApplyLost(const PerfLost& lost, uint32_t ring_cpu);
   void ApplyThrottle(const PerfThrottle& throttle, uint32_t ring_cpu);

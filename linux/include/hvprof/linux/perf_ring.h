@@ -6,16 +6,10 @@
 
 #include <cstdint>
 #include <span>
-#include <vector>
 
 #include "hvprof/base/error.h"
 
 namespace hvprof::linux_host {
-
-struct RingReadStats {
-  uint64_t bytes = 0;
-  uint64_t corrupt = 0;  // reads where head was behind tail or more than the ring ahead
-};
 
 class PerfRing {
  public:
@@ -37,8 +31,6 @@ class PerfRing {
   View Peek() const;
   // Hands the bytes of `view` back to the kernel.
   void Release(const View& view);
-  // Appends every published byte to `out` and releases it to the kernel.
-  RingReadStats ReadAll(std::vector<uint8_t>* out);
   // Published bytes not yet read.
   uint64_t Pending() const;
   uint64_t data_size() const { return data_size_; }

@@ -128,6 +128,8 @@ class ProcessTable {
     ElfInfo info;
   };
 
+  // Get's cases but the recent process: the live table, else /proc.
+  Process& Lookup(uint32_t pid);
   // `cgroups`: the process's cgroup paths, or null if they could not be read.
   Process& Create(uint32_t pid, uint32_t ppid, const std::vector<std::string>* cgroups);
   void AssignDomain(Process& process, const Process* parent,
@@ -145,7 +147,6 @@ class ProcessTable {
   std::unordered_map<uint32_t, Process> live_;
   // The processes Get found last, by pid modulo the size (nodes of live_ do not move): samples
   // come in runs of a few processes, interleaved across CPUs. Cleared when a node goes.
-  Process& Lookup(uint32_t pid);  // Get's other cases
   std::array<Process*, 16> recent_{};
   std::vector<Process> retired_;
   std::map<std::string, ElfCacheEntry> elf_cache_;

@@ -126,12 +126,13 @@ ChunkReadSummary ReadChunks(std::span<const uint8_t> bytes, const ChunkFormat& f
 Result<ChunkReadSummary> ReadChunkFile(const std::string& path, const ChunkFormat& format, const ChunkDecoder& decode,
                                        std::optional<std::span<const uint8_t, 16>> session_id,
                                        bool refuse_foreign = false);
-// ReadChunkFile with the payloads decoded by one thread per decoder: decoder `w` gets the w-th of
-// as many runs of consecutive chunks, of about equal bytes, in file order. The checks and the
-// summary are ReadChunkFile's (the file is checked whole before anything is decoded).
+// ReadChunkFile with the payloads checked and decoded by one thread per decoder: decoder `w` gets
+// the w-th of as many runs of consecutive chunks, of about equal bytes, in file order. The
+// summary is the same as one decoder's (the chunks' headers are checked first, on this thread).
 Result<ChunkReadSummary> ReadChunkFileInParallel(const std::string& path, const ChunkFormat& format,
                                                  std::span<const ChunkDecoder> decoders,
-                                                 std::optional<std::span<const uint8_t, 16>> session_id);
+                                                 std::optional<std::span<const uint8_t, 16>> session_id,
+                                                 bool refuse_foreign = false);
 
 struct ChunkWriterStats {
   uint64_t records = 0;   // in the file and the chunk in progress (an existing file's included)

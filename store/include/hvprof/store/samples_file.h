@@ -99,13 +99,7 @@ struct ReadSummary : ChunkReadSummary {
 Result<ReadSummary> ReadSamplesFile(const std::string& path,
                                     const std::function<void(const StoredSample&)>& on_sample,
                                     std::optional<std::span<const uint8_t, 16>> session_id = std::nullopt);
-// ReadSamplesFile with the chunks decoded by one thread per consumer: consumer `w` gets the
-// samples of the w-th of as many runs of consecutive chunks (of about equal bytes) in file order,
-// each in order. The summary is ReadSamplesFile's.
-Result<ReadSummary> ReadSamplesFileInParallel(const std::string& path,
-                                              std::span<const std::function<void(const StoredSample&)>> on_sample,
-                                              std::optional<std::span<const uint8_t, 16>> session_id = std::nullopt);
-// The same with decoders of the caller's (one: read on this thread; more: ReadChunkFileInParallel).
+// ReadSamplesFile with the caller's chunk decoders, one thread each (ReadChunkFileInParallel).
 Result<ReadSummary> ReadSamplesFileDecoding(const std::string& path, std::span<const ChunkDecoder> decoders,
                                             std::optional<std::span<const uint8_t, 16>> session_id = std::nullopt);
 // The same over bytes in memory (for the fuzzer and tests).
