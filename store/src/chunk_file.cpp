@@ -103,8 +103,8 @@ ChunkWriter::ChunkWriter(ScopedFd fd, const ChunkFormat& format, std::span<const
     : fd_(std::move(fd)), format_(&format), sequence_(next_sequence) {
   std::memcpy(session_id_, session_id.data(), sizeof session_id_);
   stats_.bytes = bytes;
-  chunk_.reserve(sizeof(ChunkHeader) + kChunkTarget + 4096);
-  chunk_.resize(sizeof(ChunkHeader));
+  chunk_.resize(sizeof(ChunkHeader) + kChunkTarget + 4096);
+  used_ = sizeof(ChunkHeader);
 }
 
 Result<ChunkWriter> ChunkWriter::Open(const std::string& path, const ChunkFormat& format,
@@ -168,6 +168,12 @@ Result<ChunkWriter> ChunkWriter::Open(const std::string& path, const ChunkFormat
 }
 
 void ChunkWriter::Append(std::span<const uint8_t> record, uint64_t time_ns) {
+  uint8_t* out = Reserve(record.size());
+  if (!record.empty()) std::memcpy(out, record.data(), record.size());
+  Commit(out + record.size(), time_ns);
+}
+
+void ChunkWriter::Commit(const uint8_t* end, uint64_t time_ns) {
   if (broken_) {
     ++stats_.failed;
     return;
@@ -175,10 +181,10 @@ void ChunkWriter::Append(std::span<const uint8_t> record, uint64_t time_ns) {
   if (records_ == 0) first_time_ = last_time_ = time_ns;  // the chunk's own span
   first_time_ = std::min(first_time_, time_ns);
   last_time_ = std::max(last_time_, time_ns);
-  chunk_.insert(chunk_.end(), record.begin(), record.end());
+  used_ = static_cast<size_t>(end - chunk_.data());
   ++records_;
   ++stats_.records;
-  if (chunk_.size() - sizeof(ChunkHeader) >= kChunkTarget || records_ >= kMaxChunkRecords) (void)Flush(false);
+  if (used_ - sizeof(ChunkHeader) >= kChunkTarget || records_ >= kMaxChunkRecords) (void)Flush(false);
 }
 
 Result<void> ChunkWriter::Flush(bool sync) {
@@ -190,7 +196,7 @@ Result<void> ChunkWriter::Flush(bool sync) {
     header.header_bytes = sizeof header;
     header.sequence = sequence_;
     header.records = records_;
-    const std::span<const uint8_t> payload(chunk_.data() + sizeof header, chunk_.size() - sizeof header);
+    const std::span<const uint8_t> payload(chunk_.data() + sizeof header, used_ - sizeof header);
     header.payload_bytes = static_cast<uint32_t>(payload.size());
     header.payload_crc = Crc(payload.data(), payload.size());
     header.first_time_ns = first_time_;
@@ -199,7 +205,7 @@ Result<void> ChunkWriter::Flush(bool sync) {
     header.header_crc = Crc(&header, offsetof(ChunkHeader, header_crc));
     // One write for header and payload, so a crash tears at most this chunk.
     std::memcpy(chunk_.data(), &header, sizeof header);
-    const std::span<const uint8_t> buffer(chunk_);
+    const std::span<const uint8_t> buffer(chunk_.data(), used_);
     const uint32_t records = records_;
     records_ = 0;
     Result<void> written = Ok();
@@ -214,7 +220,7 @@ Result<void> ChunkWriter::Flush(bool sync) {
       written = WriteAll(fd_.get(), std::as_bytes(buffer), format_->what);
     }
     const uint64_t chunk_bytes = buffer.size();
-    chunk_.resize(sizeof header);  // the next chunk's, written or not
+    used_ = sizeof header;  // the next chunk's, written or not
     if (!written) {
       // What did reach the file is cut off again, so the file stays a sequence of whole chunks
       // and the next chunk (same sequence number) can follow once there is space.

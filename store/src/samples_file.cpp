@@ -46,10 +46,9 @@ void SamplesWriter::Append(const StoredSample& sample) {
   if (nframes != 0) tag |= kHasFrames;
   const uint64_t previous_ip = fresh ? 0 : p.ip;
   const uint64_t previous_time = fresh ? 0 : p.time_ns;
-  // The record is encoded on the stack, then appended in one copy: room for the largest one
-  // (tag, mode and event; ten varints; the frames).
-  uint8_t record[3 + kMaxVarint * (10 + kMaxFrames)];
-  uint8_t* out = record;
+  // The record is encoded in place, at the end of the chunk in progress: room for the largest
+  // one (tag, mode and event; ten varints; the frames).
+  uint8_t* out = chunks_.Reserve(3 + kMaxVarint * (10 + kMaxFrames));
   *out++ = tag;
   out = PutVarint(out, ZigZag(static_cast<int64_t>(sample.ip - previous_ip)));
   out = PutVarint(out, ZigZag(static_cast<int64_t>(sample.time_ns - previous_time)));
@@ -76,7 +75,7 @@ void SamplesWriter::Append(const StoredSample& sample) {
   }
   previous_ = sample;
   previous_.frames = {};
-  chunks_.Append(std::span<const uint8_t>(record, static_cast<size_t>(out - record)), sample.time_ns);
+  chunks_.Commit(out, sample.time_ns);
 }
 
 ReadSummary ReadSamples(std::span<const uint8_t> bytes, const std::function<void(const StoredSample&)>& on_sample,

@@ -160,6 +160,14 @@ class ChunkWriter {
   // Adds one encoded record of time `time_ns` to the chunk in progress, and writes the chunk
   // when it is full. Nothing is added once the file is broken (counted as failed).
   void Append(std::span<const uint8_t> record, uint64_t time_ns);
+  // The same without a copy: Reserve gives room for a record of at most `bytes` at the end of
+  // the chunk in progress, the caller encodes it there, and Commit adds it (`end` is one past
+  // its last byte).
+  uint8_t* Reserve(size_t bytes) {
+    if (chunk_.size() - used_ < bytes) chunk_.resize(used_ + bytes);
+    return chunk_.data() + used_;
+  }
+  void Commit(const uint8_t* end, uint64_t time_ns);
   // Writes the chunk in progress (if any); with `sync`, fdatasync()s the file too. A chunk that
   // cannot be written (a full disk...) is cut off the file again and its records counted as
   // failed; the next chunk is tried afresh, so writing resumes once there is space.
@@ -182,8 +190,10 @@ class ChunkWriter {
   uint8_t session_id_[16];
   uint32_t sequence_;
   bool broken_ = false;  // a failed write could not be cut off: nothing more is appended
-  // The chunk in progress: room for its header, then its payload (one write, no copy).
+  // The chunk in progress: room for its header, then its payload (one write, no copy); its
+  // first used_ bytes hold them, the rest is room for the next records.
   std::vector<uint8_t> chunk_;
+  size_t used_ = 0;
   uint32_t records_ = 0;
   uint64_t first_time_ = 0;
   uint64_t last_time_ = 0;
