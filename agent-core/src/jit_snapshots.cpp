@@ -105,9 +105,7 @@ bool JitSnapshots::Skipped(const Process& process) const {
 
 JitSnapshots::~JitSnapshots() = default;
 
-void JitSnapshots::Watch(uint16_t domain, uint32_t pid) {
-  const uint64_t key = (uint64_t(domain) << 32) | pid;
-  if (key == last_key_) return;
+void JitSnapshots::WatchNew(uint64_t key, uint16_t domain, uint32_t pid) {
   last_key_ = key;
   auto it = processes_.find(key);
   if (it != processes_.end()) {

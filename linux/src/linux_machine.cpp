@@ -388,10 +388,6 @@ void LinuxMachine::Wake() {
   [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof one);
 }
 
-CpuRateStats& LinuxMachine::StatsOf(uint32_t cpu) {
-  return cpu_stats_[cpu < cpu_stats_.size() ? cpu : 0];
-}
-
 void LinuxMachine::OnThrottle(uint32_t cpu, const PerfThrottle& record) {
   CpuRateStats& stats = StatsOf(cpu);
   ++(record.throttle ? stats.throttles : stats.unthrottles);

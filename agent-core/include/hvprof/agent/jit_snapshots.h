@@ -56,7 +56,11 @@ class JitSnapshots {
   // A user-space sample of `pid` in `domain` was stored. A process not seen before is queued
   // for Poll to look up (its identity pinned by a pidfd) and copy. A hash lookup at most: it
   // runs on the drain path.
-  void Watch(uint16_t domain, uint32_t pid);
+  void Watch(uint16_t domain, uint32_t pid) {
+    // Inline: it runs on every user-mode sample, nearly always for the process just seen.
+    const uint64_t key = (uint64_t{domain} << 32) | pid;
+    if (key != last_key_) WatchNew(key, domain, pid);
+  }
   // Looks up the queued processes and copies their files; then, at most once a second unless
   // `now`, copies what grew and the files of processes that ended since. At most
   // max_bytes_per_poll bytes are copied per call, unless `now`.
@@ -112,6 +116,7 @@ class JitSnapshots {
   std::vector<uint64_t> queued_;
   std::vector<uint64_t> young_;  // started less than a few seconds ago, no jitdump found yet
   size_t live_ = 0;  // processes holding descriptors
+  void WatchNew(uint64_t key, uint16_t domain, uint32_t pid);  // Watch of another process than the last
   uint64_t last_key_ = UINT64_MAX;
   std::vector<store::JitRecord> records_;
   std::vector<std::pair<dev_t, ino_t>> skipped_programs_;  // options_.skip_programs' files

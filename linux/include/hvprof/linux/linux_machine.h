@@ -195,7 +195,7 @@ class LinuxMachine {
   void ApplyLostSamples(const PerfLostSamples& lost, uint32_t ring_cpu);
   // A scheduler tracepoint's sample -> the engine's scheduling records on `cpu`.
   void ApplySched(const PerfSample& sample, uint32_t cpu, SchedTracepoint kind);
-  CpuRateStats& StatsOf(uint32_t cpu);
+  CpuRateStats& StatsOf(uint32_t cpu) { return cpu_stats_[cpu < cpu_stats_.size() ? cpu : 0]; }
   void OnThrottle(uint32_t cpu, const PerfThrottle& record);
   // Samples not taken while throttled, per CPU, up to `now_ns` for an interval still open.
   double ThrottledSamples(const CpuRateStats& stats, uint64_t now_ns) const;
