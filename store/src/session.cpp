@@ -564,10 +564,20 @@ Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* sum
   }
   HVPROF_TRY(summary, ReadSamplesFileDecoding(path, decoders, session_id));
   Aggregate aggregate;
-  aggregate.entries = state[0]->counter.TakeSorted();
+  // Each share's counts sorted on a thread of its own (a tenth of the time, and memory-bound),
+  // then merged.
+  std::vector<std::vector<AggregateEntry>> sorted(readers);
+  {
+    std::vector<std::thread> threads;
+    for (unsigned w = 1; w < readers; ++w) threads.emplace_back([&, w] { sorted[w] = state[w]->counter.TakeSorted(); });
+    sorted[0] = state[0]->counter.TakeSorted();
+    for (std::thread& thread : threads) thread.join();
+  }
+  aggregate.entries = std::move(sorted[0]);
   aggregate.samples = state[0]->samples;
   for (unsigned w = 1; w < readers; ++w) {
-    aggregate.entries = MergeEntries(aggregate.entries, state[w]->counter.TakeSorted());
+    aggregate.entries = MergeEntries(aggregate.entries, sorted[w]);
+    std::vector<AggregateEntry>().swap(sorted[w]);
     aggregate.samples += state[w]->samples;
   }
   aggregate.has_stacks = stacks != StackDetail::kNone;
