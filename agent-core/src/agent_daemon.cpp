@@ -36,11 +36,15 @@ void OnSignal(int) {
 
 }  // namespace
 
-uint32_t PollIntervalFor(uint64_t smallest_count, uint32_t capacity) {
+double PeakSampleRate(std::string_view event_name, uint64_t count) {
   constexpr double kAssumedHz = 3e9;  // events per second of a busy CPU counting cycles
-  if (smallest_count == 0 || capacity == 0) return 250;
-  const double per_second = kAssumedHz / static_cast<double>(smallest_count);
-  return static_cast<uint32_t>(std::clamp(1000.0 * capacity / per_second / 4.0, 1.0, 250.0));
+  if (count == 0) return 0;
+  return (event_name == "CPU_CLOCK" ? 1e9 : kAssumedHz) / static_cast<double>(count);
+}
+
+uint32_t PollIntervalFor(double samples_per_second, uint32_t capacity) {
+  if (!(samples_per_second > 0) || capacity == 0) return 250;
+  return static_cast<uint32_t>(std::clamp(1000.0 * capacity / samples_per_second / 4.0, 1.0, 250.0));
 }
 
 hvpmu::BufferV2 BufferRequest(hvpmu::DomainId domain, uint32_t capacity) {

@@ -20,7 +20,6 @@ namespace ring = hvpmu::ring;
 
 namespace {
 
-constexpr uint64_t kAssumedHz = 3'000'000'000;  // to size the poll timer from counts
 
 }  // namespace
 
@@ -431,12 +430,16 @@ std::string Dom0Agent::Describe() const {
 
 uint32_t Dom0Agent::PollIntervalMs() const {
   if (setup_.poll_interval_ms != 0) return setup_.poll_interval_ms;
-  uint64_t smallest = UINT64_MAX;
-  for (const auto& event : events_) smallest = std::min(smallest, event.count);
   // Xen's rings differ by domain, and a sample with a call chain takes up to 2 + depth records.
   const uint32_t samples_per_ring =
       link_->legacy_only() ? rings_.capacity() / (setup_.callgraph != 0 ? 2 + setup_.callgraph : 1) : capacity_;
-  return agent::PollIntervalFor(smallest == UINT64_MAX ? 0 : smallest, std::max<uint32_t>(samples_per_ring, 1));
+  return agent::PollIntervalFor(PeakSampleRate(), std::max<uint32_t>(samples_per_ring, 1));
+}
+
+double Dom0Agent::PeakSampleRate() const {
+  double rate = 0;
+  for (const auto& event : events_) rate += agent::PeakSampleRate(event.event->name, event.count);
+  return rate;
 }
 
 void Dom0Agent::OnTick() {
@@ -650,10 +653,9 @@ Result<Json> Dom0Agent::Shutdown() {
 Result<Json> Dom0Agent::RunSim(uint64_t duration_ns) {
   if (duration_ns == 0) return MakeError(ErrorKind::kInvalidArgument, "run-sim needs a duration");
   // Advance the simulated clock in steps small enough that no ring can fill between drains.
-  uint64_t smallest = UINT64_MAX;
-  for (const auto& event : events_) smallest = std::min(smallest, event.count);
+  const double rate = PeakSampleRate();
   const uint64_t step = std::max<uint64_t>(
-      100'000, std::min<uint64_t>(20'000'000, capacity_ / 4 * smallest / (kAssumedHz / 1'000'000'000)));
+      100'000, rate > 0 ? std::min<uint64_t>(20'000'000, static_cast<uint64_t>(capacity_ / 4 / rate * 1e9)) : 20'000'000);
   uint64_t done = 0;
   agent::SimClock clock{};
   while (done < duration_ns) {

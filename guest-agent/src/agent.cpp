@@ -76,8 +76,8 @@ std::string GuestAgent::Describe() const {
 uint32_t GuestAgent::PollIntervalMs() const {
   if (setup_.poll_interval_ms != 0) return setup_.poll_interval_ms;
   // A guest on Xen that was not told dom0's events cannot size the period: drain often.
-  if (link_->legacy_only() && smallest_count_ == 0) return 20;
-  return agent::PollIntervalFor(smallest_count_, capacity_);
+  if (link_->legacy_only() && peak_rate_ == 0) return 20;
+  return agent::PollIntervalFor(peak_rate_, capacity_);
 }
 
 Result<void> GuestAgent::CheckJoinable(const hvpmu::Status& status) const {
@@ -139,10 +139,8 @@ Result<store::SessionMetadata> GuestAgent::SessionDescription(const hvpmu::InitV
                                                               std::vector<store::EventRecord> events,
                                                               uint32_t backtrace_depth) {
   store::SessionMetadata m = NewMetadata(init, version_);
-  smallest_count_ = 0;
-  for (const store::EventRecord& event : events) {
-    if (smallest_count_ == 0 || event.count < smallest_count_) smallest_count_ = event.count;
-  }
+  peak_rate_ = 0;
+  for (const store::EventRecord& event : events) peak_rate_ += agent::PeakSampleRate(event.name, event.count);
   m.events = std::move(events);
 
   // What this domain runs: its kernel and its processes.

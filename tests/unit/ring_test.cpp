@@ -12,6 +12,7 @@
 
 #include "hvpmu/abi/ring.h"
 #include "hvpmu/ring_writer.h"
+#include "hvprof/agent/agent_daemon.h"
 #include "hvprof/agent/ring_reader.h"
 
 namespace ring = hvpmu::ring;
@@ -600,4 +601,22 @@ TEST_CASE("a version 3 header without the scheduling flag is refused", "[ring][s
   auto attached = RingReader::Attach(memory.data.get(), memory.bytes, 64);
   REQUIRE_FALSE(attached.has_value());
   CHECK(attached.error().message().find("version 3 is not supported") != std::string::npos);
+}
+
+TEST_CASE("the agent's drain period follows how fast its events can fill a ring", "[ring][agent]") {
+  using hvprof::agent::PeakSampleRate;
+  using hvprof::agent::PollIntervalFor;
+  // CPU_CLOCK counts nanoseconds: every 20 us is 50,000 samples a second. Other events are taken
+  // to count at most 3e9 a second.
+  CHECK(PeakSampleRate("CPU_CLOCK", 20000) == Approx(50000));
+  CHECK(PeakSampleRate("CPU_CLK_UNHALTED", 20000) == Approx(150000));
+  CHECK(PeakSampleRate("CPU_CLOCK", 0) == 0);
+  // A quarter of the time to fill the ring: 16384 samples at 50 kHz fill it in 328 ms.
+  CHECK(PollIntervalFor(50000, 16384) == 81);
+  // Two events share the ring: their rates add up.
+  CHECK(PollIntervalFor(PeakSampleRate("CPU_CLK_UNHALTED", 20000) + PeakSampleRate("INST_RETIRED", 40000), 16384) == 18);
+  // Within 1-250 ms; unknown rates poll at the slowest.
+  CHECK(PollIntervalFor(1000, 16384) == 250);
+  CHECK(PollIntervalFor(1e9, 16384) == 1);
+  CHECK(PollIntervalFor(0, 16384) == 250);
 }

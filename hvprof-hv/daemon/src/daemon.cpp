@@ -152,7 +152,7 @@ void Daemon::LinuxLoop() {
   // Drain always, not only while profiling: the side band (fork, exec, mmap) flows from
   // setup_events to release_counters, and samples go to the engine as they come.
   while (!stopping_) {
-    if (auto waited = linux_->WaitForSamples(std::chrono::milliseconds(25)); !waited) {
+    if (auto waited = linux_->WaitForSamples(std::chrono::milliseconds(100)); !waited) {
       Log(LogLevel::kError, "{}", waited.error().message());
       std::this_thread::sleep_for(std::chrono::milliseconds(25));
     }

@@ -123,9 +123,14 @@ class AgentDaemon {
   ScopedFd wake_;  // eventfd written by RequestShutdown
 };
 
+// The most samples per second one CPU can take of an event sampled every `count` events:
+// CPU_CLOCK counts nanoseconds; any other event is taken to count at most 3e9 a second (a busy
+// CPU's cycles). 0 for a count of 0.
+double PeakSampleRate(std::string_view event_name, uint64_t count);
 // A drain period that empties a ring of `capacity` slots four times in the time a fully busy
-// CPU needs to fill it with one sample per `smallest_count` events, within 1-250 ms.
-uint32_t PollIntervalFor(uint64_t smallest_count, uint32_t capacity);
+// CPU needs to fill it at `samples_per_second` (the sum of its events' PeakSampleRate), within
+// 1-250 ms. The ring's watermark wakes the agent sooner when samples come faster.
+uint32_t PollIntervalFor(double samples_per_second, uint32_t capacity);
 
 // Slots per ring when --buffer-size is not given.
 inline constexpr uint32_t kDefaultRingCapacity = 16384;

@@ -53,6 +53,7 @@ class Dom0Agent final : public agent::AgentDaemon {
   Result<agent::Json> Status() override;
   Result<agent::Json> HandleOther(const std::string& action, const agent::Json& request) override;
   uint32_t PollIntervalMs() const override;
+  double PeakSampleRate() const;  // samples per second one CPU's ring may take, all events
   void OnTick() override;
   void OnDump() override;
   // Takes the profiles active guests published into the session (published/domain-N.json).

@@ -55,7 +55,7 @@ class GuestAgent final : public agent::AgentDaemon {
   std::string name_;  // this domain's name, as the platform knows it
   uint32_t capacity_ = 0;
   uint32_t watermark_ = 0;
-  uint64_t smallest_count_ = 0;
+  double peak_rate_ = 0;  // agent::PeakSampleRate of dom0's events, summed
   bool activated_ = false;
   // Xen: this agent's get_buffer succeeded and its rings are mapped (enable_virq may not have).
   bool xen_buffer_ = false;
