@@ -48,10 +48,6 @@ uint64_t RingReader::Pending() const {
   return head >= tail_ ? head - tail_ : 0;
 }
 
-const uint8_t* RingReader::Slot(uint64_t index) const {
-  return slots_ + (index & (capacity_ - 1)) * ring::kRecordSize;
-}
-
 LegacyRingReader::LegacyRingReader(legacy::XenoprofBuf* buf, uint32_t size)
     : buf_(buf),
       log_(reinterpret_cast<const legacy::EventLog*>(reinterpret_cast<uint8_t*>(buf) +

@@ -54,7 +54,7 @@ class RingReader {
 
  private:
   RingReader(hvpmu::ring::RingHeader* header, uint32_t capacity);
-  const uint8_t* Slot(uint64_t index) const;
+  const uint8_t* Slot(uint64_t index) const { return slots_ + (index & (capacity_ - 1)) * hvpmu::ring::kRecordSize; }
 
   hvpmu::ring::RingHeader* header_;
   const uint8_t* slots_;
