@@ -32,7 +32,7 @@ benches=(
   "agent|bench/agent/run.sh 10s|bench/agent/run.sh 3s"
   "scale|bench/scale/run.sh 5|bench/scale/run.sh 2"
   "linux-default|bench/linux/busy_default.sh 3 24|bench/linux/busy_default.sh 1 8"
-  "linux-under-load|python3 bench/linux/under_load.py --runs 1|python3 bench/linux/under_load.py --runs 1 --rounds 1000"
+  "linux-under-load|python3 bench/linux/under_load.py --runs 3|python3 bench/linux/under_load.py --runs 1 --rounds 1000"
   "symbolizer|bench/symbolizer/run.sh|bench/symbolizer/run.sh --quick --no-vmlinux"
   "report|bench/report/run.sh|bench/report/run.sh 2000000"
   "report-stacks|bench/report/stacks.sh|bench/report/stacks.sh 2000000"

@@ -125,8 +125,11 @@ def main():
         print(f"{os.cpu_count()} CPUs, a CPU hog on each; workload {args.rounds} rounds: {quiet:.2f} s beside the hogs, "
               f"unprofiled")
         for rate in (int(r) for r in args.rates.split(",")):
-            hv = [hvprof_once(args, work, rate, f"{rate}-{i}") for i in range(args.runs)]
-            pf = [perf_once(args, work, rate) for _ in range(args.runs)]
+            # Taken in turns, so that a drift of the machine's speed (a VM's neighbours) falls on both.
+            hv, pf = [], []
+            for i in range(args.runs):
+                hv.append(hvprof_once(args, work, rate, f"{rate}-{i}"))
+                pf.append(perf_once(args, work, rate))
             hv_wall, pf_wall = median_of(hv, "wall"), median_of(pf, "wall")
             hv_own, pf_own = median_of(hv, "own"), median_of(pf, "own")
             print(f"{rate} Hz: wall hvprof {hv_wall:.2f} s, perf {pf_wall:.2f} s (hvprof/perf {hv_wall / pf_wall:.3f}); "
