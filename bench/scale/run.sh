@@ -142,7 +142,7 @@ import sys
 rows = [line.rstrip("\n").split("\t") for line in open(sys.argv[1])]
 engine = {(r[1], int(r[2])): float(r[3]) for r in rows if r[0] == "engine"}
 agent = {int(r[1]): r for r in rows if r[0] == "agent"}
-start = {int(r[2]): float(r[3]) for r in rows if r[0] == "start"}
+start = {int(r[1]): float(r[3]) for r in rows if r[0] == "start"}  # by pCPUs, as the others
 
 def figure(name, hv, peer, ratio, goal, result):
     print("\t".join(["FIGURE", name, hv, peer, ratio, goal, result]))
@@ -155,6 +155,8 @@ for cpus in sorted({c for _, c in engine}):
         r = agent[cpus]
         line += (f"; agent {float(r[4])/1e6:.2f}M samples/s, lost {r[5]}, {float(r[6]):.1f}% of a core, "
                  f"{float(r[7]):.0f} KiB/domain")
+    if cpus in start:
+        line += f"; session start {start[cpus]:.2f} s"
     print(line)
 base = engine.get(("busy", 2))
 own, busy, rand = engine.get(("own", 256)), engine.get(("busy", 256)), engine.get(("random", 256))
