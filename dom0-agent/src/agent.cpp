@@ -190,6 +190,8 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
   }
   HVPROF_TRY(events, setup::ResolveEventOptions(setup_.events, *table, init, rate));
   events_ = std::move(events);
+  peak_rate_ = 0;
+  for (const auto& event : events_) peak_rate_ += agent::PeakSampleRate(event.event->name, event.count);
   if (rate && setup_.rate == 0 && setup_.events.empty() && !events_.empty()) {
     notes_.push_back(fmt::format("sampling at the linux default of {} samples a second per CPU, as perf record does "
                                  "(-F/--rate sets another rate; -e EVENT:COUNT a count)",
@@ -433,13 +435,7 @@ uint32_t Dom0Agent::PollIntervalMs() const {
   // Xen's rings differ by domain, and a sample with a call chain takes up to 2 + depth records.
   const uint32_t samples_per_ring =
       link_->legacy_only() ? rings_.capacity() / (setup_.callgraph != 0 ? 2 + setup_.callgraph : 1) : capacity_;
-  return agent::PollIntervalFor(PeakSampleRate(), std::max<uint32_t>(samples_per_ring, 1));
-}
-
-double Dom0Agent::PeakSampleRate() const {
-  double rate = 0;
-  for (const auto& event : events_) rate += agent::PeakSampleRate(event.event->name, event.count);
-  return rate;
+  return agent::PollIntervalFor(peak_rate_, std::max<uint32_t>(samples_per_ring, 1));
 }
 
 void Dom0Agent::OnTick() {
@@ -653,7 +649,7 @@ Result<Json> Dom0Agent::Shutdown() {
 Result<Json> Dom0Agent::RunSim(uint64_t duration_ns) {
   if (duration_ns == 0) return MakeError(ErrorKind::kInvalidArgument, "run-sim needs a duration");
   // Advance the simulated clock in steps small enough that no ring can fill between drains.
-  const double rate = PeakSampleRate();
+  const double rate = peak_rate_;
   const uint64_t step = std::max<uint64_t>(
       100'000, rate > 0 ? std::min<uint64_t>(20'000'000, static_cast<uint64_t>(capacity_ / 4 / rate * 1e9)) : 20'000'000);
   uint64_t done = 0;

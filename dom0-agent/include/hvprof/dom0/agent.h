@@ -53,7 +53,6 @@ class Dom0Agent final : public agent::AgentDaemon {
   Result<agent::Json> Status() override;
   Result<agent::Json> HandleOther(const std::string& action, const agent::Json& request) override;
   uint32_t PollIntervalMs() const override;
-  double PeakSampleRate() const;  // samples per second one CPU's ring may take, all events
   void OnTick() override;
   void OnDump() override;
   // Takes the profiles active guests published into the session (published/domain-N.json).
@@ -67,6 +66,7 @@ class Dom0Agent final : public agent::AgentDaemon {
   setup::SetupOptions setup_;
   hvpmu::InitV2 pmu_{};
   std::vector<setup::ResolvedEvent> events_;
+  double peak_rate_ = 0;  // agent::PeakSampleRate of events_, summed: how fast a CPU's ring may fill
   std::vector<setup::DomainInfo> domains_;
   std::vector<uint16_t> active_;
   std::vector<uint16_t> passive_;
