@@ -99,6 +99,29 @@ TEST_CASE("hvprof run --platform=sim starts its own simulated machine and ends i
   CHECK(std::is_sorted(means.rbegin(), means.rend()));
 }
 
+TEST_CASE("hvprof run ends with its workload's exit status, and says when the workload cannot be run",
+          "[run][first-hour]") {
+  TempDir dir;
+  dir.Write("host.json", TestScenario("intel-arch-v4", 12).dump());
+  const auto run = [&](std::vector<std::string> workload) {
+    std::vector<std::string> args{Binary("hvprof"), "run", "--platform=sim", "--scenario=" + dir.File("host.json"),
+                                  "--session-dir=" + dir.File("sessions"), "--duration=50ms", "--top=3", "--"};
+    args.insert(args.end(), workload.begin(), workload.end());
+    return RunProgram(args);
+  };
+  const auto exited = run({"sh", "-c", "exit 3"});
+  INFO(exited.out << exited.err);
+  CHECK(exited.status == 3);
+  CHECK(exited.out.find("session saved in") != std::string::npos);
+  const std::string missing = dir.File("no-such-program");
+  const auto missed = run({missing});
+  INFO(missed.out << missed.err);
+  CHECK(missed.status == 127);  // as a shell says it
+  CHECK(missed.err.find("cannot run " + missing + ": No such file or directory") != std::string::npos);
+  // The profile of the time it was tried is kept all the same.
+  CHECK(missed.out.find("session saved in") != std::string::npos);
+}
+
 TEST_CASE("hvprof run finds the named default scenario", "[run][first-hour]") {
   TempDir dir;
   std::ifstream in(std::string(HVPROF_SOURCE_DIR) + "/examples/default.json");
