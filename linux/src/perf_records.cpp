@@ -144,37 +144,11 @@ bool ReadString(Cursor& cursor, std::string_view* out) {
   return true;
 }
 
-bool ReadCallchain(Cursor& cursor, PerfSample* sample) {
-  const uint64_t nr = cursor.Read<uint64_t>();
-  if (!cursor.ok() || nr > cursor.left() / 8) return false;
-  // The buffer is 8-byte aligned (ParseRecords guarantees it) and so is every record.
-  sample->callchain = std::span<const uint64_t>(reinterpret_cast<const uint64_t*>(cursor.here()),
-                                                static_cast<size_t>(nr));
-  cursor.Skip(static_cast<size_t>(nr) * 8);
-  return cursor.ok();
-}
-
 bool ParseSample(const RecordLayout& layout, uint16_t misc, const uint8_t* body, size_t size,
                  PerfSample* sample) {
   Cursor cursor(body, size);
   const uint64_t type = layout.SampleTypeOf(body, size);
   sample->misc = misc;
-  // hvprof's own counters' layout (IDENTIFIER, IP, TID, TIME, CPU, PERIOD, maybe a callchain):
-  // its six words at once, the same fields as the reads below give them.
-  constexpr uint64_t kUsual = kSampleIdentifier | kSampleIp | kSampleTid | kSampleTime | kSampleCpu | kSamplePeriod;
-  if ((type & ~kSampleCallchain) == kUsual && size >= 6 * 8) {
-    uint64_t words[6];
-    std::memcpy(words, body, sizeof words);
-    sample->id = words[0];
-    sample->ip = words[1];
-    std::memcpy(&sample->pid, &words[2], 8);  // pid and tid (below)
-    sample->time = words[3];
-    sample->cpu = static_cast<uint32_t>(words[4]);
-    sample->period = words[5];
-    if ((type & kSampleCallchain) == 0) return true;
-    cursor.Skip(sizeof words);
-    return ReadCallchain(cursor, sample);
-  }
   if (type & kSampleIdentifier) sample->id = cursor.Read<uint64_t>();
   if (type & kSampleIp) sample->ip = cursor.Read<uint64_t>();
   if (type & kSampleTid) {
@@ -193,7 +167,14 @@ bool ParseSample(const RecordLayout& layout, uint16_t misc, const uint8_t* body,
     cursor.Read<uint32_t>();
   }
   if (type & kSamplePeriod) sample->period = cursor.Read<uint64_t>();
-  if ((type & kSampleCallchain) && !ReadCallchain(cursor, sample)) return false;
+  if (type & kSampleCallchain) {
+    const uint64_t nr = cursor.Read<uint64_t>();
+    if (!cursor.ok() || nr > cursor.left() / 8) return false;
+    // The buffer is 8-byte aligned (ParseRecords guarantees it) and so is every record.
+    sample->callchain = std::span<const uint64_t>(
+        reinterpret_cast<const uint64_t*>(cursor.here()), static_cast<size_t>(nr));
+    cursor.Skip(static_cast<size_t>(nr) * 8);
+  }
   if (type & kSampleRaw) {
     // A u32 size, then that many bytes (the kernel pads size + data to a multiple of 8).
     const uint32_t raw_size = cursor.Read<uint32_t>();
