@@ -18,11 +18,6 @@ using hvpmu::ErrorCode;
 namespace legacy = hvpmu::legacy;
 namespace ring = hvpmu::ring;
 
-namespace {
-
-
-}  // namespace
-
 Dom0Agent::Dom0Agent(setup::SetupOptions setup, std::unique_ptr<agent::HypervisorLink> link)
     : AgentDaemon("dom0", store::SessionPaths{setup.session_root}, std::move(link)), setup_(std::move(setup)) {}
 
@@ -649,9 +644,9 @@ Result<Json> Dom0Agent::Shutdown() {
 Result<Json> Dom0Agent::RunSim(uint64_t duration_ns) {
   if (duration_ns == 0) return MakeError(ErrorKind::kInvalidArgument, "run-sim needs a duration");
   // Advance the simulated clock in steps small enough that no ring can fill between drains.
-  const double rate = peak_rate_;
-  const uint64_t step = std::max<uint64_t>(
-      100'000, rate > 0 ? std::min<uint64_t>(20'000'000, static_cast<uint64_t>(capacity_ / 4 / rate * 1e9)) : 20'000'000);
+  // A quarter of the time a busy CPU takes to fill a ring, within 0.1-20 ms.
+  const uint64_t step =
+      peak_rate_ > 0 ? static_cast<uint64_t>(std::clamp(1e9 * capacity_ / peak_rate_ / 4, 1e5, 2e7)) : 20'000'000;
   uint64_t done = 0;
   agent::SimClock clock{};
   while (done < duration_ns) {

@@ -167,12 +167,6 @@ Result<ChunkWriter> ChunkWriter::Open(const std::string& path, const ChunkFormat
   return writer;
 }
 
-void ChunkWriter::Append(std::span<const uint8_t> record, uint64_t time_ns) {
-  uint8_t* out = Reserve(record.size());
-  if (!record.empty()) std::memcpy(out, record.data(), record.size());
-  Commit(out + record.size(), time_ns);
-}
-
 void ChunkWriter::Commit(const uint8_t* end, uint64_t time_ns) {
   if (broken_) {
     ++stats_.failed;

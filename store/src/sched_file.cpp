@@ -141,9 +141,9 @@ void SchedWriter::Add(const StoredSched& record) {
   if (first || record.pcpu != p.pcpu) tag |= kNewPcpu;
   if (first || record.domain != p.domain || record.vcpu != p.vcpu) tag |= kNewSubject;
   if (record.from_pcpu != kSchedNoPcpu || record.to_pcpu != kSchedNoPcpu) tag |= kHasPcpus;
-  // Room for the largest record: tag, states, flags, 13 varints.
-  uint8_t bytes[3 + 13 * kMaxVarint];
-  uint8_t* out = bytes;
+  // Encoded in place, at the end of the chunk in progress: room for the largest record (tag,
+  // states, flags, 13 varints).
+  uint8_t* out = chunks_.Reserve(3 + 13 * kMaxVarint);
   *out++ = tag;
   out = PutVarint(out, ZigZag(static_cast<int64_t>(record.time_ns - (first ? 0 : p.time_ns))));
   *out++ = static_cast<uint8_t>(std::min(record.old_state, kMaxStoredState) << 4 |
@@ -173,7 +173,7 @@ void SchedWriter::Add(const StoredSched& record) {
     out = PutVarint(out, ZigZag(static_cast<int64_t>(record.aux - record.time_ns)));
   }
   previous_ = record;
-  chunks_.Append(std::span<const uint8_t>(bytes, static_cast<size_t>(out - bytes)), record.time_ns);
+  chunks_.Commit(out, record.time_ns);
 }
 
 SchedReadSummary ReadSched(std::span<const uint8_t> bytes, const std::function<void(const StoredSched&)>& on_record,

@@ -616,7 +616,9 @@ Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* sum
       aggregate.slice_counts = {};
     }
   }
-  if (::stat(path.c_str(), &st) == 0) aggregate.source_bytes = static_cast<uint64_t>(st.st_size);
+  // The size before reading: were the file to grow meanwhile, the aggregate would count more than
+  // this and be read again next time, never less and kept.
+  aggregate.source_bytes = file_bytes;
   if (summary_out != nullptr) *summary_out = std::move(summary);
   return aggregate;
 }

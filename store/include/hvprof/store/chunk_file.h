@@ -157,12 +157,10 @@ class ChunkWriter {
   // Whether the next record is the first of its chunk: it must then be encoded whole, without
   // reference to the records before it.
   bool starts_chunk() const { return records_ == 0; }
-  // Adds one encoded record of time `time_ns` to the chunk in progress, and writes the chunk
-  // when it is full. Nothing is added once the file is broken (counted as failed).
-  void Append(std::span<const uint8_t> record, uint64_t time_ns);
-  // The same without a copy: Reserve gives room for a record of at most `bytes` at the end of
-  // the chunk in progress, the caller encodes it there, and Commit adds it (`end` is one past
-  // its last byte).
+  // A record is encoded in place: Reserve gives room for one of at most `bytes` at the end of
+  // the chunk in progress, the caller encodes it there, and Commit adds it (`end` is one past its
+  // last byte) as a record of time `time_ns`, writing the chunk when it is full. Nothing is
+  // added once the file is broken (counted as failed).
   uint8_t* Reserve(size_t bytes) {
     if (chunk_.size() - used_ < bytes) chunk_.resize(used_ + bytes);
     return chunk_.data() + used_;
