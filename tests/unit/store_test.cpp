@@ -19,6 +19,7 @@
 #include "hvprof/store/samples_file.h"
 #include "hvprof/store/session.h"
 #include "chunk_files.h"
+#include "varint.h"
 #include "temp_dir.h"
 
 using namespace hvprof;
@@ -740,6 +741,42 @@ TEST_CASE("the aggregate is the same whatever the number of threads reading the 
     CHECK(summary.damaged_chunks == one_summary.damaged_chunks);
     CHECK(summary.next_sequence == one_summary.next_sequence);
     CHECK(AllProblems(summary) == AllProblems(one_summary));
+  }
+}
+
+TEST_CASE("a varint is the canonical LEB128 bytes at every length, whatever was in the buffer", "[store]") {
+  // The on-disk coding (docs/session-format.md): seven bits a byte, low group first, the top bit
+  // set on every byte but the last, no more bytes than the value needs. The bytes past its end
+  // (the room PutVarint is promised) may be anything: they must not leak into it.
+  std::vector<uint64_t> values = {0, 1, 0x7F, 0x80, UINT64_MAX, UINT64_MAX - 1};
+  for (unsigned bit = 0; bit < 64; ++bit) {
+    values.push_back(uint64_t{1} << bit);
+    values.push_back((uint64_t{1} << bit) - 1);
+    values.push_back((uint64_t{1} << bit) | 0x55);
+  }
+  std::mt19937_64 random(7);
+  for (int i = 0; i < 2000; ++i) values.push_back(random() >> (random() % 64));
+  for (const uint64_t value : values) {
+    std::vector<uint8_t> expected;
+    uint64_t rest = value;
+    do {
+      const uint8_t group = rest & 0x7F;
+      rest >>= 7;
+      expected.push_back(rest != 0 ? group | 0x80 : group);
+    } while (rest != 0);
+    for (const uint8_t fill : {uint8_t{0x00}, uint8_t{0xFF}, uint8_t{0xA5}}) {
+      std::array<uint8_t, hvprof::store::detail::kMaxVarint + 4> buffer;
+      buffer.fill(fill);
+      const uint8_t* end = hvprof::store::detail::PutVarint(buffer.data() + 2, value);
+      INFO("value " << value << " fill " << int(fill));
+      REQUIRE(end - (buffer.data() + 2) == static_cast<ptrdiff_t>(expected.size()));
+      CHECK(std::equal(expected.begin(), expected.end(), buffer.begin() + 2));
+      CHECK(buffer[0] == fill);  // nothing written before it
+      CHECK(buffer[1] == fill);
+      hvprof::store::detail::Cursor cursor(std::span<const uint8_t>(buffer.data() + 2, expected.size()));
+      CHECK(cursor.Varint() == value);
+      CHECK((cursor.ok() && cursor.done()));
+    }
   }
 }
 
