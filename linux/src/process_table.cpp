@@ -425,6 +425,9 @@ void ProcessTable::OnTask(const PerfTask& record) {
     child.mappings = std::move(inherited);
     return;
   }
+  if (auto known = tgid_of_.find(record.tid); known != tgid_of_.end()) {
+    exited_threads_.push_back({record.time, record.tid, known->second});
+  }
   auto it = live_.find(record.pid);
   if (it == live_.end()) return;  // never seen alive: nothing to keep
   if (record.pid == record.tid) {
@@ -600,12 +603,28 @@ std::string ProcessTable::ContextJson(DomainId domain, const std::string& host_k
 }
 
 void ProcessTable::Prune(uint64_t before) {
-  for (auto& [pid, process] : live_) {
-    if (process.exited && process.samples == 0 && process.exit_time < before) {
-      process.mappings.clear();
-      process.mappings.shrink_to_fit();
+  bool erased = false;
+  for (auto it = live_.begin(); it != live_.end();) {
+    Process& process = it->second;
+    if (!process.exited || process.exit_time >= before) {
+      ++it;
+    } else if (process.samples == 0) {
+      it = live_.erase(it);
+      erased = true;
+    } else {
       process.threads.clear();
+      ++it;
     }
+  }
+  if (erased) recent_.fill(nullptr);
+  // Exit records come in time order but for the rare ones the merge sorts: the front is enough.
+  while (!exited_threads_.empty() && exited_threads_.front().time < before) {
+    const ExitedThread& gone = exited_threads_.front();
+    // A tid reused since by a thread of another process keeps its new entry.
+    if (auto known = tgid_of_.find(gone.tid); known != tgid_of_.end() && known->second == gone.tgid) {
+      tgid_of_.erase(known);
+    }
+    exited_threads_.pop_front();
   }
 }
 
@@ -616,6 +635,7 @@ ProcessTableStats ProcessTable::stats() const {
   stats.elf_failures = elf_failures_;
   for (const auto& [pid, process] : live_) stats.mappings += process.mappings.size();
   for (const Process& process : retired_) stats.mappings += process.mappings.size();
+  stats.threads = tgid_of_.size();
   return stats;
 }
 

@@ -159,6 +159,73 @@ TEST_CASE("process trees and cgroups get their domains", "[linux][processes]") {
   CHECK(table.Find(101)->domain == 1);
 }
 
+TEST_CASE("a long session forgets what exited without a sample, and keeps what samples point into",
+          "[linux][processes]") {
+  FakeProc proc;
+  proc.Add(1, 0, "init");
+  proc.Add(500, 1, "vmm");
+  DomainRegistry registry(Map("pid:500=1"), 2, true);
+  ProcessTable table(registry, {proc.root(), false});
+  table.ScanProc();
+  const ProcessTableStats at_start = table.stats();
+
+  // A build: thousands of short processes under the rule's process, each with a thread, none
+  // sampled but one; a long-lived server whose worker threads come and go.
+  table.OnTask(Fork(600, 1, 0, 10));
+  for (uint32_t i = 0; i < 3000; ++i) {
+    const uint32_t pid = 1000 + 2 * i, tid = pid + 1;
+    const uint64_t time = 100 + i;
+    table.OnTask(Fork(pid, 500, 0, time));
+    table.OnTask(Fork(pid, pid, tid, time));
+    table.OnMmap2(Mmap(pid, 0x555555555000, 0x2000, 0x1000, "/usr/bin/cc1"));
+    if (i == 7) ++table.Get(pid).samples;
+    PerfTask thread_exit = Exit(pid, time + 1);
+    thread_exit.tid = tid;
+    table.OnTask(thread_exit);
+    table.OnTask(Exit(pid, time + 2));
+    table.OnTask(Fork(600, 600, 20000 + i, time));
+    PerfTask worker_exit = Exit(600, time + 1);
+    worker_exit.tid = 20000 + i;
+    table.OnTask(worker_exit);
+  }
+  CHECK(table.stats().processes == at_start.processes + 3001);
+  CHECK(table.TgidOf(1001) == 1000);  // from its FORK record
+
+  // Records up to time 5000 may still come: nothing that exited after it is forgotten.
+  table.Prune(1100);
+  CHECK(table.Find(1000 + 2 * 500) == nullptr);   // exited at 602
+  REQUIRE(table.Find(1000 + 2 * 1500) != nullptr);  // exited at 1602
+  CHECK(table.TgidOf(1000 + 2 * 1500 + 1) == 1000 + 2 * 1500);
+
+  table.Prune(5000);
+  const ProcessTableStats pruned = table.stats();
+  // The sampled process and the server stay; the 2,999 others are gone.
+  CHECK(pruned.processes == at_start.processes + 2);
+  const Process* sampled = table.Find(1014);
+  REQUIRE(sampled != nullptr);
+  CHECK(sampled->domain == 1);
+  CHECK(sampled->mappings.size() == 1);  // what its sample is symbolized against
+  CHECK(sampled->threads.empty());
+  CHECK(table.Find(600) != nullptr);
+  // Which process each exited thread was in is forgotten too: only the live ones' stay.
+  CHECK(pruned.threads == at_start.threads + 1);
+  // A pid seen again is a new process, read from /proc (here: gone, so dom0).
+  CHECK(table.Get(1016).domain == 0);
+  // A thread that exited and was forgotten is its own process to TgidOf (/proc has no entry).
+  CHECK(table.TgidOf(1017) == 1017);
+
+  // A tid reused by another process before the prune keeps its new owner.
+  table.OnTask(Fork(7000, 1, 0, 6000));
+  table.OnTask(Fork(7000, 7000, 7001, 6000));
+  PerfTask reused_exit = Exit(7000, 6001);
+  reused_exit.tid = 7001;
+  table.OnTask(reused_exit);
+  table.OnTask(Fork(7100, 1, 0, 6002));
+  table.OnTask(Fork(7100, 7100, 7001, 6002));
+  table.Prune(7000);
+  CHECK(table.TgidOf(7001) == 7100);
+}
+
 TEST_CASE("context JSON keeps exited processes and old images", "[linux][processes]") {
   FakeProc proc;
   proc.Add(1, 0, "init");

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -63,6 +64,7 @@ struct ProcessTableStats {
   uint64_t proc_discoveries = 0;  // processes first seen in a sample, read from /proc
   uint64_t elf_failures = 0;      // mappings whose file could not be read (bias guessed)
   uint64_t mappings = 0;
+  uint64_t threads = 0;         // threads whose process is known (FORK records, /proc)
 };
 
 class ProcessTable {
@@ -112,8 +114,14 @@ class ProcessTable {
   std::string ContextJson(DomainId domain, const std::string& host_kernel,
                           bool sampled_only) const;
 
-  // Drops the mappings of processes that exited before `before` (perf time) without a single
-  // sample: nothing will ever be symbolized against them. Their entries stay, for ancestry.
+  // Forgets what no later record can need, so that a long session on a busy host (a build
+  // forking thousands of processes a minute) holds only what its samples point into:
+  //   - processes that exited before `before` (perf time) without a sample of their own: their
+  //     entries and mappings (a child's domain was settled when it was forked; a sample of a
+  //     reused pid is a new process);
+  //   - the threads of processes that exited before it, and which process each thread that
+  //     exited before it belonged to (its last scheduler records come just after its EXIT).
+  // Processes with samples keep their mappings: the report symbolizes against them.
   void Prune(uint64_t before);
 
   ProcessTableStats stats() const;
@@ -151,6 +159,14 @@ class ProcessTable {
   std::vector<Process> retired_;
   std::map<std::string, ElfCacheEntry> elf_cache_;
   std::unordered_map<uint32_t, uint32_t> tgid_of_;  // thread -> process, as TgidOf found it
+  // Threads that exited, in the order of their EXIT records: {time, tid, tgid}; Prune forgets
+  // their tgid_of_ entries.
+  struct ExitedThread {
+    uint64_t time = 0;
+    uint32_t tid = 0;
+    uint32_t tgid = 0;
+  };
+  std::deque<ExitedThread> exited_threads_;
   struct NamedTask {
     uint32_t pid = 0;
     DomainId domain = 0;
