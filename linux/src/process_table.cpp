@@ -456,11 +456,13 @@ void ProcessTable::OnComm(const PerfComm& record) {
   }
   if (record.tid == record.pid) process.comm = std::string(record.comm);
   process.threads[record.tid].comm = std::string(record.comm);
-  if (auto named = named_tasks_.find(record.tid); named != named_tasks_.end()) named->second.comm = record.comm;
+  if (auto named = named_tasks_.find(TaskKey(record.pid, record.tid)); named != named_tasks_.end()) {
+    named->second.comm = record.comm;
+  }
 }
 
 void ProcessTable::NoteTask(uint32_t pid, uint32_t tid) {
-  if (named_tasks_.contains(tid)) return;
+  if (named_tasks_.contains(TaskKey(pid, tid))) return;
   Process& process = Get(pid);
   NamedTask task;
   task.pid = pid;
@@ -469,7 +471,7 @@ void ProcessTable::NoteTask(uint32_t pid, uint32_t tid) {
   task.comm = thread != process.threads.end() ? thread->second.comm : std::string();
   if (task.comm.empty()) task.comm = ReadThreadComm(pid, tid);
   if (task.comm.empty() && tid == pid) task.comm = process.comm;
-  named_tasks_.emplace(tid, std::move(task));
+  named_tasks_.emplace(TaskKey(pid, tid), std::move(task));
 }
 
 void ProcessTable::OnMmap2(const PerfMmap2& record) {
@@ -591,11 +593,13 @@ std::string ProcessTable::ContextJson(DomainId domain, const std::string& host_k
                          {"mappings", mappings}});
   }
   out["processes"] = processes;
-  std::vector<std::pair<uint32_t, const NamedTask*>> tasks;
-  for (const auto& [tid, task] : named_tasks_) {
-    if (task.domain == domain) tasks.emplace_back(tid, &task);
+  std::vector<std::pair<uint32_t, const NamedTask*>> tasks;  // by tid, then pid
+  for (const auto& [key, task] : named_tasks_) {
+    if (task.domain == domain) tasks.emplace_back(static_cast<uint32_t>(key), &task);
   }
-  std::sort(tasks.begin(), tasks.end());
+  std::sort(tasks.begin(), tasks.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.first, a.second->pid) < std::tie(b.first, b.second->pid);
+  });
   Json named = Json::array();
   for (const auto& [tid, task] : tasks) named.push_back({{"pid", task->pid}, {"tid", tid}, {"comm", task->comm}});
   if (!named.empty()) out["tasks"] = std::move(named);  // only with --sched

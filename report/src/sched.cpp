@@ -167,7 +167,7 @@ std::string SchedEntityLabel(const SchedEntity& entity, const SchedOptions& opti
   if (entity.idle) return "idle";
   const std::string domain = options.DomainName(entity.domain);
   if (!entity.task) return fmt::format("{} v{}", domain, entity.vcpu);
-  const auto comm = options.thread_names.find(entity.tid);
+  const auto comm = options.thread_names.find({entity.domain, entity.pid, entity.tid});
   const std::string thread = comm == options.thread_names.end() ? "" : comm->second;
   if (entity.tid == entity.pid) return fmt::format("{} {}[{}]", domain, thread, entity.tid);
   return fmt::format("{} {}[{}/{}]", domain, thread, entity.tid, entity.pid);
@@ -184,7 +184,9 @@ Result<SchedSession> LoadSchedRecords(const std::string& session_dir) {
   loaded.options.pcpus = session.metadata.num_cpus;
   for (const store::DomainRecord& domain : session.metadata.domains) {
     loaded.options.domain_names[domain.id] = domain.name;
-    for (const store::TaskRecord& task : domain.tasks) loaded.options.thread_names[task.tid] = task.comm;
+    for (const store::TaskRecord& task : domain.tasks) {
+      loaded.options.thread_names[{domain.id, task.pid, task.tid}] = task.comm;
+    }
   }
   loaded.problems = session.problems;
   HVPROF_TRY(read, store::ReadSchedFile(path, session.metadata.session_id, [&](const store::StoredSched& record) {

@@ -226,6 +226,34 @@ TEST_CASE("a long session forgets what exited without a sample, and keeps what s
   CHECK(table.TgidOf(7001) == 7100);
 }
 
+TEST_CASE("scheduled tasks are named per process: a reused tid is another task", "[linux][processes]") {
+  FakeProc proc;
+  proc.Add(1, 0, "init");
+  DomainRegistry registry(Map(""), 2, true);
+  ProcessTable table(registry, {proc.root(), false});
+  table.ScanProc();
+
+  table.OnTask(Fork(100, 1, 0, 10));
+  table.OnTask(Fork(100, 100, 105, 11));
+  table.OnComm(Comm(100, 105, "old-worker", false));
+  table.NoteTask(100, 105);
+  PerfTask gone = Exit(100, 20);
+  gone.tid = 105;
+  table.OnTask(gone);
+  table.OnTask(Exit(100, 21));
+  // The host hands tid 105 to a thread of another process, which renames itself.
+  table.OnTask(Fork(200, 1, 0, 30));
+  table.OnTask(Fork(200, 200, 105, 31));
+  table.OnComm(Comm(200, 105, "new-worker", false));
+  table.NoteTask(200, 105);
+  table.OnComm(Comm(200, 105, "renamed", false));
+
+  const Json context = Json::parse(table.ContextJson(0, "/proc/kallsyms", false));
+  REQUIRE(context.contains("tasks"));
+  CHECK(context["tasks"] == Json::parse(R"([{"pid": 100, "tid": 105, "comm": "old-worker"},
+                                            {"pid": 200, "tid": 105, "comm": "renamed"}])"));
+}
+
 TEST_CASE("context JSON keeps exited processes and old images", "[linux][processes]") {
   FakeProc proc;
   proc.Add(1, 0, "init");

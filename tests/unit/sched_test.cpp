@@ -507,7 +507,8 @@ TEST_CASE("sched: tasks are their own entities, named by their threads", "[sched
   task.new_state = static_cast<uint8_t>(kRun);
   s.Add(task);
   SchedOptions options = Window(0, 20);
-  options.thread_names = {{101, "worker"}};
+  // Names are per task: the same tid in another process or domain is another thread.
+  options.thread_names = {{{0, 100, 101}, "worker"}, {{0, 200, 101}, "reused"}, {{1, 100, 101}, "guest"}};
   const SchedReport report = Analyze(s, options);
   CheckAccounting(report);
   REQUIRE(report.shown.size() == 2);

@@ -172,7 +172,9 @@ class ProcessTable {
     DomainId domain = 0;
     std::string comm;
   };
-  std::unordered_map<uint32_t, NamedTask> named_tasks_;  // tid -> NoteTask's
+  // (pid << 32 | tid) -> NoteTask's: a tid reused by another process is another task.
+  std::unordered_map<uint64_t, NamedTask> named_tasks_;
+  static uint64_t TaskKey(uint32_t pid, uint32_t tid) { return uint64_t{pid} << 32 | tid; }
   uint64_t proc_discoveries_ = 0;
   uint64_t elf_failures_ = 0;
 };

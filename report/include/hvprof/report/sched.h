@@ -182,8 +182,15 @@ struct SchedOptions {
   uint32_t pcpus = 0;
   // Domain id -> its name as the session has it (store::DomainName prints "dom3 (web)").
   std::map<uint16_t, std::string> domain_names;
-  // Thread id -> its name (comm), where the session knows it (linux tasks).
-  std::map<uint32_t, std::string> thread_names;
+  // A task -> its name (comm), where the session knows it (linux tasks): by domain, process and
+  // thread, for a thread id the host gave to another process later is another task.
+  struct TaskKey {
+    uint16_t domain = 0;
+    uint32_t pid = 0;
+    uint32_t tid = 0;
+    auto operator<=>(const TaskKey&) const = default;
+  };
+  std::map<TaskKey, std::string> thread_names;
   // How many longest waits, and preemptors per entity, to keep.
   uint32_t top = 10;
   // A domain by its name here (store::DomainName): "dom0", "dom3 (web)", "idle".
