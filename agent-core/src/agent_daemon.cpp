@@ -416,7 +416,6 @@ void AgentDaemon::UpdateMetadata(const hvpmu::Status* status) {
   uint64_t malformed = 0;
   using ring::LossReason;
   // The scheduling rings' counts are the scheduling records', kept apart from the samples'.
-  std::optional<store::SchedSummary> sched;
   for (const RingState& state : rings_.rings()) {
     const ring::RingHeader& header = state.reader.header();
     store::RingRecord record;
@@ -431,16 +430,7 @@ void AgentDaemon::UpdateMetadata(const hvpmu::Status* status) {
     const uint64_t* lost = sched_ring ? header.sched_lost : header.lost;
     for (size_t r = 0; r < ring::kLossSlots; ++r) record.lost[r] = ring::LoadRelaxed(&lost[r]);
     if (sched_ring) {
-      if (!sched) {
-        sched.emplace();
-        // On linux the engine's records are perf's scheduler tracepoints, translated.
-        sched->source = link_->platform_name() == "linux" ? "perf" : "engine";
-      }
       record.written = ring::LoadRelaxed(&header.sched_written);
-      sched->lost.ring_full += record.lost[static_cast<int>(LossReason::kRingFull)];
-      sched->lost.corrupt_index += record.lost[static_cast<int>(LossReason::kCorruptIndex)];
-      sched->lost.malformed += state.malformed;
-      sched->lost.unknown_type += state.sched_unknown;
     } else {
       for (const uint64_t& count : header.samples) record.written += ring::LoadRelaxed(&count);
       malformed += state.malformed;
@@ -484,6 +474,30 @@ void AgentDaemon::UpdateMetadata(const hvpmu::Status* status) {
     m.losses.no_ring = own.no_ring;
   }
   m.losses.malformed_records = malformed;
+  if (sched_source_) {
+    for (const std::string& note : sched_source_->notes()) {
+      if (std::find(m.notes.begin(), m.notes.end(), note) == m.notes.end()) m.notes.push_back(note);
+    }
+  }
+  if (auto sched = RecordedSched()) m.sched = std::move(sched);
+}
+
+std::optional<store::SchedSummary> AgentDaemon::RecordedSched() const {
+  using ring::LossReason;
+  std::optional<store::SchedSummary> sched;
+  for (const RingState& state : rings_.rings()) {
+    if (state.kind != ring::RingKind::kSched) continue;
+    if (!sched) {
+      sched.emplace();
+      // On linux the engine's records are perf's scheduler tracepoints, translated.
+      sched->source = link_->platform_name() == "linux" ? "perf" : "engine";
+    }
+    const uint64_t* lost = state.reader.header().sched_lost;
+    sched->lost.ring_full += ring::LoadRelaxed(&lost[static_cast<int>(LossReason::kRingFull)]);
+    sched->lost.corrupt_index += ring::LoadRelaxed(&lost[static_cast<int>(LossReason::kCorruptIndex)]);
+    sched->lost.malformed += state.malformed;
+    sched->lost.unknown_type += state.sched_unknown;
+  }
   if (sched_source_) {  // the hypervisor's own recording (Xen's trace buffers)
     const SchedSourceStats stats = sched_source_->stats();
     if (!sched) sched.emplace();
@@ -491,11 +505,27 @@ void AgentDaemon::UpdateMetadata(const hvpmu::Status* status) {
     // Xen's per-CPU buffer was full (TRC_LOST_RECORDS): as a full scheduling ring.
     sched->lost.ring_full += stats.platform_lost;
     sched->lost.malformed += stats.malformed;
-    for (const std::string& note : sched_source_->notes()) {
-      if (std::find(m.notes.begin(), m.notes.end(), note) == m.notes.end()) m.notes.push_back(note);
-    }
   }
-  if (sched) m.sched = std::move(sched);
+  return sched;
+}
+
+Json AgentDaemon::SchedStatus() const {
+  std::optional<store::SchedSummary> sched = RecordedSched();
+  if (!sched) return nullptr;
+  uint64_t records = 0;
+  if (session_) {
+    const store::SchedWriterStats stats = session_->sched_stats();
+    records = stats.records;
+    sched->lost.store_failed += stats.failed + session_->sched_dropped();
+    sched->lost.unknown_type += stats.unknown_type;
+  }
+  Json lost = Json::object();
+  for (const store::SchedLossField& field : store::kSchedLossFields) lost[field.name] = sched->lost.*field.member;
+  Json notes = Json::array();
+  if (sched_source_) {
+    for (const std::string& note : sched_source_->notes()) notes.push_back(note);
+  }
+  return Json{{"source", sched->source}, {"records", records}, {"lost", std::move(lost)}, {"notes", std::move(notes)}};
 }
 
 Result<Json> AgentDaemon::Dump() {

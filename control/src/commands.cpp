@@ -684,21 +684,33 @@ std::string FormatStatus(const Json& s) {
   if (s.contains("note")) {  // Xen: only what the rings' headers count
     out += fmt::format("\nlost: {} records to full rings\nnote: {}\n", lost.value("ring_full", uint64_t{0}),
                        s.value("note", ""));
-    if (s.contains("sched")) {  // Xen's trace buffers (--sched)
-      const Json sched = s["sched"];
-      out += fmt::format("sched:   {} scheduling records from {}, {} lost by Xen\n",
-                         sched.value("records", uint64_t{0}), sched.value("source", ""), sched.value("lost", uint64_t{0}));
-      for (const Json& note : sched.value("notes", Json::array())) {
-        out += fmt::format("note: {}\n", EscapeForTerminal(note.get<std::string>()));
-      }
-    }
-    return out;
+  } else {
+    out += fmt::format("\nlost in the hypervisor: {} ring full, {} corrupt index, {} no ring, {} in "
+                       "unprofiled domains; {} idle samples\n",
+                       lost.value("ring_full", uint64_t{0}), lost.value("corrupt_index", uint64_t{0}),
+                       lost.value("no_ring", uint64_t{0}), lost.value("unprofiled_domain", uint64_t{0}),
+                       s.value("idle_samples", uint64_t{0}));
   }
-  out += fmt::format("\nlost in the hypervisor: {} ring full, {} corrupt index, {} no ring, {} in "
-                     "unprofiled domains; {} idle samples\n",
-                     lost.value("ring_full", uint64_t{0}), lost.value("corrupt_index", uint64_t{0}),
-                     lost.value("no_ring", uint64_t{0}), lost.value("unprofiled_domain", uint64_t{0}),
-                     s.value("idle_samples", uint64_t{0}));
+  if (s.contains("sched") && s["sched"].is_object()) {  // --sched, on any platform
+    const Json sched = s["sched"];
+    uint64_t total = 0;
+    std::string causes;
+    const Json sched_lost = sched.value("lost", Json::object());
+    for (const auto& [cause, count] : sched_lost.items()) {
+      if (!count.is_number_integer()) continue;
+      const uint64_t n = count.is_number_unsigned() ? count.get<uint64_t>()
+                                                    : static_cast<uint64_t>(std::max<int64_t>(0, count.get<int64_t>()));
+      if (n == 0) continue;
+      total += n;
+      causes += fmt::format("{}{} {}", causes.empty() ? "" : ", ", EscapeForTerminal(cause), n);
+    }
+    out += fmt::format("sched:   {} scheduling records from {} taken into the session; {} lost{}\n",
+                       sched.value("records", uint64_t{0}), EscapeForTerminal(sched.value("source", "")), total,
+                       causes.empty() ? "" : " (" + causes + ")");
+    for (const Json& note : sched.value("notes", Json::array())) {
+      if (note.is_string()) out += fmt::format("note: {}\n", EscapeForTerminal(note.get<std::string>()));
+    }
+  }
   return out;
 }
 

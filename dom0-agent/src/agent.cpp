@@ -694,13 +694,7 @@ Result<Json> Dom0Agent::Status() {
                    {"lost", {{"ring_full", lost}}},
                    {"backtrace_depth", setup_.callgraph},
                    {"note", "Xen reports no state or losses of its own; this is what hvprofd set up and its rings say"}});
-    if (sched_source_) {
-      const agent::SchedSourceStats stats = sched_source_->stats();
-      result["sched"] = {{"source", sched_source_->name()},
-                         {"records", stats.records},
-                         {"lost", stats.platform_lost},
-                         {"notes", sched_source_->notes()}};
-    }
+    if (Json sched = SchedStatus(); !sched.is_null()) result["sched"] = std::move(sched);
     return result;
   }
   HVPROF_TRY(status, EngineStatus());
@@ -718,6 +712,7 @@ Result<Json> Dom0Agent::Status() {
                  {"total_samples", status.total_samples},
                  {"idle_samples", status.idle_samples},
                  {"backtrace_depth", status.backtrace_depth}});
+  if (Json sched = SchedStatus(); !sched.is_null()) result["sched"] = std::move(sched);
   if (auto clock = link_->SimQuery(); clock) {
     result["sim"] = {{"time_ns", clock.value().sim_time_ns}, {"pmis", clock.value().pmis},
                      {"halted", clock.value().halted}};

@@ -41,11 +41,21 @@ TEST_CASE("hvprof --sched on the sim: the report's time in each state is the mac
   REQUIRE(host.Hvprof({"--run-sim=2s"}).status == 0);
   REQUIRE(host.Hvprof({"--stop"}).status == 0);
   const Json truth = host.GroundTruth(false)["sched"];
+  // --status says how many scheduling records the session took and what was lost, by cause.
+  const auto status = host.Hvprof({"--status"});
+  REQUIRE(status.status == 0);
+  std::smatch said;
+  REQUIRE(std::regex_search(status.out, said,
+                            std::regex(R"(sched: +(\d+) scheduling records from engine taken into the session; (\d+) lost)")));
   REQUIRE(host.Hvprof({"--shutdown"}).status == 0);
 
   const Json metadata = Json::parse(std::ifstream(host.current() + "/session.json"));
   REQUIRE(metadata.contains("sched"));
   CHECK(metadata["sched"]["records"].get<uint64_t>() > 0);
+  CHECK(std::stoull(said[1]) == metadata["sched"]["records"].get<uint64_t>());
+  uint64_t lost = 0;
+  for (const auto& [cause, count] : metadata["sched"]["lost"].items()) lost += count.get<uint64_t>();
+  CHECK(std::stoull(said[2]) == lost);
 
   auto report = host.Report({"--sched", "--format=json", "--top=5"});
   INFO(report.err);

@@ -78,6 +78,10 @@ class AgentDaemon {
   Result<Json> Save(const std::string& name);
   // What status says of the session store: samples not written, and why.
   Json StoreStatus() const;
+  // What status says of scheduling (--sched), null without it: where the records come from, how
+  // many this agent has taken into the session, and what was lost, by cause as session.json's
+  // "sched" counts them (the rings' and the platform's losses so far, and records not written).
+  Json SchedStatus() const;
   // Marks the current profiling interval as started or stopped in the metadata.
   void MarkProfiling(bool on);
 
@@ -98,6 +102,9 @@ class AgentDaemon {
   // marked incomplete if profiling was on, and the agent exits (Run returns), so that the next
   // `hvprof --start-daemon` finds no stale daemon.
   void OnHypervisorLost();
+  // Scheduling as the rings and the platform's own recording say it so far: the source and the
+  // losses on their side (none of sched.hvs's counts); nullopt without --sched.
+  std::optional<store::SchedSummary> RecordedSched() const;
 
   std::string role_;
   store::SessionPaths paths_;

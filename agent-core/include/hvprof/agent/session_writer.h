@@ -79,6 +79,8 @@ class SessionWriter {
   // records cannot be written (or the last one that kept it from being made, while it is not).
   store::SchedWriterStats sched_stats() const;
   const std::optional<Error>& sched_failure() const { return sched_ ? sched_->failure() : sched_open_failure_; }
+  // Scheduling records lost because sched.hvs could not be made (not counted in sched_stats()).
+  uint64_t sched_dropped() const { return sched_dropped_; }
 
   store::SessionMetadata& metadata() { return metadata_; }
   store::WriterStats stats() const { return writer_.stats(); }
