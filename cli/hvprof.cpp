@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
                      "(opcontrol's -h is help here)")
         ("reset", "empty the current session (samples/current)")
         ("save", po::value(&save_name), "keep the current session as samples/NAME and carry on in a fresh one")
-        ("status", "the daemon, the hypervisor's profiler, every domain's role and rings, losses; with --sched, the scheduling records taken and lost")
+        ("status", "the daemon, the hypervisor's profiler, every domain's role and rings, losses; with --sched, the scheduling records stored and lost")
         ("list-events,l", "the events of this machine's CPU and their unit masks")
         ("publish", "in an active guest: hand this domain's symbolized profile to dom0 for its whole-host report "
                     "(hvprof-report --all-domains)")

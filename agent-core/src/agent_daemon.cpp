@@ -512,20 +512,14 @@ std::optional<store::SchedSummary> AgentDaemon::RecordedSched() const {
 Json AgentDaemon::SchedStatus() const {
   std::optional<store::SchedSummary> sched = RecordedSched();
   if (!sched) return nullptr;
-  uint64_t records = 0;
-  if (session_) {
-    const store::SchedWriterStats stats = session_->sched_stats();
-    records = stats.records;
-    sched->lost.store_failed += stats.failed + session_->sched_dropped();
-    sched->lost.unknown_type += stats.unknown_type;
-  }
+  if (session_) sched = session_->WithSchedFile(std::move(*sched));
   Json lost = Json::object();
   for (const store::SchedLossField& field : store::kSchedLossFields) lost[field.name] = sched->lost.*field.member;
   Json notes = Json::array();
   if (sched_source_) {
     for (const std::string& note : sched_source_->notes()) notes.push_back(note);
   }
-  return Json{{"source", sched->source}, {"records", records}, {"lost", std::move(lost)}, {"notes", std::move(notes)}};
+  return Json{{"source", sched->source}, {"records", sched->records}, {"lost", std::move(lost)}, {"notes", std::move(notes)}};
 }
 
 Result<Json> AgentDaemon::Dump() {

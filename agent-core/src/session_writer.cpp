@@ -325,7 +325,20 @@ store::SchedWriterStats SessionWriter::sched_stats() const {
 
 std::optional<store::SchedSummary> SessionWriter::SchedMetadata(std::vector<std::string>* incomplete) const {
   if (!metadata_.sched && !carried_sched_ && !sched_ && sched_dropped_ == 0) return std::nullopt;
-  store::SchedSummary out = metadata_.sched.value_or(store::SchedSummary{});
+  store::SchedSummary out = WithSchedFile(metadata_.sched.value_or(store::SchedSummary{}));
+  const store::SchedWriterStats stats = sched_stats();
+  if (stats.failed + sched_dropped_ != 0) {
+    const std::optional<Error>& why = sched_ && sched_->last_failure() ? sched_->last_failure() : sched_open_failure_;
+    incomplete->push_back(fmt::format(
+        "{} scheduling records could not be written to {}{}: they are counted as lost (store_failed); free space in "
+        "{} before profiling again",
+        stats.failed + sched_dropped_, store::kSchedFile, why ? " (" + why->message() + ")" : std::string(),
+        directory_));
+  }
+  return out;
+}
+
+store::SchedSummary SessionWriter::WithSchedFile(store::SchedSummary out) const {
   if (out.source.empty() && carried_sched_) out.source = carried_sched_->source;
   const store::SchedWriterStats stats = sched_stats();
   out.records = stats.records - (sched_ ? sched_->pending() : 0);  // what the file holds
@@ -342,14 +355,6 @@ std::optional<store::SchedSummary> SessionWriter::SchedMetadata(std::vector<std:
   add(out.lost.store_failed, stats.failed);
   add(out.lost.store_failed, sched_dropped_);
   add(out.lost.unknown_type, stats.unknown_type);
-  if (stats.failed + sched_dropped_ != 0) {
-    const std::optional<Error>& why = sched_ && sched_->last_failure() ? sched_->last_failure() : sched_open_failure_;
-    incomplete->push_back(fmt::format(
-        "{} scheduling records could not be written to {}{}: they are counted as lost (store_failed); free space in "
-        "{} before profiling again",
-        stats.failed + sched_dropped_, store::kSchedFile, why ? " (" + why->message() + ")" : std::string(),
-        directory_));
-  }
   return out;
 }
 

@@ -697,14 +697,13 @@ std::string FormatStatus(const Json& s) {
     std::string causes;
     const Json sched_lost = sched.value("lost", Json::object());
     for (const auto& [cause, count] : sched_lost.items()) {
-      if (!count.is_number_integer()) continue;
-      const uint64_t n = count.is_number_unsigned() ? count.get<uint64_t>()
-                                                    : static_cast<uint64_t>(std::max<int64_t>(0, count.get<int64_t>()));
+      if (!count.is_number_unsigned()) continue;
+      const uint64_t n = count.get<uint64_t>();
       if (n == 0) continue;
       total += n;
       causes += fmt::format("{}{} {}", causes.empty() ? "" : ", ", EscapeForTerminal(cause), n);
     }
-    out += fmt::format("sched:   {} scheduling records from {} taken into the session; {} lost{}\n",
+    out += fmt::format("sched:   {} scheduling records from {} stored; {} lost{}\n",
                        sched.value("records", uint64_t{0}), EscapeForTerminal(sched.value("source", "")), total,
                        causes.empty() ? "" : " (" + causes + ")");
     for (const Json& note : sched.value("notes", Json::array())) {

@@ -365,21 +365,22 @@ TEST_CASE("hvprof --status says what scheduling lost, by cause, on any platform"
                  {"state", "profiling"},     {"session", "/s/current"},
                  {"samples_stored", 10},     {"lost", Json::object()},
                  {"sched", {{"source", "perf"},
-                            {"records", 1234},
-                            {"lost", {{"ring_full", 3}, {"corrupt_index", 0}, {"store_failed", 2},
-                                      {"malformed", 0}, {"unknown_type", 0}}},
+                            {"records", uint64_t{1234}},
+                            {"lost", {{"ring_full", uint64_t{3}}, {"corrupt_index", uint64_t{0}},
+                                      {"store_failed", uint64_t{2}}, {"malformed", uint64_t{0}},
+                                      {"unknown_type", uint64_t{0}}}},
                             {"notes", Json::array()}}}};
   const std::string text = hvprof::control::FormatStatus(status);
   INFO(text);
-  CHECK(text.find("sched:   1234 scheduling records from perf taken into the session; 5 lost "
+  CHECK(text.find("sched:   1234 scheduling records from perf stored; 5 lost "
                   "(ring_full 3, store_failed 2)\n") != std::string::npos);
   // Nothing lost: no causes; and what the agent names is escaped for the terminal.
-  status["sched"]["lost"] = {{"ring_full", 0}};
+  status["sched"]["lost"] = {{"ring_full", uint64_t{0}}};
   status["sched"]["source"] = "perf\x1b[2J";
   status["sched"]["notes"] = {"a note\x1b]0;title\x07"};
   const std::string quiet = hvprof::control::FormatStatus(status);
   INFO(quiet);
-  CHECK(quiet.find("taken into the session; 0 lost\n") != std::string::npos);
+  CHECK(quiet.find(" stored; 0 lost\n") != std::string::npos);
   CHECK(quiet.find('\x1b') == std::string::npos);
   // Without --sched, no line at all.
   status.erase("sched");

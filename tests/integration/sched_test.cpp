@@ -41,12 +41,12 @@ TEST_CASE("hvprof --sched on the sim: the report's time in each state is the mac
   REQUIRE(host.Hvprof({"--run-sim=2s"}).status == 0);
   REQUIRE(host.Hvprof({"--stop"}).status == 0);
   const Json truth = host.GroundTruth(false)["sched"];
-  // --status says how many scheduling records the session took and what was lost, by cause.
+  // --status says how many scheduling records sched.hvs holds and what was lost: session.json's counts.
   const auto status = host.Hvprof({"--status"});
   REQUIRE(status.status == 0);
   std::smatch said;
   REQUIRE(std::regex_search(status.out, said,
-                            std::regex(R"(sched: +(\d+) scheduling records from engine taken into the session; (\d+) lost)")));
+                            std::regex(R"(sched: +(\d+) scheduling records from engine stored; (\d+) lost)")));
   REQUIRE(host.Hvprof({"--shutdown"}).status == 0);
 
   const Json metadata = Json::parse(std::ifstream(host.current() + "/session.json"));

@@ -64,11 +64,12 @@ PerfTask Fork(uint32_t pid, uint32_t ppid, uint32_t tid = 0, uint64_t time = 0) 
   return task;
 }
 
-PerfTask Exit(uint32_t pid, uint64_t time = 0) {
+// The exit of process `pid`, or of its thread `tid`.
+PerfTask Exit(uint32_t pid, uint64_t time = 0, uint32_t tid = 0) {
   PerfTask task;
   task.pid = pid;
   task.ppid = pid;
-  task.tid = pid;
+  task.tid = tid != 0 ? tid : pid;
   task.ptid = pid;
   task.time = time;
   return task;
@@ -179,14 +180,10 @@ TEST_CASE("a long session forgets what exited without a sample, and keeps what s
     table.OnTask(Fork(pid, pid, tid, time));
     table.OnMmap2(Mmap(pid, 0x555555555000, 0x2000, 0x1000, "/usr/bin/cc1"));
     if (i == 7) ++table.Get(pid).samples;
-    PerfTask thread_exit = Exit(pid, time + 1);
-    thread_exit.tid = tid;
-    table.OnTask(thread_exit);
+    table.OnTask(Exit(pid, time + 1, tid));
     table.OnTask(Exit(pid, time + 2));
     table.OnTask(Fork(600, 600, 20000 + i, time));
-    PerfTask worker_exit = Exit(600, time + 1);
-    worker_exit.tid = 20000 + i;
-    table.OnTask(worker_exit);
+    table.OnTask(Exit(600, time + 1, 20000 + i));
   }
   CHECK(table.stats().processes == at_start.processes + 3001);
   CHECK(table.TgidOf(1001) == 1000);  // from its FORK record
@@ -217,9 +214,7 @@ TEST_CASE("a long session forgets what exited without a sample, and keeps what s
   // A tid reused by another process before the prune keeps its new owner.
   table.OnTask(Fork(7000, 1, 0, 6000));
   table.OnTask(Fork(7000, 7000, 7001, 6000));
-  PerfTask reused_exit = Exit(7000, 6001);
-  reused_exit.tid = 7001;
-  table.OnTask(reused_exit);
+  table.OnTask(Exit(7000, 6001, 7001));
   table.OnTask(Fork(7100, 1, 0, 6002));
   table.OnTask(Fork(7100, 7100, 7001, 6002));
   table.Prune(7000);
@@ -237,9 +232,7 @@ TEST_CASE("scheduled tasks are named per process: a reused tid is another task",
   table.OnTask(Fork(100, 100, 105, 11));
   table.OnComm(Comm(100, 105, "old-worker", false));
   table.NoteTask(100, 105);
-  PerfTask gone = Exit(100, 20);
-  gone.tid = 105;
-  table.OnTask(gone);
+  table.OnTask(Exit(100, 20, 105));
   table.OnTask(Exit(100, 21));
   // The host hands tid 105 to a thread of another process, which renames itself.
   table.OnTask(Fork(200, 1, 0, 30));

@@ -79,8 +79,7 @@ class AgentDaemon {
   // What status says of the session store: samples not written, and why.
   Json StoreStatus() const;
   // What status says of scheduling (--sched), null without it: where the records come from, how
-  // many this agent has taken into the session, and what was lost, by cause as session.json's
-  // "sched" counts them (the rings' and the platform's losses so far, and records not written).
+  // many sched.hvs holds, and what was lost, by cause, as session.json's "sched" counts them.
   Json SchedStatus() const;
   // Marks the current profiling interval as started or stopped in the metadata.
   void MarkProfiling(bool on);

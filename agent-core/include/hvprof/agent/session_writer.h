@@ -79,8 +79,10 @@ class SessionWriter {
   // records cannot be written (or the last one that kept it from being made, while it is not).
   store::SchedWriterStats sched_stats() const;
   const std::optional<Error>& sched_failure() const { return sched_ ? sched_->failure() : sched_open_failure_; }
-  // Scheduling records lost because sched.hvs could not be made (not counted in sched_stats()).
-  uint64_t sched_dropped() const { return sched_dropped_; }
+  // `recorded` (the rings' and the platform's side: source, losses) completed as session.json's
+  // "sched" says it: the records sched.hvs holds, its size, an earlier agent's losses and the
+  // records that could not be written.
+  store::SchedSummary WithSchedFile(store::SchedSummary recorded) const;
 
   store::SessionMetadata& metadata() { return metadata_; }
   store::WriterStats stats() const { return writer_.stats(); }
