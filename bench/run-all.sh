@@ -34,8 +34,8 @@ benches=(
   "linux-default|bench/linux/busy_default.sh 3 24|bench/linux/busy_default.sh 1 8"
   "linux-under-load|python3 bench/linux/under_load.py --runs 3|python3 bench/linux/under_load.py --runs 1 --rounds 1000"
   "symbolizer|bench/symbolizer/run.sh|bench/symbolizer/run.sh --quick --no-vmlinux"
-  "report|bench/report/run.sh|bench/report/run.sh 2000000"
-  "report-stacks|bench/report/stacks.sh|bench/report/stacks.sh 2000000"
+  "report|bench/report/run.sh|PERF_SECONDS=10 bench/report/run.sh"
+  "report-stacks|bench/report/stacks.sh|bench/report/stacks.sh 8"
   "report-diff|bench/report/diff.sh|bench/report/diff.sh 2000000"
   "sched|bench/sched/run.sh 10|bench/sched/run.sh 2"
 )

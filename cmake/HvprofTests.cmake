@@ -3,8 +3,8 @@
 # Its own code is compiled for debugging (hvprof_test_code) unless OPTIMIZED: for tests whose
 # own code does the heavy work (thousands of simulated runs), which keep the build's level.
 # A test that needs something the machine lacks exits with code 77 under CTest, which CTest
-# reports as skipped (see tests/support/skip.h). DEBUGINFOD_URLS is emptied: no test asks a
-# debuginfod server but the one it starts itself.
+# reports as skipped (see tests/support/skip.h). DEBUGINFOD_URLS is emptied (catch_main.cpp): no
+# test asks a debuginfod server but the one it starts itself.
 include(Catch)
 
 # hvprof_test_code(target): the target's own C++ code is compiled for debugging in the two tested
@@ -19,6 +19,22 @@ function(hvprof_test_code target)
     $<$<AND:$<CONFIG:RelWithDebInfo>,$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:Clang>>:-O0>)
 endfunction()
 
+# hvprof_discover_tests(target [TIMEOUT seconds] [PROPERTIES ...]): registers each Catch test case
+# of `target` as one CTest entry, run with `-w NoTests` so an entry whose name matches no case
+# fails instead of passing on nothing. The entries get HVPROF_UNDER_CTEST=1 (SkipTest exits 77;
+# the tests' main, tests/support/catch_main.cpp, then empties DEBUGINFOD_URLS and logs each case
+# it starts and each skip for scripts/check-test-count.py). One variable only: set_tests_properties
+# takes ENVIRONMENT's value as one list element, and Catch's discovery splits a list into them.
+function(hvprof_discover_tests target)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "PROPERTIES" ${ARGN})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 120)
+  endif()
+  catch_discover_tests(${target}
+    EXTRA_ARGS -w NoTests
+    PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT ${ARG_TIMEOUT} ENVIRONMENT HVPROF_UNDER_CTEST=1 ${ARG_PROPERTIES})
+endfunction()
+
 function(hvprof_add_test)
   cmake_parse_arguments(ARG "OPTIMIZED" "NAME;TIMEOUT" "SOURCES;LIBS" ${ARGN})
   add_executable(${ARG_NAME} ${ARG_SOURCES})
@@ -27,11 +43,5 @@ function(hvprof_add_test)
   endif()
   target_link_libraries(${ARG_NAME} PRIVATE hvprof_test_support ${ARG_LIBS})
   set_target_properties(${ARG_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
-  if(NOT ARG_TIMEOUT)
-    set(ARG_TIMEOUT 120)
-  endif()
-  catch_discover_tests(${ARG_NAME}
-    DISCOVERY_MODE PRE_TEST
-    PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT ${ARG_TIMEOUT}
-               ENVIRONMENT "HVPROF_UNDER_CTEST=1;DEBUGINFOD_URLS=;HVPROF_SOURCE_DIR=${PROJECT_SOURCE_DIR};HVPROF_BINARY_DIR=${CMAKE_BINARY_DIR}")
+  hvprof_discover_tests(${ARG_NAME} TIMEOUT ${ARG_TIMEOUT})
 endfunction()

@@ -1,35 +1,31 @@
 #!/usr/bin/env bash
-# Report time for a session of ~10M samples (issue 6), against `perf report` on a perf.data
-# of a similar size recorded on this machine in the same run.
-#   hvprof: a sim session on bench/data/throughput.json with dom0's kernel as the vmlinux of
-#           linux-image-amd64-dbg (ELF with DWARF, ~630 MB) and xen-syms, samples spread over
-#           2000 kernel and 500 libc functions per domain; reported by symbol (-l), from the
-#           session's aggregate and from the raw samples (--raw-samples, best of 3 runs), with
-#           --timing.
-#   perf:   `perf record -a -e cpu-clock -c 10000` while two `xz -9` run, for PERF_SECONDS
-#           (default 50, about 10M samples on 2 CPUs), then `perf report --stdio --sort dso,sym`
-#           (best of 3 runs, after one that warms the caches).
+# Report time for a session of ~10M samples (issue 6), against `perf report` on a perf.data of
+# the same workload recorded the same way, in the same run: both tools sample every CPU with the
+# cpu-clock timer every 10 us for PERF_SECONDS (default 50, about 10M samples on 2 CPUs) while
+# two `xz -9` run (hvprof with `hvprof run --platform=linux -e CPU_CLOCK:10000 -- sleep`, perf with
+# `perf record -a -e cpu-clock -c 10000 -- sleep`), one after the other. hvprof-report -l reads its
+# session from the aggregate and from the raw samples (--raw-samples, best of 3 runs, with
+# --timing); perf report --stdio --sort dso,sym reads perf.data (best of 3 runs, after one that
+# warms the caches). Each tool is timed per sample of its own recording.
 # Needs root for perf (or kernel.perf_event_paranoid <= 0). Prints samples per second of both,
 # and two machine-readable lines (FIGURE<TAB>name<TAB>hvprof<TAB>peer<TAB>ratio<TAB>goal<TAB>
 # pass|fail|info): the raw-samples report against perf report in samples per second (goal
 # >=10x, issue 22 item 7), and hvprof-report's peak memory per million samples (information;
 # its ratio is hvprof's over perf report's).
-#   bench/report/run.sh [SAMPLES]      (default 10000000)
+#   bench/report/run.sh            (PERF_SECONDS=N for another length)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-samples=${1:-10000000}
 perf_seconds=${PERF_SECONDS:-50}
+command -v perf >/dev/null || { echo "report bench: needs perf: apt-get install linux-perf" >&2; exit 1; }
 ninja -C build hvprof hvprofd hvprof-hv hvprof-report >/dev/null
 bin=$PWD/build/bin
-vmlinux=$(ls /usr/lib/debug/boot/vmlinux-* 2>/dev/null | sort -V | tail -1 || true)
-if [ -z "$vmlinux" ]; then
-  echo "report bench: needs a vmlinux with symbols: apt-get install linux-image-amd64-dbg" >&2
-  exit 1
-fi
+load_file=/usr/lib/debug/boot/xen-syms-4.17-amd64  # what xz compresses: any large file
 work=$(mktemp -d /tmp/hvprof-report-bench.XXXXXX)
-hv_pid=
 load_pids=()
 # The xz loops and the xz each one runs, by pid (never by name: another run may be going on).
+start_load() {
+  for _ in 1 2; do (while :; do xz -9c "$load_file" >/dev/null; done) & load_pids+=($!); done
+}
 stop_load() {
   local children=()
   for p in "${load_pids[@]}"; do children+=($(pgrep -P "$p" || true)); done
@@ -38,32 +34,21 @@ stop_load() {
   load_pids=()
 }
 cleanup() {  # every step may fail (set -e would stop the trap before the work directory goes)
-  if [ -n "$hv_pid" ]; then
-    kill "$hv_pid" 2>/dev/null || true
-    wait "$hv_pid" 2>/dev/null || true
-  fi
   stop_load
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-python3 - "$vmlinux" "$work/scenario.json" <<'PY'
-import json, sys
-scenario = json.load(open("bench/data/throughput.json"))
-scenario["name"] = "report-bench"
-for domain in scenario["domains"]:
-    if domain["id"] == 0:
-        domain["kernel"] = {"elf": sys.argv[1]}
-    domain["workload"]["kernel"]["auto"]["count"] = 2000
-    domain["workload"]["user"]["auto"]["count"] = 500
-json.dump(scenario, open(sys.argv[2], "w"), indent=1)
-PY
-
-echo "== hvprof: recording a session of $samples samples (sim, max speed)"
-# shellcheck source=bench/report/record_sim.sh
-. bench/report/record_sim.sh
-record_sim "$work/scenario.json" "$samples"
-session=$work/s/samples/current
+echo "== hvprof: recording $perf_seconds s of cpu-clock every 10 us on all CPUs, two xz -9 running"
+start_load
+"$bin/hvprof" run --platform=linux -e CPU_CLOCK:10000 --session-dir="$work/s" --run-dir="$work/run" \
+  -- sleep "$perf_seconds" >"$work/hvprof-run.txt" 2>&1 || {
+  echo "hvprof run failed (needs root or kernel.perf_event_paranoid <= 0):" >&2
+  tail -5 "$work/hvprof-run.txt" >&2
+  exit 1
+}
+stop_load
+session=$(ls -d "$work"/s/samples/run-* | head -n 1)
 
 report() {  # runs, label, extra options: keeps the run with the least total time
   local runs=$1 label=$2; shift 2
@@ -98,7 +83,7 @@ head -12 "$work/report.txt" | tail -6
 
 echo
 echo "== perf: recording $perf_seconds s of cpu-clock every 10 us on all CPUs, two xz -9 running"
-for _ in 1 2; do (while :; do xz -9c "$vmlinux" >/dev/null; done) & load_pids+=($!); done
+start_load
 perf record -q -o "$work/perf.data" -a -e cpu-clock -c 10000 -- sleep "$perf_seconds" 2>"$work/perf-record.txt" || {
   echo "perf record failed (needs root or kernel.perf_event_paranoid <= 0):" >&2
   cat "$work/perf-record.txt" >&2

@@ -1,9 +1,12 @@
 #include "hvprof/linux/tracepoints.h"
 
+#include <sys/mount.h>
 #include <sys/stat.h>
 
 #include <charconv>
+#include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "hvprof/base/files.h"
 
@@ -159,17 +162,37 @@ hvprof::Result<TracepointFormat> ParseTracepointFormat(std::string_view text, st
   return format;
 }
 
-hvprof::Result<std::string> FindTracefs(const HostPaths& paths) {
+namespace {
+
+std::optional<std::string> MountedTracefs(const HostPaths& paths) {
   for (const char* relative : {"/kernel/tracing", "/kernel/debug/tracing"}) {
     const std::string dir = paths.sys + relative;
     struct stat st {};
     if (::stat((dir + "/events/sched").c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return dir;
   }
-  return MakeError(ErrorKind::kUnsupported,
+  return std::nullopt;
+}
+
+}  // namespace
+
+hvprof::Result<std::string> FindTracefs(const HostPaths& paths) {
+  if (auto dir = MountedTracefs(paths)) return *dir;
+  // As perf does: where the host's tracefs is not mounted and we may mount it, mount it at its
+  // usual place (never under a test's fake root).
+  int mount_errno = 0;
+  if (paths.sys == "/sys") {
+    if (::mount("nodev", "/sys/kernel/tracing", "tracefs", 0, nullptr) == 0) {
+      if (auto dir = MountedTracefs(paths)) return *dir;
+    } else {
+      mount_errno = errno;
+    }
+  }
+  return MakeError(mount_errno == EPERM ? ErrorKind::kPermissionDenied : ErrorKind::kUnsupported,
                    "--sched: tracefs is not mounted (neither {0}/kernel/tracing nor {0}/kernel/debug/tracing "
-                   "has events/sched): mount it with 'mount -t tracefs nodev {0}/kernel/tracing', or leave out "
-                   "--sched",
-                   paths.sys);
+                   "has events/sched){1}: mount it with 'mount -t tracefs nodev {0}/kernel/tracing' as root, "
+                   "or leave out --sched",
+                   paths.sys,
+                   mount_errno == 0 ? std::string() : fmt::format(" and mounting it failed ({})", std::strerror(mount_errno)));
 }
 
 hvprof::Result<TracepointFormat> ReadTracepoint(const std::string& tracefs, std::string_view system,

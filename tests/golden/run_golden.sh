@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Golden diff tests of hvprof-report: profiles the fixed scenario in this directory on the
-# simulated machine (deterministic at maximum speed), then runs every case of cases.txt and
-# compares its output with expected/NAME.out.
+# simulated machine (deterministic at maximum speed), checks the session against the simulator's
+# ground truth (check_truth.py), then runs every case of cases.txt and compares its output with
+# expected/NAME.out.
 #   run_golden.sh BUILD_DIR            compare (exit 1 on any difference)
 #   run_golden.sh BUILD_DIR --update   rewrite the expected outputs
 set -uo pipefail
@@ -19,7 +20,7 @@ cleanup() {
 trap cleanup EXIT
 
 "$bin/hvprof-hv" --platform=sim --scenario="$here/scenario.json" --run-dir="$work/run" --speed=max \
-  2>"$work/hv.log" &
+  --ground-truth="$work/truth.json" 2>"$work/hv.log" &
 hv_pid=$!
 for _ in $(seq 200); do [ -S "$work/run/domain-0.sock" ] && break; sleep 0.05; done
 if ! "$bin/hvprof" run --run-dir="$work/run" --session-dir="$work/sessions" \
@@ -28,6 +29,13 @@ if ! "$bin/hvprof" run --run-dir="$work/run" --session-dir="$work/sessions" \
   echo "golden: profiling the scenario failed:"; cat "$work/run.out" "$work/hv.log"; exit 1
 fi
 session=$(ls -d "$work"/sessions/samples/run-* | head -n 1)
+# hvprof-hv writes the ground truth as it ends. The session the outputs come from must agree with
+# it before any output is compared: a regenerated expected/ that moved the counts fails here.
+kill "$hv_pid" && wait "$hv_pid" 2>/dev/null
+hv_pid=
+if ! python3 "$here/check_truth.py" "$work/truth.json" "$session" "$bin/hvprof-report"; then
+  echo "golden: the session disagrees with the simulator's ground truth"; exit 1
+fi
 
 failures=0
 cases=0

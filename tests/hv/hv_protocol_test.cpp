@@ -329,7 +329,7 @@ TEST_CASE("malformed and truncated messages get errors, never a crash", "[hv][ba
   Must(RunOp(*dom0, legacy::kOpInit, &init));
 }
 
-TEST_CASE("a client killed mid-session is cleaned up; the daemon stays healthy", "[hv][robustness]") {
+TEST_CASE("a client killed mid-session is cleaned up, the daemon stays healthy", "[hv][robustness]") {
   RunningDaemon daemon;
   auto dom0 = daemon.Connect(0);
   legacy::Init init{};

@@ -92,7 +92,7 @@ int Significant(const Json& diff) {
 
 }  // namespace
 
-TEST_CASE("diff: two seeds of one scenario flag nothing; a 2-point move is flagged and measured", "[diff]") {
+TEST_CASE("diff: two seeds of one scenario flag nothing, a 2-point move is flagged and measured", "[diff]") {
   Host first(Scenario(false), 11);
   Host second(Scenario(false), 12);
   Host changed(Scenario(true), 13);

@@ -189,7 +189,7 @@ TEST_CASE("with tiny rings and a stalled agent, produced = stored + lost, per ri
   CHECK(session.value().metadata.losses.ring_full == total_lost);
 }
 
-TEST_CASE("a killed agent loses at most its unflushed tail; a new one recovers", "[agent][crash]") {
+TEST_CASE("a killed agent loses at most its unflushed tail, a new one recovers", "[agent][crash]") {
   Host host(TestScenario("intel-arch-v4", 23));
   REQUIRE(host.Hvprof({"--start-daemon", "--passive-domains=2"}).status == 0);
   REQUIRE(host.Hvprof({"--start"}).status == 0);
@@ -200,15 +200,27 @@ TEST_CASE("a killed agent loses at most its unflushed tail; a new one recovers",
   const uint64_t durable = dumped.value().metadata.samples_stored;
   REQUIRE(durable > 0);
   REQUIRE(host.Hvprof({"--run-sim=200ms"}).status == 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1300));  // the periodic flush
+  // The agent's periodic flush writes samples beyond the last dump: wait until the file holds
+  // some (on a busy machine the flush may come late), then kill it.
+  auto readable_samples = [&] {
+    uint64_t count = 0;
+    auto read = store::ReadSamplesFile(host.current() + "/samples.hvs", [&](const store::StoredSample&) { ++count; });
+    REQUIRE(read.has_value());
+    return count;
+  };
+  const auto flush_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (readable_samples() <= durable && std::chrono::steady_clock::now() < flush_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   const pid_t agent = host.AgentPid();
   REQUIRE(::kill(agent, SIGKILL) == 0);
-  for (int i = 0; i < 100 && ::kill(agent, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const auto death_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (::kill(agent, 0) == 0 && std::chrono::steady_clock::now() < death_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 
   // What was written reads back, beyond the last dump.
-  uint64_t readable = 0;
-  auto read = store::ReadSamplesFile(host.current() + "/samples.hvs", [&](const store::StoredSample&) { ++readable; });
-  REQUIRE(read.has_value());
+  const uint64_t readable = readable_samples();
   CHECK(readable > durable);
   auto status = host.Hvprof({"--status"});
   CHECK(status.out.find("not running") != std::string::npos);

@@ -117,7 +117,9 @@ pid_t Host::AgentPid() const {
 
 bool WaitForProfiling(const std::string& session_root) {
   const store::SessionPaths paths{session_root};
-  for (int i = 0; i < 500; ++i) {
+  // Generous: a loaded machine may take a while to start the daemons and the workload.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     auto status = control::Status(paths);
     if (status && status.value().message.find("profiling on") != std::string::npos) return true;

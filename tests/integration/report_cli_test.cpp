@@ -203,7 +203,7 @@ TEST_CASE("event headers are never cut, and each note is printed once", "[report
   CHECK(json["notes"] == Json::array({"a note said twice", "another note"}));
 }
 
-TEST_CASE("colour only on a terminal or when asked, and a progress line only on a terminal", "[report][terminal]") {
+TEST_CASE("colour only when asked, never on a pipe", "[report][terminal]") {
   Host host(TestScenario("intel-arch-v4", 49));
   Profile(host, "--event=CPU_CLK_UNHALTED:6000");
   const std::string escape = "\x1b[";
@@ -211,22 +211,28 @@ TEST_CASE("colour only on a terminal or when asked, and a progress line only on 
   CHECK(host.Report({"-l", "--color=always"}).out.find(escape) != std::string::npos);
   CHECK(host.Report({"-l", "--color=never"}).out.find(escape) == std::string::npos);
   CHECK(host.Report({"-l", "--color=sometimes"}).status == 2);
-  if (!std::filesystem::exists("/usr/bin/script")) {
-    hvprof::testing::SkipTest("script(1) is not installed (util-linux): no pseudo-terminal to test on");
-    return;
-  }
-  CHECK(OnTerminal(host, "", "-l").out.find(escape) != std::string::npos);
-  CHECK(OnTerminal(host, "NO_COLOR=1", "-l").out.find(escape) == std::string::npos);
-  CHECK(OnTerminal(host, "", "-l --color=never").out.find(escape) == std::string::npos);
-
-  // With no delay, the symbolization's progress line shows on a terminal and is erased; never
-  // on a pipe.
-  const CommandResult terminal = OnTerminal(host, "HVPROF_PROGRESS_DELAY_MS=0", "-l --color=never");
-  CHECK(terminal.out.find("\rhvprof-report: symbolizing images: ") != std::string::npos);
+  // No progress line on a pipe, even with no delay.
   const CommandResult piped = RunProgram({Binary("hvprof-report"), "--session-dir=" + host.session_root(), "-l"},
                                          {"HVPROF_PROGRESS_DELAY_MS=0"});
   CHECK(piped.err.find("symbolizing") == std::string::npos);
   CHECK(piped.out.find("symbolizing") == std::string::npos);
+}
+
+TEST_CASE("colour and a progress line on a terminal", "[report][terminal]") {
+  if (!std::filesystem::exists("/usr/bin/script") &&
+      hvprof::testing::SkipTest("script(1) is not installed (util-linux): no pseudo-terminal to test on")) {
+    return;
+  }
+  Host host(TestScenario("intel-arch-v4", 49));
+  Profile(host, "--event=CPU_CLK_UNHALTED:6000");
+  const std::string escape = "\x1b[";
+  CHECK(OnTerminal(host, "", "-l").out.find(escape) != std::string::npos);
+  CHECK(OnTerminal(host, "NO_COLOR=1", "-l").out.find(escape) == std::string::npos);
+  CHECK(OnTerminal(host, "", "-l --color=never").out.find(escape) == std::string::npos);
+
+  // With no delay, the symbolization's progress line shows on a terminal and is erased.
+  const CommandResult terminal = OnTerminal(host, "HVPROF_PROGRESS_DELAY_MS=0", "-l --color=never");
+  CHECK(terminal.out.find("\rhvprof-report: symbolizing images: ") != std::string::npos);
   // By default (two seconds' grace) a quick report shows none, even on a terminal.
   CHECK(OnTerminal(host, "", "-l --color=never").out.find("symbolizing") == std::string::npos);
 }

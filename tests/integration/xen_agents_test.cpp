@@ -311,13 +311,10 @@ TEST_CASE("xen: hvprof run profiles a workload and saves a session that matches 
   // The workload is a pause; meanwhile the simulated machine runs. Its counters count only
   // while `hvprof run` profiles, so the truth needs no timing.
   std::atomic<int> steps{0};
+  std::atomic<bool> profiling{false};
   std::thread machine([&] {
     auto clock = host.Connect(0);
-    const store::SessionPaths paths{host.session_root()};
-    for (int wait = 0; wait < 500 && !control::FindAgent(paths).running; ++wait) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // from the daemon's start to --start
+    profiling = hvprof::testing::WaitForProfiling(host.session_root());
     for (int step = 0; step < 100; ++step) {
       if (clock->SimRunFor(1'000'000)) ++steps;
       std::this_thread::sleep_for(std::chrono::milliseconds(4));
@@ -328,6 +325,7 @@ TEST_CASE("xen: hvprof run profiles a workload and saves a session that matches 
                                dom0);
   machine.join();
   Require(run);
+  REQUIRE(profiling);
   CHECK(steps == 100);
   const nlohmann::json truth = host.GroundTruth(false);
   std::ifstream json_file(dir.File("run.json"));

@@ -5,6 +5,7 @@
 // has exited and its files were removed. Skipped, with the reason, where the runtime is absent.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -60,6 +61,39 @@ void RemoveRuntimeFiles(const std::string& pattern_dir, const std::string& prefi
     const std::string name = entry.path().filename().string();
     if (name.starts_with(prefix) && name.ends_with(suffix)) std::filesystem::remove(entry.path(), ec);
   }
+}
+
+// A CPython of 3.12 or later: on PATH, or installed by pyenv ($PYENV_ROOT, ~/.pyenv). Each is
+// asked its version (std::system: no assertion before the caller's skip). With `frame_pointers`,
+// only one built with frame pointers (-fno-omit-frame-pointer in its CFLAGS), as CPython's perf
+// support asks: without them a frame-pointer stack walk from the interpreter's C code does not
+// reach the trampolines.
+std::string FindPython312(bool frame_pointers) {
+  std::vector<std::string> candidates;
+  for (const char* name : {"python3", "python3.14", "python3.13", "python3.12"}) {
+    const std::string found = FindOnPath(name);
+    if (!found.empty()) candidates.push_back(found);
+  }
+  std::vector<std::string> roots;
+  if (const char* root = std::getenv("PYENV_ROOT")) roots.emplace_back(root);
+  if (const char* home = std::getenv("HOME")) roots.push_back(std::string(home) + "/.pyenv");
+  for (const std::string& root : roots) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(root + "/versions", ec)) {
+      candidates.push_back(entry.path().string() + "/bin/python3");
+    }
+  }
+  for (const std::string& candidate : candidates) {
+    if (::access(candidate.c_str(), X_OK) != 0) continue;
+    const std::string check = frame_pointers ? " and \"no-omit-frame-pointer\" in "
+                                               "(sysconfig.get_config_var(\"CFLAGS\") or \"\")"
+                                             : "";
+    const std::string command = "'" + candidate +
+                                "' -c 'import sys, sysconfig; sys.exit(0 if sys.version_info >= (3, 12)" + check +
+                                " else 1)' >/dev/null 2>&1";
+    if (std::system(command.c_str()) == 0) return candidate;
+  }
+  return "";
 }
 
 }  // namespace
@@ -122,17 +156,18 @@ TEST_CASE("jit: the JVM's perf map, written as it exits, names its hot methods i
 TEST_CASE("jit: CPython's perf trampolines (-X perf) name its hot functions in their 2:1 ratio",
           "[linux][live][jit]") {
   if (!PerfUsable()) return;
-  // -X perf came with CPython 3.12. (A name on PATH may be a shim of a version manager that
-  // has no such interpreter: each is asked its version.)
-  std::string python;
-  for (const char* name : {"python3", "python3.14", "python3.13", "python3.12"}) {
-    const std::string candidate = FindOnPath(name);
-    if (!python.empty() || candidate.empty()) continue;
-    const CommandResult version =
-        RunProgram({candidate, "-c", "import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)"});
-    if (version.status == 0) python = candidate;
+  // -X perf came with CPython 3.12. A name on PATH may be a shim of a version manager that has
+  // no such interpreter; the interpreters a version manager (pyenv) installed are looked at too.
+  const std::string python = FindPython312(true);
+  if (python.empty()) {
+    const std::string any = FindPython312(false);
+    SkipTest(any.empty() ? std::string("CPython 3.12 or later is not installed (-X perf came with 3.12; looked on PATH "
+                                       "and in pyenv's versions)")
+                         : any + " (3.12 or later) was built without frame pointers: a frame-pointer stack walk from "
+                                 "its C code cannot reach the -X perf trampolines (CPython's perf support asks for "
+                                 "-fno-omit-frame-pointer)");
+    return;
   }
-  if (python.empty() && SkipTest("CPython 3.12 or later is not installed (-X perf came with 3.12)")) return;
   LinuxRun run;
   // The trampolines are frames on the call stack (the interpreter runs the code), so the
   // ratio is read from the stacks.

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,7 +74,19 @@ class EngineSession {
   bool started_ = false;
 };
 
-// A machine sampling this host, or nullptr after SkipTest with perf's reason.
+// Why perf events cannot be used here, for a skip at the start of a live test: the kernel has
+// none (ENOSYS) or does not allow system-wide ones (EACCES, EPERM), asked of the kernel directly.
+// Any other answer is nullopt: the code under test must then work, or report and fail.
+std::optional<std::string> PerfUnusable();
+// Why KVM cannot run a guest here (no /dev/kvm, or KVM_CREATE_VM refused), or nullopt.
+std::optional<std::string> KvmUnusable();
+// False after SkipTest with PerfUnusable's reason. Call it first in a live test.
+bool PerfUsable();
+
+// The user and system CPU time process `pid` used so far, from /proc/PID/stat (0 once it is gone).
+double CpuSeconds(pid_t pid);
+
+// A machine sampling this host; FAILs when it cannot be made (check PerfUnusable() first).
 std::unique_ptr<hvprof::linux_host::LinuxMachine> LiveMachine(
     hvprof::linux_host::LinuxOptions options);
 
@@ -104,9 +117,9 @@ class Child {
   std::string output_;
 };
 
-// Waits until the KVM fixture (HVPROF_LINUX_KVM_GUEST) in `guest` runs its vCPU; false, after
-// SkipTest with the reason, where KVM cannot run a guest here.
-bool KvmGuestRunning(Child& guest);
+// Waits until the KVM fixture (HVPROF_LINUX_KVM_GUEST) in `guest` runs guest code; FAILs if it
+// exits first (check KvmUnusable() at the start of the test).
+void KvmGuestRunning(Child& guest);
 // The domain `machine` numbered the VMM process `vmm` as (REQUIREs one).
 hvpmu::DomainId GuestDomainOf(hvprof::linux_host::LinuxMachine& machine, pid_t vmm);
 

@@ -32,6 +32,7 @@ using hvprof::testing::Child;
 using hvprof::testing::CollectedSample;
 using hvprof::testing::EngineSession;
 using hvprof::testing::LiveMachine;
+using hvprof::testing::PerfUsable;
 using hvprof::testing::SessionOptions;
 using Json = nlohmann::json;
 
@@ -155,8 +156,8 @@ class SysctlOverride {
 }  // namespace
 
 TEST_CASE("the fixture's hot functions show their designed shares", "[linux][live]") {
+  if (!PerfUsable()) return;
   auto machine = LiveMachine(Options());
-  if (!machine) return;
   Child fixture({kFixture, "--wait", "--seconds", "1.5"}, true);
   const auto setup_start = std::chrono::steady_clock::now();
   EngineSession session(*machine, SessionOptions{});
@@ -168,7 +169,7 @@ TEST_CASE("the fixture's hot functions show their designed shares", "[linux][liv
   fixture.Go();
   rusage before{}, after{};
   ::getrusage(RUSAGE_THREAD, &before);
-  session.Pump(6000ms, [&] { return fixture.Exited(); });
+  session.Pump(60000ms, [&] { return fixture.Exited(); });
   session.Stop();
   ::getrusage(RUSAGE_THREAD, &after);
   REQUIRE(fixture.Wait() == 0);
@@ -213,8 +214,8 @@ TEST_CASE("the fixture's hot functions show their designed shares", "[linux][liv
 }
 
 TEST_CASE("a process that exits during the run is still symbolized", "[linux][live]") {
+  if (!PerfUsable()) return;
   auto machine = LiveMachine(Options());
-  if (!machine) return;
   EngineSession session(*machine, SessionOptions{});
   session.Start();
   session.Pump(100ms);
@@ -223,9 +224,9 @@ TEST_CASE("a process that exits during the run is still symbolized", "[linux][li
   // small share of the fixture's samples.
   Child fixture({kFixture, "--seconds", "1.5"}, false);
   const auto pid = static_cast<uint32_t>(fixture.pid());
-  session.Pump(10000ms, [&] { return fixture.Exited(); });
+  session.Pump(60000ms, [&] { return fixture.Exited(); });
   // perf's exit record may come a while after the exit on a loaded machine.
-  session.Pump(5000ms, [&] {
+  session.Pump(60000ms, [&] {
     const Process* process = machine->processes().Find(pid);
     return process != nullptr && process->exited;
   });
@@ -257,17 +258,17 @@ TEST_CASE("a process that exits during the run is still symbolized", "[linux][li
 
 TEST_CASE("a domain map with two process trees puts each tree in its own domain",
           "[linux][live]") {
+  if (!PerfUsable()) return;
   Child a({kFixture, "--wait", "--fork", "--seconds", "1.0"}, true);
   Child b({kFixture, "--wait", "--fork", "--seconds", "1.0"}, true);
   auto machine = LiveMachine(Options(fmt::format("pid:{}=1,pid:{}=2", a.pid(), b.pid())));
-  if (!machine) return;
   SessionOptions options;
   options.passive = {1, 2};
   EngineSession session(*machine, options);
   session.Start();
   a.Go();
   b.Go();
-  session.Pump(8000ms, [&] { return a.Exited() && b.Exited(); });
+  session.Pump(60000ms, [&] { return a.Exited() && b.Exited(); });
   session.Stop();
   REQUIRE(a.Wait() == 0);
   REQUIRE(b.Wait() == 0);
@@ -317,17 +318,18 @@ TEST_CASE("throttling by kernel.perf_event_max_sample_rate is detected and repor
     hvprof::testing::SkipTest("lowering kernel.perf_event_max_sample_rate needs root");
     return;
   }
-  auto machine = LiveMachine(Options());
-  if (!machine) return;
-  SysctlOverride limit("/proc/sys/kernel/perf_event_max_sample_rate", "1000");
-  if (!limit.ok()) {
-    hvprof::testing::SkipTest("cannot write /proc/sys/kernel/perf_event_max_sample_rate");
+  if (::access("/proc/sys/kernel/perf_event_max_sample_rate", W_OK) != 0) {
+    hvprof::testing::SkipTest("/proc/sys/kernel/perf_event_max_sample_rate is not writable here (a container?)");
     return;
   }
+  if (!PerfUsable()) return;
+  SysctlOverride limit("/proc/sys/kernel/perf_event_max_sample_rate", "1000");
+  REQUIRE(limit.ok());
+  auto machine = LiveMachine(Options());
   Child fixture({kFixture, "--seconds", "0.6"}, false);
   EngineSession session(*machine, SessionOptions{});  // about 26 kHz per CPU at 2.6 GHz
   session.Start();
-  session.Pump(500ms);
+  session.Pump(60000ms, [&] { return fixture.Exited(); });
   session.Stop();
   const Json stats = Json::parse(machine->StatsJson());
   CHECK(stats["throttled"] == true);
@@ -392,17 +394,17 @@ TEST_CASE("without privileges, perf_event_open's refusal says what to change", "
 }
 
 TEST_CASE("callchains from perf become the engine's backtraces", "[linux][live]") {
+  if (!PerfUsable()) return;
   LinuxOptions options = Options();
   options.callchain_depth = 8;
   auto machine = LiveMachine(options);
-  if (!machine) return;
   Child fixture({kFixture, "--wait", "--seconds", "0.5"}, true);
   SessionOptions session_options;
   session_options.backtrace_depth = 8;
   EngineSession session(*machine, session_options);
   session.Start();
   fixture.Go();
-  session.Pump(6000ms, [&] { return fixture.Exited(); });
+  session.Pump(60000ms, [&] { return fixture.Exited(); });
   session.Stop();
   REQUIRE(fixture.Wait() == 0);
 
@@ -433,16 +435,21 @@ TEST_CASE("callchains from perf become the engine's backtraces", "[linux][live]"
 }
 
 TEST_CASE("perf's own losses are counted and explained", "[linux][live]") {
+  if (!PerfUsable()) return;
   LinuxOptions options = Options();
   options.ring_pages = 1;  // 4 KiB: a few milliseconds of samples
   auto machine = LiveMachine(options);
-  if (!machine) return;
   // A busy CPU keeps sampling: perf writes its LOST record with the first sample that fits
   // again (an idle, tickless CPU may instead stay throttled).
   Child fixture({kFixture, "--seconds", "0.8"}, false);
   EngineSession session(*machine, SessionOptions{});
   session.Start();
-  std::this_thread::sleep_for(300ms);  // nobody drains: the rings overflow
+  // Nobody drains while the fixture runs 200 ms of CPU (about 5,000 samples at this rate, where
+  // a 4 KiB ring holds under a hundred): the rings overflow, however long that takes here.
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (hvprof::testing::CpuSeconds(fixture.pid()) < 0.2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
   session.Pump(200ms);
   session.Stop();
   const Json stats = Json::parse(machine->StatsJson());
@@ -457,17 +464,18 @@ TEST_CASE("perf's own losses are counted and explained", "[linux][live]") {
 }
 
 TEST_CASE("KVM guest samples belong to their VMM's domain", "[linux][live]") {
-  Child guest({HVPROF_LINUX_KVM_GUEST, "1.0"}, false);
-  if (!hvprof::testing::KvmGuestRunning(guest)) return;
+  if (!PerfUsable()) return;
+  if (auto why = hvprof::testing::KvmUnusable(); why && hvprof::testing::SkipTest(*why)) return;
+  Child guest({HVPROF_LINUX_KVM_GUEST, "2.0"}, false);
+  hvprof::testing::KvmGuestRunning(guest);
   // No map: the VMM is found by its KVM file descriptor and numbered automatically.
   auto machine = LiveMachine(Options());
-  if (!machine) return;
   const DomainId guest_domain = hvprof::testing::GuestDomainOf(*machine, guest.pid());
   SessionOptions options;
   options.passive = {guest_domain};
   EngineSession session(*machine, options);
   session.Start();
-  session.Pump(3000ms, [&] { return guest.Exited(); });
+  session.Pump(60000ms, [&] { return guest.Exited(); });
   session.Stop();
   REQUIRE(guest.Wait() == 0);
 
@@ -489,15 +497,18 @@ TEST_CASE("KVM guest samples belong to their VMM's domain", "[linux][live]") {
     CHECK(flagged);
     // Real mode is CPL 0: the guest's kernel.
     CHECK(sample.record.mode == static_cast<uint8_t>(ring::Mode::kKernel));
-    in_loop += sample.record.ip >= 0x1000 && sample.record.ip < 0x1003;
+    in_loop += sample.record.ip >= 0x1000 && sample.record.ip < 0x1006;
   }
   std::printf("measured (kvm): %llu guest samples (%llu in its loop), %llu hypervisor samples in "
               "domain %u\n",
               static_cast<unsigned long long>(guest_samples), static_cast<unsigned long long>(in_loop),
               static_cast<unsigned long long>(hypervisor), guest_domain);
   // How much of a vCPU's time is guest code depends on the virtualization underneath: under
-  // nested or software virtualization (PVM) KVM emulates most of it, in the host kernel.
+  // nested or software virtualization KVM emulates most of it, in the host kernel (on the
+  // 2-vCPU VM this was written on, 11 of 25,000 samples of the vCPU thread were the guest's).
+  // But the guest ran (its counter moved before the fixture said "running", and it ran 2 s of
+  // CPU): at least one sample must be the guest's, at its loop.
   CHECK(guest_samples + hypervisor >= 100);
+  CHECK(guest_samples >= 1);
   CHECK(in_loop == guest_samples);
-  if (guest_samples == 0) WARN("no sample was taken in guest code itself");
 }

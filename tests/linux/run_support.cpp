@@ -10,12 +10,6 @@ namespace hvprof::testing {
 
 using Json = nlohmann::json;
 
-bool PerfUsable() {
-  hvprof::linux_host::LinuxOptions options;
-  options.scan_proc = false;
-  return LiveMachine(options) != nullptr;
-}
-
 CommandResult LinuxRun::Run(std::vector<std::string> args) {
   std::vector<std::string> argv = {Binary("hvprof"), "run", "--platform=linux", "--run-dir=" + dir_.File("run"),
                                    "--session-dir=" + dir_.File("sessions")};

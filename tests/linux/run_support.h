@@ -9,13 +9,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "live_support.h"  // PerfUsable
 #include "programs.h"
 #include "temp_dir.h"
 
 namespace hvprof::testing {
-
-// False after SkipTest with perf's reason when perf_event_open is not usable here.
-bool PerfUsable();
 
 class LinuxRun {
  public:

@@ -1,8 +1,8 @@
-// hvprof run --sched on linux against perf sched: both record the same workload at once (perf
-// sched record -a around hvprof run), and each of the workload's threads must have the same
-// running and runnable time in both, within 2%. (The workload's threads sleep before they exit:
-// timehist drops an exiting task's last switch, and the wait and run before it.) Skipped, with the reason, without perf, perf
-// events or a readable tracefs.
+// hvprof run --sched on linux against the kernel's scheduler tracepoints read by BPF: bpftrace
+// sums each of the workload's threads' running and runnable time from every sched_switch,
+// sched_waking and sched_wakeup_new while hvprof records the same run through perf, and hvprof's
+// figures must hold it. Skipped, with the reason, without perf events, a tracefs that can be
+// mounted and read, or bpftrace that can attach to tracepoints.
 #include <signal.h>
 
 #include <chrono>
@@ -33,6 +33,7 @@ using hvprof::testing::SessionOptions;
 using hvprof::testing::CommandResult;
 using hvprof::testing::LinuxRun;
 using hvprof::testing::PerfUsable;
+using hvprof::testing::ReadText;
 using hvprof::testing::TempDir;
 using Json = nlohmann::json;
 
@@ -40,154 +41,217 @@ namespace {
 
 const std::string kWorkload = HVPROF_LINUX_SCHED_MIX;
 
-struct PerfTask {
-  std::string comm;
+// Whether tracefs and the scheduler's tracepoints can be read here, as a reason to skip
+// (tracefs absent and not mountable, or not readable): nullopt where they can. Any other error
+// (a format hvprof cannot parse) is the code under test's, and the test goes on to fail on it.
+std::optional<std::string> TracepointsUnusable() {
+  auto points = hvprof::linux_host::SchedTracepoints::Read({});
+  if (points) return std::nullopt;
+  const auto kind = points.error().kind();
+  if (kind == hvprof::ErrorKind::kUnsupported || kind == hvprof::ErrorKind::kPermissionDenied) {
+    return points.error().message();
+  }
+  return std::nullopt;
+}
+
+// The truth: every scheduler tracepoint of the workload's threads, as BPF sees them (a BPF
+// program runs at each one; perf's events, which hvprof and perf sched read, miss some on some
+// kernels: on the one this was written on, most sched_switch events out of the idle task). A
+// thread is followed from its sched_wakeup_new, made by the workload's main thread: running from
+// a switch in to a switch out, runnable from a wake-up or a preemption (prev_state R, 0, or the
+// kernel's "preempted" mark 256) to the next switch in. Printed at exit as "run TID NS" and
+// "wait TID NS", with its switches in as "switches TID N"; "tick" lines say the probes are attached.
+// BPF may miss an event too (a program is not run while another runs on the CPU): a switch out
+// with no switch in before it is counted, per thread ("@missed_of[TID]"), and that thread's truth
+// is not used in that run.
+constexpr const char* kTruthScript = R"(
+BEGIN { @missed = 0; }
+tracepoint:sched:sched_wakeup_new /comm == "linux_sched_mix"/ { @watch[args->pid] = 1; @rq[args->pid] = nsecs; }
+tracepoint:sched:sched_waking /@watch[args->pid]/ { if (@rq[args->pid] == 0) { @rq[args->pid] = nsecs; } }
+tracepoint:sched:sched_switch {
+  if (@watch[args->prev_pid]) {
+    if (@since[args->prev_pid] != 0) { @run[args->prev_pid] += nsecs - @since[args->prev_pid]; }
+    else { @missed++; @missed_of[args->prev_pid] = count(); }
+    delete(@since[args->prev_pid]);
+    if (args->prev_state == 0 || args->prev_state == 256) { @rq[args->prev_pid] = nsecs; }
+    else { delete(@rq[args->prev_pid]); }
+  }
+  if (@watch[args->next_pid]) {
+    if (@rq[args->next_pid] != 0) { @wait[args->next_pid] += nsecs - @rq[args->next_pid]; delete(@rq[args->next_pid]); }
+    @since[args->next_pid] = nsecs;
+    @switches[args->next_pid] = count();
+  }
+}
+interval:ms:100 { printf("tick\n"); }
+END { clear(@since); clear(@rq); clear(@watch); printf("missed %d\n", @missed); clear(@missed); print(@missed_of); clear(@missed_of); }
+)";
+
+struct Truth {
+  bool complete = true;  // BPF saw every switch of the thread
   double run_ms = 0;
-  double sleep_ms = 0;
-  double iowait_ms = 0;
-  double preempt_ms = 0;
-  double delay_ms = 0;
+  double wait_ms = 0;
+  uint64_t switches = 0;  // in
 };
 
-// The rows of `perf sched timehist -s --state`'s "Wait-time summary", by tid:
-//   comm[tid/pid]  parent  sched-in  run-time  sleep  iowait  preempt  delay   (ms)
-std::map<uint32_t, PerfTask> ParseWaitSummary(const std::string& text) {
-  std::map<uint32_t, PerfTask> tasks;
-  const size_t start = text.find("Wait-time summary");
-  if (start == std::string::npos) return tasks;
-  std::istringstream lines(text.substr(start));
-  const std::regex row(R"(^\s*(.+)\[(\d+)(?:/\d+)?\]\s+-?\d+\s+\d+\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$)");
-  std::string line;
-  while (std::getline(lines, line)) {
-    std::smatch m;
-    if (!std::regex_match(line, m, row)) continue;
-    PerfTask task;
-    task.comm = m[1];
-    task.run_ms = std::stod(m[3]);
-    task.sleep_ms = std::stod(m[4]);
-    task.iowait_ms = std::stod(m[5]);
-    task.preempt_ms = std::stod(m[6]);
-    task.delay_ms = std::stod(m[7]);
-    tasks[static_cast<uint32_t>(std::stoul(m[2]))] = task;
+// Whether bpftrace can attach to a tracepoint here, as a reason to skip: nullopt where it can.
+std::optional<std::string> BpftraceUnusable(const std::string& bpftrace) {
+  if (bpftrace.empty()) return std::string("bpftrace is not installed (scripts/install-deps.sh): it reads the truth");
+  if (::geteuid() != 0) return std::string("bpftrace needs root to attach to the scheduler's tracepoints");
+  const std::string command =
+      "'" + bpftrace + "' -e 'tracepoint:sched:sched_switch { exit(); }' >/dev/null 2>&1";
+  if (std::system(command.c_str()) != 0) {
+    return std::string("bpftrace cannot attach to tracepoint:sched:sched_switch here (a kernel without BPF, or a "
+                       "container without CAP_BPF)");
   }
-  return tasks;
+  return std::nullopt;
 }
 
-// perf's figure within 2% (1 ms below 50 ms) of hvprof's, give or take the entity's unknown
-// time. Where the kernel dropped a tracepoint in hvprof's stream (a switch to the task went
-// unrecorded), timehist gives the task the whole stretch since the CPU's previous switch, and
-// hvprof says the records cannot tell (docs/sched.md): perf may be above. perf's own stream
-// drops as often (the same tracepoints, the same kernel), and a waking it lost turns a wait into
-// sleep in its figures: perf may be below by about as much (seen in CI: nap's runnable time
-// 162.8 ms in perf's, 167.1 ms in hvprof's with 3.9 ms unknown).
-void CheckClose(double hvprof_ms, double unknown_ms, double perf_ms, const std::string& what) {
-  INFO(fmt::format("{}: hvprof {:.3f} ms (+ {:.3f} ms unknown), perf {:.3f} ms", what, hvprof_ms, unknown_ms, perf_ms));
-  const double tolerance = std::max(0.02 * perf_ms, 1.0);
-  CHECK(perf_ms >= hvprof_ms - unknown_ms - tolerance);
-  CHECK(perf_ms <= hvprof_ms + unknown_ms + tolerance);
+std::map<uint32_t, Truth> ParseTruth(const std::string& text) {
+  std::map<uint32_t, Truth> truth;
+  const std::regex row(R"(@(run|wait|switches)\[(\d+)\]: (\d+))");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), row); it != std::sregex_iterator(); ++it) {
+    Truth& t = truth[static_cast<uint32_t>(std::stoul((*it)[2]))];
+    if ((*it)[1] == "switches") {
+      t.switches = std::stoull((*it)[3]);
+    } else {
+      ((*it)[1] == "run" ? t.run_ms : t.wait_ms) = std::stod((*it)[3]) / 1e6;
+    }
+  }
+  // A thread whose switch out came with no switch in before it (BPF missed that event) has no
+  // complete truth.
+  const std::regex missed_of(R"(@missed_of\[(\d+)\]: (\d+))");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), missed_of); it != std::sregex_iterator(); ++it) {
+    truth[static_cast<uint32_t>(std::stoul((*it)[1]))].complete = false;
+  }
+  return truth;
 }
 
-}  // namespace
+// hvprof's figure for a state, beside the part of the thread's life it says its records cannot
+// tell (unknown): the truth lies within what hvprof claims, from the state's time to the state's
+// time plus all of the unknown. The unknown time is not the test's tolerance but hvprof's own
+// statement, which the truth checks (the test also bounds how much of it there is). perf's
+// events, which hvprof reads, miss a scheduler tracepoint now and then without counting a loss
+// (BPF, which the truth reads, sees every one): most sched_switch events out of the idle task
+// on the kernel this was written on, which the workload's keepers avoid, and now and then another.
+// The tolerance is the two observers' distance: BPF and perf stamp one event a few microseconds
+// apart, by differing amounts for a switch in and a switch out (measured on the nap thread: 0.9 us
+// a switch on average, 4.5 ms over 5,000 switches; a spinner's 2,000 switches drift under 2 ms).
+// So: 1 us a switch in, plus 1% or 1 ms.
+void CheckWithin(double hvprof_ms, double unknown_ms, double truth_ms, uint64_t switches, const std::string& what) {
+  INFO(fmt::format("{}: hvprof {:.3f} ms (+ {:.3f} ms unknown), the tracepoints {:.3f} ms over {} switches", what,
+                   hvprof_ms, unknown_ms, truth_ms, switches));
+  const double tolerance = std::max(0.01 * truth_ms, 1.0) + 0.001 * static_cast<double>(switches);
+  CHECK(truth_ms >= hvprof_ms - tolerance);
+  CHECK(truth_ms <= hvprof_ms + unknown_ms + tolerance);
+}
 
-TEST_CASE("hvprof run --sched on linux: each task's run and wait time match perf sched timehist",
-          "[linux][live][sched]") {
-  if (!PerfUsable()) return;
-  const std::string perf = hvprof::testing::FindOnPath("perf");
-  if (perf.empty()) {
-    hvprof::testing::SkipTest("perf is not installed (Debian: linux-perf): it is the yardstick for --sched");
-    return;
-  }
-  if (auto points = hvprof::linux_host::SchedTracepoints::Read({}); !points) {
-    hvprof::testing::SkipTest(points.error().message());
-    return;
-  }
+// The workload's measured threads (not its keepers) among hvprof's scheduling entities.
+bool IsNamedThread(const Json& entity) {
+  if (entity["task"] != true) return false;
+  const std::string label = entity["label"].get<std::string>();
+  return label.find(" nap[") != std::string::npos || label.find(" spin-") != std::string::npos;
+}
+
+// One run of the workload under hvprof run --sched, with the truth read by bpftrace beside it.
+void Record(const std::string& bpftrace, Json* report, std::map<uint32_t, Truth>* kernel) {
   TempDir dir;
-  const std::string data = dir.File("perf.data");
-  // -B -N: no build-id processing at the end (perf 6.1 aborts in it on newer kernels), which
-  // timehist does not need.
-  Child recorder({perf, "sched", "record", "-a", "-B", "-N", "-o", data}, false);
-  // perf writes the file's header once its events are open.
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!(std::filesystem::exists(data) && std::filesystem::file_size(data) > 0) &&
-         std::chrono::steady_clock::now() < give_up && !recorder.Exited()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const std::string out = dir.File("truth.out");
+  Child truth({"/bin/sh", "-c", "exec '" + bpftrace + "' -e '" + std::string(kTruthScript) + "' >'" + out + "' 2>&1"},
+              false);
+  // Its first tick is printed once every probe is attached.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (ReadText(out).find("tick") == std::string::npos && std::chrono::steady_clock::now() < give_up &&
+         !truth.Exited()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  REQUIRE(std::filesystem::exists(data));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  INFO(ReadText(out).substr(0, 2000));
+  REQUIRE(ReadText(out).find("tick") != std::string::npos);
 
   LinuxRun run;
-  run.Run({"--sched", "--", kWorkload, "1500", "3"});
-  ::kill(recorder.pid(), SIGINT);
-  const int stopped = recorder.Wait();
-  REQUIRE((stopped == 0 || stopped == 128 + SIGINT));  // perf record ends by the signal it was sent
-
-  const CommandResult timehist =
-      hvprof::testing::RunProgram({perf, "sched", "timehist", "-i", data, "-s", "--state"});
-  INFO(timehist.err.substr(0, 2000));
-  REQUIRE(timehist.status == 0);
-  const std::map<uint32_t, PerfTask> perf_tasks = ParseWaitSummary(timehist.out);
-  REQUIRE(!perf_tasks.empty());
+  // With a keeper thread per CPU, no CPU is idle while the named threads live: the switches out
+  // of the idle task, which perf's events miss on some kernels, never concern them.
+  run.Run({"--sched", "--", kWorkload, "500", "3", "busy"});
+  ::kill(truth.pid(), SIGINT);
+  REQUIRE(truth.Wait() == 0);
+  *kernel = ParseTruth(ReadText(out));
+  REQUIRE(kernel->size() >= 4);  // the named threads, and the keepers
 
   const CommandResult sched = run.ReportOn({"--sched", "--format=json", "--top=3"});
   INFO(sched.err);
   REQUIRE(sched.status == 0);
-  const Json report = Json::parse(sched.out);
-  CHECK(report["records"]["backwards"] == 0);
-  CHECK(report["records"]["invalid"] == 0);
-  CHECK(report["records"]["unknown_types"] == 0);
-  // Every pCPU's time is accounted for.
-  for (const Json& pcpu : report["pcpus"]) {
-    CHECK(pcpu["busy_ns"].get<uint64_t>() + pcpu["idle_ns"].get<uint64_t>() + pcpu["unknown_ns"].get<uint64_t>() ==
-          report["window"]["ns"].get<uint64_t>());
-  }
-  std::map<uint32_t, Json> entities;
-  for (const Json& entity : report["entities"]) {
-    if (entity["task"] == true) entities[entity["tid"].get<uint32_t>()] = entity;
-  }
+  *report = Json::parse(sched.out);
+}
 
-  // The workload's threads, by the names it gives them.
-  int compared = 0;
-  int clear = 0;  // of them, those whose records leave at most a tenth of their life unknown
+}  // namespace
+
+TEST_CASE("hvprof run --sched on linux: each task's run and wait time hold what the kernel's tracepoints say",
+          "[linux][live][sched]") {
+  if (!PerfUsable()) return;
+  if (auto why = TracepointsUnusable(); why && hvprof::testing::SkipTest(*why)) return;
+  const std::string bpftrace = hvprof::testing::FindOnPath("bpftrace");
+  if (auto why = BpftraceUnusable(bpftrace); why && hvprof::testing::SkipTest(*why)) return;
+
+  // perf's events miss a scheduler tracepoint now and then with no loss counted (about 40 of
+  // 30,000 a run here, whatever the sample rate): where one concerns a thread, hvprof's figures
+  // for it become an interval, the state's time plus its unknown time, which must hold the truth.
+  // BPF misses one now and then too, and a thread whose truth is not complete in a run is not
+  // checked in it. Up to five runs, until each of the four threads was checked in one.
+  std::map<std::string, int> checked;  // by name: in how many runs
   double unknown_total = 0, life_total = 0;
-  for (const auto& [tid, task] : perf_tasks) {
-    if (task.comm != "nap" && task.comm.rfind("spin-", 0) != 0) continue;
-    INFO(fmt::format("{}[{}]", task.comm, tid));
-    REQUIRE(entities.contains(tid));
-    const Json& entity = entities.at(tid);
-    // Named as perf names it: the thread's comm, tid and pid.
-    CHECK(entity["label"].get<std::string>().find(task.comm + "[" + std::to_string(tid) + "/") != std::string::npos);
-    // perf's "preempt" is the time a task waited after being preempted, its "delay" the time
-    // from a wake-up to running: both are hvprof's runnable time.
-    const double unknown_ms = entity["unknown_ns"].get<double>() / 1e6;
-    // A dropped tracepoint leaves a stretch unknown (one before the threads' last 200 ms sleep
-    // leaves all of it), so the comparison has that slack; most threads must have little.
-    const double life_ms = task.run_ms + task.preempt_ms + task.delay_ms + task.sleep_ms + task.iowait_ms;
-    clear += unknown_ms <= 0.1 * life_ms;
-    unknown_total += unknown_ms;
-    life_total += life_ms;
-    CheckClose(entity["running_ns"].get<double>() / 1e6, unknown_ms, task.run_ms, "running (perf run-time)");
-    CheckClose(entity["runnable_ns"].get<double>() / 1e6, unknown_ms, task.preempt_ms + task.delay_ms,
-               "runnable (perf preempt + delay)");
-    ++compared;
+  for (int attempt = 1; attempt <= 5 && checked.size() < 4; ++attempt) {
+    Json report;
+    std::map<uint32_t, Truth> kernel;
+    Record(bpftrace, &report, &kernel);
+    CHECK(report["records"]["backwards"] == 0);
+    CHECK(report["records"]["invalid"] == 0);
+    CHECK(report["records"]["unknown_types"] == 0);
+    // Every pCPU's time is accounted for.
+    for (const Json& pcpu : report["pcpus"]) {
+      CHECK(pcpu["busy_ns"].get<uint64_t>() + pcpu["idle_ns"].get<uint64_t>() + pcpu["unknown_ns"].get<uint64_t>() ==
+            report["window"]["ns"].get<uint64_t>());
+    }
+    for (const Json& entity : report["entities"]) {
+      if (!IsNamedThread(entity)) continue;
+      const std::string label = entity["label"].get<std::string>();
+      const std::string name = label.substr(label.find(' ') + 1, label.find('[') - label.find(' ') - 1);
+      const auto tid = entity["tid"].get<uint32_t>();
+      INFO(label << " (run " << attempt << ")");
+      REQUIRE(kernel.contains(tid));
+      const Truth& t = kernel.at(tid);
+      if (!t.complete) {
+        std::printf("measured (sched vs tracepoints): run %d: %s not checked: BPF missed one of its events\n",
+                    attempt, label.c_str());
+        continue;
+      }
+      const double unknown_ms = entity["unknown_ns"].get<double>() / 1e6;
+      CheckWithin(entity["running_ns"].get<double>() / 1e6, unknown_ms, t.run_ms, t.switches, "running");
+      CheckWithin(entity["runnable_ns"].get<double>() / 1e6, unknown_ms, t.wait_ms, t.switches, "runnable");
+      std::printf("measured (sched vs tracepoints): run %d: %s running %.1f ms (truth %.1f), runnable %.1f ms (truth "
+                  "%.1f), unknown %.1f ms\n",
+                  attempt, label.c_str(), entity["running_ns"].get<double>() / 1e6, t.run_ms,
+                  entity["runnable_ns"].get<double>() / 1e6, t.wait_ms, unknown_ms);
+      unknown_total += unknown_ms;
+      life_total += t.run_ms + t.wait_ms;
+      ++checked[name];
+    }
   }
-  CHECK(compared == 4);
-  // Tracepoints drop more often on a loaded machine (CI runs tests side by side), but the
-  // records must still tell most of the threads' time.
-  INFO(fmt::format("{:.1f} of {:.1f} ms of the threads' time unknown; {} of 4 threads clear", unknown_total, life_total,
-                   clear));
-  CHECK(clear >= 1);
-  CHECK(unknown_total <= 0.3 * life_total);
+  INFO("threads checked against a complete truth: " << checked.size() << " of 4");
+  CHECK(checked.size() == 4);
+  // Most of the threads' time is known. Over 20 runs here, the events perf missed left 0 to 80 ms
+  // of the four threads' 6 s (1.5 s runs) unknown, at most 1.4%; a tenth is the bound.
+  INFO(fmt::format("{:.1f} ms of the checked threads' {:.1f} ms on a CPU or waiting for one unknown", unknown_total,
+                   life_total));
+  CHECK(unknown_total <= 0.1 * life_total);
 }
 
 TEST_CASE("linux --sched: a KVM guest's vCPU thread is the guest's vCPU in the scheduling records",
           "[linux][live][sched]") {
   using namespace std::chrono_literals;
-  if (auto points = hvprof::linux_host::SchedTracepoints::Read({}); !points) {
-    hvprof::testing::SkipTest(points.error().message());
-    return;
-  }
+  if (!PerfUsable()) return;
+  if (auto why = TracepointsUnusable(); why && hvprof::testing::SkipTest(*why)) return;
+  if (auto why = hvprof::testing::KvmUnusable(); why && hvprof::testing::SkipTest(*why)) return;
   Child guest({HVPROF_LINUX_KVM_GUEST, "1.0"}, false);
-  if (!hvprof::testing::KvmGuestRunning(guest)) return;
+  hvprof::testing::KvmGuestRunning(guest);
   // Its vCPU thread, by name.
   uint32_t vcpu_tid = 0;
   for (const auto& entry : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", guest.pid()))) {
@@ -198,14 +262,13 @@ TEST_CASE("linux --sched: a KVM guest's vCPU thread is the guest's vCPU in the s
   }
   REQUIRE(vcpu_tid != 0);
   auto machine = hvprof::testing::LiveMachine(hvprof::linux_host::LinuxOptions{});
-  if (!machine) return;
   const hvpmu::DomainId guest_domain = hvprof::testing::GuestDomainOf(*machine, guest.pid());
   SessionOptions options;
   options.passive = {guest_domain};
   options.sched = true;
   EngineSession session(*machine, options);
   session.Start();
-  session.Pump(3000ms, [&] { return guest.Exited(); });
+  session.Pump(60000ms, [&] { return guest.Exited(); });
   session.Stop();
   REQUIRE(guest.Wait() == 0);
 

@@ -18,5 +18,7 @@ CommandResult RunProgram(const std::vector<std::string>& argv, const std::vector
 std::string Binary(const std::string& name);  // build/bin/NAME
 // `name`'s path on PATH (an empty entry is the working directory), or "" when it is not there.
 std::string FindOnPath(const std::string& name);
+// What a file holds now, or "" where it cannot be read (a file another process is writing).
+std::string ReadText(const std::string& path);
 
 }  // namespace hvprof::testing

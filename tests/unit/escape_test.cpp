@@ -6,7 +6,7 @@
 
 using hvprof::EscapeForTerminal;
 
-TEST_CASE("escaping: control characters, C1 controls and bad UTF-8 become \\xNN", "[base][escape][safety]") {
+TEST_CASE("escaping: control characters, C1 controls and bad UTF-8 become hex escapes (backslash, x, two digits)", "[base][escape][safety]") {
   CHECK(EscapeForTerminal("memcpy") == "memcpy");
   CHECK(EscapeForTerminal("std::vector<int>::push_back(int&&)") == "std::vector<int>::push_back(int&&)");
   CHECK(EscapeForTerminal("a\x1b[2Jb") == "a\\x1b[2Jb");

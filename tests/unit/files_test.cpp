@@ -247,31 +247,32 @@ TEST_CASE("session roots: a directory others could change is refused, naming it"
     REQUIRE_FALSE(checked.has_value());
     CHECK(checked.error().message().find("is a symbolic link") != std::string::npos);
   }
-  SECTION("owned by another user") {
-    if (::geteuid() != 0) {
-      (void)hvprof::testing::SkipTest("giving a directory to another user needs root");
-      return;
-    }
-    // A link on the way that another user owns: they could point it elsewhere later.
-    const std::string inner = root + "/inner";
-    REQUIRE(::mkdir(inner.c_str(), 0755) == 0);
-    const std::string link = dir.File("their-link");
-    REQUIRE(::symlink(root.c_str(), link.c_str()) == 0);
-    REQUIRE(::lchown(link.c_str(), 65534, 65534) == 0);
-    auto through = hvprof::CheckTrustedDirectory(link + "/inner");
-    REQUIRE_FALSE(through.has_value());
-    CHECK(through.error().message().find(link + " is a symbolic link owned by uid 65534") != std::string::npos);
-    // A directory writable by a group that is neither root's nor ours.
-    REQUIRE(::chown(root.c_str(), 0, 65534) == 0);
-    REQUIRE(::chmod(root.c_str(), 0775) == 0);
-    auto group = hvprof::CheckTrustedDirectory(inner);
-    REQUIRE_FALSE(group.has_value());
-    CHECK(group.error().message().find("is writable by group 65534") != std::string::npos);
-    REQUIRE(::chmod(root.c_str(), 0755) == 0);
-    // And a directory another user owns.
-    REQUIRE(::chown(root.c_str(), 65534, 65534) == 0);
-    auto checked = hvprof::CheckTrustedDirectory(root);
-    REQUIRE_FALSE(checked.has_value());
-    CHECK(checked.error().message().find("is owned by uid 65534") != std::string::npos);
-  }
+}
+
+TEST_CASE("session roots: what another user owns or can write is refused, naming it", "[base][files][safety]") {
+  if (::geteuid() != 0 && hvprof::testing::SkipTest("giving a directory to another user needs root")) return;
+  TempDir dir;
+  const std::string root = dir.File("sessions");
+  REQUIRE(::mkdir(root.c_str(), 0755) == 0);
+  // A link on the way that another user owns: they could point it elsewhere later.
+  const std::string inner = root + "/inner";
+  REQUIRE(::mkdir(inner.c_str(), 0755) == 0);
+  const std::string link = dir.File("their-link");
+  REQUIRE(::symlink(root.c_str(), link.c_str()) == 0);
+  REQUIRE(::lchown(link.c_str(), 65534, 65534) == 0);
+  auto through = hvprof::CheckTrustedDirectory(link + "/inner");
+  REQUIRE_FALSE(through.has_value());
+  CHECK(through.error().message().find(link + " is a symbolic link owned by uid 65534") != std::string::npos);
+  // A directory writable by a group that is neither root's nor ours.
+  REQUIRE(::chown(root.c_str(), 0, 65534) == 0);
+  REQUIRE(::chmod(root.c_str(), 0775) == 0);
+  auto group = hvprof::CheckTrustedDirectory(inner);
+  REQUIRE_FALSE(group.has_value());
+  CHECK(group.error().message().find("is writable by group 65534") != std::string::npos);
+  REQUIRE(::chmod(root.c_str(), 0755) == 0);
+  // And a directory another user owns.
+  REQUIRE(::chown(root.c_str(), 65534, 65534) == 0);
+  auto checked = hvprof::CheckTrustedDirectory(root);
+  REQUIRE_FALSE(checked.has_value());
+  CHECK(checked.error().message().find("is owned by uid 65534") != std::string::npos);
 }

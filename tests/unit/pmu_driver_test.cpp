@@ -278,7 +278,7 @@ TEST_CASE("AMD: event bits 11:8 go to PERF_CTL bits 35:32", "[pmu][amd]") {
   CHECK(zen2_drivers.Detect()->Validate(0, config) == ErrorCode::kUnknownEvent);
 }
 
-TEST_CASE("AMD: overflow when bit 47 clears; not ours when none did", "[pmu][amd]") {
+TEST_CASE("AMD: overflow when bit 47 clears, not ours when none did", "[pmu][amd]") {
   FakePlatform platform(1, fake::AmdModel(0x17));
   PmuDrivers drivers(platform);
   PmuDriver* driver = drivers.Detect();
@@ -315,7 +315,7 @@ TEST_CASE("AMD legacy families use the K7 MSRs and four counters", "[pmu][amd]")
   }
 }
 
-TEST_CASE("Detection: Hygon is family 18h; unknown CPUs have no driver", "[pmu]") {
+TEST_CASE("Detection: Hygon is family 18h, unknown CPUs have no driver", "[pmu]") {
   FakePlatform hygon(1, fake::HygonModel());
   PmuDrivers hygon_drivers(hygon);
   REQUIRE(hygon_drivers.Detect() != nullptr);

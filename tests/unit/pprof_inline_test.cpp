@@ -1,6 +1,7 @@
 // pprof's Locations name every function at an address: a session whose samples fall in code
 // inlined into another function (a fixture built here with DWARF) gives Locations with one
 // Line per function, innermost first, as `go tool pprof` reads them.
+#include <filesystem>
 #include <regex>
 
 #include <catch2/catch.hpp>
@@ -28,12 +29,16 @@ std::vector<uint64_t> AddressesOf(const std::string& image, const std::string& f
   return addresses;
 }
 
-}  // namespace
-
-TEST_CASE("pprof locations carry one line per inlined function, innermost first", "[report][stacks][pprof]") {
-  const std::string image = HVPROF_INLINED_FIXTURE;
+// A session with one sample at every byte of the fixture's work(), some of them in the loop
+// inlined from twice().
+struct InlinedSession {
   testing::TempDir dir;
-  // One sample at every byte of work(): some fall in the loop inlined from twice().
+  std::string session;
+  size_t addresses = 0;
+};
+
+void MakeInlinedSession(InlinedSession& made) {
+  const std::string image = HVPROF_INLINED_FIXTURE;
   const std::vector<uint64_t> addresses = AddressesOf(image, "work");
   std::vector<store::StoredSample> samples;
   for (uint64_t address : addresses) {
@@ -43,13 +48,25 @@ TEST_CASE("pprof locations carry one line per inlined function, innermost first"
     s.period = 1000000;
     samples.push_back(s);
   }
-  const std::string session = testing::WriteSyntheticSession(
-      dir.File("session"), "linux", {{100, "inlined", {{image, 0x400000, 0x800000, 0, ""}}}}, samples);
+  made.addresses = addresses.size();
+  made.session = testing::WriteSyntheticSession(
+      made.dir.File("session"), "linux", {{100, "inlined", {{image, 0x400000, 0x800000, 0, ""}}}}, samples);
+}
 
+report::LoadOptions InlineOptions() {
   report::LoadOptions options;
   options.stacks = true;
   options.inlines = true;
-  auto profile = report::LoadProfile(session, options);
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("pprof locations carry one line per inlined function, innermost first", "[report][stacks][pprof]") {
+  InlinedSession made;
+  MakeInlinedSession(made);
+  report::LoadOptions options = InlineOptions();
+  auto profile = report::LoadProfile(made.session, options);
   REQUIRE(profile.has_value());
   uint64_t inlined = 0;
   for (const report::Entry& frame : profile.value().frames()) {
@@ -63,24 +80,30 @@ TEST_CASE("pprof locations carry one line per inlined function, innermost first"
     ++inlined;
   }
   CHECK(inlined > 0);
-  CHECK(inlined < addresses.size());  // work() has code of its own too
+  CHECK(inlined < made.addresses);  // work() has code of its own too
 
-  // go tool pprof reads them as inlined calls: twice, marked inline, above work.
-  if (!std::filesystem::exists("/usr/bin/go")) {
-    (void)testing::SkipTest("go tool pprof (Debian golang-go) is not installed: scripts/install-deps.sh installs it");
+  // Without asking, no chains: the other views do not pay for them.
+  options.inlines = false;
+  auto plain = report::LoadProfile(made.session, options);
+  REQUIRE(plain.has_value());
+  CHECK(plain.value().inline_chains().empty());
+}
+
+TEST_CASE("go tool pprof reads the inlined calls: twice, marked inline, above work", "[report][stacks][pprof]") {
+  if (!std::filesystem::exists("/usr/bin/go") &&
+      testing::SkipTest("go tool pprof (Debian golang-go) is not installed: scripts/install-deps.sh installs it")) {
     return;
   }
+  InlinedSession made;
+  MakeInlinedSession(made);
+  auto profile = report::LoadProfile(made.session, InlineOptions());
+  REQUIRE(profile.has_value());
   auto bytes = report::FormatPprof(profile.value(), report::StackFilter{{0}, {}, {}});
   REQUIRE(bytes.has_value());
-  dir.Write("inlined.pb.gz", bytes.value());
+  made.dir.Write("inlined.pb.gz", bytes.value());
   const testing::CommandResult traces =
-      testing::RunProgram({"/usr/bin/go", "tool", "pprof", "-traces", dir.File("inlined.pb.gz")});
+      testing::RunProgram({"/usr/bin/go", "tool", "pprof", "-traces", made.dir.File("inlined.pb.gz")});
   INFO(traces.out + traces.err);
   REQUIRE(traces.status == 0);
   CHECK(std::regex_search(traces.out, std::regex(R"(twice\s+\(inline\)\s*\n\s+work)")));
-  // Without asking, no chains: the other views do not pay for them.
-  options.inlines = false;
-  auto plain = report::LoadProfile(session, options);
-  REQUIRE(plain.has_value());
-  CHECK(plain.value().inline_chains().empty());
 }

@@ -465,7 +465,7 @@ ring::SchedRecord Runstate(uint64_t time_ns, uint16_t domain, uint16_t vcpu, rin
 
 }  // namespace
 
-TEST_CASE("a scheduling ring is version 3 and carries every field of a record; sample rings stay version 2",
+TEST_CASE("a scheduling ring is version 3 and carries every field of a record, sample rings stay version 2",
           "[ring][sched]") {
   SchedRing r(64);
   CHECK(r.header()->version == ring::kVersionSched);

@@ -275,7 +275,7 @@ TEST_CASE("a session without scheduling has no sched.hvs, and reading it is no e
   CHECK(bad_id.error().message().find("is not a session id") != std::string::npos);
 }
 
-TEST_CASE("a torn tail loses its chunk only; continuing cuts it off and appends", "[store][sched][bad-input]") {
+TEST_CASE("a torn tail loses its chunk only, continuing cuts it off and appends", "[store][sched][bad-input]") {
   TempDir dir;
   const auto records = Random(30000, 22);
   Write(dir.path(), {records.begin(), records.begin() + 20000}, 10000);  // two chunks
@@ -311,7 +311,7 @@ TEST_CASE("a torn tail loses its chunk only; continuing cuts it off and appends"
   CHECK(back == records);
 }
 
-TEST_CASE("a damaged chunk in the middle is counted and skipped whole; the others are read",
+TEST_CASE("a damaged chunk in the middle is counted and skipped whole, the others are read",
           "[store][sched][bad-input]") {
   TempDir dir;
   const auto records = Random(30000, 23);
@@ -466,7 +466,7 @@ TEST_CASE("a full disk: a chunk that cannot be written is cut off and counted, a
   CHECK(back[10000] == records[20000]);
 }
 
-TEST_CASE("session.json's sched object and scheduling rings round-trip; older files parse as before",
+TEST_CASE("session.json's sched object and scheduling rings round-trip, older files parse as before",
           "[store][sched]") {
   SessionMetadata m;
   m.session_id = kIdHex;

@@ -209,7 +209,7 @@ TEST_CASE("sched: two vCPUs taking turns on one pCPU share it exactly", "[sched]
   CHECK(report.domain_preemptions[0].ns == 50);
 }
 
-TEST_CASE("sched: a wake-up's latency runs to the next run; percentiles are nearest-rank", "[sched]") {
+TEST_CASE("sched: a wake-up's latency runs to the next run, percentiles are nearest-rank", "[sched]") {
   // dom1 v0 wakes ten times on pCPU 0 and runs after 100, 200, ... 1000 ns (its wake-ups on
   // pCPU 1, as a waker's ring records them); the idle vCPU has pCPU 0 otherwise.
   Stream s;
@@ -421,13 +421,15 @@ TEST_CASE("sched: an old state that disagrees is counted and the record believed
   CHECK(report.counters.inconsistent == 2);
   const SchedEntityStats& v = Find(report, 1, 0);
   CHECK(v.ns[kRunningI] == 20);
-  // Leaving pCPU 0 at 20, where it was not known to run, says it ran there for some part of
-  // the time since the pCPU's last change (10): unknown, not blocked.
-  CHECK(v.ns[kBlockedI] == 10);
-  CHECK(v.ns[kUnknownI] == 10);
+  // Leaving pCPU 0 at 20, where it was not known to run, says a record of it between 10 and 20
+  // went missing (it started running somewhere): when, the records do not tell, so all of
+  // 10..20 is unknown, not blocked. So is 20..30: runnable at 30 says its wake-up went missing.
+  CHECK(v.ns[kBlockedI] == 0);
+  CHECK(v.ns[kUnknownI] == 20);
   CHECK(v.ns[kRunnableI] == 0);
-  // The same with another vCPU on that pCPU since 15 (Linux's dropped switch to it): the
-  // stretch since that arrival is unknown for the one leaving.
+  // The same with another vCPU on that pCPU since 15 (a switch to it that perf did not deliver):
+  // the records of that pCPU around it may be missing too, so the whole stretch since the
+  // leaving one's last known change is unknown for it, not only the part after 15.
   Stream u;
   u.State(5, 0, 1, 0, kRun, kBlock);
   u.State(15, 0, 2, 0, kReady, kRun);
@@ -436,8 +438,8 @@ TEST_CASE("sched: an old state that disagrees is counted and the record believed
   CheckAccounting(unrecorded);
   CHECK(unrecorded.counters.inconsistent == 1);
   CHECK(Find(unrecorded, 1, 0).ns[kRunningI] == 5);
-  CHECK(Find(unrecorded, 1, 0).ns[kUnknownI] == 10);
-  CHECK(Find(unrecorded, 1, 0).ns[kBlockedI] == 25);
+  CHECK(Find(unrecorded, 1, 0).ns[kUnknownI] == 20);
+  CHECK(Find(unrecorded, 1, 0).ns[kBlockedI] == 15);
   CHECK(Find(unrecorded, 2, 0).ns[kRunningI] == 25);
   // Another vCPU arriving where one still runs displaces it: its time from then is unknown.
   Stream d;

@@ -117,12 +117,25 @@ TEST_CASE("a sample rate sets the counts of time-like events given without one",
   CHECK_FALSE(CheckNumber("rate", 1000001, "linux").has_value());
 }
 
-TEST_CASE("setup: --sched is for the sim and xen, which record scheduling", "[setup][sched]") {
-  for (const char* platform : {"sim", "xen"}) {
+TEST_CASE("setup: --sched reaches the agent through the setup file on every platform", "[setup][sched]") {
+  for (const char* platform : {"sim", "linux", "xen"}) {
     INFO(platform);
     SetupOptions options;
     options.platform = platform;
     options.sched = true;
-    CHECK(options.CheckNumbers().has_value());
+    auto read = SetupOptions::FromJson(options.ToJson().dump(), "daemonrc.json");
+    REQUIRE(read.has_value());
+    CHECK(read.value().sched);
+    options.sched = false;
+    read = SetupOptions::FromJson(options.ToJson().dump(), "daemonrc.json");
+    REQUIRE(read.has_value());
+    CHECK_FALSE(read.value().sched);
   }
+  // Left out, it is off; anything but a boolean is refused, naming the field.
+  auto absent = SetupOptions::FromJson(R"({"platform": "sim"})", "daemonrc.json");
+  REQUIRE(absent.has_value());
+  CHECK_FALSE(absent.value().sched);
+  auto wrong = SetupOptions::FromJson(R"({"platform": "sim", "sched": "yes"})", "daemonrc.json");
+  REQUIRE_FALSE(wrong.has_value());
+  CHECK(wrong.error().message().find("sched") != std::string::npos);
 }

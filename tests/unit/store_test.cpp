@@ -164,7 +164,7 @@ TEST_CASE("the aggregate sorts large groups of one task's addresses like a plain
   CheckAggregateAgainstMap(dir.File("samples.hvs"), samples);
 }
 
-TEST_CASE("damage is named and skipped; the rest is read", "[store][bad-input]") {
+TEST_CASE("damage is named and skipped, the rest is read", "[store][bad-input]") {
   TempDir dir;
   const auto samples = MakeSamples(30000, 2);
   const std::string path = dir.File("samples.hvs");
@@ -537,7 +537,7 @@ TEST_CASE("an existing samples file is appended to only by its own session, afte
   CHECK(mismatches == 0);
 }
 
-TEST_CASE("a chunk that cannot be written is cut off and counted; writing resumes when there is room",
+TEST_CASE("a chunk that cannot be written is cut off and counted, writing resumes when there is room",
           "[store][bad-input]") {
   // An injected write failure: the file size limit (EFBIG), as a full disk (ENOSPC) fails.
   TempDir dir;

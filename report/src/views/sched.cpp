@@ -270,13 +270,15 @@ class Analyzer {
     }
     if (r.state != kUnknown && (r.state != old_state || (old_state == kRunning && r.pcpu != pcpu))) {
       ++report_.counters.inconsistent;
-      if (old_state == kRunning && r.state != kRunning) {
-        // It leaves a pCPU it was not known to run on, and it was not known to run anywhere: its
-        // arrival there went unrecorded (Linux drops a tracepoint now and then). It ran there for
-        // some part of the time since that pCPU's last change, which the records do not tell:
-        // that stretch is unknown for it, not its tracked state.
-        const uint64_t from = std::max(r.since, pcpus_[pcpu].since);
-        if (from < t) Move(e, kUnknown, from, kSchedNoPcpu, false);
+      if (r.state != kRunning) {
+        // It leaves a state it was not known to be in: its arrival on a pCPU, or its wake-up,
+        // went unrecorded (perf's events miss a tracepoint now and then, without a loss record).
+        // When in the stretch since its last known change the missing change came, the records
+        // do not tell: not even after that pCPU's last recorded change, as the pCPU's own records
+        // around it may be missing too (seen on linux, against the tracepoints read by BPF: a
+        // thread's running or runnable time fell outside what the report claimed). The whole
+        // stretch is unknown for it, not its tracked state.
+        if (r.since < t) Move(e, kUnknown, r.since, kSchedNoPcpu, false);
       }
     }
     if (new_state == r.state && (new_state != kRunning || r.pcpu == pcpu)) return;

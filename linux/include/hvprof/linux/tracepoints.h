@@ -39,7 +39,9 @@ struct TracepointFormat {
 // Parses a tracefs format file; `origin` names it in errors.
 hvprof::Result<TracepointFormat> ParseTracepointFormat(std::string_view text, std::string_view origin);
 
-// Where tracefs is: <sys>/kernel/tracing, else <sys>/kernel/debug/tracing (older mounts).
+// Where tracefs is: <sys>/kernel/tracing, else <sys>/kernel/debug/tracing (older mounts). Where
+// neither is mounted and <sys> is the host's /sys, mounts it at /sys/kernel/tracing as perf does
+// (root only); the error says how to mount it otherwise.
 hvprof::Result<std::string> FindTracefs(const HostPaths& paths);
 // events/<system>/<event>/format under `tracefs`.
 hvprof::Result<TracepointFormat> ReadTracepoint(const std::string& tracefs, std::string_view system,
