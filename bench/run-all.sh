@@ -38,6 +38,7 @@ benches=(
   "report-stacks|bench/report/stacks.sh|bench/report/stacks.sh 8"
   "report-diff|bench/report/diff.sh|bench/report/diff.sh 2000000"
   "sched|bench/sched/run.sh 10|bench/sched/run.sh 2"
+  "long|bench/long/run.sh 1 5 30|bench/long/run.sh 1"
 )
 if [ "$list" = 1 ]; then
   for entry in "${benches[@]}"; do IFS='|' read -r name full short <<<"$entry"; echo "$name: $full"; done

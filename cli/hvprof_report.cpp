@@ -667,6 +667,7 @@ int main(int argc, char** argv) {
     load.stacks = folded || callgraph || !push_url.empty();
     load.stack_threads = pprof || !push_url.empty();
     load.inlines = pprof || !push_url.empty();
+    load.processes = options.by_process;
     load.build_id_roots = source.value().build_id_roots;
     load.shown_directory = source.value().shown_directory;
     load.debuginfod = values.count("no-debuginfod") == 0;

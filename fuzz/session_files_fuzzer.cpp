@@ -1,18 +1,23 @@
-// Fuzzes the session store's readers: samples.hvs and sched.hvs (chunks, checksums, session
-// ids, sequence numbers, records, resync after damage), the aggregate file and session.json.
+// Fuzzes the session store's readers: samples.hvs, sched.hvs and context.hvc (chunks, checksums,
+// session ids, sequence numbers, records, resync after damage), the aggregate file and
+// session.json.
 // One input feeds them all; the record files' readers also get the input behind a valid file
 // header, so the fuzzer reaches the chunk parser, and as the payload of a chunk whose
 // checksums hold, so it reaches the record decoders. Beyond "no crash", it checks the
 // accounting a report relies on: every record delivered is counted once and is well-formed,
 // no chunk is counted twice, what was skipped fits in the file, and reading with the file's own
 // session id given changes nothing; aggregating a samples file on several threads counts what
-// one thread counts. What the aggregate and metadata readers accept must round-trip.
+// one thread counts. What the aggregate and metadata readers accept must round-trip, and so must
+// the processes context.hvc tells of (read, written again, read: the same index).
+#include <stdlib.h>
 #include <zlib.h>
 
 #include <cstring>
+#include <filesystem>
 #include <string_view>
 #include <vector>
 
+#include "hvprof/store/context_file.h"
 #include "hvprof/store/samples_file.h"
 #include "hvprof/store/sched_file.h"
 #include "hvprof/store/session.h"
@@ -102,6 +107,44 @@ std::vector<uint8_t> AsFile(const char* magic, uint32_t version, uint32_t chunk_
   return out;
 }
 
+// Reads `bytes` as context.hvc into an index, checks what it holds and that the events, written
+// again by the writer, read back to the same index.
+void ReadContextChecked(std::span<const uint8_t> bytes, uint64_t* checksum) {
+  store::ContextIndex index;
+  const store::ContextReadSummary summary = store::ReadContext(bytes, index);
+  Check(summary.records <= summary.chunks * store::kMaxChunkRecords);
+  Check(summary.skipped_bytes <= bytes.size() && summary.problems.size() <= 100);
+  for (const store::ContextImage& image : index.images()) {
+    Check(image.id >= 1 && image.id <= index.images().size() && index.image(image.id) == &image);
+    *checksum += image.path.size();
+  }
+  *checksum += index.processes() + index.mappings();
+  if (!summary.header_ok || summary.chunks == 0) return;
+  // The file's events, as a writer is given them, written to a session of the same id.
+  hvprof::fuzz::TempFile file(bytes.data(), bytes.size());
+  Check(file.ok());
+  std::vector<store::ContextEvent> events;
+  auto read = store::ReadContextEvents(file.path(), {}, [&](store::ContextEvent&& e) { events.push_back(std::move(e)); });
+  Check(read.has_value() && read.value().records == summary.records);
+  Check(events.size() <= summary.records);
+  char directory[] = "/tmp/hvprof-fuzz-context-XXXXXX";
+  Check(::mkdtemp(directory) != nullptr);
+  {
+    store::ContextIndex rewritten;
+    auto writer = store::ContextWriter::Open(directory, std::span<const uint8_t, 16>(summary.session_id, 16), rewritten);
+    Check(writer.has_value());
+    for (const store::ContextEvent& event : events) writer.value().Add(event, rewritten);
+    Check(writer.value().Flush(false).has_value());
+    store::ContextIndex again;
+    auto reread = store::ReadContextFile(std::string(directory) + "/" + store::kContextFile, {}, again);
+    Check(reread.has_value() && reread.value().problems.empty());
+    // Two images of one path (a forged file) are one when written again: their mappings may merge.
+    Check(again.processes() == index.processes() && again.mappings() <= index.mappings());
+    Check(again.images().size() <= index.images().size());
+  }
+  std::filesystem::remove_all(directory);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -168,6 +211,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(behind.header_ok && behind.version == store::kSchedFileVersion);
   }
 
+  // As context.hvc: as it comes, and behind a header and a chunk header.
+  ReadContextChecked(input, &checksum);
+  for (bool as_chunk : {false, true}) {
+    const auto with_header = AsFile(store::kContextFileMagic, store::kContextFileVersion, store::kContextChunkMagic,
+                                    data, size, as_chunk);
+    ReadContextChecked(with_header, &checksum);
+  }
+
   // As an aggregate: as it comes, and with its checksum made right so that the sections behind
   // it are reached.
   auto read_aggregate = [&checksum](const uint8_t* bytes, size_t length) {
@@ -176,15 +227,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto aggregate = store::ReadAggregate(file.path());
     if (!aggregate) return;
     const store::Aggregate& a = aggregate.value();
+    // An image word names an image of the table.
+    auto named = [&a](uint64_t word) { return !store::IsImageWord(word) || store::ImageOfWord(word) <= a.images.size(); };
     for (const store::AggregateEntry& entry : a.entries) {
-      Check(entry.key.mode <= 2);
+      Check(entry.key.mode <= 2 && named(entry.key.ip));
       checksum += entry.count;
     }
+    for (size_t i = 0; i < a.images.size(); ++i) Check(a.images[i].id == i + 1);
     uint64_t samples = 0, words = 0;
     for (const store::CountedStack& stack : a.stacks) {
       Check(stack.key.mode <= 2 && stack.length >= 1 && stack.length <= store::kMaxFrames + 1);
       Check(stack.first == words && uint64_t{stack.first} + stack.length <= a.stack_words.size());
-      for (uint64_t address : a.Addresses(stack)) checksum += address;
+      for (uint64_t address : a.Addresses(stack)) checksum += address, Check(named(address));
       words += stack.length;
       samples += stack.count;
     }

@@ -18,24 +18,26 @@ LAYERS = {
     "hypervisor-pmu": [],  # the freestanding engine (check-layering.sh checks it further)
     "base": [],
     "symbolizer": ["base"],
-    "store": ["base"],
+    # The processes samples run in, as the hosts tell them (context events and their encoding).
+    "context": ["base"],
+    "store": ["context", "base"],
     # Statistics of comparisons: pure numbers, used by the report's diff.
     "stats": ["base"],
     "hosted": ["hypervisor-pmu", "base"],
-    "sim": ["hosted", "hypervisor-pmu", "base", "symbolizer"],
-    "linux": ["hosted", "hypervisor-pmu", "base"],
-    "hvprof-hv/protocol": ["hypervisor-pmu", "base"],
-    "hvprof-hv/daemon": ["hvprof-hv/protocol", "sim", "linux", "hosted", "hypervisor-pmu", "base",
+    "sim": ["hosted", "context", "hypervisor-pmu", "base", "symbolizer"],
+    "linux": ["hosted", "context", "hypervisor-pmu", "base"],
+    "hvprof-hv/protocol": ["context", "hypervisor-pmu", "base"],
+    "hvprof-hv/daemon": ["hvprof-hv/protocol", "sim", "linux", "hosted", "context", "hypervisor-pmu", "base",
                          "symbolizer"],
-    "agent-core": ["hvprof-hv/protocol", "store", "hypervisor-pmu", "base"],
-    "xen": ["agent-core", "store", "hypervisor-pmu", "base"],
+    "agent-core": ["hvprof-hv/protocol", "store", "context", "hypervisor-pmu", "base"],
+    "xen": ["agent-core", "store", "context", "hypervisor-pmu", "base"],
     "setup": ["store", "symbolizer", "hypervisor-pmu", "base"],
-    "dom0-agent": ["agent-core", "setup", "store", "hypervisor-pmu", "base", "symbolizer"],
+    "dom0-agent": ["agent-core", "setup", "store", "context", "hypervisor-pmu", "base", "symbolizer"],
     # A guest publishes its own profile for dom0: its agent reports its own session.
-    "guest-agent": ["report", "agent-core", "setup", "store", "hypervisor-pmu", "base", "symbolizer"],
+    "guest-agent": ["report", "agent-core", "setup", "store", "context", "hypervisor-pmu", "base", "symbolizer"],
     # Session archives: a session and its images by build-id, written and unpacked (tar).
     "archive": ["store", "symbolizer", "base"],
-    "report": ["stats", "archive", "store", "symbolizer", "base"],
+    "report": ["stats", "archive", "store", "context", "symbolizer", "base"],
     # Sends the report's stacks (as pprof) to other tools' servers.
     "push": ["report", "store", "symbolizer", "base"],
     "control": ["archive", "push", "report", "agent-core", "setup", "hvprof-hv/protocol", "store", "symbolizer", "hypervisor-pmu",

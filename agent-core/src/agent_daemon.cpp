@@ -88,44 +88,6 @@ Json DomainStatusJson(const hvpmu::DomainStatus& d, const std::string& label) {
               {"lost", {{"ring_full", d.lost[0]}, {"corrupt_index", d.lost[1]}, {"no_ring", d.lost[2]}}}};
 }
 
-std::vector<store::ProcessRecord> ProcessesFromContext(const Json& context) {
-  std::vector<store::ProcessRecord> processes;
-  if (!context.is_object() || !context.contains("processes") || !context["processes"].is_array()) return processes;
-  auto hex = [](const Json& mapping, const char* key) -> uint64_t {
-    const Json& value = mapping.contains(key) ? mapping[key] : Json();
-    if (!value.is_string()) return 0;
-    return std::strtoull(value.get_ref<const std::string&>().c_str(), nullptr, 16);
-  };
-  for (const Json& process : context["processes"]) {
-    if (!process.is_object()) continue;
-    store::ProcessRecord p;
-    p.pid = process.value("pid", 0u);
-    p.comm = process.value("comm", "");
-    const Json mappings = process.value("mappings", Json::array());
-    for (const Json& mapping : mappings) {
-      if (!mapping.is_object()) continue;
-      p.mappings.push_back({mapping.value("path", ""), hex(mapping, "start"), hex(mapping, "end"),
-                            hex(mapping, "bias"), mapping.value("build_id", "")});
-    }
-    processes.push_back(std::move(p));
-  }
-  return processes;
-}
-
-std::vector<store::TaskRecord> TasksFromContext(const Json& context) {
-  std::vector<store::TaskRecord> tasks;
-  if (!context.is_object() || !context.contains("tasks") || !context["tasks"].is_array()) return tasks;
-  for (const Json& task : context["tasks"]) {
-    if (!task.is_object()) continue;
-    store::TaskRecord t;
-    t.pid = task.value("pid", 0u);
-    t.tid = task.value("tid", 0u);
-    t.comm = task.value("comm", "");
-    tasks.push_back(std::move(t));
-  }
-  return tasks;
-}
-
 int32_t LegacyMaxSamples(uint32_t capacity) {
   return static_cast<int32_t>(std::min<uint64_t>(uint64_t{capacity} + 1, INT32_MAX));
 }
@@ -250,6 +212,8 @@ Result<void> AgentDaemon::OpenSession(store::SessionMetadata base) {
   base_metadata_ = std::move(base);
   HVPROF_TRY(session, SessionWriter::Open(paths_.current(), base_metadata_));
   session_ = std::make_unique<SessionWriter>(std::move(session));
+  context_next_ = 0;  // a new session starts from what is alive
+  context_lost_ = 0;
   jit_.reset();
   if (jit_scope_ != JitScope::kNone) {
     // hvprof's own programs run no JIT code: their processes are not followed.
@@ -286,7 +250,44 @@ void AgentDaemon::DrainAll(bool final) {
     }
   }, [&](const ring::SchedRecord& record) { session_->AddSched(record); }, final);
   if (sched_source_) sched_source_->Drain([&](const ring::SchedRecord& record) { session_->AddSched(record); });
+  // The samples drained came after the platform told their processes: take what it has told
+  // since, then count them.
+  FetchContext();
+  session_->CountPending();
   if (jit_) jit_->Poll();
+}
+
+void AgentDaemon::FetchContext() {
+  if (!session_ || hypervisor_lost_) return;
+  // A reply holds a bounded number: ask until caught up.
+  for (int round = 0; round < 1024; ++round) {
+    auto fetched = link_->FetchContextEvents(context_next_);
+    if (!fetched) {
+      if (!context_warned_) {
+        Log(LogLevel::kWarning, "cannot read the processes' events: {}; user samples are counted by process",
+            fetched.error().message());
+        context_warned_ = true;
+      }
+      return;
+    }
+    if (context_next_ != 0 && fetched.value().first > context_next_) {
+      context_lost_ += fetched.value().first - context_next_;
+      const std::string note = fmt::format(
+          "hvprof-hv dropped {} events of the processes before hvprofd took them (its queue was full): samples of "
+          "the processes they told of may be shown by process and address instead of by function",
+          context_lost_);
+      auto& notes = session_->metadata().notes;
+      notes.erase(std::remove_if(notes.begin(), notes.end(),
+                                 [](const std::string& n) { return n.rfind("hvprof-hv dropped ", 0) == 0; }),
+                  notes.end());
+      notes.push_back(note);
+    }
+    for (const context::ContextEvent& event : fetched.value().events) session_->AddContext(event);
+    // An empty reply, or one that moves nothing on, says the agent has caught up.
+    const bool more = fetched.value().next != context_next_ && !fetched.value().events.empty();
+    context_next_ = fetched.value().next;
+    if (!more) return;
+  }
 }
 
 Result<void> AgentDaemon::Run() {

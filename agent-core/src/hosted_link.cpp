@@ -21,6 +21,12 @@ Result<std::string> HypervisorLink::GroundTruth(bool) {
 
 Result<std::string> HypervisorLink::PlatformInfo() { return std::string("{}"); }
 
+Result<HypervisorLink::ContextEvents> HypervisorLink::FetchContextEvents(uint64_t from) {
+  ContextEvents none;
+  none.first = none.next = from;
+  return none;
+}
+
 Result<std::unique_ptr<SchedSource>> HypervisorLink::OpenSchedSource() {
   return MakeError(ErrorKind::kUnsupported, "{} records no scheduling of its own", platform_name());
 }
@@ -199,6 +205,32 @@ class HostedLink final : public HypervisorLink {
     return TextCall(MessageType::kContext, hv::Pack(hv::ContextRequest{domain, {}}));
   }
   Result<std::string> Domains() override { return TextCall(MessageType::kDomains, {}); }
+
+  Result<ContextEvents> FetchContextEvents(uint64_t from) override {
+    // Batches of a few megabytes at most: a host that forks all day sends many, each briefly held.
+    constexpr uint32_t kEventsPerBatch = 8192;
+    HVPROF_TRY(reply, Call(MessageType::kContextEvents, hv::Pack(hv::ContextEventsRequest{from, kEventsPerBatch, 0})));
+    hv::ContextEventsReply answer;
+    std::span<const std::byte> bytes;
+    if (!hv::Unpack(std::span<const std::byte>(reply.payload), &answer, &bytes)) {
+      return MakeError(ErrorKind::kProtocol, "hvprof-hv sent a malformed context events reply");
+    }
+    if (answer.error != 0) {
+      return MakeError(ErrorKind::kPermissionDenied, "hvprof-hv refused the processes' events: {}",
+                       hv::ProtocolErrorName(static_cast<hv::ProtocolError>(answer.error)));
+    }
+    ContextEvents out;
+    out.first = answer.first;
+    out.next = answer.next;
+    out.events.reserve(answer.events);
+    const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+    if (!context::DecodeContextEvents(std::span<const uint8_t>(data, bytes.size()),
+                                      [&](context::ContextEvent&& event) { out.events.push_back(std::move(event)); }) ||
+        out.events.size() != answer.events) {
+      return MakeError(ErrorKind::kProtocol, "hvprof-hv sent {} malformed context events", answer.events);
+    }
+    return out;
+  }
 
   Result<std::string> PlatformInfo() override { return TextCall(MessageType::kPlatformInfo, {}); }
 

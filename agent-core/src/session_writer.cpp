@@ -216,13 +216,26 @@ Result<SessionWriter> SessionWriter::Open(const std::string& directory, store::S
             std::chrono::system_clock::now().time_since_epoch())
             .count());
   }
-  // The counts of the samples already in the file, as this writer would have made them.
+  // The processes already told (continued: their images keep their numbers), then the counts of
+  // the samples already in the file, as this writer would have made them, the aggregate's included.
+  auto context = std::make_unique<store::ContextIndex>();
+  std::optional<store::ContextWriter> context_writer;
+  std::optional<Error> context_failure;
+  if (auto opened = store::ContextWriter::Open(directory, id, *context)) {
+    context_writer = std::move(opened).value();
+  } else {
+    context_failure = opened.error();
+    Log(LogLevel::kWarning, "cannot write {}: {}; user samples are counted by process",
+        store::kContextFile, opened.error().message());
+  }
+  store::AggregateBuilder aggregate(store::StackDetail::kStacksByCpu, context.get());
   std::vector<std::array<uint64_t, 3>> existing(size_t{hvpmu::kDomainIdle} + 1);
   uint64_t first_ns = 0, last_ns = 0;
   auto count_existing = [&](const store::StoredSample& sample) {
     if (sample.domain < existing.size() && sample.mode < 3) ++existing[sample.domain][sample.mode];
     if (first_ns == 0 || sample.time_ns < first_ns) first_ns = sample.time_ns;
     last_ns = std::max(last_ns, sample.time_ns);
+    aggregate.Add(sample);
   };
   HVPROF_TRY(writer, store::SamplesWriter::Open(samples_path, id, count_existing));
   NoteContinued(writer, store::kSamplesFile, "samples", recorded_chunks, recorded_bytes, &incomplete);
@@ -238,6 +251,10 @@ Result<SessionWriter> SessionWriter::Open(const std::string& directory, store::S
   }
   SessionWriter session(directory, std::move(metadata), std::move(writer));
   session.id_ = id;
+  session.context_ = std::move(context);
+  session.context_writer_ = std::move(context_writer);
+  session.context_failure_ = std::move(context_failure);
+  session.aggregate_ = std::move(aggregate);
   session.sched_ = std::move(sched);
   session.carried_sched_ = std::move(carried_sched);
   session.by_domain_mode_ = std::move(existing);
@@ -267,11 +284,44 @@ void SessionWriter::Add(const hvpmu::ring::SampleRecord& record, std::span<const
   sample.flags = record.flags;
   sample.frames = frames;
   writer_.Append(sample);
+  Pending pending{sample, pending_frames_.size(), frames.size()};
+  pending.sample.frames = {};
+  pending_frames_.insert(pending_frames_.end(), frames.begin(), frames.end());
+  pending_.push_back(pending);
   if (metadata_.first_sample_ns == 0 || record.time_ns < metadata_.first_sample_ns) {
     metadata_.first_sample_ns = record.time_ns;
   }
   if (record.time_ns > metadata_.last_sample_ns) metadata_.last_sample_ns = record.time_ns;
   if (record.domain < by_domain_mode_.size()) ++by_domain_mode_[record.domain][mode];
+}
+
+void SessionWriter::AddContext(const context::ContextEvent& event) {
+  if (context_writer_) {
+    context_writer_->Add(event, *context_);
+  } else {
+    context_->Apply(event);
+  }
+}
+
+void SessionWriter::CountPending() {
+  uint64_t latest = 0;
+  for (Pending& pending : pending_) {
+    store::StoredSample& sample = pending.sample;
+    sample.frames = std::span<const uint64_t>(pending_frames_.data() + pending.first_frame, pending.frames);
+    aggregate_.Add(sample);
+    latest = std::max(latest, sample.time_ns);
+  }
+  pending_.clear();
+  pending_frames_.clear();
+  // Processes that exited well before the newest sample counted have had their samples: the
+  // index forgets them (context.hvc has them), so a host that forks all day costs no more memory
+  // at its end than at its start. Late samples come within a drain or two of their exit (the
+  // rings are drained every 250 ms at the latest): two seconds is ample.
+  constexpr uint64_t kKeepExitedNs = 2'000'000'000;
+  if (latest > kKeepExitedNs && latest - kKeepExitedNs > pruned_before_ + 1'000'000'000) {
+    pruned_before_ = latest - kKeepExitedNs;
+    context_->Prune(pruned_before_);
+  }
 }
 
 void SessionWriter::AddSched(const hvpmu::ring::SchedRecord& record) {
@@ -424,6 +474,9 @@ Result<void> SessionWriter::WriteMetadata() {
 
 Result<void> SessionWriter::Flush() {
   auto flushed = writer_.Flush(false);
+  if (context_writer_) {
+    if (auto written = context_writer_->Flush(false); !written) context_failure_ = written.error();
+  }
   sched_open_waits_ = false;  // the next scheduling record tries to make sched.hvs again
   if (!sched_) return flushed;
   auto sched_flushed = sched_->Flush();
@@ -432,6 +485,9 @@ Result<void> SessionWriter::Flush() {
 
 Result<void> SessionWriter::Dump() {
   auto flushed = writer_.Flush(true);
+  if (context_writer_) {
+    if (auto written = context_writer_->Flush(true); !written) context_failure_ = written.error();
+  }
   auto sched_flushed = sched_ ? sched_->Dump() : Ok();
   // The metadata is written even when the samples could not be: it records their loss.
   HVPROF_TRYV(WriteMetadata());
@@ -443,19 +499,26 @@ Result<void> SessionWriter::Dump() {
     Log(LogLevel::kError, "{} scheduling records could not be written: {}", sched_->stats().failed,
         sched_flushed.error().message());
   }
-  // The aggregate is a cache of samples.hvs, with every distinct stack: without it (no space), a
-  // report reads the samples.
+  // The aggregate is a cache of samples.hvs, counted as the samples came (a sort, not a read of
+  // the file): without it (no space), a report reads the samples. It covers the samples written:
+  // those that could not be were not counted in the file either.
+  CountPending();
   const std::string aggregate_path = directory_ + "/" + store::kAggregateFile;
-  auto id = store::ParseSessionId(metadata_.session_id);
-  store::ReadSummary summary;
-  auto aggregate = store::AggregateSamplesFile(directory_ + "/" + store::kSamplesFile, &summary,
-                                               id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt,
-                                               store::StackDetail::kStacksByThread,
-                                               {store::kAggregateTimeSlices, metadata_.first_sample_ns,
-                                                metadata_.last_sample_ns});
-  Result<void> cached = aggregate ? store::WriteAggregate(aggregate_path, aggregate.value())
-                                  : Result<void>(aggregate.error());
-  if (!cached) {
+  struct stat st {};
+  const uint64_t file_bytes =
+      ::stat((directory_ + "/" + store::kSamplesFile).c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  struct stat aggregate_st {};
+  if (file_bytes == aggregate_file_bytes_ && aggregate_.samples() == aggregate_samples_ &&
+      ::stat(aggregate_path.c_str(), &aggregate_st) == 0) {
+    return Ok();  // written at the dump before, and nothing came since
+  }
+  Result<void> cached = writer_.stats().failed == 0
+                            ? store::WriteAggregate(aggregate_path, aggregate_.Snapshot(file_bytes))
+                            : Result<void>(MakeError(ErrorKind::kNoSpace, "samples were lost before the file"));
+  if (cached) {
+    aggregate_file_bytes_ = file_bytes;
+    aggregate_samples_ = aggregate_.samples();
+  } else {
     // An older aggregate stays: a report uses it only if it still covers the whole file.
     Log(LogLevel::kWarning, "the aggregate of {} could not be updated ({}); reports read the samples instead",
         directory_, cached.error().message());

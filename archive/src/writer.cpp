@@ -21,6 +21,7 @@
 #include "hvprof/base/files.h"
 #include "hvprof/base/progress.h"
 #include "hvprof/base/unique_resource.h"
+#include "hvprof/store/context_file.h"
 #include "hvprof/store/session.h"
 #include "hvprof/symbolizer/debuginfod.h"
 #include "hvprof/symbolizer/symbolizer.h"
@@ -73,7 +74,7 @@ class Needs {
  public:
   explicit Needs(const store::SessionMetadata& m) : m_(m) {}
 
-  void Visit(uint16_t domain, uint8_t mode, uint32_t pid, uint64_t ip) {
+  void Visit(uint16_t domain, uint8_t mode, uint64_t ip) {
     if (mode == kHypervisor || domain == store::kIdleDomain) {
       if (hypervisor_done_) return;
       hypervisor_done_ = true;
@@ -91,19 +92,17 @@ class Needs {
       }
       return;
     }
-    for (const store::DomainRecord& record : m_.domains) {
-      if (record.id != domain) continue;
-      for (const store::ProcessRecord& process : record.processes) {
-        if (process.pid != pid) continue;
-        for (const store::MappingRecord& mapping : process.mappings) {
-          if (ip >= mapping.start && ip < mapping.end && store::MappingNamesAFile(mapping.path)) {
-            Add(mapping.path, mapping.build_id, "elf");
-          }
-        }
-      }
+    // User code: counted by image (the aggregate's table names it), or not in a file.
+    if (!store::IsImageWord(ip)) return;
+    if (const auto it = images_by_id_.find(store::ImageOfWord(ip)); it != images_by_id_.end()) {
+      Add(it->second->path, it->second->build_id, "elf");
     }
   }
-  void NeedHypervisor() { Visit(0, kHypervisor, 0, 0); }
+  // The images user addresses were counted by (store::ImageWord).
+  void UseImages(const std::vector<store::AggregateImage>& images) {
+    for (const store::AggregateImage& image : images) images_by_id_[image.id] = &image;
+  }
+  void NeedHypervisor() { Visit(0, kHypervisor, 0); }
   const std::map<std::pair<std::string, std::string>, NeededImage>& images() const { return images_; }
 
  private:
@@ -114,6 +113,7 @@ class Needs {
   const store::SessionMetadata& m_;
   bool hypervisor_done_ = false;
   std::set<uint16_t> kernels_done_;
+  std::map<uint32_t, const store::AggregateImage*> images_by_id_;
   std::map<std::pair<std::string, std::string>, NeededImage> images_;
 };
 
@@ -308,19 +308,25 @@ Result<WriteSummary> WriteArchive(const std::string& session_directory, const st
   // What the samples need: every sampled address and every frame of their call chains.
   Needs needs(m);
   const std::string samples = directory + "/" + store::kSamplesFile;
+  store::Aggregate aggregate;
   if (std::filesystem::exists(samples, ec)) {
+    // User addresses are counted by the image they were in, as the processes were then
+    // (context.hvc; session.json's list in a session from before it).
+    store::ContextIndex context;
+    HVPROF_TRY(read, store::ReadContextFile(directory + "/" + store::kContextFile, m.session_id, context));
+    if (!read.present) store::ContextFromMetadata(m, context);
     const auto id = store::ParseSessionId(m.session_id);
-    HVPROF_TRY(aggregate, store::AggregateSamplesFile(
-                              samples, nullptr, id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt,
-                              store::StackDetail::kStacks));
+    HVPROF_TRY(counted, store::AggregateSamplesFile(
+                            samples, nullptr, id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt,
+                            store::StackDetail::kStacks, {}, 0, store::Translation{&context, false}));
+    aggregate = std::move(counted);
+    needs.UseImages(aggregate.images);
     for (const store::AggregateEntry& entry : aggregate.entries) {
-      needs.Visit(entry.key.domain, entry.key.mode, entry.key.pid, entry.key.ip);
+      needs.Visit(entry.key.domain, entry.key.mode, entry.key.ip);
     }
     for (const store::CountedStack& stack : aggregate.stacks) {
       const auto words = aggregate.Addresses(stack);
-      for (size_t i = 0; i < words.size(); ++i) {
-        needs.Visit(stack.key.domain, stack.key.mode, stack.key.pid, i == 0 ? words[i] : words[i] - 1);
-      }
+      for (const uint64_t word : words) needs.Visit(stack.key.domain, stack.key.mode, word);
     }
   }
   // The guests' published profiles leave their hypervisor addresses to dom0.

@@ -298,7 +298,6 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
     if (record.vcpus == 0 && xen_buffers_.count(id) != 0) record.vcpus = xen_buffers_.at(id);
     m.domains.push_back(std::move(record));
   }
-  RefreshProcesses(m);
   m.images = images_;
   m.ring_format = link_->legacy_only() ? "xenoprof" : "v2";
   m.ring_capacity = capacity_;
@@ -443,7 +442,6 @@ void Dom0Agent::OnTick() {
 void Dom0Agent::OnDump() {
   CollectPublished();
   if (!session_) return;
-  RefreshProcesses(session_->metadata());
   // What the platform says of its own sampling: rates, throttling, losses below the engine.
   auto info_text = link_->PlatformInfo();
   if (!info_text) {
@@ -465,29 +463,6 @@ void Dom0Agent::OnDump() {
     if (!note.is_string()) continue;
     const std::string& text = note.get_ref<const std::string&>();
     if (std::find(m.notes.begin(), m.notes.end(), text) == m.notes.end()) m.notes.push_back(text);
-  }
-}
-
-void Dom0Agent::RefreshProcesses(store::SessionMetadata& metadata) {
-  for (store::DomainRecord& record : metadata.domains) {
-    if (record.role != "passive" && record.id != 0) continue;  // active guests know their own
-    auto text = record.id == 0 ? link_->Context() : link_->ContextOf(record.id);
-    if (!text) {
-      Log(LogLevel::kWarning, "cannot read the processes of {}: {}", DomainLabel(record.id), text.error().message());
-      continue;
-    }
-    const Json context = Json::parse(text.value(), nullptr, false);
-    auto processes = agent::ProcessesFromContext(context);
-    // Keep processes seen earlier that the platform has since forgotten: their samples stay.
-    for (store::ProcessRecord& old : record.processes) {
-      const bool still = std::any_of(processes.begin(), processes.end(),
-                                     [&](const store::ProcessRecord& p) { return p.pid == old.pid; });
-      if (!still) processes.push_back(std::move(old));
-    }
-    record.processes = std::move(processes);
-    // The platform keeps every task it named; a newer list replaces the older.
-    auto tasks = agent::TasksFromContext(context);
-    if (!tasks.empty()) record.tasks = std::move(tasks);
   }
 }
 

@@ -152,7 +152,6 @@ Result<store::SessionMetadata> GuestAgent::SessionDescription(const hvpmu::InitV
   self.name = name_;
   self.role = "active";
   self.vcpus = static_cast<uint16_t>(rings_.size());
-  self.processes = agent::ProcessesFromContext(context);
   m.domains.push_back(std::move(self));
   if (!setup_.no_vmlinux) {
     std::string kernel = setup_.vmlinux;

@@ -712,8 +712,8 @@ void LinuxMachine::ApplySched(const PerfSample& sample, uint32_t cpu, SchedTrace
   }
 }
 
-std::string LinuxMachine::ContextJson(DomainId domain, bool sampled_only) const {
-  return processes_->ContextJson(domain, host_kernel_, sampled_only);
+std::string LinuxMachine::ContextJson(DomainId domain) const {
+  return processes_->ContextJson(domain, host_kernel_);
 }
 
 std::string LinuxMachine::DomainsJson() const {
@@ -828,7 +828,9 @@ std::string LinuxMachine::StatsJson() const {
   out["processes"] = {{"entries", table.processes},
                       {"mappings", table.mappings},
                       {"discovered_in_samples", table.proc_discoveries},
-                      {"unreadable_images", table.elf_failures}};
+                      {"unreadable_images", table.elf_failures},
+                      {"context_events", table.context_events},
+                      {"context_dropped", table.context_dropped}};
   out["throttled"] = throttles > 0;
   out["notes"] = notes();
   return out.dump();

@@ -24,7 +24,6 @@ using hvpmu::kMaxVcpus;
 
 namespace {
 
-constexpr size_t kMaxRetired = 1u << 16;
 constexpr size_t kMaxAncestry = 4096;
 
 bool ParseU64(std::string_view text, uint64_t* out, int base = 10) {
@@ -218,31 +217,107 @@ void ProcessTable::AssignDomain(Process& process, const Process* parent,
   }
 }
 
-void ProcessTable::Retire(Process& process) {
-  // Only images that samples point into are worth keeping.
-  if (process.mappings.empty() || process.samples == 0) return;
-  if (retired_.size() >= kMaxRetired) retired_.erase(retired_.begin());
-  Process old = process;
-  old.retired = true;
-  old.exited = true;
-  old.threads.clear();
-  retired_.push_back(std::move(old));
-}
-
-Process& ProcessTable::Create(uint32_t pid, uint32_t ppid,
-                             const std::vector<std::string>* cgroups) {
+Process& ProcessTable::Create(uint32_t pid, uint32_t ppid, const std::vector<std::string>* cgroups,
+                              uint64_t birth_ns, std::string comm) {
   auto it = live_.find(pid);
   if (it != live_.end()) {
-    Retire(it->second);
     recent_.fill(nullptr);
     live_.erase(it);
   }
   Process process;
   process.pid = pid;
   process.ppid = ppid;
+  process.birth_ns = birth_ns;
+  process.comm = std::move(comm);
   const Process* parent = ppid != 0 && ppid != pid ? Find(ppid) : nullptr;
   AssignDomain(process, parent, cgroups);
-  return live_.emplace(pid, std::move(process)).first->second;
+  Process& created = live_.emplace(pid, std::move(process)).first->second;
+  context::ContextEvent born;
+  born.kind = context::ContextKind::kProcess;
+  born.domain = created.domain;
+  born.pid = pid;
+  born.time_ns = birth_ns;
+  born.comm = created.comm;
+  Emit(std::move(born));
+  return created;
+}
+
+void ProcessTable::Emit(context::ContextEvent event) {
+  ++events_made_;
+  if (events_.size() >= kMaxPendingEvents) {
+    // Nobody takes them (no agent): the oldest go, counted.
+    events_.pop_front();
+    ++events_first_;
+    ++events_dropped_;
+  }
+  events_.push_back(std::move(event));
+}
+
+void ProcessTable::EmitMapping(const Process& process, const Mapping& mapping, uint64_t time_ns) {
+  context::ContextEvent event;
+  event.kind = context::ContextKind::kMapping;
+  event.domain = process.domain;
+  event.pid = process.pid;
+  event.time_ns = time_ns;
+  event.start = mapping.start;
+  event.end = mapping.end;
+  event.bias = mapping.bias;
+  event.path = mapping.path;
+  event.build_id = mapping.build_id;
+  Emit(std::move(event));
+}
+
+ProcessTable::Events ProcessTable::TakeEvents(uint64_t from, size_t max) const {
+  Events out;
+  if (from == 0) {
+    // What is alive now, then what came since the oldest kept event: a new agent's start.
+    for (const auto& [pid, process] : live_) {
+      if (process.exited) continue;
+      context::ContextEvent born;
+      born.kind = context::ContextKind::kProcess;
+      born.domain = process.domain;
+      born.pid = pid;
+      born.time_ns = process.birth_ns;
+      born.comm = process.comm;
+      out.events.push_back(std::move(born));
+      for (const Mapping& mapping : process.mappings) {
+        context::ContextEvent event;
+        event.kind = context::ContextKind::kMapping;
+        event.domain = process.domain;
+        event.pid = pid;
+        event.time_ns = process.birth_ns;
+        event.start = mapping.start;
+        event.end = mapping.end;
+        event.bias = mapping.bias;
+        event.path = mapping.path;
+        event.build_id = mapping.build_id;
+        out.events.push_back(std::move(event));
+      }
+    }
+    for (const auto& [key, task] : named_tasks_) {
+      context::ContextEvent named;
+      named.kind = context::ContextKind::kTask;
+      named.domain = task.domain;
+      named.pid = task.pid;
+      named.tid = static_cast<uint32_t>(key);
+      named.comm = task.comm;
+      out.events.push_back(std::move(named));
+    }
+  }
+  out.first = std::max(from, events_first_);
+  const uint64_t end = events_first_ + events_.size();
+  out.next = out.first;
+  for (uint64_t seq = out.first; seq < end && out.events.size() < max; ++seq, ++out.next) {
+    out.events.push_back(events_[seq - events_first_]);
+  }
+  return out;
+}
+
+void ProcessTable::Acknowledge(uint64_t sequence) {
+  while (!events_.empty() && events_first_ < sequence) {
+    events_.pop_front();
+    ++events_first_;
+  }
 }
 
 const Process* ProcessTable::Find(uint32_t pid) const {
@@ -261,7 +336,7 @@ Process& ProcessTable::Lookup(uint32_t pid) {
   ++proc_discoveries_;
   ProcEntry entry;
   if (!ReadProc(pid, &entry)) {
-    Process& stub = Create(pid, 0, nullptr);
+    Process& stub = Create(pid, 0, nullptr, last_time_, std::string());
     return stub;
   }
   // Parents first, so a pid: rule on an ancestor reaches it.
@@ -278,13 +353,15 @@ Process& ProcessTable::Lookup(uint32_t pid) {
       if (live_.count(*a) == 0) Get(*a);
     }
   }
-  Process& process = Create(pid, entry.ppid, entry.cgroups_known ? &entry.cgroups : nullptr);
-  process.comm = entry.comm;
+  // Found now (at setup, or in a sample of a process perf told nothing of): born at the latest
+  // record's time, so that earlier samples of the pid stay with the process that had it before.
+  Process& process = Create(pid, entry.ppid, entry.cgroups_known ? &entry.cgroups : nullptr, last_time_,
+                            entry.comm);
   process.start_ticks = entry.start_ticks;
   for (size_t i = 0; i < entry.mappings.size(); ++i) {
     Mapping mapping = std::move(entry.mappings[i]);
     FillMapping(pid, &mapping, entry.keys[i]);
-    AddMapping(process, std::move(mapping));
+    AddMapping(process, std::move(mapping), last_time_);
   }
   return process;
 }
@@ -303,7 +380,6 @@ void ProcessTable::ScanProc() {
     if (process->start_ticks != 0 && entry.start_ticks != 0 &&
         process->start_ticks != entry.start_ticks) {
       // The pid was reused while nobody watched: a new process.
-      Retire(*process);
       recent_.fill(nullptr);
       live_.erase(it);
       Get(pid);
@@ -315,7 +391,7 @@ void ProcessTable::ScanProc() {
     for (size_t i = 0; i < entry.mappings.size(); ++i) {
       Mapping mapping = std::move(entry.mappings[i]);
       FillMapping(pid, &mapping, entry.keys[i]);
-      AddMapping(*process, std::move(mapping));
+      AddMapping(*process, std::move(mapping), last_time_);
     }
   }
   proc_discoveries_ = discoveries;
@@ -378,7 +454,12 @@ void ProcessTable::FillMapping(uint32_t pid, Mapping* mapping, const std::string
   if (mapping->build_id.empty()) mapping->build_id = elf->info.build_id;
 }
 
-void ProcessTable::AddMapping(Process& process, Mapping mapping) {
+void ProcessTable::AddMapping(Process& process, Mapping mapping, uint64_t time_ns) {
+  // Told unless it is what the process has there already (a /proc scan of a known process).
+  const bool known = std::any_of(process.mappings.begin(), process.mappings.end(), [&](const Mapping& m) {
+    return m.start == mapping.start && m.end == mapping.end && m.bias == mapping.bias && m.path == mapping.path;
+  });
+  if (!known) EmitMapping(process, mapping, time_ns);
   // A new mapping replaces whatever it overlaps (munmap + mmap, or a fresh dlopen).
   std::vector<Mapping> kept;
   kept.reserve(process.mappings.size() + 2);
@@ -407,6 +488,7 @@ void ProcessTable::AddMapping(Process& process, Mapping mapping) {
 
 void ProcessTable::OnTask(const PerfTask& record) {
   if (record.pid == kNoTask || record.pid == 0) return;
+  last_time_ = std::max(last_time_, record.time);
   if (record.fork) {
     tgid_of_[record.tid] = record.pid;
     if (record.pid == record.ppid) {  // a new thread
@@ -420,8 +502,8 @@ void ProcessTable::OnTask(const PerfTask& record) {
     const std::string parent_comm = parent != nullptr ? parent->comm : std::string();
     auto text = hvprof::ReadFileToString(fmt::format("{}/{}/cgroup", options_.proc_root, record.pid));
     const std::vector<std::string> cgroups = text ? ParseCgroups(text.value()) : std::vector<std::string>{};
-    Process& child = Create(record.pid, record.ppid, text ? &cgroups : nullptr);
-    child.comm = parent_comm;
+    Process& child = Create(record.pid, record.ppid, text ? &cgroups : nullptr, record.time, parent_comm);
+    for (const Mapping& mapping : inherited) EmitMapping(child, mapping, record.time);
     child.mappings = std::move(inherited);
     return;
   }
@@ -433,6 +515,12 @@ void ProcessTable::OnTask(const PerfTask& record) {
   if (record.pid == record.tid) {
     it->second.exited = true;
     it->second.exit_time = record.time;
+    context::ContextEvent exited;
+    exited.kind = context::ContextKind::kExit;
+    exited.domain = it->second.domain;
+    exited.pid = record.pid;
+    exited.time_ns = record.time;
+    Emit(std::move(exited));
   } else {
     auto thread = it->second.threads.find(record.tid);
     if (thread != it->second.threads.end() && thread->second.vcpu < 0) {
@@ -443,18 +531,35 @@ void ProcessTable::OnTask(const PerfTask& record) {
 
 void ProcessTable::OnComm(const PerfComm& record) {
   if (record.pid == kNoTask || record.pid == 0) return;
+  last_time_ = std::max(last_time_, record.sid.time);
   Process& process = Get(record.pid);
   if (record.exec) {
-    // The old image goes; its mappings stay with a retired entry for earlier samples.
-    Retire(process);
+    // A new image under the same pid: a new process from now on (earlier samples keep the old one,
+    // as the events told it).
     process.mappings.clear();
     process.threads.clear();
-    process.samples = 0;
     process.comm = std::string(record.comm);
     process.exited = false;
+    process.birth_ns = record.sid.time;
+    context::ContextEvent born;
+    born.kind = context::ContextKind::kProcess;
+    born.domain = process.domain;
+    born.pid = record.pid;
+    born.time_ns = record.sid.time;
+    born.comm = process.comm;
+    Emit(std::move(born));
     return;
   }
-  if (record.tid == record.pid) process.comm = std::string(record.comm);
+  if (record.tid == record.pid && process.comm != record.comm) {
+    process.comm = std::string(record.comm);
+    context::ContextEvent renamed;
+    renamed.kind = context::ContextKind::kComm;
+    renamed.domain = process.domain;
+    renamed.pid = record.pid;
+    renamed.time_ns = record.sid.time;
+    renamed.comm = process.comm;
+    Emit(std::move(renamed));
+  }
   process.threads[record.tid].comm = std::string(record.comm);
   if (auto named = named_tasks_.find(TaskKey(record.pid, record.tid)); named != named_tasks_.end()) {
     named->second.comm = record.comm;
@@ -471,11 +576,19 @@ void ProcessTable::NoteTask(uint32_t pid, uint32_t tid) {
   task.comm = thread != process.threads.end() ? thread->second.comm : std::string();
   if (task.comm.empty()) task.comm = ReadThreadComm(pid, tid);
   if (task.comm.empty() && tid == pid) task.comm = process.comm;
+  context::ContextEvent named;
+  named.kind = context::ContextKind::kTask;
+  named.domain = task.domain;
+  named.pid = pid;
+  named.tid = tid;
+  named.comm = task.comm;
+  Emit(std::move(named));
   named_tasks_.emplace(TaskKey(pid, tid), std::move(task));
 }
 
 void ProcessTable::OnMmap2(const PerfMmap2& record) {
   if (record.pid == kNoTask || record.pid == 0) return;
+  last_time_ = std::max(last_time_, record.sid.time);
   // Files only: not "[vdso]", nor perf's "//anon" for anonymous executable memory (JITs).
   if (record.filename.empty() || record.filename.front() != '/' ||
       record.filename.starts_with("//") || record.len == 0) {
@@ -496,7 +609,7 @@ void ProcessTable::OnMmap2(const PerfMmap2& record) {
                                            record.ino, record.ino_generation)
                              : "path:" + mapping.path);
   FillMapping(record.pid, &mapping, key);
-  AddMapping(process, std::move(mapping));
+  AddMapping(process, std::move(mapping), record.sid.time);
 }
 
 std::string ProcessTable::ReadThreadComm(uint32_t pid, uint32_t tid) const {
@@ -553,8 +666,7 @@ bool ProcessTable::IsVcpuThread(uint32_t pid, uint32_t tid) {
   return ParseVcpuName(comm) >= 0;
 }
 
-std::string ProcessTable::ContextJson(DomainId domain, const std::string& host_kernel,
-                                      bool sampled_only) const {
+std::string ProcessTable::ContextJson(DomainId domain, const std::string& host_kernel) const {
   using Json = nlohmann::json;
   Json out;
   out["domain"] = domain;
@@ -563,20 +675,12 @@ std::string ProcessTable::ContextJson(DomainId domain, const std::string& host_k
   out["kernel"] = desc != nullptr && !desc->guest ? host_kernel : std::string();
   if (domain == 0) out["hypervisor"] = host_kernel;
   std::vector<const Process*> listed;
-  auto consider = [&](const Process& process) {
-    if (process.domain != domain || process.mappings.empty()) return;
-    if (sampled_only && process.samples == 0) return;
-    listed.push_back(&process);
-  };
   if (desc != nullptr && !desc->guest) {
-    for (const auto& [pid, process] : live_) consider(process);
-    for (auto it = retired_.rbegin(); it != retired_.rend(); ++it) consider(*it);
+    for (const auto& [pid, process] : live_) {
+      if (process.domain == domain && !process.mappings.empty()) listed.push_back(&process);
+    }
   }
-  // By pid; for one pid the live entry first, then retired ones newest first.
-  std::stable_sort(listed.begin(), listed.end(), [](const Process* a, const Process* b) {
-    if (a->pid != b->pid) return a->pid < b->pid;
-    return !a->retired && b->retired;
-  });
+  std::sort(listed.begin(), listed.end(), [](const Process* a, const Process* b) { return a->pid < b->pid; });
   Json processes = Json::array();
   for (const Process* process : listed) {
     Json mappings = Json::array();
@@ -587,10 +691,7 @@ std::string ProcessTable::ContextJson(DomainId domain, const std::string& host_k
                           {"bias", fmt::format("{:#x}", mapping.bias)},
                           {"build_id", mapping.build_id}});
     }
-    processes.push_back({{"pid", process->pid},
-                         {"comm", process->comm},
-                         {"address_space", fmt::format("{:#x}", process->pid)},
-                         {"mappings", mappings}});
+    processes.push_back({{"pid", process->pid}, {"comm", process->comm}, {"mappings", mappings}});
   }
   out["processes"] = processes;
   std::vector<std::pair<uint32_t, const NamedTask*>> tasks;  // by tid, then pid
@@ -612,12 +713,9 @@ void ProcessTable::Prune(uint64_t before) {
     Process& process = it->second;
     if (!process.exited || process.exit_time >= before) {
       ++it;
-    } else if (process.samples == 0) {
+    } else {
       it = live_.erase(it);
       erased = true;
-    } else {
-      process.threads.clear();
-      ++it;
     }
   }
   if (erased) recent_.fill(nullptr);
@@ -634,12 +732,14 @@ void ProcessTable::Prune(uint64_t before) {
 
 ProcessTableStats ProcessTable::stats() const {
   ProcessTableStats stats;
-  stats.processes = live_.size() + retired_.size();
+  stats.processes = live_.size();
   stats.proc_discoveries = proc_discoveries_;
   stats.elf_failures = elf_failures_;
   for (const auto& [pid, process] : live_) stats.mappings += process.mappings.size();
-  for (const Process& process : retired_) stats.mappings += process.mappings.size();
   stats.threads = tgid_of_.size();
+  stats.context_events = events_made_;
+  stats.context_pending = events_.size();
+  stats.context_dropped = events_dropped_;
   return stats;
 }
 

@@ -81,7 +81,6 @@ RoutedSample SampleRouter::Route(const PerfSample& sample, uint32_t cpu) {
       }
     } else {
       ++stats_.host_user;
-      ++process.samples;
     }
   }
   routed.frames = OwnFrames(sample.callchain, sample.ip);

@@ -129,6 +129,9 @@ class ProfileBuilder {
                        const std::string& reason);
   uint32_t LineIndex(std::string_view file, uint32_t line);
   Target& TargetFor(const store::Aggregate& aggregate, size_t entry_index);
+  // The target of code counted by image `id` (store::ImageWord): the image the aggregate's table
+  // names (the counts and their images were written together), else context.hvc's.
+  Target& ImageTarget(uint32_t id);
   // The addresses around key.ip that TargetFor sends to the same target, for the same
   // domain, mode and pid: all of them outside user space, else the mapping or the gap between
   // mappings that holds key.ip.
@@ -157,6 +160,7 @@ class ProfileBuilder {
   const LoadOptions& options_;
   std::vector<Entry>* out_ = nullptr;      // what Build fills in
   std::map<std::string, Target> targets_;  // by a key naming image and bias
+  std::unordered_map<uint32_t, store::AggregateImage> aggregate_images_;  // the aggregate's table, by number
   std::unordered_map<std::string, uint32_t> image_index_;
   std::unordered_map<std::string, uint32_t> symbol_index_;
   std::unordered_map<std::string, uint32_t> line_index_;
@@ -238,20 +242,35 @@ uint32_t ProfileBuilder::LineIndex(std::string_view file, uint32_t line) {
 std::pair<uint64_t, uint64_t> ProfileBuilder::TargetRange(const store::AggregateKey& key) const {
   constexpr std::pair<uint64_t, uint64_t> kEverything{0, UINT64_MAX};
   const store::DomainRecord* record = FindDomain(key.domain);
-  if (key.mode != kUser || key.domain == kIdleDomain || record == nullptr ||
-      (record->role == "passive" && record->processes.empty())) {
+  if (key.mode != kUser || key.domain == kIdleDomain || (record != nullptr && record->role == "passive" &&
+                                                         !p_.context_->HasDomain(key.domain))) {
     return kEverything;
   }
-  uint64_t low = 0, high = UINT64_MAX;
-  for (const store::ProcessRecord& process : record->processes) {
-    if (process.pid != key.pid) continue;
-    for (const store::MappingRecord& mapping : process.mappings) {
-      if (key.ip >= mapping.start && key.ip < mapping.end) return {mapping.start, mapping.end};
-      if (mapping.end <= key.ip) low = std::max(low, mapping.end);
-      if (mapping.start > key.ip) high = std::min(high, mapping.start);
-    }
+  // User space the image path did not take (anonymous memory, a JIT's code, a process the
+  // session does not know): each address decides for itself.
+  return {key.ip, key.ip + 1};
+}
+
+ProfileBuilder::Target& ProfileBuilder::ImageTarget(uint32_t id) {
+  const std::string* path = nullptr;
+  const std::string* build_id = nullptr;
+  if (const auto it = aggregate_images_.find(id); it != aggregate_images_.end()) {
+    path = &it->second.path;
+    build_id = &it->second.build_id;
+  } else if (const store::ContextImage* image = p_.context_->image(id)) {
+    path = &image->path;
+    build_id = &image->build_id;
   }
-  return {low, high};
+  Target& t = targets_[fmt::format("img:{}", id)];
+  if (path != nullptr && t.path.empty()) {
+    t.name = Basename(*path);
+    t.path = *path;
+    t.build_id = *build_id;
+    t.bias = 0;  // its entries' addresses are the image's own
+  } else if (path == nullptr) {
+    t.name = fmt::format("image {} (not in the session)", id);
+  }
+  return t;
 }
 
 ProfileBuilder::Target& ProfileBuilder::TargetFor(const store::Aggregate& aggregate, size_t e) {
@@ -307,39 +326,27 @@ ProfileBuilder::Target& ProfileBuilder::TargetFor(const store::Aggregate& aggreg
     }
     return t;
   }
-  // User space: a passive domain's is one unresolvable bucket (as in Xenoprof), unless the
-  // platform showed dom0 its processes (host processes on linux).
-  if (passive && record->processes.empty()) {
+  // User space the image path did not take: a passive domain's is one unresolvable bucket (as in
+  // Xenoprof), unless the platform showed dom0 its processes (host processes on linux).
+  const store::ContextIndex& context = *p_.context_;
+  if (passive && !context.HasDomain(domain)) {
     Target& t = target(fmt::format("apps:{}", domain));
     t.name = fmt::format("domain{}-apps", domain);
     return t;
   }
-  if (record != nullptr) {
-    for (const store::ProcessRecord& process : record->processes) {
-      if (process.pid != entry.key.pid) continue;
-      for (const store::MappingRecord& mapping : process.mappings) {
-        if (entry.key.ip < mapping.start || entry.key.ip >= mapping.end) continue;
-        if (!store::MappingNamesAFile(mapping.path)) {
-          // memfd, SysV shared memory and device mappings (JIT code, often): nothing to open,
-          // but the runtime may have named its code.
-          if (const sym::JitTable* jit = JitTableOf(domain, entry.key.pid)) {
-            Target& t = target(fmt::format("jit:{}:{}", domain, entry.key.pid));
-            t.name = fmt::format("jit (pid {})", entry.key.pid);
-            t.jit = jit;
-            return t;
-          }
-          Target& t = target(fmt::format("user-nofile:{}", mapping.path));
-          t.name = mapping.path.empty() || mapping.path[0] != '/' ? mapping.path : mapping.path.substr(1);
-          return t;
-        }
-        Target& t = target(fmt::format("user:{}:{:x}", mapping.path, mapping.bias));
-        t.name = Basename(mapping.path);
-        t.path = mapping.path;
-        t.bias = mapping.bias;
-        t.build_id = mapping.build_id;
-        return t;
-      }
+  const std::string* mapped = context.MappingPath(domain, entry.key.pid, UINT64_MAX, entry.key.ip);
+  if (mapped != nullptr && !store::MappingNamesAFile(*mapped)) {
+    // memfd, SysV shared memory and device mappings (JIT code, often): nothing to open, but the
+    // runtime may have named its code.
+    if (const sym::JitTable* jit = JitTableOf(domain, entry.key.pid)) {
+      Target& t = target(fmt::format("jit:{}:{}", domain, entry.key.pid));
+      t.name = fmt::format("jit (pid {})", entry.key.pid);
+      t.jit = jit;
+      return t;
     }
+    Target& t = target(fmt::format("user-nofile:{}", *mapped));
+    t.name = mapped->empty() || (*mapped)[0] != '/' ? *mapped : mapped->substr(1);
+    return t;
   }
   if (const sym::JitTable* jit = entry.key.pid != 0xFFFFFFFF ? JitTableOf(domain, entry.key.pid) : nullptr) {
     Target& t = target(fmt::format("jit:{}:{}", domain, entry.key.pid));
@@ -524,7 +531,7 @@ void ProfileBuilder::SymbolizeJit(Target& target) {
   for (size_t e : target.entries) {
     Entry& entry = (*out_)[e];
     entry.image = image;
-    const sym::JitSymbol* found = target.jit->Find(entry.ip);
+    const sym::JitSymbol* found = target.jit->Find(entry.address);
     if (found == nullptr) {
       entry.symbol = SymbolIndex(image, fmt::format("[unknown in {}]", target.name), 0, false,
                                  "no perf map or jitdump entry holds the address");
@@ -558,7 +565,7 @@ void ProfileBuilder::Symbolize(Target& target) {
   if (debuginfod && spec.format == sym::ImageFormat::kElf && !target.build_id.empty()) AskDebuginfod(target, spec);
   std::vector<uint64_t> addresses;
   addresses.reserve(target.entries.size());
-  for (size_t e : target.entries) addresses.push_back((*out_)[e].ip);
+  for (size_t e : target.entries) addresses.push_back((*out_)[e].address);
   sym::LookupOptions lookup;
   const bool inlines = options_.inlines && out_ == &p_.frames_;
   lookup.detail = inlines ? sym::Detail::kInlines : lines ? sym::Detail::kLines : sym::Detail::kFunctions;
@@ -653,6 +660,7 @@ void ProfileBuilder::Symbolize(Target& target) {
 }
 
 Result<void> ProfileBuilder::Build(const store::Aggregate& aggregate, std::vector<Entry>& out) {
+  for (const store::AggregateImage& image : aggregate.images) aggregate_images_[image.id] = image;
   const Stopwatch attributing;
   Target* last_target = nullptr;
   store::AggregateKey last_key{};
@@ -669,9 +677,26 @@ Result<void> ProfileBuilder::Build(const store::Aggregate& aggregate, std::vecto
     entry.event = source.key.event;
     entry.pid = source.key.pid;
     entry.ip = source.key.ip;
+    entry.address = source.key.ip;
     entry.count = source.count;
     entry.image = entry.symbol = entry.line = kNoIndex;
     p_.total_ += source.count;
+    // User code counted by image (hvprofd resolved it as it came), or, in a session from before
+    // context.hvc, resolved now through the processes session.json lists.
+    uint32_t image_id = 0;
+    if (source.key.mode == kUser && store::IsImageWord(source.key.ip)) {
+      image_id = store::ImageOfWord(source.key.ip);
+      entry.address = store::AddressOfWord(source.key.ip);
+    } else if (source.key.mode == kUser && !p_.has_context_file_ && source.key.domain != kIdleDomain) {
+      if (const auto resolved = p_.context_->Resolve(source.key.domain, source.key.pid, UINT64_MAX, source.key.ip)) {
+        image_id = resolved->image;
+        entry.address = resolved->address;
+      }
+    }
+    if (image_id != 0) {
+      ImageTarget(image_id).entries.push_back(e);
+      continue;
+    }
     // Entries are sorted by domain, mode, event, pid and ip, so neighbours mostly share a
     // target: reuse it while the key stays in the range it was decided for.
     const bool same = last_target != nullptr && source.key.domain == last_key.domain &&
@@ -707,7 +732,7 @@ void ProfileBuilder::AddPublishedSymbols(const std::vector<PublishedProfile>& pu
       for (size_t c = 0; c < row.samples.size(); ++c) {
         if (row.samples[c] == 0) continue;
         p_.entries_.push_back({guest.domain, row.mode, static_cast<uint8_t>(guest.events[c].counter), 0xFFFFFFFF,
-                               row.address, row.samples[c], image, symbol, kNoIndex});
+                               row.address, row.address, row.samples[c], image, symbol, kNoIndex});
         p_.total_ += row.samples[c];
       }
     }
@@ -951,6 +976,27 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
   struct stat st {};
   const bool have_samples = ::stat(samples.c_str(), &st) == 0;
   const Stopwatch reading;
+  // The processes the samples ran in: context.hvc, as hvprofd wrote it while profiling; in a
+  // session from before it, the processes session.json lists (each alive the whole session).
+  {
+    auto context = std::make_shared<store::ContextIndex>();
+    const std::string context_path = profile.directory_ + "/" + store::kContextFile;
+    auto read = store::ReadContextFile(context_path, profile.metadata_.session_id, *context);
+    if (!read) {
+      profile.problems_.push_back(read.error().message() + "; user samples are shown by process and address");
+    } else if (read.value().present) {
+      profile.has_context_file_ = true;
+      for (const store::FileProblem& problem : read.value().problems) {
+        profile.problems_.push_back(fmt::format("{} at byte {}: {}", context_path, problem.offset, problem.description));
+      }
+    } else {
+      store::ContextFromMetadata(profile.metadata_, *context);
+    }
+    profile.context_ = std::move(context);
+  }
+  profile.keeps_pids_ = options.processes;
+  const store::Translation translation{profile.has_context_file_ ? profile.context_.get() : nullptr,
+                                       options.processes};
   store::Aggregate aggregate;
   bool from_aggregate = false;
   // A samples file shorter than the metadata says was cut: its aggregate cannot be trusted.
@@ -959,8 +1005,19 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
   if (options.use_aggregate && have_samples &&
       static_cast<uint64_t>(st.st_size) >= profile.metadata_.samples_file_bytes) {
     auto read = store::ReadAggregate(aggregate_path);
+    // Counted by image, it cannot tell processes apart; stacks merged across threads cannot give
+    // pprof its thread labels: those views count the raw samples.
+    const auto by_image = [](const store::Aggregate& a) {
+      return std::any_of(a.entries.begin(), a.entries.end(),
+                         [](const store::AggregateEntry& entry) { return entry.key.pid == store::kImagePid; });
+    };
+    const auto by_thread = [](const store::Aggregate& a) {
+      return std::any_of(a.stacks.begin(), a.stacks.end(),
+                         [](const store::CountedStack& stack) { return stack.key.tid != store::kUnknownThread; });
+    };
     if (read && read.value().source_bytes == static_cast<uint64_t>(st.st_size) &&
-        (!options.stacks || read.value().has_stacks)) {
+        (!options.stacks || read.value().has_stacks) && (!options.processes || !by_image(read.value())) &&
+        (!options.stack_threads || read.value().stacks.empty() || by_thread(read.value()))) {
       aggregate = std::move(read).value();
       from_aggregate = true;
     } else if (!read && read.error().kind() == ErrorKind::kCorrupt) {
@@ -998,7 +1055,8 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
                         samples, &summary, id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt,
                         !options.stacks         ? store::StackDetail::kNone
                         : options.stack_threads ? store::StackDetail::kStacksByThread
-                                                : store::StackDetail::kStacks));
+                                                : store::StackDetail::kStacks,
+                        {}, 0, translation));
     aggregate = std::move(raw);
     for (const store::FileProblem& problem : summary.problems) {
       profile.problems_.push_back(fmt::format("{} at byte {}: {}", samples, problem.offset, problem.description));
@@ -1071,11 +1129,27 @@ Result<std::vector<uint32_t>> ProfileBuilder::Slice(const Profile& profile, uint
     return MakeError(ErrorKind::kInvalidArgument,
                      "the profiles guests published (--all-domains) hold no samples to cut into time slices");
   }
-  // Each entry's count per slice: the aggregate's when it counted as many (hvprofd counts
-  // store::kAggregateTimeSlices at every dump), else from the samples, in one pass.
+  // Each entry's count per slice: from the aggregate's time spans when it has at least as many
+  // (hvprofd counts up to 64 spans of equal length, doubling their length as the session grows:
+  // slice k is spans [k*n/slices, (k+1)*n/slices), so slices differ by at most one span in
+  // length, and the last span may be partly empty), else from the samples, in one pass.
   std::vector<uint32_t> counts;  // entry-major
-  if (profile.time_slices_ == slices && profile.slice_counts_.size() == profile.entries_.size() * slices) {
-    counts = profile.slice_counts_;
+  const uint32_t spans = profile.time_slices_;
+  if (spans >= slices && profile.slice_counts_.size() == profile.entries_.size() * spans) {
+    counts.assign(profile.entries_.size() * slices, 0);
+    std::vector<uint32_t> slice_of(spans);
+    for (uint32_t span = 0; span < spans; ++span) {
+      slice_of[span] = static_cast<uint32_t>(uint64_t{span} * slices / spans);
+    }
+    for (size_t e = 0; e < profile.entries_.size(); ++e) {
+      for (uint32_t span = 0; span < spans; ++span) {
+        uint32_t& count = counts[e * slices + slice_of[span]];
+        if (__builtin_add_overflow(count, profile.slice_counts_[e * spans + span], &count)) {
+          return MakeError(ErrorKind::kInvalidArgument, "{}: a sample's count in one time slice is beyond 32 bits",
+                           profile.loaded_directory_);
+        }
+      }
+    }
   } else {
     // Equal spans of the platform's clock from the first sample to the last (the file's order
     // is the order the agent drained the rings in, a vCPU at a time: not time).
@@ -1096,8 +1170,10 @@ Result<std::vector<uint32_t>> ProfileBuilder::Slice(const Profile& profile, uint
                               session));
       (void)scanned;
     }
+    const store::Translation translation{profile.has_context_file_ ? profile.context_.get() : nullptr,
+                                         profile.keeps_pids_};
     HVPROF_TRY(counted, store::AggregateSamplesFile(path, nullptr, session, store::StackDetail::kNone,
-                                                    {slices, first, last}));
+                                                    {slices, first, last}, 0, translation));
     if (counted.time_slices != slices) {
       return MakeError(ErrorKind::kInvalidArgument, "{}: a sample's count in one time slice is beyond 32 bits", path);
     }

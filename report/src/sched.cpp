@@ -1,6 +1,8 @@
 // The scheduling records, kept per pCPU in 16 bytes each, and read back merged in time order.
 #include "hvprof/report/sched.h"
 
+#include "hvprof/store/context_file.h"
+
 #include <algorithm>
 #include <tuple>
 
@@ -182,13 +184,21 @@ Result<SchedSession> LoadSchedRecords(const std::string& session_dir) {
   const std::string path = session.directory + "/" + store::kSchedFile;
   SchedSession loaded;
   loaded.options.pcpus = session.metadata.num_cpus;
+  // Tasks are named in context.hvc (kTask), or in session.json by sessions from before it.
+  store::ContextIndex context;
+  auto context_read =
+      store::ReadContextFile(session.directory + "/" + store::kContextFile, session.metadata.session_id, context);
   for (const store::DomainRecord& domain : session.metadata.domains) {
     loaded.options.domain_names[domain.id] = domain.name;
     for (const store::TaskRecord& task : domain.tasks) {
       loaded.options.thread_names[{domain.id, task.pid, task.tid}] = task.comm;
     }
+    if (const auto* tasks = context.Tasks(domain.id)) {
+      for (const auto& [key, comm] : *tasks) loaded.options.thread_names[{domain.id, key.first, key.second}] = comm;
+    }
   }
   loaded.problems = session.problems;
+  if (!context_read) loaded.problems.push_back(context_read.error().message() + "; tasks are named by number");
   HVPROF_TRY(read, store::ReadSchedFile(path, session.metadata.session_id, [&](const store::StoredSched& record) {
     loaded.records.Add(ToSchedEvent(record));
   }));

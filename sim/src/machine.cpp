@@ -139,6 +139,20 @@ struct SimMachine::Process {
   uint32_t pid = 0;
   std::string comm;
   uint64_t address_space = 0;
+  // A churned program (scenario.h, ChurnSpec): run k is born at k * period_ns, lives lifetime_ns,
+  // runs under pid + k % pids with its mappings shifted by ChurnOffset(k). period_ns 0: one
+  // process, alive the whole run.
+  uint64_t period_ns = 0;
+  uint64_t lifetime_ns = 0;
+  uint32_t pids = 1;
+  uint64_t offset_seed = 0;
+  uint64_t ChurnOffset(uint64_t run) const {
+    uint64_t z = offset_seed + run * 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return ((z ^ (z >> 31)) % (kChurnOffsetRange / 4096)) * 4096;
+  }
+  uint32_t PidOf(uint64_t run) const { return pid + static_cast<uint32_t>(run % pids); }
   struct Image {
     std::string path;
     uint64_t start = 0;
@@ -190,6 +204,7 @@ struct SimMachine::Cpu {
   bool halted = false;
   uint64_t burst_left = 0;
   uint32_t truth_row = 0;
+  uint64_t user_offset = 0;  // at a PMI: how far the interrupted run's mappings are shifted (churn)
   uint64_t carry[kQuantityCount] = {};
   uint64_t time = 0;  // cycles since boot on this CPU
   InterruptedContext context{};
@@ -231,11 +246,11 @@ uint32_t SimMachine::InternFunction(const std::string& name, std::vector<std::st
 }
 
 uint32_t SimMachine::AddTruthRows(DomainId domain, uint16_t vcpus, Mode mode, uint32_t image,
-                                  uint32_t function, uint64_t start) {
+                                  uint32_t function, uint64_t start, uint64_t image_address) {
   const auto first = static_cast<uint32_t>(truth_.size());
   for (uint16_t v = 0; v < vcpus; ++v) {
     truth_.emplace_back();
-    truth_keys_.push_back({domain, v, mode, image, function, start});
+    truth_keys_.push_back({domain, v, mode, image, function, start, image_address});
   }
   return first;
 }
@@ -315,7 +330,7 @@ Result<void> SimMachine::Build(symbolizer::Symbolizer& symbolizer) {
       ToRatePerMillion(spec.rates.value_or(Rates{}), function.rate);
       function.truth = AddTruthRows(kDomainIdle, static_cast<uint16_t>(machine.cpus),
                                     Mode::kHypervisor, xen_image, InternFunction(symbol->name),
-                                    symbol->start);
+                                    symbol->start, symbol->start);
       table.functions.push_back(std::move(function));
       weights.push_back(spec.weight);
     }
@@ -393,6 +408,15 @@ Result<void> SimMachine::BuildDomain(BuildContext& context, const DomainSpec& sp
     process.pid = process_spec.pid;
     process.comm = process_spec.comm;
     process.address_space = 0x100000000ULL + (uint64_t{spec.id} << 28) + (uint64_t{process.pid} << 12);
+    if (process_spec.churn) {
+      const ChurnSpec& churn = *process_spec.churn;
+      process.period_ns = std::max<uint64_t>(1, static_cast<uint64_t>(1e9 / churn.per_second));
+      process.lifetime_ns = static_cast<uint64_t>(churn.lifetime_ms * 1e6);
+      process.pids = churn.pids;
+      process.offset_seed = scenario_.seed ^ (uint64_t{spec.id} << 32) ^ process.pid;
+    }
+    // A churned run's mappings move by up to kChurnOffsetRange: the highest must still fit.
+    const uint64_t shift = process_spec.churn ? kChurnOffsetRange : 0;
     for (size_t m = 0; m < process_spec.mappings.size(); ++m) {
       const Mapping& mapping = process_spec.mappings[m];
       symbolizer::ImageSpec image;
@@ -412,11 +436,12 @@ Result<void> SimMachine::BuildDomain(BuildContext& context, const DomainSpec& sp
       // One address space: an image must not run into another one, nor into the stacks, the
       // kernel or the hypervisor above the mappings, or a sampled address would not tell what ran.
       const std::string field = fmt::format("{} processes[{}].mappings[{}]", where, p, m);
-      if (entry.end < entry.start || entry.end > kMappingsEnd) {
+      if (entry.end < entry.start || entry.end > kMappingsEnd - shift) {
         return MakeError(ErrorKind::kInvalidArgument,
-                         "{}: {} mapped at {:#x} would end beyond {:#x}, the end of the mappings' range: "
+                         "{}: {} mapped at {:#x} would end beyond {:#x}, the end of the mappings' range{}: "
                          "map it lower",
-                         field, entry.path, entry.start, kMappingsEnd);
+                         field, entry.path, entry.start, kMappingsEnd - shift,
+                         shift != 0 ? " less the 1 GiB a churned run's mappings may move" : "");
       }
       for (size_t other = 0; other < process.images.size(); ++other) {
         const Process::Image& earlier = process.images[other];
@@ -456,9 +481,13 @@ Result<void> SimMachine::AddFunctions(BuildContext& context, const DomainSpec& s
   const std::string field = fmt::format("domain {} ({}) workload.{}", spec.id, spec.name,
                                         ModeName(mode));
 
+  // The bias of the image source_for chose last (a process's mapping; 0 for the hypervisor and
+  // kernels, whose addresses are their images').
+  uint64_t source_bias = 0;
   // Where this mode's functions come from: the hypervisor, the kernel, or a process's image.
   auto source_for = [&](uint32_t pid, const std::string& image, uint32_t* process_index,
                         const FunctionIndex** index, uint32_t* image_id) -> Result<void> {
+    source_bias = 0;
     if (mode == Mode::kHypervisor) {
       *index = &context.hypervisor;
       *image_id = context.hypervisor_image;
@@ -491,6 +520,7 @@ Result<void> SimMachine::AddFunctions(BuildContext& context, const DomainSpec& s
         }
         *index = &context.user_images.at(key);
         *image_id = InternImage(mapped.path);
+        source_bias = mapped.bias;
         *process_index = p;
         return hvprof::Ok();
       }
@@ -511,7 +541,8 @@ Result<void> SimMachine::AddFunctions(BuildContext& context, const DomainSpec& s
     const std::string name = symbol.module.empty() ? symbol.name
                                                    : symbol.name + " [" + symbol.module + "]";
     function.truth =
-        AddTruthRows(spec.id, spec.vcpus, mode, image_id, InternFunction(name, std::move(callers)), symbol.start);
+        AddTruthRows(spec.id, spec.vcpus, mode, image_id, InternFunction(name, std::move(callers)), symbol.start,
+                     symbol.start - source_bias);
     table.functions.push_back(std::move(function));
     weights.push_back(weight);
   };
@@ -932,6 +963,7 @@ void SimMachine::DeliverPmi(Cpu& cpu) {
   context.pv_kernel_mode = cpu.mode == Mode::kKernel;
   context.hvm_long_mode = true;
   context.ip = function.start + rng_.NextBelow(function.size);
+  cpu.user_offset = 0;
   context.frame_pointer = function.stack.empty()
                               ? 0
                               : (context.in_hypervisor ? kHypervisorStackRegion : kStackRegion) +
@@ -940,7 +972,22 @@ void SimMachine::DeliverPmi(Cpu& cpu) {
   if (!idle && vcpu->process != kNone) {
     const Process& process = cpu.domain->processes[vcpu->process];
     context.address_space = process.address_space;
-    if (cpu.mode != Mode::kHypervisor) context.pid = context.tid = process.pid;
+    uint32_t pid = process.pid;
+    if (process.period_ns != 0) {
+      // One of the program's runs alive now, each as likely: born in (now - lifetime, now].
+      const uint64_t now = NsOf(cpu.time);
+      const uint64_t newest = now / process.period_ns;
+      const uint64_t oldest =
+          now < process.lifetime_ns ? 0 : (now - process.lifetime_ns) / process.period_ns + 1;
+      const uint64_t run = oldest >= newest ? newest : oldest + rng_.NextBelow(newest - oldest + 1);
+      pid = process.PidOf(run);
+      context.address_space = 0x100000000ULL + (uint64_t{cpu.domain->id} << 28) + (uint64_t{pid} << 12);
+      if (cpu.mode == Mode::kUser) {
+        cpu.user_offset = process.ChurnOffset(run);
+        context.ip += cpu.user_offset;
+      }
+    }
+    if (cpu.mode != Mode::kHypervisor) context.pid = context.tid = pid;
   }
   nmi_cpu_ = static_cast<int>(cpu.index);
   ++pmis_;
@@ -1000,6 +1047,7 @@ std::string SimMachine::GroundTruthJson() const {
                {"image", image_names_[key.image]},
                {"function", function_names_[key.function]},
                {"start", fmt::format("{:#x}", key.start)},
+               {"image_address", fmt::format("{:#x}", key.image_address)},
                {"events", events},
                {"overflows", overflows}};
     // The chain a frame-pointer walk finds from this function: its callers, innermost first.
@@ -1044,6 +1092,7 @@ std::string SimMachine::ContextJson(DomainId domain_id) const {
   if (const Domain* domain = FindDomain(domain_id)) {
     out["kernel"] = domain->kernel_source;
     for (const Process& process : domain->processes) {
+      if (process.period_ns != 0) continue;  // churned programs' runs are told as context events only
       Json images = Json::array();
       for (const Process::Image& image : process.images) {
         images.push_back({{"path", image.path},
@@ -1060,6 +1109,104 @@ std::string SimMachine::ContextJson(DomainId domain_id) const {
   }
   out["processes"] = processes;
   return out.dump();
+}
+
+SimMachine::ContextBatch SimMachine::ContextEvents(DomainId domain_id, uint64_t from, size_t max_events) {
+  ContextBatch batch;
+  const Domain* domain = FindDomain(domain_id);
+  if (domain == nullptr) return batch;
+  const uint64_t now = now_ns();
+  const size_t count = domain->processes.size();
+  ContextCursor& cursor = context_cursors_[domain_id];
+  auto mapping = [&](const Process& process, const Process::Image& image, uint32_t pid, uint64_t time,
+                     uint64_t offset) {
+    context::ContextEvent event;
+    event.kind = context::ContextKind::kMapping;
+    event.domain = domain_id;
+    event.pid = pid;
+    event.time_ns = time;
+    event.start = image.start + offset;
+    event.end = image.end + offset;
+    event.bias = image.bias + offset;
+    event.path = image.path;
+    event.build_id = image.build_id;
+    (void)process;
+    batch.events.push_back(std::move(event));
+  };
+  auto born = [&](const Process& process, uint32_t pid, uint64_t time) {
+    context::ContextEvent event;
+    event.kind = context::ContextKind::kProcess;
+    event.domain = domain_id;
+    event.pid = pid;
+    event.time_ns = time;
+    event.comm = process.comm;
+    batch.events.push_back(std::move(event));
+  };
+  // One run of a churned program: its birth, its mappings where this run has them, its exit.
+  auto tell_run = [&](const Process& process, uint64_t run) {
+    const uint32_t pid = process.PidOf(run);
+    const uint64_t birth = run * process.period_ns;
+    born(process, pid, birth);
+    for (const Process::Image& image : process.images) mapping(process, image, pid, birth, process.ChurnOffset(run));
+    context::ContextEvent exit;
+    exit.kind = context::ContextKind::kExit;
+    exit.domain = domain_id;
+    exit.pid = pid;
+    exit.time_ns = birth + process.lifetime_ns;
+    batch.events.push_back(std::move(exit));
+  };
+
+  const bool retry = from != 0 && from == cursor.retry_sequence && cursor.retry_next_run.size() == count;
+  if (from == 0 || (from != cursor.sequence && !retry) || cursor.next_run.size() != count) {
+    // From the start: what is alive now.
+    batch.first = from == 0 ? 0 : from + 1;
+    cursor.next_run.assign(count, 0);
+    for (size_t p = 0; p < count; ++p) {
+      const Process& process = domain->processes[p];
+      if (process.period_ns == 0) {
+        born(process, process.pid, 0);
+        for (const Process::Image& image : process.images) mapping(process, image, process.pid, 0, 0);
+        continue;
+      }
+      const uint64_t newest = now / process.period_ns;
+      const uint64_t oldest = now < process.lifetime_ns ? 0 : (now - process.lifetime_ns) / process.period_ns + 1;
+      for (uint64_t run = oldest; run <= newest; ++run) tell_run(process, run);
+      cursor.next_run[p] = newest + 1;
+    }
+    // Sequence 1 is this batch; asked for again (from 0), it is made again.
+    cursor.sequence = 2;
+    cursor.retry_sequence = 0;
+    cursor.retry_next_run.clear();
+    batch.next = cursor.sequence;
+    return batch;
+  }
+  if (retry) {
+    cursor.sequence = cursor.retry_sequence;
+    cursor.next_run = cursor.retry_next_run;
+  }
+  batch.first = from;
+  cursor.retry_sequence = cursor.sequence;
+  cursor.retry_next_run = cursor.next_run;
+  // The runs born since, oldest first (ties in the processes' order), while the batch has room.
+  uint64_t told = 0;
+  for (;;) {
+    size_t pick = count;
+    uint64_t pick_birth = UINT64_MAX;
+    for (size_t p = 0; p < count; ++p) {
+      const Process& process = domain->processes[p];
+      if (process.period_ns == 0) continue;
+      const uint64_t birth = cursor.next_run[p] * process.period_ns;
+      if (birth <= now && birth < pick_birth) pick = p, pick_birth = birth;
+    }
+    if (pick == count) break;
+    const Process& process = domain->processes[pick];
+    if (told != 0 && batch.events.size() + process.images.size() + 2 > max_events) break;
+    tell_run(process, cursor.next_run[pick]++);
+    ++told;
+  }
+  cursor.sequence += told;
+  batch.next = cursor.sequence;
+  return batch;
 }
 
 // ---- the platform
@@ -1129,8 +1276,9 @@ bool SimPlatform::ReadGuestMemory(DomainId domain, uint16_t, uint64_t address, v
   if (address < base || (address - base) % 16 != 0 || bytes > 16) return false;
   const uint64_t frame = (address - base) / 16;
   if (frame >= stack.size()) return false;
+  // A churned run's return addresses are its own: its mappings' shift added.
   const uint64_t words[2] = {frame + 1 < stack.size() ? base + 16 * (frame + 1) : 0,
-                             stack[frame]};
+                             stack[frame] + (hypervisor ? 0 : cpu.user_offset)};
   if (bytes == 16) {
     std::memcpy(buffer, words, 16);
   } else if (bytes == 8) {

@@ -254,6 +254,41 @@ Result<ProcessSpec> ParseProcess(const Node& node) {
     mapping.start = start_value;
     process.mappings.push_back(mapping);
   }
+  if (node.Has("churn")) {
+    const Node churn = node.Checked("churn");
+    ChurnSpec spec;
+    HVPROF_TRY(per_second, churn.Member("per_second"));
+    HVPROF_TRY(rate, per_second.Number(0.0, 100000.0));
+    HVPROF_TRY(lifetime, churn.Member("lifetime_ms"));
+    HVPROF_TRY(lifetime_value, lifetime.Number(0.0, 3600000.0));
+    HVPROF_TRY(pids, churn.Member("pids"));
+    HVPROF_TRY(pids_value, pids.Unsigned(1, 1u << 22));
+    if (rate <= 0.0) return per_second.Fail("must be above 0");
+    spec.per_second = rate;
+    spec.lifetime_ms = lifetime_value;
+    spec.pids = static_cast<uint32_t>(pids_value);
+    // At every instant one run is alive (the next starts before the last ends), and a pid is
+    // free again (its run ended) when its turn comes back.
+    const double alive = rate * lifetime_value / 1000.0;
+    if (alive < 1.0) {
+      return lifetime.Fail("{} ms at {} runs a second leaves moments with no run alive: make lifetime_ms at "
+                           "least {} (1000 / per_second)",
+                           lifetime_value, rate, 1000.0 / rate);
+    }
+    if (alive > static_cast<double>(kMaxChurnAlive)) {
+      return lifetime.Fail("{} ms at {} runs a second keeps {} runs alive at once; at most {} are: shorten "
+                           "lifetime_ms or lower per_second",
+                           lifetime_value, rate, alive, kMaxChurnAlive);
+    }
+    if (static_cast<double>(spec.pids) < std::ceil(alive) + 1) {
+      return pids.Fail("{} pids are too few for {} runs alive at once: give at least {}", spec.pids, alive,
+                       std::ceil(alive) + 1);
+    }
+    if (uint64_t{process.pid} + spec.pids - 1 > 0x7FFFFFFF) {
+      return pids.Fail("pid {} and {} more pass 2147483647, the highest pid", process.pid, spec.pids - 1);
+    }
+    process.churn = spec;
+  }
   return process;
 }
 
@@ -298,12 +333,23 @@ Result<DomainSpec> ParseDomain(const Node& node) {
     Node processes = node.Checked("processes");
     if (!processes.value().is_array()) return processes.Fail("must be a list");
     HVPROF_TRY(entries, processes.Elements(kMaxProcesses));
-    std::map<uint32_t, size_t> pids;
+    // Each process's pids (a churned program's range): no two processes share one.
+    std::map<uint32_t, std::pair<uint32_t, size_t>> pids;  // first pid -> (last pid, index)
     for (size_t i = 0; i < entries.size(); ++i) {
       HVPROF_TRY(process, ParseProcess(entries[i]));
-      if (auto [it, added] = pids.emplace(process.pid, i); !added) {
-        return entries[i].Fail("duplicate pid {} (also processes[{}])", process.pid, it->second);
+      const uint32_t last = process.pid + (process.churn ? process.churn->pids - 1 : 0);
+      auto next = pids.lower_bound(process.pid);
+      const bool clash_next = next != pids.end() && next->first <= last;
+      const bool clash_prev = next != pids.begin() && std::prev(next)->second.first >= process.pid;
+      if (clash_next || clash_prev) {
+        const auto& other = clash_next ? *next : *std::prev(next);
+        auto range = [](uint32_t first, uint32_t to) {
+          return first == to ? fmt::format("pid {}", first) : fmt::format("pids {}-{}", first, to);
+        };
+        return entries[i].Fail("{} clashes with processes[{}] ({}): give each process its own pids",
+                               range(process.pid, last), other.second.second, range(other.first, other.second.first));
       }
+      pids.emplace(process.pid, std::pair{last, i});
       domain.processes.push_back(std::move(process));
     }
   }

@@ -33,17 +33,32 @@ class AddressCounter {
     Allocate(capacity);
   }
 
-  void Add(const AggregateKey& key) {
+  void Add(const AggregateKey& key, uint64_t count = 1) {
     const uint64_t tag = Tag(key);
     if (run_count_ != 0 && key.ip == run_ip_ && tag == run_tag_) {
-      ++run_count_;
+      run_count_ += count;
       return;
     }
     if (run_count_ != 0) Enqueue(run_ip_, run_tag_id_, run_count_);
     if (tag != run_tag_ || tags_.empty()) run_tag_id_ = TagId(tag);
     run_ip_ = key.ip;
     run_tag_ = tag;
-    run_count_ = 1;
+    run_count_ = count;
+  }
+
+  // Every key with its count, sorted like AggregateKey::operator<, the counter going on as it was.
+  std::vector<AggregateEntry> SortedCopy() {
+    if (run_count_ != 0) Enqueue(run_ip_, run_tag_id_, run_count_);
+    run_count_ = 0;
+    while (queued_ != 0) Retire();
+    std::vector<Slot> used;
+    used.reserve(used_);
+    for (size_t i = 0; i < capacity_; ++i) {
+      if (slots_[i].count != 0) used.push_back(slots_[i]);
+    }
+    std::vector<Slot> sorted(used.size());
+    SortByTagAndIp(used.data(), used.size(), sorted.data());
+    return EntriesOf(sorted);
   }
 
   // Every key with its count, sorted like AggregateKey::operator<.
@@ -57,16 +72,7 @@ class AddressCounter {
     const size_t used = static_cast<size_t>(end - slots_);
     std::vector<Slot> sorted(used);
     SortByTagAndIp(slots_, used, sorted.data());
-    std::vector<AggregateEntry> entries;
-    entries.reserve(used);
-    for (const Slot& slot : sorted) {
-      uint64_t count = slot.count;
-      if (!overflow_.empty()) {
-        const auto more = overflow_.find({slot.ip, slot.tag_id});
-        if (more != overflow_.end()) count += more->second;
-      }
-      entries.push_back({KeyOf(slot.ip, tags_[slot.tag_id]), count});
-    }
+    std::vector<AggregateEntry> entries = EntriesOf(sorted);
     memory_.Reset();
     slots_ = nullptr;
     capacity_ = 0;
@@ -90,6 +96,20 @@ class AddressCounter {
   };
   static constexpr size_t kDistance = 16;  // keys between a prefetch and its use
   static constexpr uint32_t kMaxCount = UINT32_MAX;
+
+  std::vector<AggregateEntry> EntriesOf(const std::vector<Slot>& sorted) const {
+    std::vector<AggregateEntry> entries;
+    entries.reserve(sorted.size());
+    for (const Slot& slot : sorted) {
+      uint64_t count = slot.count;
+      if (!overflow_.empty()) {
+        const auto more = overflow_.find({slot.ip, slot.tag_id});
+        if (more != overflow_.end()) count += more->second;
+      }
+      entries.push_back({KeyOf(slot.ip, tags_[slot.tag_id]), count});
+    }
+    return entries;
+  }
 
   static uint64_t Tag(const AggregateKey& key) {
     return uint64_t{key.domain} << 48 | uint64_t{key.mode} << 40 | uint64_t{key.event} << 32 | key.pid;

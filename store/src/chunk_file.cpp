@@ -96,6 +96,15 @@ std::optional<std::array<uint8_t, 16>> ParseSessionId(std::string_view hex) {
   return id;
 }
 
+Result<std::optional<std::array<uint8_t, 16>>> SessionIdToCheck(const std::string& path, std::string_view hex) {
+  if (hex.empty()) return std::optional<std::array<uint8_t, 16>>();
+  auto id = ParseSessionId(hex);
+  if (!id) {
+    return MakeError(ErrorKind::kInvalidArgument, "cannot read {}: '{}' is not a session id (32 hex digits)", path, hex);
+  }
+  return id;
+}
+
 // ---- writing
 
 ChunkWriter::ChunkWriter(ScopedFd fd, const ChunkFormat& format, std::span<const uint8_t, 16> session_id,

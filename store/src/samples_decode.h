@@ -7,9 +7,11 @@
 
 #include "hvprof/store/chunk_file.h"
 #include "hvprof/store/samples_file.h"
-#include "varint.h"
+#include "hvprof/base/varint.h"
 
 namespace hvprof::store::detail {
+
+using namespace varint;
 
 // Record tag bits: which fields differ from the previous record of the chunk.
 inline constexpr uint8_t kNewPlace = 1u << 0;   // domain, vcpu, pcpu

@@ -3,12 +3,13 @@
 #include <algorithm>
 
 #include "samples_decode.h"
-#include "varint.h"
+#include "hvprof/base/varint.h"
 
 namespace hvprof::store {
 namespace {
 
-using namespace detail;  // the codings (varint.h)
+using namespace detail;
+using namespace varint;  // the codings (hvprof/base/varint.h)
 
 constexpr ChunkFormat kSamplesFormat{kSamplesFileMagic, kSamplesFileVersion, 1, kChunkMagic,
                                      "samples.hvs",     "samples file",      "samples"};

@@ -6,12 +6,12 @@
 #include <cerrno>
 #include <vector>
 
-#include "varint.h"
+#include "hvprof/base/varint.h"
 
 namespace hvprof::store {
 namespace {
 
-using namespace detail;  // the codings (varint.h)
+using namespace varint;  // the codings (hvprof/base/varint.h)
 
 // Record tag: the type in bits 0-2, then which fields follow.
 constexpr uint8_t kTypeMask = 0x07;
@@ -187,14 +187,7 @@ SchedReadSummary ReadSched(std::span<const uint8_t> bytes, const std::function<v
 
 Result<SchedReadSummary> ReadSchedFile(const std::string& path, std::string_view session_id,
                                        const std::function<void(const StoredSched&)>& on_record) {
-  std::optional<std::array<uint8_t, 16>> id;
-  if (!session_id.empty()) {
-    id = ParseSessionId(session_id);
-    if (!id) {
-      return MakeError(ErrorKind::kInvalidArgument, "cannot read {}: '{}' is not a session id (32 hex digits)", path,
-                       session_id);
-    }
-  }
+  HVPROF_TRY(id, SessionIdToCheck(path, session_id));
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0 && errno == ENOENT) return SchedReadSummary{};
   std::vector<StoredSched> buffer;

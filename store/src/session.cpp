@@ -441,11 +441,26 @@ struct AggregateHeader {
 static_assert(sizeof(AggregateHeader) == 48);
 constexpr uint32_t kHasStacks = 1;
 constexpr uint32_t kHasSlices = 2;  // version 3
+constexpr uint32_t kHasImages = 4;  // version 4
+// Version 4: after the header, a u64 (the size of the sections, inflated) and one zlib stream of
+// the sections; the header's crc is of the inflated sections.
+constexpr uint32_t kDeflated = 8;
+constexpr uint32_t kAggregateVersion = 4;
 
-// Version 3: after the stack section header, the time slices' (zeros without them).
+// Version 4: after the slice section header, the image table's size. The table itself is the
+// file's last section: per image, u32 id, u16 path bytes, u16 build-id bytes, then both.
+struct ImageSection {
+  uint32_t images;
+  uint32_t bytes;
+};
+static_assert(sizeof(ImageSection) == 8);
+constexpr size_t kMaxImageText = 4096;
+
+// Version 3: after the stack section header, the time slices' (zeros without them). `nonzero`:
+// version 4, the counts kept (the slices with samples, over all entries); 0 before.
 struct SliceSection {
   uint32_t slices;
-  uint32_t reserved;
+  uint32_t nonzero;
   uint64_t first_ns;
   uint64_t last_ns;
 };
@@ -489,141 +504,88 @@ static_assert(sizeof(AggregateEntry) == sizeof(PackedEntry) && offsetof(Aggregat
               offsetof(AggregateKey, domain) == 12 && offsetof(AggregateKey, mode) == 14 &&
               offsetof(AggregateKey, event) == 15 && std::endian::native == std::endian::little);
 
-// Sorted, unique entries from two such lists: the counts of equal keys added.
-std::vector<AggregateEntry> MergeEntries(const std::vector<AggregateEntry>& a, const std::vector<AggregateEntry>& b) {
-  std::vector<AggregateEntry> merged;
-  merged.reserve(std::max(a.size(), b.size()));
-  size_t i = 0, j = 0;
-  while (i < a.size() || j < b.size()) {
-    if (j == b.size() || (i < a.size() && a[i].key < b[j].key)) {
-      merged.push_back(a[i++]);
-    } else if (i == a.size() || b[j].key < a[i].key) {
-      merged.push_back(b[j++]);
-    } else {
-      merged.push_back({a[i].key, a[i].count + b[j].count});  // at most the samples read: no wrap
-      ++i, ++j;
-    }
+// Inflates one zlib stream, read from a file a piece at a time, into the caller's buffers.
+class Inflater {
+ public:
+  using Reader = std::function<Result<void>(void*, size_t, uint64_t)>;
+  Inflater(Reader read, uint64_t from, uint64_t end) : read_(std::move(read)), at_(from), end_(end) {}
+  ~Inflater() {
+    if (started_) ::inflateEnd(&stream_);
   }
-  return merged;
-}
+  Inflater(const Inflater&) = delete;
+  Inflater& operator=(const Inflater&) = delete;
 
-// Files smaller than this are read by one thread: starting others costs more than they save.
-constexpr uint64_t kParallelBytes = 8ull << 20;
-constexpr unsigned kMaxReaders = 4;
+  Result<void> Init(const std::string& path) {
+    path_ = path;
+    if (::inflateInit(&stream_) != Z_OK) return MakeError(ErrorKind::kNoSpace, "cannot inflate {}: zlib", path);
+    started_ = true;
+    return Ok();
+  }
+  // Exactly `bytes` inflated bytes; a stream that ends first, or is damaged, is a damaged file.
+  Result<void> Read(void* into, size_t bytes) {
+    stream_.next_out = static_cast<Bytef*>(into);
+    size_t left = bytes;
+    while (left != 0) {
+      if (ended_) return Damaged();
+      if (stream_.avail_in == 0) HVPROF_TRYV(Fill());
+      const uInt room = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
+      stream_.avail_out = room;
+      const int status = ::inflate(&stream_, Z_NO_FLUSH);
+      left -= room - stream_.avail_out;
+      if (status == Z_STREAM_END) {
+        ended_ = true;
+      } else if (status != Z_OK && !(status == Z_BUF_ERROR && stream_.avail_in == 0 && at_ < end_)) {
+        return Damaged();
+      }
+    }
+    return Ok();
+  }
+  // Whether the stream ended right after what was read, with nothing behind it in the file.
+  bool AtEnd() {
+    if (!ended_) {
+      // The last section read may have ended exactly where the stream's end marker starts.
+      uint8_t byte = 0;
+      stream_.next_out = &byte;
+      stream_.avail_out = 1;
+      while (!ended_) {
+        if (stream_.avail_in == 0 && !Fill()) return false;
+        const int status = ::inflate(&stream_, Z_NO_FLUSH);
+        if (status == Z_STREAM_END) ended_ = true;
+        else if (status != Z_OK || stream_.avail_out == 0) return false;
+      }
+      if (stream_.avail_out == 0) return false;
+    }
+    return stream_.avail_in == 0 && at_ == end_;
+  }
+
+ private:
+  Result<void> Fill() {
+    if (at_ >= end_) return Damaged();
+    const size_t piece = static_cast<size_t>(std::min<uint64_t>(end_ - at_, sizeof buffer_));
+    HVPROF_TRYV(read_(buffer_, piece, at_));
+    at_ += piece;
+    stream_.next_in = buffer_;
+    stream_.avail_in = static_cast<uInt>(piece);
+    return Ok();
+  }
+  Error Damaged() const {
+    return Error(ErrorKind::kCorrupt, fmt::format("{} is not a valid aggregate (its compressed sections are damaged "
+                                                  "or cut short)", path_));
+  }
+
+  Reader read_;
+  uint64_t at_;
+  uint64_t end_;
+  z_stream stream_{};
+  bool started_ = false;
+  bool ended_ = false;
+  std::string path_;
+  Bytef buffer_[1 << 16];
+};
 
 }  // namespace
 
-Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* summary_out,
-                                       std::optional<std::span<const uint8_t, 16>> session_id, StackDetail stacks,
-                                       TimeSlicing slicing, unsigned readers) {
-  const bool by_thread = stacks == StackDetail::kStacksByThread;
-  const uint32_t slices = std::min(slicing.count, kMaxTimeSlices);
-  TimeSlicing capped = slicing;
-  capped.count = slices;
-  // The chunks are decoded by up to kMaxReaders threads, each counting its share in its own
-  // counters, merged afterwards: every count is the same as one thread's.
-  struct stat st {};
-  const uint64_t file_bytes = ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
-  if (readers == 0) {
-    readers = file_bytes < kParallelBytes
-                  ? 1
-                  : static_cast<unsigned>(std::clamp<uint64_t>(std::thread::hardware_concurrency(), 1, kMaxReaders));
-  }
-  struct Reader {
-    detail::AddressCounter counter;
-    StackCounter stack_counter;
-    std::vector<detail::AddressCounter> slice_counters;
-    uint64_t samples = 0;
-    uint64_t addresses[kMaxFrames + 1];
-  };
-  std::vector<std::unique_ptr<Reader>> state;
-  std::vector<ChunkDecoder> decoders;
-  for (unsigned w = 0; w < readers; ++w) {
-    state.push_back(std::make_unique<Reader>());
-    Reader& r = *state.back();
-    r.slice_counters.reserve(slices);
-    for (uint32_t slice = 0; slice < slices; ++slice) r.slice_counters.emplace_back(1u << 12);
-    // Called inline by the decoder (no std::function per sample: 10M samples take tens of ms so).
-    auto count = [&r, &capped, slices, stacks, by_thread](const StoredSample& s) {
-      const AggregateKey key{s.ip, s.pid, s.domain, s.mode, s.event};
-      r.counter.Add(key);
-      ++r.samples;
-      if (slices != 0) r.slice_counters[capped.SliceOf(s.time_ns)].Add(key);
-      if (stacks == StackDetail::kNone) return;
-      r.addresses[0] = s.ip;
-      const size_t length = std::min<size_t>(s.frames.size(), kMaxFrames);
-      std::copy_n(s.frames.begin(), length, r.addresses + 1);
-      r.stack_counter.Add(by_thread ? StackKey{s.pid, s.tid, s.domain, s.mode, s.event, s.vcpu, s.pcpu}
-                                    : StackKey{s.pid, kUnknownThread, s.domain, s.mode, s.event, kUnknownCpu,
-                                               kUnknownCpu},
-                          {r.addresses, length + 1});
-    };
-    decoders.push_back([count](std::span<const uint8_t> payload, uint32_t records) mutable {
-      return detail::DecodeSamples(payload, records, count);
-    });
-  }
-  HVPROF_TRY(summary, ReadSamplesFileDecoding(path, decoders, session_id));
-  Aggregate aggregate;
-  // Each share's counts sorted on a thread of its own (a tenth of the time, and memory-bound),
-  // then merged.
-  std::vector<std::vector<AggregateEntry>> sorted(readers);
-  {
-    std::vector<std::thread> threads;
-    for (unsigned w = 1; w < readers; ++w) threads.emplace_back([&, w] { sorted[w] = state[w]->counter.TakeSorted(); });
-    sorted[0] = state[0]->counter.TakeSorted();
-    for (std::thread& thread : threads) thread.join();
-  }
-  aggregate.entries = std::move(sorted[0]);
-  aggregate.samples = state[0]->samples;
-  for (unsigned w = 1; w < readers; ++w) {
-    aggregate.entries = MergeEntries(aggregate.entries, sorted[w]);
-    std::vector<AggregateEntry>().swap(sorted[w]);
-    aggregate.samples += state[w]->samples;
-  }
-  aggregate.has_stacks = stacks != StackDetail::kNone;
-  // Later shares' stacks after the first's, each in the order it was first seen: the order one
-  // thread reading the whole file gives.
-  StackCounter& stack_counter = state[0]->stack_counter;
-  for (unsigned w = 1; w < readers; ++w) {
-    std::vector<CountedStack> more;
-    std::vector<uint64_t> words;
-    state[w]->stack_counter.Take(&more, &words);
-    for (const CountedStack& stack : more) {
-      stack_counter.Add(stack.key, {words.data() + stack.first, stack.length}, stack.count);
-    }
-  }
-  stack_counter.Take(&aggregate.stacks, &aggregate.stack_words);
-  if (slices != 0) {
-    // Each slice's entries are sorted like the whole's, and a subset of them: one merge each.
-    aggregate.time_slices = slices;
-    aggregate.slices_first_ns = slicing.first_ns;
-    aggregate.slices_last_ns = slicing.last_ns;
-    aggregate.slice_counts.assign(aggregate.entries.size() * slices, 0);
-    bool fits = true;
-    for (uint32_t slice = 0; slice < slices; ++slice) {
-      std::vector<AggregateEntry> counted = state[0]->slice_counters[slice].TakeSorted();
-      for (unsigned w = 1; w < readers; ++w) counted = MergeEntries(counted, state[w]->slice_counters[slice].TakeSorted());
-      size_t at = 0;
-      for (const AggregateEntry& entry : counted) {
-        while (at < aggregate.entries.size() && aggregate.entries[at].key < entry.key) ++at;
-        if (at == aggregate.entries.size()) break;
-        fits &= entry.count <= UINT32_MAX;
-        aggregate.slice_counts[at * slices + slice] = static_cast<uint32_t>(entry.count);
-      }
-    }
-    if (!fits) {  // counts beyond 32 bits a slice: not kept (a diff reads the samples)
-      aggregate.time_slices = 0;
-      aggregate.slice_counts = {};
-    }
-  }
-  // The size before reading: were the file to grow meanwhile, the aggregate would count more than
-  // this and be read again next time, never less and kept.
-  aggregate.source_bytes = file_bytes;
-  if (summary_out != nullptr) *summary_out = std::move(summary);
-  return aggregate;
-}
-
-Result<void> WriteAggregate(const std::string& path, const Aggregate& aggregate) {
+Result<void> WriteAggregate(const std::string& path, const Aggregate& aggregate, AggregateCompression compression) {
   std::vector<PackedEntry> packed;
   packed.reserve(aggregate.entries.size());
   for (const auto& entry : aggregate.entries) {
@@ -641,18 +603,40 @@ Result<void> WriteAggregate(const std::string& path, const Aggregate& aggregate)
   std::memcpy(header.magic, kAggregateMagic, 8);
   const bool slices = aggregate.time_slices != 0 && aggregate.slice_counts.size() ==
                                                         aggregate.entries.size() * aggregate.time_slices;
-  header.version = 3;
+  // Version 4 keeps only the slices that count something: per entry a mask of them, then their
+  // counts (a short process's row has samples in one or two of them).
+  uint32_t nonzero = 0;
+  if (slices) {
+    for (uint32_t count : aggregate.slice_counts) nonzero += count != 0;
+  }
+  std::string image_table;
+  for (const AggregateImage& image : aggregate.images) {
+    const std::string_view image_path = std::string_view(image.path).substr(0, kMaxImageText);
+    const std::string_view build_id = std::string_view(image.build_id).substr(0, kMaxImageText);
+    const uint32_t id = image.id;
+    const auto path_bytes = static_cast<uint16_t>(image_path.size());
+    const auto id_bytes = static_cast<uint16_t>(build_id.size());
+    image_table.append(reinterpret_cast<const char*>(&id), sizeof id);
+    image_table.append(reinterpret_cast<const char*>(&path_bytes), sizeof path_bytes);
+    image_table.append(reinterpret_cast<const char*>(&id_bytes), sizeof id_bytes);
+    image_table.append(image_path);
+    image_table.append(build_id);
+  }
+  header.version = kAggregateVersion;
   header.entry_bytes = sizeof(PackedEntry);
   header.entries = packed.size();
   header.samples = aggregate.samples;
   header.source_bytes = aggregate.source_bytes;
-  header.flags = (stacks ? kHasStacks : 0) | (slices ? kHasSlices : 0);
+  header.flags = (stacks ? kHasStacks : 0) | (slices ? kHasSlices : 0) | (aggregate.images.empty() ? 0 : kHasImages);
   std::string bytes(sizeof header, '\0');
   const StackSection section{stacks ? aggregate.stacks.size() : 0, stacks ? aggregate.stack_words.size() : 0};
   bytes.append(reinterpret_cast<const char*>(&section), sizeof section);
-  const SliceSection slice_section{slices ? aggregate.time_slices : 0, 0, slices ? aggregate.slices_first_ns : 0,
+  const SliceSection slice_section{slices ? aggregate.time_slices : 0, nonzero, slices ? aggregate.slices_first_ns : 0,
                                    slices ? aggregate.slices_last_ns : 0};
   bytes.append(reinterpret_cast<const char*>(&slice_section), sizeof slice_section);
+  const ImageSection image_section{static_cast<uint32_t>(aggregate.images.size()),
+                                   static_cast<uint32_t>(image_table.size())};
+  bytes.append(reinterpret_cast<const char*>(&image_section), sizeof image_section);
   bytes.append(reinterpret_cast<const char*>(packed.data()), packed.size() * sizeof(PackedEntry));
   if (stacks) {
     bytes.reserve(bytes.size() + section.stacks * sizeof(PackedStack) + section.words * sizeof(uint64_t));
@@ -665,13 +649,35 @@ Result<void> WriteAggregate(const std::string& path, const Aggregate& aggregate)
                  aggregate.stack_words.size() * sizeof(uint64_t));
   }
   if (slices) {
-    bytes.append(reinterpret_cast<const char*>(aggregate.slice_counts.data()),
-                 aggregate.slice_counts.size() * sizeof(uint32_t));
+    const uint32_t n = aggregate.time_slices;
+    for (size_t e = 0; e < aggregate.entries.size(); ++e) {
+      uint64_t mask = 0;
+      for (uint32_t k = 0; k < n; ++k) mask |= uint64_t{aggregate.slice_counts[e * n + k] != 0} << k;
+      bytes.append(reinterpret_cast<const char*>(&mask), sizeof mask);
+    }
+    for (uint32_t count : aggregate.slice_counts) {
+      if (count != 0) bytes.append(reinterpret_cast<const char*>(&count), sizeof count);
+    }
   }
+  bytes.append(image_table);
   header.crc = static_cast<uint32_t>(::crc32_z(0, reinterpret_cast<const Bytef*>(bytes.data() + sizeof header),
                                                bytes.size() - sizeof header));
-  std::memcpy(bytes.data(), &header, sizeof header);
-  return WriteFileAtomically(path, bytes);
+  if (compression == AggregateCompression::kPlain) {
+    std::memcpy(bytes.data(), &header, sizeof header);
+    return WriteFileAtomically(path, bytes);
+  }
+  header.flags |= kDeflated;
+  const uint64_t inflated = bytes.size() - sizeof header;
+  uLongf room = ::compressBound(inflated);
+  std::string file(sizeof header + sizeof inflated + room, '\0');
+  std::memcpy(file.data(), &header, sizeof header);
+  std::memcpy(file.data() + sizeof header, &inflated, sizeof inflated);
+  const int status = ::compress2(reinterpret_cast<Bytef*>(file.data() + sizeof header + sizeof inflated), &room,
+                                 reinterpret_cast<const Bytef*>(bytes.data() + sizeof header), inflated, 1);
+  if (status != Z_OK) return MakeError(ErrorKind::kNoSpace, "cannot compress {}: zlib error {}", path, status);
+  file.resize(sizeof header + sizeof inflated + room);
+  bytes = {};  // the sections, no longer needed while the file is written
+  return WriteFileAtomically(path, file);
 }
 
 Result<Aggregate> ReadAggregate(const std::string& path) {
@@ -681,21 +687,34 @@ Result<Aggregate> ReadAggregate(const std::string& path) {
   HVPROF_TRY(fd, OpenRegularFile(path, O_RDONLY));
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return ErrnoError(errno, fmt::format("cannot stat {}", path));
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  // `size` and `offset` count the file's bytes as they are, or, deflated, the header's and the
+  // inflated sections': every section is checked against that room before it is read.
+  uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size > kMaxAggregateBytes) {
     return MakeError(ErrorKind::kCorrupt, "{} is {} bytes, more than an aggregate may be ({})", path, size,
                      kMaxAggregateBytes);
   }
   uint64_t offset = 0;
   uLong crc = ::crc32_z(0, nullptr, 0);
-  auto read_exact = [&](void* into, size_t bytes, bool checksum) -> Result<void> {
+  auto pread_exact = [&](void* into, size_t bytes, uint64_t at) -> Result<void> {
     auto* out = static_cast<char*>(into);
     for (size_t done = 0; done < bytes;) {
-      const ssize_t n = ::pread(fd.get(), out + done, bytes - done, static_cast<off_t>(offset + done));
+      const ssize_t n = ::pread(fd.get(), out + done, bytes - done, static_cast<off_t>(at + done));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return ErrnoError(errno, fmt::format("cannot read {}", path));
       if (n == 0) return MakeError(ErrorKind::kCorrupt, "{} is truncated", path);
       done += static_cast<size_t>(n);
+    }
+    return Ok();
+  };
+  // A deflated file's sections are inflated straight into where they are kept, the file read a
+  // piece at a time.
+  std::optional<Inflater> inflater;
+  auto read_exact = [&](void* into, size_t bytes, bool checksum) -> Result<void> {
+    if (inflater) {
+      HVPROF_TRYV(inflater->Read(into, bytes));
+    } else {
+      HVPROF_TRYV(pread_exact(into, bytes, offset));
     }
     if (checksum && bytes != 0) crc = ::crc32_z(crc, reinterpret_cast<const Bytef*>(into), bytes);
     offset += bytes;
@@ -707,11 +726,24 @@ Result<Aggregate> ReadAggregate(const std::string& path) {
   auto invalid = [&path] {
     return MakeError(ErrorKind::kCorrupt, "{} is not a valid aggregate (damaged or truncated)", path);
   };
-  if (std::memcmp(header.magic, kAggregateMagic, 8) != 0 || header.version < 1 || header.version > 3 ||
+  if (std::memcmp(header.magic, kAggregateMagic, 8) != 0 || header.version < 1 || header.version > kAggregateVersion ||
       header.entry_bytes != sizeof(PackedEntry) || (header.version == 1 && header.flags != 0) ||
       (header.version == 2 && (header.flags & ~kHasStacks) != 0) ||
-      (header.flags & ~(kHasStacks | kHasSlices)) != 0) {
+      (header.version == 3 && (header.flags & ~(kHasStacks | kHasSlices)) != 0) ||
+      (header.flags & ~(kHasStacks | kHasSlices | kHasImages | kDeflated)) != 0) {
     return invalid();
+  }
+  if ((header.flags & kDeflated) != 0) {
+    uint64_t inflated = 0;
+    if (size - offset < sizeof inflated) return invalid();
+    HVPROF_TRYV(pread_exact(&inflated, sizeof inflated, offset));
+    if (inflated > kMaxAggregateBytes) {
+      return MakeError(ErrorKind::kCorrupt, "{} inflates to {} bytes, more than an aggregate may be ({})", path,
+                       inflated, kMaxAggregateBytes);
+    }
+    inflater.emplace(pread_exact, offset + sizeof inflated, size);
+    HVPROF_TRYV(inflater->Init(path));
+    size = sizeof header + inflated;
   }
   // The sections' sizes, each checked against what is left of the file before it is used.
   StackSection section{0, 0};
@@ -721,18 +753,32 @@ Result<Aggregate> ReadAggregate(const std::string& path) {
     HVPROF_TRYV(read_exact(&section, sizeof section, true));
     if ((header.flags & kHasStacks) == 0 && (section.stacks != 0 || section.words != 0)) return invalid();
   }
-  if (header.version == 3) {
+  if (header.version >= 3) {
     if (size - offset < sizeof slice_section) return invalid();
     HVPROF_TRYV(read_exact(&slice_section, sizeof slice_section, true));
     if (slice_section.slices > kMaxTimeSlices) return invalid();
   }
+  ImageSection image_section{0, 0};
+  if (header.version >= 4) {
+    if (size - offset < sizeof image_section) return invalid();
+    HVPROF_TRYV(read_exact(&image_section, sizeof image_section, true));
+    if (((header.flags & kHasImages) != 0) != (image_section.images != 0) ||
+        image_section.images > image_section.bytes / 8) {
+      return invalid();
+    }
+  }
+  const bool sparse = header.version >= 4;
   const uint64_t left = size - offset;
   if (header.entries > left / sizeof(PackedEntry)) return invalid();
   const uint64_t after_entries = left - header.entries * sizeof(PackedEntry);
-  // Slice counts: entries x slices u32 (at most 64 x the entries, which fit the file).
-  const uint64_t slice_bytes = header.entries * slice_section.slices * sizeof(uint32_t);
-  if (slice_bytes > after_entries) return invalid();
-  const uint64_t stack_room = after_entries - slice_bytes;
+  // Slice counts: entries x slices u32 (at most 64 x the entries, which fit the file); version 4:
+  // a mask per entry, then the counts the masks have bits for.
+  if (sparse && slice_section.slices == 0 && slice_section.nonzero != 0) return invalid();
+  const uint64_t slice_bytes = sparse ? (slice_section.slices != 0 ? header.entries * sizeof(uint64_t) : 0) +
+                                            uint64_t{slice_section.nonzero} * sizeof(uint32_t)
+                                      : header.entries * slice_section.slices * sizeof(uint32_t);
+  if (slice_bytes > after_entries || image_section.bytes > after_entries - slice_bytes) return invalid();
+  const uint64_t stack_room = after_entries - slice_bytes - image_section.bytes;
   if (section.stacks > stack_room / sizeof(PackedStack) ||
       section.words != (stack_room - section.stacks * sizeof(PackedStack)) / sizeof(uint64_t) ||
       (stack_room - section.stacks * sizeof(PackedStack)) % sizeof(uint64_t) != 0) {
@@ -748,16 +794,59 @@ Result<Aggregate> ReadAggregate(const std::string& path) {
   aggregate.stack_words.resize(section.words);
   HVPROF_TRYV(read_exact(aggregate.stack_words.data(), section.words * sizeof(uint64_t), true));
   aggregate.slice_counts.resize(header.entries * slice_section.slices);
-  HVPROF_TRYV(read_exact(aggregate.slice_counts.data(), slice_bytes, true));
+  if (!sparse) {
+    HVPROF_TRYV(read_exact(aggregate.slice_counts.data(), slice_bytes, true));
+  } else if (slice_section.slices != 0) {
+    std::vector<uint64_t> masks(header.entries);
+    HVPROF_TRYV(read_exact(masks.data(), masks.size() * sizeof(uint64_t), true));
+    std::vector<uint32_t> counts(slice_section.nonzero);
+    HVPROF_TRYV(read_exact(counts.data(), counts.size() * sizeof(uint32_t), true));
+    const uint32_t n = slice_section.slices;
+    const uint64_t valid = n == 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
+    size_t next = 0;
+    for (uint64_t e = 0; e < header.entries; ++e) {
+      if ((masks[e] & ~valid) != 0) return invalid();
+      for (uint32_t k = 0; k < n; ++k) {
+        if ((masks[e] >> k & 1) == 0) continue;
+        if (next == counts.size() || counts[next] == 0) return invalid();
+        aggregate.slice_counts[e * n + k] = counts[next++];
+      }
+    }
+    if (next != counts.size()) return invalid();
+  }
+  std::string image_table(image_section.bytes, '\0');
+  HVPROF_TRYV(read_exact(image_table.data(), image_table.size(), true));
+  if (inflater && !inflater->AtEnd()) return invalid();  // more than the sections, or the stream not ended
   if (static_cast<uint32_t>(crc) != header.crc) {
     return MakeError(ErrorKind::kCorrupt, "{} fails its checksum (damaged)", path);
+  }
+  for (size_t at = 0, i = 0; i < image_section.images; ++i) {
+    uint32_t id = 0;
+    uint16_t path_bytes = 0, id_bytes = 0;
+    if (image_table.size() - at < 8) return invalid();
+    std::memcpy(&id, image_table.data() + at, 4);
+    std::memcpy(&path_bytes, image_table.data() + at + 4, 2);
+    std::memcpy(&id_bytes, image_table.data() + at + 6, 2);
+    at += 8;
+    if (id != i + 1 || image_table.size() - at < size_t{path_bytes} + id_bytes) return invalid();
+    aggregate.images.push_back({id, image_table.substr(at, path_bytes), image_table.substr(at + path_bytes, id_bytes)});
+    at += size_t{path_bytes} + id_bytes;
+    if (i + 1 == image_section.images && at != image_table.size()) return invalid();
   }
   for (uint64_t i = 0; i < header.entries; ++i) {
     const uint8_t mode = aggregate.entries[i].key.mode;
     if (mode > 2) return MakeError(ErrorKind::kCorrupt, "{}: entry {} has mode {}", path, i, mode);
   }
-  if (slice_section.reserved != 0 || ((header.flags & kHasSlices) != 0) != (slice_section.slices != 0)) {
+  if ((!sparse && slice_section.nonzero != 0) || ((header.flags & kHasSlices) != 0) != (slice_section.slices != 0)) {
     return invalid();
+  }
+  // An image word names an image of the table.
+  for (const AggregateEntry& entry : aggregate.entries) {
+    if (entry.key.pid == kImagePid &&
+        (!IsImageWord(entry.key.ip) || ImageOfWord(entry.key.ip) > aggregate.images.size())) {
+      return MakeError(ErrorKind::kCorrupt, "{}: an entry names image {}, which it does not list", path,
+                       ImageOfWord(entry.key.ip));
+    }
   }
   if (slice_section.slices != 0) {
     // Each entry's slices add up to its count: the slices are the entries, cut by time.
@@ -791,6 +880,12 @@ Result<Aggregate> ReadAggregate(const std::string& path) {
                            record.length,
                            record.count};
     words += record.length;
+  }
+  for (uint64_t word : aggregate.stack_words) {
+    if (IsImageWord(word) && (ImageOfWord(word) == 0 || ImageOfWord(word) > aggregate.images.size())) {
+      return MakeError(ErrorKind::kCorrupt, "{}: a stack names image {}, which it does not list", path,
+                       ImageOfWord(word));
+    }
   }
   if (words != section.words || samples != header.samples) {
     return MakeError(ErrorKind::kCorrupt, "{}: its stacks hold {} words and {} samples where it says {} and {}", path,
@@ -885,8 +980,20 @@ Result<SessionOnDisk> OpenSession(const std::string& directory) {
     }
     return MakeError(ErrorKind::kNotFound, "no session at {}: it holds no {}", dir, kMetadataFile);
   }
-  // session.json: far below this bound even with thousands of processes and mappings.
-  HVPROF_TRY(text, ReadFileToString(metadata_path, size_t{64} << 20, Links::kRefuse));
+  // session.json holds metadata only (kilobytes, whatever the run's length); sessions of hvprof
+  // before context.hvc kept every process in it, tens of megabytes for a busy hour: read those too.
+  constexpr size_t kMaxMetadataBytes = size_t{512} << 20;
+  struct stat metadata_stat {};
+  if (::stat(metadata_path.c_str(), &metadata_stat) == 0 &&
+      static_cast<uint64_t>(metadata_stat.st_size) > kMaxMetadataBytes) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "{} is {} bytes, more than the {} MiB a report reads: without it the samples cannot be "
+                     "interpreted. hvprof writes processes to context.hvc and keeps session.json small; a "
+                     "session.json this large comes from an older hvprof that kept every process in it: read "
+                     "the session with that version",
+                     metadata_path, metadata_stat.st_size, kMaxMetadataBytes >> 20);
+  }
+  HVPROF_TRY(text, ReadFileToString(metadata_path, kMaxMetadataBytes, Links::kRefuse));
   auto metadata = ParseMetadata(text, metadata_path);
   if (!metadata) return metadata.error();
   SessionOnDisk session;

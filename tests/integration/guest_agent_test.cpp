@@ -168,7 +168,7 @@ TEST_CASE("two active guests and a passive one: every report matches the ground 
       for (const Json& row : truth["rows"]) {
         if (row["domain"].get<uint16_t>() != guest) continue;
         const double events = static_cast<double>(row["events"][counter].get<uint64_t>());
-        const uint64_t start = std::stoull(row["start"].get<std::string>(), nullptr, 16);
+        const uint64_t start = std::stoull(row["image_address"].get<std::string>(), nullptr, 16);
         truth_share[start] += events;
         names[start] = row["function"].get<std::string>();
         total += events;

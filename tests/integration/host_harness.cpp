@@ -16,6 +16,8 @@
 
 #include "hvprof/base/files.h"
 #include "hvprof/control/commands.h"
+#include "hvprof/store/context_file.h"
+#include "hvprof/store/session.h"
 
 namespace hvprof::testing {
 
@@ -125,6 +127,28 @@ bool WaitForProfiling(const std::string& session_root) {
     if (status && status.value().message.find("profiling on") != std::string::npos) return true;
   }
   return false;
+}
+
+void EditContext(const std::string& directory, const std::function<void(context::ContextEvent&)>& edit) {
+  auto session = store::OpenSession(directory);
+  REQUIRE(session.has_value());
+  const std::string id_hex = session.value().metadata.session_id;
+  const std::string path = directory + "/" + store::kContextFile;
+  std::vector<context::ContextEvent> events;
+  auto read = store::ReadContextEvents(path, id_hex, [&](context::ContextEvent&& event) {
+    edit(event);
+    events.push_back(std::move(event));
+  });
+  REQUIRE(read.has_value());
+  REQUIRE(read.value().present);
+  REQUIRE(std::filesystem::remove(path));
+  const auto id = store::ParseSessionId(id_hex);
+  REQUIRE(id.has_value());
+  store::ContextIndex index;
+  auto writer = store::ContextWriter::Open(directory, *id, index);
+  REQUIRE(writer.has_value());
+  for (const context::ContextEvent& event : events) writer.value().Add(event, index);
+  REQUIRE(writer.value().Flush(true).has_value());
 }
 
 }  // namespace hvprof::testing

@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hvprof/agent/hypervisor_link.h"
+#include "hvprof/context/context_event.h"
 #include "programs.h"
 #include "temp_dir.h"
 
@@ -36,6 +38,7 @@ class Host {
   std::unique_ptr<agent::HypervisorLink> Connect(uint16_t domain) const;
   nlohmann::json GroundTruth(bool reset) const;
   pid_t AgentPid() const;  // from the session root's lock file
+  pid_t HypervisorPid() const { return hv_pid_; }
   // Ends hvprof-hv as a crash would (SIGKILL) and reaps it.
   void KillHypervisor();
 
@@ -50,6 +53,11 @@ class Host {
   pid_t hv_pid_ = -1;
   std::vector<uint16_t> guests_;  // whose agents to shut down at the end
 };
+
+// Rewrites the context.hvc of the session in `directory` with `edit` applied to each of its events
+// (in the platform's form: a mapping names its file by path): what a test that forges the
+// processes a session saw does. REQUIREs that the file reads and is written back.
+void EditContext(const std::string& directory, const std::function<void(context::ContextEvent&)>& edit);
 
 // Waits (up to 10 s) until the hvprofd of `session_root` says profiling is on; whether it did.
 bool WaitForProfiling(const std::string& session_root);

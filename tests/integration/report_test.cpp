@@ -22,6 +22,7 @@
 #include "sim_harness.h"
 
 using namespace hvprof;
+using hvprof::testing::EditContext;
 using hvprof::testing::Host;
 using hvprof::testing::TempDir;
 using hvprof::testing::TestScenario;
@@ -55,7 +56,7 @@ TEST_CASE("symbol shares per domain match the ground truth within 1 point", "[re
   for (const Json& row : truth["rows"]) {
     const auto domain = row["domain"].get<uint16_t>();
     const double events = static_cast<double>(row["events"][counter].get<uint64_t>());
-    const uint64_t start = std::stoull(row["start"].get<std::string>(), nullptr, 16);
+    const uint64_t start = std::stoull(row["image_address"].get<std::string>(), nullptr, 16);
     truth_total[domain] += events;
     // A passive domain's user space is one unresolvable bucket (domainN-apps), as in
     // Xenoprof: its functions count in the domain's total but cannot be compared one by one.
@@ -226,17 +227,16 @@ TEST_CASE("hvprof-report on bad input: clear errors, honest exit codes, whole JS
     CHECK(result.out.find("(no symbols)") != std::string::npos);  // its samples are still counted
   }
   SECTION("mappings that are not files (memfd, deleted) are named, not opened") {
-    const std::string metadata = host.current() + "/session.json";
-    auto text = ReadFileToString(metadata);
-    REQUIRE(text.has_value());
-    std::string edited = text.value();
     size_t replaced = 0;
-    for (size_t at = edited.find(session.copy); at != std::string::npos; at = edited.find(session.copy, at)) {
-      edited.replace(at, session.copy.size(), "/memfd:jit (deleted)");
-      ++replaced;
-    }
+    EditContext(host.current(), [&](context::ContextEvent& event) {
+      if (event.kind == context::ContextKind::kMapping && event.path == session.copy) {
+        event.path = "/memfd:jit (deleted)";
+        ++replaced;
+      }
+    });
     REQUIRE(replaced > 0);
-    std::ofstream(metadata, std::ios::trunc) << edited;
+    // The aggregate counted the code by the image it was: the raw samples are read with the edit.
+    std::filesystem::remove(host.current() + "/aggregate.hva");
     auto result = host.Report({"-l"});
     INFO(result.out);
     CHECK(result.status == 0);  // nothing to open is not an incomplete report
@@ -273,13 +273,12 @@ TEST_CASE("hvprof-report on bad input: clear errors, honest exit codes, whole JS
     bool renamed = false;
     for (Json& domain : edited["domains"]) {
       if (domain["id"] == 0) domain["name"] = "dom0\x1b[31m\nFORGED domain";
-      for (Json& process : domain["processes"]) {
-        for (Json& mapping : process["mappings"]) {
-          if (mapping["path"] == session.copy) mapping["path"] = hostile, renamed = true;
-        }
-      }
     }
+    EditContext(host.current(), [&](context::ContextEvent& event) {
+      if (event.kind == context::ContextKind::kMapping && event.path == session.copy) event.path = hostile, renamed = true;
+    });
     REQUIRE(renamed);
+    std::filesystem::remove(host.current() + "/aggregate.hva");
     std::ofstream(metadata, std::ios::trunc) << edited.dump(1);
     for (const std::vector<std::string>& args : {std::vector<std::string>{"-l"}, {"-l", "--by-domain"}}) {
       auto result = host.Report(args);

@@ -12,6 +12,7 @@
 #include "hvprof/symbolizer/symbolizer.h"
 #include "hvprof/linux/elf_info.h"
 #include "hvprof/linux/process_table.h"
+#include "hvprof/store/context_file.h"
 #include "temp_dir.h"
 
 using namespace hvprof::linux_host;
@@ -160,8 +161,7 @@ TEST_CASE("process trees and cgroups get their domains", "[linux][processes]") {
   CHECK(table.Find(101)->domain == 1);
 }
 
-TEST_CASE("a long session forgets what exited without a sample, and keeps what samples point into",
-          "[linux][processes]") {
+TEST_CASE("a long session forgets what exited, and its context went out as events", "[linux][processes]") {
   FakeProc proc;
   proc.Add(1, 0, "init");
   proc.Add(500, 1, "vmm");
@@ -170,16 +170,17 @@ TEST_CASE("a long session forgets what exited without a sample, and keeps what s
   table.ScanProc();
   const ProcessTableStats at_start = table.stats();
 
-  // A build: thousands of short processes under the rule's process, each with a thread, none
-  // sampled but one; a long-lived server whose worker threads come and go.
+  // A build: thousands of short processes under the rule's process, each with a thread; a
+  // long-lived server whose worker threads come and go.
   table.OnTask(Fork(600, 1, 0, 10));
   for (uint32_t i = 0; i < 3000; ++i) {
     const uint32_t pid = 1000 + 2 * i, tid = pid + 1;
     const uint64_t time = 100 + i;
     table.OnTask(Fork(pid, 500, 0, time));
     table.OnTask(Fork(pid, pid, tid, time));
-    table.OnMmap2(Mmap(pid, 0x555555555000, 0x2000, 0x1000, "/usr/bin/cc1"));
-    if (i == 7) ++table.Get(pid).samples;
+    PerfMmap2 mapped = Mmap(pid, 0x555555555000, 0x2000, 0x1000, "/usr/bin/cc1");
+    mapped.sid.time = time;
+    table.OnMmap2(mapped);
     table.OnTask(Exit(pid, time + 1, tid));
     table.OnTask(Exit(pid, time + 2));
     table.OnTask(Fork(600, 600, 20000 + i, time));
@@ -196,16 +197,30 @@ TEST_CASE("a long session forgets what exited without a sample, and keeps what s
 
   table.Prune(5000);
   const ProcessTableStats pruned = table.stats();
-  // The sampled process and the server stay; the 2,999 others are gone.
-  CHECK(pruned.processes == at_start.processes + 2);
-  const Process* sampled = table.Find(1014);
-  REQUIRE(sampled != nullptr);
-  CHECK(sampled->domain == 1);
-  CHECK(sampled->mappings.size() == 1);  // what its sample is symbolized against
-  CHECK(sampled->threads.empty());
+  // Every exited process is gone (sampled or not: the agent has its context); the server stays.
+  CHECK(pruned.processes == at_start.processes + 1);
+  CHECK(pruned.mappings == at_start.mappings);
   CHECK(table.Find(600) != nullptr);
   // Which process each exited thread was in is forgotten too: only the live ones' stay.
   CHECK(pruned.threads == at_start.threads + 1);
+  // Their context went out as events: each process's birth, mapping and exit, with the domain
+  // its rule gave it and the times of its records.
+  const ProcessTable::Events events = table.TakeEvents(1, SIZE_MAX);
+  uint64_t born = 0, mapped = 0, exited = 0;
+  for (const hvprof::context::ContextEvent& event : events.events) {
+    if (event.pid < 1000 || event.pid >= 7000) continue;
+    CHECK(event.domain == 1);
+    born += event.kind == hvprof::context::ContextKind::kProcess;
+    mapped += event.kind == hvprof::context::ContextKind::kMapping && event.path == "/usr/bin/cc1";
+    exited += event.kind == hvprof::context::ContextKind::kExit;
+  }
+  CHECK(born == 3000);
+  CHECK(mapped == 3000);
+  CHECK(exited == 3000);
+  // Once the agent has them, they are not kept.
+  table.Acknowledge(events.next);
+  CHECK(table.stats().context_pending == 0);
+
   // A pid seen again is a new process, read from /proc (here: gone, so dom0).
   CHECK(table.Get(1016).domain == 0);
   // A thread that exited and was forgotten is its own process to TgidOf (/proc has no entry).
@@ -241,88 +256,78 @@ TEST_CASE("scheduled tasks are named per process: a reused tid is another task",
   table.NoteTask(200, 105);
   table.OnComm(Comm(200, 105, "renamed", false));
 
-  const Json context = Json::parse(table.ContextJson(0, "/proc/kallsyms", false));
+  const Json context = Json::parse(table.ContextJson(0, "/proc/kallsyms"));
   REQUIRE(context.contains("tasks"));
   CHECK(context["tasks"] == Json::parse(R"([{"pid": 100, "tid": 105, "comm": "old-worker"},
                                             {"pid": 200, "tid": 105, "comm": "renamed"}])"));
+  // The events name each task as it was when first named.
+  std::vector<std::string> named;
+  for (const hvprof::context::ContextEvent& event : table.TakeEvents(1, SIZE_MAX).events) {
+    if (event.kind == hvprof::context::ContextKind::kTask) named.push_back(fmt::format("{}/{} {}", event.pid, event.tid, event.comm));
+  }
+  CHECK(named == std::vector<std::string>{"100/105 old-worker", "200/105 new-worker"});
 }
 
-TEST_CASE("context JSON keeps exited processes and old images", "[linux][processes]") {
+TEST_CASE("context: a process's events tell exec'd images and reused pids apart by time", "[linux][processes]") {
   FakeProc proc;
   proc.Add(1, 0, "init");
   DomainRegistry registry(Map("pid:500=1"), 2, true);
   ProcessTable table(registry, {proc.root(), false});
   table.ScanProc();
+  auto mmap_at = [&](uint32_t pid, uint64_t start, uint64_t len, uint64_t pgoff, std::string_view path,
+                     const std::string& build_id, uint64_t time) {
+    PerfMmap2 record = Mmap(pid, start, len, pgoff, path, build_id);
+    record.sid.time = time;
+    table.OnMmap2(record);
+  };
+  auto comm_at = [&](uint32_t pid, std::string_view comm, bool exec, uint64_t time) {
+    PerfComm record = Comm(pid, pid, comm, exec);
+    record.sid.time = time;
+    table.OnComm(record);
+  };
 
-  table.OnTask(Fork(40, 1));
-  table.OnComm(Comm(40, 40, "worker", true));
-  table.OnMmap2(Mmap(40, 0x555555555000, 0x2000, 0x1000, "/usr/bin/worker", "ab12"));
-  table.OnMmap2(Mmap(40, 0x7f0000001000, 0x10000, 0x1000, "/usr/lib/libc.so.6"));
-  table.OnMmap2(Mmap(40, 0x7f0000100000, 0x1000, 0, "//anon"));  // not a file: ignored
-  ++table.Get(40).samples;
+  table.OnTask(Fork(40, 1, 0, 100));
+  comm_at(40, "worker", true, 110);
+  mmap_at(40, 0x555555555000, 0x2000, 0x1000, "/usr/bin/worker", "ab12", 120);
+  mmap_at(40, 0x7f0000001000, 0x10000, 0x1000, "/usr/lib/libc.so.6", "", 130);
+  mmap_at(40, 0x7f0000100000, 0x1000, 0, "//anon", "", 140);  // not a file: not told
   table.OnTask(Exit(40, 1000));
+  // The pid again, and an exec: new processes from their records' times.
+  table.OnTask(Fork(40, 1, 0, 2000));
+  comm_at(40, "shell", true, 2010);
+  mmap_at(40, 0x555555555000, 0x1000, 0x1000, "/usr/bin/sh", "", 2020);
+  comm_at(40, "prog", true, 3000);
+  mmap_at(40, 0x555555556000, 0x1000, 0x1000, "/usr/bin/prog", "", 3010);
 
-  // A process that never had a sample loses its mappings once pruned.
-  table.OnTask(Fork(41, 1));
-  table.OnMmap2(Mmap(41, 0x555555555000, 0x2000, 0x1000, "/usr/bin/quiet"));
-  table.OnTask(Exit(41, 1000));
-  table.Prune(2000);
+  hvprof::store::ContextIndex index;
+  for (const hvprof::context::ContextEvent& event : table.TakeEvents(1, SIZE_MAX).events) index.Apply(event);
+  auto image_at = [&](uint64_t time, uint64_t ip) -> std::string {
+    const auto resolved = index.Resolve(0, 40, time, ip);
+    return resolved ? index.image(resolved->image)->path : std::string("(none)");
+  };
+  CHECK(image_at(500, 0x555555555800) == "/usr/bin/worker");
+  CHECK(index.Resolve(0, 40, 500, 0x555555555800)->address == 0x555555555800 - 0x555555554000);  // start - pgoff
+  CHECK(index.image(index.Resolve(0, 40, 500, 0x555555555800)->image)->build_id == "ab12");
+  CHECK(image_at(500, 0x7f0000002000) == "/usr/lib/libc.so.6");
+  CHECK(image_at(500, 0x7f0000100100) == "(none)");
+  CHECK(image_at(2500, 0x555555555800) == "/usr/bin/sh");
+  CHECK(image_at(2500, 0x7f0000002000) == "(none)");  // the fork's parent (init) has no libc here
+  CHECK(image_at(3500, 0x555555556800) == "/usr/bin/prog");
+  CHECK(*index.Comm(0, 40, 500) == "worker");
+  CHECK(*index.Comm(0, 40, 2500) == "shell");
+  CHECK(*index.Comm(0, 40, 3500) == "prog");
 
-  // Exec keeps the image that was sampled as a retired entry of the same pid.
-  table.OnTask(Fork(42, 1));
-  table.OnComm(Comm(42, 42, "shell", true));
-  table.OnMmap2(Mmap(42, 0x555555555000, 0x1000, 0x1000, "/usr/bin/sh"));
-  ++table.Get(42).samples;
-  table.OnComm(Comm(42, 42, "prog", true));
-  table.OnMmap2(Mmap(42, 0x555555556000, 0x1000, 0x1000, "/usr/bin/prog"));
-
-  const Json context = Json::parse(table.ContextJson(0, "/proc/kallsyms", false));
+  // The live table holds the latest process only; ContextJson lists what is alive.
+  const Json context = Json::parse(table.ContextJson(0, "/proc/kallsyms"));
   std::set<std::string> keys;
   for (const auto& [key, value] : context.items()) keys.insert(key);
   CHECK(keys == std::set<std::string>{"domain", "kernel", "hypervisor", "processes"});
-  CHECK(context["domain"] == 0);
   CHECK(context["kernel"] == "/proc/kallsyms");
-  CHECK(context["hypervisor"] == "/proc/kallsyms");
-  const Json& processes = context["processes"];
-  REQUIRE(processes.size() == 3);
-  CHECK(processes[0]["pid"] == 40);
-  CHECK(processes[0]["comm"] == "worker");
-  CHECK(processes[0]["address_space"] == "0x28");
-  const Json& mappings = processes[0]["mappings"];
-  REQUIRE(mappings.size() == 2);
-  std::set<std::string> mapping_keys;
-  for (const auto& [key, value] : mappings[0].items()) mapping_keys.insert(key);
-  CHECK(mapping_keys == std::set<std::string>{"path", "start", "end", "bias", "build_id"});
-  CHECK(mappings[0]["path"] == "/usr/bin/worker");
-  CHECK(mappings[0]["start"] == "0x555555555000");
-  CHECK(mappings[0]["end"] == "0x555555557000");
-  CHECK(mappings[0]["bias"] == "0x555555554000");  // no ELF read: start - pgoff
-  CHECK(mappings[0]["build_id"] == "ab12");
-  CHECK(mappings[1]["path"] == "/usr/lib/libc.so.6");
-  // pid 42: the live image first, then the one it exec'd over.
-  CHECK(processes[1]["pid"] == 42);
-  CHECK(processes[1]["comm"] == "prog");
-  CHECK(processes[1]["mappings"][0]["path"] == "/usr/bin/prog");
-  CHECK(processes[2]["pid"] == 42);
-  CHECK(processes[2]["comm"] == "shell");
-  CHECK(processes[2]["mappings"][0]["path"] == "/usr/bin/sh");
-
-  CHECK(Json::parse(table.ContextJson(0, "/proc/kallsyms", true))["processes"].size() == 2);
-  const Json other = Json::parse(table.ContextJson(1, "/proc/kallsyms", false));
+  REQUIRE(context["processes"].size() == 1);
+  CHECK(context["processes"][0]["comm"] == "prog");
+  const Json other = Json::parse(table.ContextJson(1, "/proc/kallsyms"));
   CHECK(other["processes"].empty());
   CHECK_FALSE(other.contains("hypervisor"));
-
-  // A reused pid retires the sampled process it replaces.
-  table.OnTask(Fork(40, 1));
-  const Json reused = Json::parse(table.ContextJson(0, "/proc/kallsyms", false));
-  size_t entries_of_40 = 0;
-  for (const Json& process : reused["processes"]) {
-    if (process["pid"] != 40) continue;
-    ++entries_of_40;
-    CHECK(process["comm"] == "worker");  // the new process has no mappings of its own yet
-    CHECK(process["mappings"].size() == 2);
-  }
-  CHECK(entries_of_40 == 1);
 }
 
 TEST_CASE("mappings: fork copies them, a new mapping replaces what it overlaps",

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "hvprof/linux/linux_machine.h"
+#include "hvprof/store/context_file.h"
 #include "hvprof/store/session.h"
 #include "live_support.h"
 
@@ -56,10 +57,16 @@ std::vector<uint32_t> LinuxRun::Pids(const std::string& comm) {
   const hvprof::store::SessionPaths paths{dir_.File("sessions")};
   const auto session = hvprof::store::OpenSession(paths.Saved(*saved));
   REQUIRE(session.has_value());
+  // The processes are in the session's context.hvc: every one the run saw, exited or not.
+  hvprof::store::ContextIndex index;
+  const auto read = hvprof::store::ReadContextFile(paths.Saved(*saved) + "/" + hvprof::store::kContextFile,
+                                                   session.value().metadata.session_id, index);
+  REQUIRE(read.has_value());
+  REQUIRE(read.value().present);
   std::vector<uint32_t> pids;
   for (const auto& domain : session.value().metadata.domains) {
-    for (const auto& process : domain.processes) {
-      if (process.comm == comm) pids.push_back(process.pid);
+    for (const auto& [pid, name] : index.Processes(domain.id)) {
+      if (name == comm) pids.push_back(pid);
     }
   }
   return pids;

@@ -209,7 +209,41 @@ TEST_CASE("a scenario cannot give two things one identity or one address", "[sim
       {"duplicate domain name", [](Json& j) { j["domains"][3]["name"] = "guest1"; },
        {"domains[3]: duplicate domain name 'guest1' (also domains[1])"}},
       {"duplicate pid", [&](Json& j) { j["domains"][0]["processes"].push_back(second_process); },
-       {"domains[0].processes[1]: duplicate pid 100 (also processes[0])"}},
+       {"domains[0].processes[1]: pid 100 clashes with processes[0] (pid 100): give each process its own pids"}},
+      {"a churned program's pids over another process's",
+       [&](Json& j) {
+         Json churned = second_process;
+         churned["pid"] = 90;
+         churned["churn"] = {{"per_second", 100}, {"lifetime_ms", 20}, {"pids", 16}};
+         j["domains"][0]["processes"].push_back(churned);
+       },
+       {"domains[0].processes[1]: pids 90-105 clashes with processes[0] (pid 100): give each process its own pids"}},
+      {"a churned program with moments of no run alive",
+       [&](Json& j) {
+         Json churned = second_process;
+         churned["pid"] = 1000;
+         churned["churn"] = {{"per_second", 100}, {"lifetime_ms", 5}, {"pids", 16}};
+         j["domains"][0]["processes"].push_back(churned);
+       },
+       {"domains[0].processes[1].churn.lifetime_ms: 5 ms at 100 runs a second leaves moments with no run alive: "
+        "make lifetime_ms at least 10 (1000 / per_second)"}},
+      {"a churned program with too few pids",
+       [&](Json& j) {
+         Json churned = second_process;
+         churned["pid"] = 1000;
+         churned["churn"] = {{"per_second", 1000}, {"lifetime_ms", 4.5}, {"pids", 5}};
+         j["domains"][0]["processes"].push_back(churned);
+       },
+       {"domains[0].processes[1].churn.pids: 5 pids are too few for 4.5 runs alive at once: give at least 6"}},
+      {"a churned program with too many runs alive at once",
+       [&](Json& j) {
+         Json churned = second_process;
+         churned["pid"] = 1000;
+         churned["churn"] = {{"per_second", 10000}, {"lifetime_ms", 500}, {"pids", 100000}};
+         j["domains"][0]["processes"].push_back(churned);
+       },
+       {"domains[0].processes[1].churn.lifetime_ms: 500 ms at 10000 runs a second keeps 5000 runs alive at once; "
+        "at most 4096 are: shorten lifetime_ms or lower per_second"}},
       {"two mappings at one address",
        [](Json& j) {
          j["domains"][0]["processes"][0]["mappings"].push_back(

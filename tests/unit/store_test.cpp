@@ -16,10 +16,11 @@
 #include <catch2/catch.hpp>
 
 #include "hvprof/base/files.h"
+#include "hvprof/store/aggregate_builder.h"
 #include "hvprof/store/samples_file.h"
 #include "hvprof/store/session.h"
 #include "chunk_files.h"
-#include "varint.h"
+#include "hvprof/base/varint.h"
 #include "temp_dir.h"
 
 using namespace hvprof;
@@ -326,7 +327,7 @@ TEST_CASE("the aggregate's stacks count every sample's whole stack, and survive 
   CHECK(none.value().stacks.empty());
 
   // Written and read back: the same stacks, entries and totals.
-  REQUIRE(WriteAggregate(dir.File("a.hva"), threads.value()).has_value());
+  REQUIRE(WriteAggregate(dir.File("a.hva"), threads.value(), AggregateCompression::kPlain).has_value());
   auto back = ReadAggregate(dir.File("a.hva"));
   REQUIRE(back.has_value());
   CHECK(back.value().has_stacks);
@@ -334,16 +335,16 @@ TEST_CASE("the aggregate's stacks count every sample's whole stack, and survive 
   CHECK(back.value().entries.size() == threads.value().entries.size());
   CHECK(back.value().samples == samples.size());
   // Without stacks, an aggregate says so.
-  REQUIRE(WriteAggregate(dir.File("b.hva"), none.value()).has_value());
+  REQUIRE(WriteAggregate(dir.File("b.hva"), none.value(), AggregateCompression::kPlain).has_value());
   auto flat = ReadAggregate(dir.File("b.hva"));
   REQUIRE(flat.has_value());
   CHECK_FALSE(flat.value().has_stacks);
   CHECK(flat.value().entries.size() == none.value().entries.size());
-  // Versions 1 (before stacks: no stack section) and 2 (before time slices: no slice section)
-  // still read.
-  for (const uint32_t version : {1u, 2u}) {
+  // Versions 1 (before stacks: no stack section), 2 (before time slices: no slice section) and
+  // 3 (before images: no image section, slices dense) still read.
+  for (const uint32_t version : {1u, 2u, 3u}) {
     auto bytes = Bytes(dir.File("b.hva"));
-    bytes.erase(bytes.begin() + (version == 1 ? 48 : 64), bytes.begin() + 88);
+    bytes.erase(bytes.begin() + (version == 1 ? 48 : version == 2 ? 64 : 88), bytes.begin() + 96);
     std::memcpy(bytes.data() + 8, &version, sizeof version);
     const uint32_t crc = static_cast<uint32_t>(crc32(0, bytes.data() + 48, static_cast<uInt>(bytes.size() - 48)));
     std::memcpy(bytes.data() + 40, &crc, sizeof crc);
@@ -367,7 +368,7 @@ TEST_CASE("the aggregate's stacks count every sample's whole stack, and survive 
         .write(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
     return ReadAggregate(dir.File("forged.hva"));
   };
-  const size_t first_stack = 48 + 16 + 24 + 24 * threads.value().entries.size();
+  const size_t first_stack = 48 + 16 + 24 + 8 + 24 * threads.value().entries.size();
   CHECK(forge(first_stack + 24, 65536).error().kind() == ErrorKind::kCorrupt);   // its length
   CHECK(forge(first_stack + 24, 0).error().kind() == ErrorKind::kCorrupt);       // no address at all
   CHECK(forge(first_stack, 7777777).error().kind() == ErrorKind::kCorrupt);      // its count
@@ -377,6 +378,51 @@ TEST_CASE("the aggregate's stacks count every sample's whole stack, and survive 
   CHECK(forge(48, 3).error().kind() == ErrorKind::kCorrupt);                     // the stack count
   CHECK(forge(64, 65).error().kind() == ErrorKind::kCorrupt);                    // too many time slices
   CHECK(forge(68, 1).error().kind() == ErrorKind::kCorrupt);                     // reserved
+}
+
+TEST_CASE("a stack ends at a frame no call could have made, and its aggregate reads back", "[store][stacks]") {
+  // One process mapping one file; its samples' frame-pointer walks stray into data, as perf's do:
+  // a non-canonical word (here text, "e/..") is no return address, and would read as an image word.
+  ContextIndex index;
+  context::ContextEvent born;
+  born.kind = context::ContextKind::kProcess;
+  born.pid = 7;
+  born.comm = "basename";
+  index.Apply(born);
+  context::ContextEvent mapping;
+  mapping.kind = context::ContextKind::kMapping;
+  mapping.pid = 7;
+  mapping.start = 0x400000;
+  mapping.end = 0x500000;
+  mapping.bias = 0x400000;
+  mapping.path = "/usr/bin/basename";
+  index.Apply(mapping);
+
+  const std::vector<uint64_t> frames = {0x401100, 0xffffffff81000010, 0x2f65000000001234, 0x401200};
+  StoredSample sample;
+  sample.ip = 0x401000;
+  sample.time_ns = 5;
+  sample.pid = sample.tid = 7;
+  sample.SetPlace(0, 0, 1, 0, 0);
+  sample.frames = frames;
+  AggregateKey key{};
+  StackKey stack{};
+  uint64_t words[kMaxFrames + 1];
+  const size_t length = TranslateSample(sample, Translation{&index, false}, StackDetail::kStacksByCpu, &key, &stack, words);
+  REQUIRE(length == 3);  // the sampled address and the two callers before the stray word
+  CHECK(words[0] == ImageWord(1, 0x1000));
+  CHECK(words[1] == ImageWord(1, 0x1100));
+  CHECK(words[2] == 0xffffffff81000010);
+
+  AggregateBuilder builder(StackDetail::kStacksByCpu, &index);
+  builder.Add(sample);
+  TempDir dir;
+  const Aggregate aggregate = builder.Snapshot(1 << 20);  // as if samples.hvs had 1 MiB: stacks are kept
+  REQUIRE(WriteAggregate(dir.File("a.hva"), aggregate, AggregateCompression::kDeflate).has_value());
+  auto back = ReadAggregate(dir.File("a.hva"));
+  REQUIRE(back.has_value());
+  REQUIRE(back.value().stacks.size() == 1);
+  CHECK(back.value().Addresses(back.value().stacks[0]).size() == 3);
 }
 
 TEST_CASE("sessions on disk: absent, without metadata, or with a damaged aggregate", "[store][bad-input]") {
@@ -396,13 +442,13 @@ TEST_CASE("sessions on disk: absent, without metadata, or with a damaged aggrega
   Aggregate aggregate;
   aggregate.entries = {{{0x1000, 5, 0, 1, 0}, 10}, {{0x2000, 5, 0, 1, 0}, 20}};
   aggregate.samples = 30;
-  REQUIRE(WriteAggregate(dir.File("a.hva"), aggregate).has_value());
+  REQUIRE(WriteAggregate(dir.File("a.hva"), aggregate, AggregateCompression::kPlain).has_value());
   auto back = ReadAggregate(dir.File("a.hva"));
   REQUIRE(back.has_value());
   CHECK(back.value().entries.size() == 2);
   CHECK(back.value().entries[1].count == 20);
   auto bytes = Bytes(dir.File("a.hva"));
-  bytes[48 + 16 + 24 + 6] ^= 1;  // in the first entry (after the header and two section headers)
+  bytes[48 + 16 + 24 + 8 + 6] ^= 1;  // in the first entry (after the header and three section headers)
   std::ofstream(dir.File("a.hva"), std::ios::binary).write(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   auto damaged = ReadAggregate(dir.File("a.hva"));
   REQUIRE_FALSE(damaged.has_value());
@@ -648,12 +694,78 @@ TEST_CASE("the aggregate's time slices: written, read back, and checked against 
   CHECK(back.value().slices_first_ns == 100);
   CHECK(back.value().slices_last_ns == 400);
   CHECK(back.value().slice_counts == aggregate.slice_counts);
+  // Kept sparsely: a count of 0 takes no room, and reads back as 0.
+  REQUIRE(WriteAggregate(dir.File("p.hva"), aggregate, AggregateCompression::kPlain).has_value());
+  CHECK(std::filesystem::file_size(dir.File("p.hva")) == 96 + 2 * 24 + 2 * 8 + 4 * 4);
+  auto plain = ReadAggregate(dir.File("p.hva"));
+  REQUIRE(plain.has_value());
+  CHECK(plain.value().slice_counts == aggregate.slice_counts);
   // Slices that do not add up to their entry's count are refused, checksum or not.
   aggregate.slice_counts[0] = 2;
   REQUIRE(WriteAggregate(dir.File("b.hva"), aggregate).has_value());
   auto forged = ReadAggregate(dir.File("b.hva"));
   REQUIRE_FALSE(forged.has_value());
   CHECK(forged.error().message().find("time slices") != std::string::npos);
+}
+
+TEST_CASE("the aggregate deflated: the same aggregate read back, smaller, and damage refused", "[store][bad-input]") {
+  TempDir dir;
+  Aggregate aggregate;
+  aggregate.images = {{1, "/usr/lib/libz.so.1", "ab12"}, {2, "/usr/bin/true", ""}};
+  for (uint64_t i = 0; i < 2000; ++i) {
+    aggregate.entries.push_back({{ImageWord(1 + i % 2, 0x1000 + 16 * i), kImagePid, 0, 0, 0}, 1 + i % 3});
+    aggregate.samples += 1 + i % 3;
+  }
+  std::sort(aggregate.entries.begin(), aggregate.entries.end(),
+            [](const AggregateEntry& a, const AggregateEntry& b) { return a.key < b.key; });
+  aggregate.has_stacks = true;
+  for (const AggregateEntry& entry : aggregate.entries) {
+    const uint32_t first = static_cast<uint32_t>(aggregate.stack_words.size());
+    aggregate.stack_words.push_back(entry.key.ip);
+    aggregate.stack_words.push_back(0xffffffff81000000 + entry.key.ip % 4096);
+    aggregate.stacks.push_back({{kImagePid, kUnknownThread, 0, 0, 0, kUnknownCpu, 1}, first, 2, entry.count});
+  }
+  aggregate.source_bytes = 1 << 20;
+  REQUIRE(WriteAggregate(dir.File("plain.hva"), aggregate, AggregateCompression::kPlain).has_value());
+  REQUIRE(WriteAggregate(dir.File("deflated.hva"), aggregate).has_value());
+  CHECK(std::filesystem::file_size(dir.File("deflated.hva")) * 3 < std::filesystem::file_size(dir.File("plain.hva")));
+  auto plain = ReadAggregate(dir.File("plain.hva"));
+  auto deflated = ReadAggregate(dir.File("deflated.hva"));
+  REQUIRE(plain.has_value());
+  REQUIRE(deflated.has_value());
+  CHECK(deflated.value().entries.size() == aggregate.entries.size());
+  CHECK(deflated.value().stack_words == aggregate.stack_words);
+  CHECK(deflated.value().images == aggregate.images);
+  CHECK(deflated.value().samples == aggregate.samples);
+  for (size_t i = 0; i < aggregate.entries.size(); ++i) {
+    CHECK(deflated.value().entries[i].count == plain.value().entries[i].count);
+  }
+
+  const auto original = Bytes(dir.File("deflated.hva"));
+  auto write = [&](const std::vector<uint8_t>& bytes) {
+    std::ofstream(dir.File("bad.hva"), std::ios::binary | std::ios::trunc)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    return ReadAggregate(dir.File("bad.hva"));
+  };
+  // Cut short, a byte of the stream changed, bytes after the stream, an inflated size that lies
+  // (smaller, larger, beyond the bound): each is refused as damaged, never read past.
+  auto cut = original;
+  cut.resize(cut.size() - 20);
+  CHECK(write(cut).error().kind() == ErrorKind::kCorrupt);
+  auto flipped = original;
+  flipped[flipped.size() / 2] ^= 0x40;
+  CHECK(write(flipped).error().kind() == ErrorKind::kCorrupt);
+  auto longer = original;
+  longer.push_back(0);
+  CHECK(write(longer).error().kind() == ErrorKind::kCorrupt);
+  for (const uint64_t size : {uint64_t{100}, uint64_t{100'000'000}, uint64_t{1} << 40}) {
+    auto lying = original;
+    std::memcpy(lying.data() + 48, &size, sizeof size);
+    auto read = write(lying);
+    INFO(size);
+    REQUIRE_FALSE(read.has_value());
+    CHECK(read.error().kind() == ErrorKind::kCorrupt);
+  }
 }
 
 TEST_CASE("counting a samples file in time slices", "[store]") {
@@ -765,15 +877,15 @@ TEST_CASE("a varint is the canonical LEB128 bytes at every length, whatever was 
       expected.push_back(rest != 0 ? group | 0x80 : group);
     } while (rest != 0);
     for (const uint8_t fill : {uint8_t{0x00}, uint8_t{0xFF}, uint8_t{0xA5}}) {
-      std::array<uint8_t, hvprof::store::detail::kMaxVarint + 4> buffer;
+      std::array<uint8_t, hvprof::varint::kMaxVarint + 4> buffer;
       buffer.fill(fill);
-      const uint8_t* end = hvprof::store::detail::PutVarint(buffer.data() + 2, value);
+      const uint8_t* end = hvprof::varint::PutVarint(buffer.data() + 2, value);
       INFO("value " << value << " fill " << int(fill));
       REQUIRE(end - (buffer.data() + 2) == static_cast<ptrdiff_t>(expected.size()));
       CHECK(std::equal(expected.begin(), expected.end(), buffer.begin() + 2));
       CHECK(buffer[0] == fill);  // nothing written before it
       CHECK(buffer[1] == fill);
-      hvprof::store::detail::Cursor cursor(std::span<const uint8_t>(buffer.data() + 2, expected.size()));
+      hvprof::varint::Cursor cursor(std::span<const uint8_t>(buffer.data() + 2, expected.size()));
       CHECK(cursor.Varint() == value);
       CHECK((cursor.ok() && cursor.done()));
     }

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "hvprof/base/signals.h"
+#include "hvprof/context/context_event.h"
 #include "hvprof/base/files.h"
 #include "hvprof/base/socket.h"
 #include "hvprof/base/log.h"
@@ -608,6 +609,41 @@ void Daemon::Handle(Connection& connection, const hv::MessageHeader& header,
                                    : ContextFor(domain);
       hv::StatusReply reply{0, 0};
       return Reply(connection, sequence, type, hv::Pack(reply, hv::AsBytes(json)));
+    }
+    case MessageType::kContextEvents: {
+      hv::ContextEventsRequest request;
+      if (!hv::Unpack(payload, &request)) return malformed("context events request of the wrong size");
+      constexpr uint32_t kMaxEventsPerReply = 65536;
+      const uint32_t max = request.max_events == 0 ? kMaxEventsPerReply : std::min(request.max_events, kMaxEventsPerReply);
+      std::string encoded;
+      hv::ContextEventsReply reply{};
+      if (linux_) {
+        auto lock = LockMachine();
+        linux_->DrainSamples();  // the latest forks, execs and mappings
+        // What came before `from` dom0 has: it need not be kept (the only agent of the host's
+        // processes is dom0's).
+        if (connection.domain == 0) linux_->AcknowledgeContextEvents(request.from);
+        const auto events = linux_->TakeContextEvents(request.from, max);
+        for (const context::ContextEvent& event : events.events) {
+          if (connection.domain != 0 && event.domain != connection.domain) continue;
+          context::EncodeContextEvent(event, encoded);
+          ++reply.events;
+        }
+        reply.first = events.first;
+        reply.next = events.next;
+      } else {
+        // The sim's processes are the scenario's, and the runs of its churned programs; a domain
+        // is told only of its own, as with kContext.
+        auto lock = LockMachine();
+        const auto batch = machine_->ContextEvents(connection.domain, request.from, max);
+        for (const context::ContextEvent& event : batch.events) {
+          context::EncodeContextEvent(event, encoded);
+          ++reply.events;
+        }
+        reply.first = batch.first;
+        reply.next = batch.next;
+      }
+      return Reply(connection, sequence, type, hv::Pack(reply, hv::AsBytes(encoded)));
     }
     case MessageType::kSimControl: {
       hv::SimControlRequest request;

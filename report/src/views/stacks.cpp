@@ -122,7 +122,7 @@ NamedStacks NameStacks(const Profile& profile, const StackOptions& options) {
     const Image& image = profile.images()[frame.image];
     frame_ids[f] = intern(symbol.resolved || symbol.name.starts_with("[unknown in ")
                               ? symbol.name
-                              : fmt::format("[unknown] {}+{:#x}", image.name, frame.ip),
+                              : fmt::format("[unknown] {}+{:#x}", image.name, frame.address),
                           frame.mode);
   }
   // Stacks that name the same frames are merged: the key is the names, root first.

@@ -124,9 +124,7 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, s
   std::set<std::string> main_images;
   if (options.exclude_dependent) {
     for (const auto& domain : m.domains) {
-      for (const auto& process : domain.processes) {
-        if (!process.mappings.empty()) main_images.insert(process.mappings.front().path);
-      }
+      for (const std::string& path : profile.context().MainImages(domain.id)) main_images.insert(path);
     }
   }
 
@@ -140,9 +138,9 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, s
   std::map<std::pair<uint16_t, uint32_t>, std::string> comms;
   std::map<std::pair<uint16_t, uint32_t>, uint64_t> process_samples;
   if (per_process) {
-    // A pid's newest image comes first (the one it exec'd last): it names the process.
+    // A pid's latest process names it.
     for (const auto& domain : m.domains) {
-      for (const auto& process : domain.processes) comms.emplace(std::pair{domain.id, process.pid}, process.comm);
+      for (const auto& [pid, comm] : profile.context().Processes(domain.id)) comms.emplace(std::pair{domain.id, pid}, comm);
     }
   }
   // Pids are per domain: outside dom0, and without a domain column, the domain says whose.
@@ -234,7 +232,7 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, s
     rows[last_row].samples[column] += entry.count;
     if (row_of_entry != nullptr && column == 0) first_row[e] = last_row;
     if (options.view == View::kDetails) {
-      auto& per_address = details[last_row][entry.ip];
+      auto& per_address = details[last_row][entry.address];
       if (per_address.empty()) per_address.assign(ncolumns, 0);
       per_address[column] += entry.count;
     }

@@ -22,7 +22,9 @@ std::string FormatJson(const Profile& profile, const Table& table, const ReportO
                     {"cpu_type", m.cpu_type},
                     {"cpus", m.num_cpus},
                     {"samples", profile.total_samples()},
-                    {"sampled_ns", SampledNs(m)}};
+                    {"sampled_ns", SampledNs(m)},
+                    {"processes", profile.context().processes()},
+                    {"images", profile.context().images().size()}};
   static constexpr const char* kViews[] = {"image", "symbol", "details", "debug-info"};
   out["view"] = kViews[static_cast<int>(table.view)];
   out["by_domain"] = options.by_domain;

@@ -91,11 +91,7 @@ Result<std::string> FormatPprof(const Profile& profile, const StackFilter& filte
   // Mappings by image, with the build-id the session recorded where it has one.
   std::unordered_map<std::string, std::string> build_ids;
   for (const auto& image : m.images) build_ids[image.path] = image.build_id;
-  for (const auto& domain : m.domains) {
-    for (const auto& process : domain.processes) {
-      for (const auto& mapping : process.mappings) build_ids.emplace(mapping.path, mapping.build_id);
-    }
-  }
+  for (const store::ContextImage& image : profile.context().images()) build_ids.emplace(image.path, image.build_id);
   for (size_t i = 0; i < profile.images().size(); ++i) {
     const Image& image = profile.images()[i];
     auto* mapping = out.add_mapping();
@@ -148,7 +144,7 @@ Result<std::string> FormatPprof(const Profile& profile, const StackFilter& filte
       location_id[frame] = static_cast<uint64_t>(out.location_size());
       location->set_id(location_id[frame]);
       location->set_mapping_id(uint64_t{entry.image} + 1);
-      location->set_address(entry.ip);
+      location->set_address(entry.address);
       // One Line per function at the address, innermost first: the inlined ones, then the
       // function they were inlined into.
       if (entry.inlined != kNoIndex) {

@@ -66,8 +66,11 @@ class AgentDaemon {
   Result<void> OpenSession(store::SessionMetadata base);
   Result<void> ListenForControl();
   void StopListening();
-  // `final` after profiling stopped: also the legacy rings' last backtrace groups.
+  // `final` after profiling stopped: also the legacy rings' last backtrace groups. Then what the
+  // platform learned of the processes (FetchContext), and the drained samples are counted.
   void DrainAll(bool final = false);
+  // The platform's context events since the last call, into the session.
+  void FetchContext();
   // Records every ring's counters and the losses the engine reports (`status`; null where the
   // hypervisor has no status op) in the session metadata.
   void UpdateMetadata(const hvpmu::Status* status);
@@ -119,6 +122,9 @@ class AgentDaemon {
   bool profiling_ = false;  // as far as this agent's session is concerned
   bool hypervisor_lost_ = false;  // the link hung up: no more operations
   std::vector<std::string> notes_;
+  uint64_t context_next_ = 0;        // the next context event to ask for (0: a new session)
+  bool context_warned_ = false;
+  uint64_t context_lost_ = 0;        // events the platform dropped before this agent took them
 
  private:
   Json Handle(const Json& request);
@@ -163,9 +169,5 @@ const char* EngineStateName(uint32_t state);
 const char* DomainRoleName(uint32_t role);
 // One domain's line of the engine's status, as `hvprof --status` shows it.
 Json DomainStatusJson(const hvpmu::DomainStatus& domain, const std::string& label);
-// The processes and mappings of the platform's context record (HypervisorLink::Context).
-std::vector<store::ProcessRecord> ProcessesFromContext(const Json& context);
-// The context's "tasks" (linux --sched: the tasks scheduling records name), if any.
-std::vector<store::TaskRecord> TasksFromContext(const Json& context);
 
 }  // namespace hvprof::agent

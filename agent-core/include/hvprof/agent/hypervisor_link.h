@@ -16,6 +16,7 @@
 #include "hvprof/base/scoped_fd.h"
 #include "hvpmu/abi/errors.h"
 #include "hvpmu/abi/ops.h"
+#include "hvprof/context/context_event.h"
 
 namespace hvprof::agent {
 
@@ -97,6 +98,17 @@ class HypervisorLink {
   virtual Result<std::string> ContextOf(hvpmu::DomainId domain) = 0;
   // The domains this caller may know of, as JSON: [{"id", "name", "type", "vcpus", "kernel"}].
   virtual Result<std::string> Domains() = 0;
+
+  // What the platform learned of the processes of the domains this caller may know of since
+  // event `from` (0: what is alive, then every event it still keeps), as context events
+  // (hvprof/context/context_event.h), and where to ask from next. Platforms that know no processes
+  // (Xen) have none.
+  struct ContextEvents {
+    uint64_t first = 0;  // the first event's number: above `from` when some were lost untaken
+    uint64_t next = 0;
+    std::vector<context::ContextEvent> events;
+  };
+  virtual Result<ContextEvents> FetchContextEvents(uint64_t from);
 
   // dom0: what the platform says of its own sampling, as JSON {"stats", "notes", "last_error"}.
   virtual Result<std::string> PlatformInfo();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <cstdint>
 #include <optional>
 #include <utility>
@@ -12,6 +13,8 @@
 #include <vector>
 
 #include "hvprof/base/error.h"
+#include "hvprof/store/aggregate_builder.h"
+#include "hvprof/store/context_file.h"
 #include "hvprof/store/samples_file.h"
 #include "hvprof/store/sched_file.h"
 #include "hvprof/store/session.h"
@@ -51,7 +54,18 @@ class SessionWriter {
   // that as a reason the session is incomplete.
   static Result<SessionWriter> Open(const std::string& directory, store::SessionMetadata metadata);
 
+  // A sample, into samples.hvs; it is counted into the aggregate by the next CountPending, once
+  // the processes it ran in are known (AddContext).
   void Add(const hvpmu::ring::SampleRecord& record, std::span<const uint64_t> frames);
+  // What the platform says of the processes (FetchContextEvents), into context.hvc and the index
+  // the aggregate resolves user addresses with. Events that cannot be written are counted
+  // (context_failed) and still applied.
+  void AddContext(const context::ContextEvent& event);
+  // Counts the samples added since the last call into the aggregate: call after the context
+  // events of the platform's side as of then (their samples came after their events).
+  void CountPending();
+  uint64_t context_events() const { return context_writer_ ? context_writer_->events() : 0; }
+  const store::ContextIndex& context() const { return *context_; }
   // A scheduling record, into sched.hvs: the file is made at the first (a session without
   // scheduling has none) and continued with the session. Records that cannot be written (the
   // file cannot be made, a full disk) are counted as the metadata's sched.lost.store_failed.
@@ -110,6 +124,25 @@ class SessionWriter {
   std::optional<store::SchedWriter> sched_;      // once there is a sched.hvs
   std::optional<store::SchedSummary> carried_sched_;  // an earlier agent's, when continuing
   std::optional<Error> sched_open_failure_;      // why sched.hvs could not be made, the latest
+  // The processes the samples ran in (context.hvc), and the aggregate counted as samples come,
+  // with user addresses resolved by image through them. The index is on the heap: the builder
+  // keeps its address while the writer moves.
+  std::unique_ptr<store::ContextIndex> context_;
+  std::optional<store::ContextWriter> context_writer_;
+  std::optional<Error> context_failure_;
+  store::AggregateBuilder aggregate_{store::StackDetail::kStacks, nullptr};
+  struct Pending {
+    store::StoredSample sample;  // frames: in pending_frames_
+    size_t first_frame = 0;
+    size_t frames = 0;
+  };
+  std::vector<Pending> pending_;
+  std::vector<uint64_t> pending_frames_;
+  uint64_t pruned_before_ = 0;
+  // What the aggregate on disk covers (samples.hvs's size, the samples counted): a dump with
+  // nothing new (the stop and then the shutdown of a run) does not write it again.
+  uint64_t aggregate_file_bytes_ = UINT64_MAX;
+  uint64_t aggregate_samples_ = 0;
   bool sched_open_waits_ = false;                // for the next flush before trying again
   bool sched_open_logged_ = false;
   uint64_t sched_dropped_ = 0;                   // records lost that way

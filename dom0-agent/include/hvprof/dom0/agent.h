@@ -59,7 +59,7 @@ class Dom0Agent final : public agent::AgentDaemon {
   void CollectPublished();
   // The processes of dom0 and of every passive domain whose processes the platform shows
   // (host processes on linux), as they are now: processes come and go while profiling.
-  void RefreshProcesses(store::SessionMetadata& metadata);
+
   Result<agent::Json> RunSim(uint64_t duration_ns);
   std::string DomainLabel(uint16_t id) const;
 

@@ -155,7 +155,10 @@ class LinuxMachine {
 
   // The processes and mappings of `domain` ({"domain","kernel","hypervisor","processes"}, as
   // SimMachine::ContextJson). Drain first for an up-to-date view.
-  std::string ContextJson(DomainId domain, bool sampled_only = false) const;
+  std::string ContextJson(DomainId domain) const;
+  // The processes' context events (ProcessTable::TakeEvents, Acknowledge). Drain first.
+  ProcessTable::Events TakeContextEvents(uint64_t from, size_t max) const { return processes_->TakeEvents(from, max); }
+  void AcknowledgeContextEvents(uint64_t sequence) { processes_->Acknowledge(sequence); }
   // [{"id","name","type" ("host" or "hvm"),"vcpus","kernel"}], every domain known.
   std::string DomainsJson() const;
   // Requested and achieved rates per CPU, throttling, perf's losses, the kernel's limits.

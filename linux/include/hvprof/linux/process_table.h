@@ -1,8 +1,10 @@
 // The host's processes as perf's side-band records (FORK, EXIT, COMM, MMAP2) and /proc tell
 // them: pid, parent, comm, executable mappings with bias and build-id, threads, and domain.
-// Processes are never forgotten: one that exits keeps its entry, and one whose pid is reused
-// or that execs keeps its old image as a retired entry (if samples point into it), so samples
-// taken before are still symbolized at report time.
+// What it learns goes out as context events (hvprof/context/context_event.h), with their times,
+// which the agent keeps in the session (context.hvc): a process born (a fork, an exec, or found
+// in /proc), renamed, mapping a file, exiting. So the table keeps only what the sample path needs
+// now, the live processes and those that exited a moment ago (for late samples), and a host that
+// forks all day costs it no more memory at the end of the day than at its start.
 #pragma once
 
 #include <array>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "hvpmu/abi/ops.h"
+#include "hvprof/context/context_event.h"
 #include "hvprof/linux/domain_map.h"
 #include "hvprof/linux/elf_info.h"
 #include "hvprof/linux/perf_records.h"
@@ -51,20 +54,22 @@ struct Process {
   Origin origin = Origin::kDefault;
   bool exited = false;
   uint64_t exit_time = 0;      // perf time of its EXIT
-  bool retired = false;        // an older image of this pid (exec'd over, or the pid reused)
+  uint64_t birth_ns = 0;       // perf time of its FORK or exec; 0 for a process found in /proc at setup
   uint64_t start_ticks = 0;    // /proc/PID/stat starttime, 0 when unknown
-  uint64_t samples = 0;        // samples attributed to it (host user mode)
   std::vector<Mapping> mappings;  // sorted by start, non-overlapping
   std::map<uint32_t, Thread> threads;
   int32_t next_vcpu = 0;       // for vCPU threads whose name has no number
 };
 
 struct ProcessTableStats {
-  uint64_t processes = 0;       // entries, retired ones included
+  uint64_t processes = 0;       // entries (live, and exited a moment ago)
   uint64_t proc_discoveries = 0;  // processes first seen in a sample, read from /proc
   uint64_t elf_failures = 0;      // mappings whose file could not be read (bias guessed)
   uint64_t mappings = 0;
   uint64_t threads = 0;         // threads whose process is known (FORK records, /proc)
+  uint64_t context_events = 0;  // made since the start
+  uint64_t context_pending = 0; // not yet taken by the agent
+  uint64_t context_dropped = 0; // dropped untaken (kMaxPendingEvents)
 };
 
 class ProcessTable {
@@ -108,20 +113,28 @@ class ProcessTable {
   void NoteTask(uint32_t pid, uint32_t tid);
 
   // {"domain", "kernel", "hypervisor" (dom0 only), "processes": [...], "tasks": [...]}, as
-  // SimMachine's. Only processes with mappings are listed (with `sampled_only`, only those with
-  // samples); for one pid the live entry comes before its retired ones. "tasks", when there are
-  // any, are the NoteTask ones of the domain: [{"pid", "tid", "comm"}].
-  std::string ContextJson(DomainId domain, const std::string& host_kernel,
-                          bool sampled_only) const;
+  // SimMachine's: the live processes with mappings, and the NoteTask tasks of the domain
+  // [{"pid", "tid", "comm"}] (when there are any).
+  std::string ContextJson(DomainId domain, const std::string& host_kernel) const;
+
+  // The context events from sequence number `from` on, at most `max` of them (all domains'), and
+  // the number of the first of them; events before the first kept are lost (kMaxPendingEvents).
+  // With `from` 0, what is alive is told first, as events (a new agent, or one that lost some).
+  struct Events {
+    uint64_t first = 0;  // sequence number of events[0]
+    uint64_t next = 0;   // to ask from next time
+    std::vector<context::ContextEvent> events;
+  };
+  Events TakeEvents(uint64_t from, size_t max) const;
+  // The agent has what came before `sequence`: it need not be kept.
+  void Acknowledge(uint64_t sequence);
+  static constexpr size_t kMaxPendingEvents = size_t{1} << 20;
 
   // Forgets what no later record can need, so that a long session on a busy host (a build
-  // forking thousands of processes a minute) holds only what its samples point into:
-  //   - processes that exited before `before` (perf time) without a sample of their own: their
-  //     entries and mappings (a child's domain was settled when it was forked; a sample of a
-  //     reused pid is a new process);
-  //   - the threads of processes that exited before it, and which process each thread that
-  //     exited before it belonged to (its last scheduler records come just after its EXIT).
-  // Processes with samples keep their mappings: the report symbolizes against them.
+  // forking thousands of processes a minute) holds only what its samples need now: processes that
+  // exited before `before` (perf time), the threads of processes that exited before it, and which
+  // process each thread that exited before it belonged to (its last scheduler records come just
+  // after its EXIT). Their context went out as events.
   void Prune(uint64_t before);
 
   ProcessTableStats stats() const;
@@ -138,13 +151,16 @@ class ProcessTable {
 
   // Get's cases but the recent process: the live table, else /proc.
   Process& Lookup(uint32_t pid);
-  // `cgroups`: the process's cgroup paths, or null if they could not be read.
-  Process& Create(uint32_t pid, uint32_t ppid, const std::vector<std::string>* cgroups);
   void AssignDomain(Process& process, const Process* parent,
                     const std::vector<std::string>* cgroups);
   bool ReadProc(uint32_t pid, ProcEntry* entry) const;
-  void Retire(Process& process);
-  void AddMapping(Process& process, Mapping mapping);
+  // A new process under `pid` (replacing its entry), born at `birth_ns`, named `comm`: told as an
+  // event.
+  Process& Create(uint32_t pid, uint32_t ppid, const std::vector<std::string>* cgroups, uint64_t birth_ns,
+                  std::string comm);
+  void AddMapping(Process& process, Mapping mapping, uint64_t time_ns);
+  void Emit(context::ContextEvent event);
+  void EmitMapping(const Process& process, const Mapping& mapping, uint64_t time_ns);
   const ElfCacheEntry* ElfFor(uint32_t pid, const std::string& path, uint64_t start,
                               uint64_t end, const std::string& key);
   void FillMapping(uint32_t pid, Mapping* mapping, const std::string& key);
@@ -156,7 +172,11 @@ class ProcessTable {
   // The processes Get found last, by pid modulo the size (nodes of live_ do not move): samples
   // come in runs of a few processes, interleaved across CPUs. Cleared when a node goes.
   std::array<Process*, 16> recent_{};
-  std::vector<Process> retired_;
+  std::deque<context::ContextEvent> events_;  // not yet acknowledged
+  uint64_t events_first_ = 0;                 // sequence number of events_.front()
+  uint64_t events_made_ = 0;
+  uint64_t events_dropped_ = 0;
+  uint64_t last_time_ = 0;                    // of the latest record: a process found in /proc is born then
   std::map<std::string, ElfCacheEntry> elf_cache_;
   std::unordered_map<uint32_t, uint32_t> tgid_of_;  // thread -> process, as TgidOf found it
   // Threads that exited, in the order of their EXIT records: {time, tid, tgid}; Prune forgets

@@ -25,6 +25,9 @@ struct LoadOptions {
   // With stacks: the functions inlined at each frame, from DWARF (pprof's Lines). Costs a
   // walk of the images' inline scopes.
   bool inlines = false;
+  // Keep each entry's process (--by-process, and filters by process): user code counted by image
+  // is counted again from the raw samples, by process and image. The other views do not need it.
+  bool processes = false;
   // Images: where to look for them when the recorded path is gone (like opreport's
   // --image-path), tried in order.
   std::vector<std::string> image_path;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "hvprof/base/error.h"
+#include "hvprof/store/context_file.h"
 #include "hvprof/store/session.h"
 
 namespace hvprof::symbolizer {
@@ -43,7 +44,9 @@ struct Image {
 struct Symbol {
   uint32_t image = 0;
   std::string name;        // function, or "[unknown in IMAGE+0xOFF]", or "(no symbols)"
-  uint64_t start = 0;      // runtime address of the function (0 when unknown)
+  // The function's address (0 when unknown): in its file for a process's image (the same in
+  // every process that maps it), where it runs for kernels and the hypervisor.
+  uint64_t start = 0;
   bool resolved = false;
   std::string reason;      // for unresolved ones: the symbolizer's reason
 };
@@ -58,8 +61,9 @@ struct Entry {
   uint16_t domain;
   uint8_t mode;      // 0 user, 1 kernel, 2 hypervisor
   uint8_t event;     // logical counter
-  uint32_t pid;
-  uint64_t ip;
+  uint32_t pid;      // store::kImagePid: counted by image, whatever process ran it
+  uint64_t ip;       // as the aggregate keys it (an image word for code counted by image)
+  uint64_t address;  // what it is in its image's terms: the address the symbolizer and -d show
   uint64_t count;
   uint32_t image;    // index into images
   uint32_t symbol;   // index into symbols
@@ -149,6 +153,9 @@ struct PublishedSource {
 class Profile {
  public:
   const store::SessionMetadata& metadata() const { return metadata_; }
+  // The processes the session's samples ran in: context.hvc, or the processes session.json listed
+  // (sessions before it).
+  const store::ContextIndex& context() const { return *context_; }
   const std::string& directory() const { return directory_; }
   const std::vector<Image>& images() const { return images_; }
   const std::vector<Symbol>& symbols() const { return symbols_; }
@@ -182,6 +189,9 @@ class Profile {
 
  private:
   store::SessionMetadata metadata_;
+  std::shared_ptr<const store::ContextIndex> context_ = std::make_shared<store::ContextIndex>();
+  bool has_context_file_ = false;  // context.hvc: user code was counted by image as it came
+  bool keeps_pids_ = false;        // loaded with LoadOptions::processes
   std::string directory_;
   std::vector<Image> images_;
   std::vector<Symbol> symbols_;

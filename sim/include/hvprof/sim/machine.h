@@ -10,12 +10,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "hvprof/base/error.h"
 #include "hvpmu/engine.h"
+#include "hvprof/context/context_event.h"
 #include "hvprof/hosted/hosted_platform.h"
 #include "hvprof/sim/pmu_model.h"
 #include "hvprof/sim/rng.h"
@@ -70,6 +72,7 @@ struct TruthKey {
   uint32_t image;     // index into SimMachine::image_names()
   uint32_t function;  // index into SimMachine::function_names()
   uint64_t start;     // the function's runtime address
+  uint64_t image_address;  // its address in its image (a report's symbol address): start - bias
 };
 
 class SimMachine {
@@ -115,6 +118,19 @@ class SimMachine {
   // The processes and mappings of `domain`, as JSON (what the platform tells that domain's
   // agent about its own user space).
   std::string ContextJson(DomainId domain) const;
+  // What the platform tells `domain`'s agent of its processes (hvprof/context/context_event.h),
+  // from sequence number `from` on, at most `max_events` in one batch (the protocol's
+  // ContextEvents). `from` 0 starts over: the scenario's processes (born at time 0, never
+  // exiting) and the runs of its churned programs alive now; then each later batch the runs born
+  // since, in order of birth, each with its mappings and its exit. `next` is what to ask for next;
+  // the batch before can be asked for again (a retry). An unknown `from` starts over, with
+  // `first` above it: what came between is not told.
+  struct ContextBatch {
+    std::vector<context::ContextEvent> events;
+    uint64_t first = 0;
+    uint64_t next = 0;
+  };
+  ContextBatch ContextEvents(DomainId domain, uint64_t from, size_t max_events);
   // What the machine decided while building itself (which kernel symbol source each domain
   // uses and why), for the daemon's log.
   const std::vector<std::string>& notes() const { return notes_; }
@@ -138,7 +154,7 @@ class SimMachine {
   hvprof::Result<void> AddFunctions(BuildContext& context, const DomainSpec& spec, Mode mode,
                                     Domain* domain);
   uint32_t AddTruthRows(DomainId domain, uint16_t vcpus, Mode mode, uint32_t image,
-                        uint32_t function, uint64_t start);
+                        uint32_t function, uint64_t start, uint64_t image_address);
   uint32_t InternImage(const std::string& name);
   uint32_t InternFunction(const std::string& name, std::vector<std::string> callers = {});
 
@@ -184,6 +200,14 @@ class SimMachine {
   SchedSink sched_sink_;
   std::vector<std::unique_ptr<Cpu>> cpus_;
   std::vector<TruthRow> truth_;
+  // Per domain, where its agent's context events are (ContextEvents).
+  struct ContextCursor {
+    uint64_t sequence = 0;          // what the next batch continues from
+    std::vector<uint64_t> next_run;  // per process of the domain: its first run not yet told
+    uint64_t retry_sequence = 0;     // the batch before: asked again, it is made again
+    std::vector<uint64_t> retry_next_run;
+  };
+  std::map<DomainId, ContextCursor> context_cursors_;
   std::vector<TruthKey> truth_keys_;
   std::vector<std::string> image_names_;
   std::vector<std::string> function_names_;

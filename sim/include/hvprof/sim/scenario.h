@@ -91,10 +91,26 @@ struct Mapping {
   uint64_t start = 0;  // address of the mapping of the image's first loadable segment
 };
 
+// A program run over and over (a build server's compilers, a CI runner's steps): a new run every
+// 1/per_second s of simulated time from the machine's start, each alive lifetime_ms, under pids
+// pid, pid+1, ... pid+pids-1 in turn (then pid again: pids are reused), each run mapping the
+// process's mappings at addresses shifted by its own page-aligned offset below 1 GiB (address
+// space randomisation), so that only the run's own mappings say what a sampled address ran.
+struct ChurnSpec {
+  double per_second = 0;
+  double lifetime_ms = 0;
+  uint32_t pids = 0;
+};
+inline constexpr uint64_t kChurnOffsetRange = uint64_t{1} << 30;
+// Runs of one churned program alive at once (per_second x lifetime_ms / 1000), at most: the
+// platform tells them all to an agent that starts late.
+inline constexpr uint32_t kMaxChurnAlive = 4096;
+
 struct ProcessSpec {
   uint32_t pid = 0;
   std::string comm;
   std::vector<Mapping> mappings;
+  std::optional<ChurnSpec> churn;
 };
 
 struct DomainSpec {

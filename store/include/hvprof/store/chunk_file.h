@@ -228,5 +228,8 @@ class RecordFileWriter {
 // A session id as 32 hex digits, and back (nothing for anything else).
 std::string SessionIdHex(std::span<const uint8_t, 16> id);
 std::optional<std::array<uint8_t, 16>> ParseSessionId(std::string_view hex);
+// The session id a reader of `path` checks its chunks against: none for an empty `hex`, an error
+// naming the file for anything but 32 hex digits.
+Result<std::optional<std::array<uint8_t, 16>>> SessionIdToCheck(const std::string& path, std::string_view hex);
 
 }  // namespace hvprof::store

@@ -224,6 +224,25 @@ std::string SerializeMetadata(const SessionMetadata& metadata);
 Result<SessionMetadata> ParseMetadata(std::string_view json, std::string_view origin);
 
 // ---- the aggregated form: sample counts per (domain, mode, event, pid, ip), sorted.
+//
+// A user-mode address of a known file mapping is counted by its image instead of its process
+// (ContextIndex resolves it): the key's pid is kImagePid and its ip an image word, the image's
+// number (Aggregate::images) and the address in the image. Every process that ran the same code
+// counts into one row, however many run it and wherever each mapped it; stacks' words likewise.
+inline constexpr uint32_t kImagePid = 0xFFFFFFFE;
+inline constexpr uint64_t kImageAddressMask = (uint64_t{1} << 48) - 1;
+inline constexpr uint32_t kMaxImageWordImage = 0xFFFE;  // images above it are counted by process
+// An image's number in bits 48-63 (1 to 0xFFFE), the address in the image below. A canonical
+// x86-64 address has those bits all clear (user) or all set (kernel), so a word says what it is.
+constexpr uint64_t ImageWord(uint32_t image, uint64_t address) {
+  return uint64_t{image} << 48 | (address & kImageAddressMask);
+}
+constexpr bool IsImageWord(uint64_t word) {
+  const uint64_t top = word >> 48;
+  return top != 0 && top != 0xFFFF;
+}
+constexpr uint32_t ImageOfWord(uint64_t word) { return static_cast<uint32_t>(word >> 48); }
+constexpr uint64_t AddressOfWord(uint64_t word) { return word & kImageAddressMask; }
 
 struct AggregateKey {
   uint64_t ip;
@@ -240,8 +259,17 @@ struct AggregateEntry {
   uint64_t count;
 };
 
+struct AggregateImage {
+  uint32_t id = 0;
+  std::string path;
+  std::string build_id;
+  bool operator==(const AggregateImage&) const = default;
+};
+
 struct Aggregate {
   std::vector<AggregateEntry> entries;  // sorted by key, unique
+  // The images image words name (version 4), by number: images[id - 1].id == id.
+  std::vector<AggregateImage> images;
   uint64_t samples = 0;
   uint64_t source_bytes = 0;  // how much of samples.hvs it covers
   // Every distinct stack with its samples, when counted (has_stacks): the addresses of each are
@@ -285,7 +313,10 @@ struct TimeSlicing {
 enum class StackDetail {
   kNone,
   kStacks,          // the stacks, with the thread, vCPU and pCPU left out (kUnknown* below)
-  kStacksByThread,  // the stacks of each thread on each vCPU and pCPU, as the aggregate keeps them
+  kStacksByCpu,     // the stacks of each pCPU, the thread and vCPU left out: the agent's aggregate
+                    // (per-CPU idle shares read it), bounded by the code that ran and the CPUs, not
+                    // by how many processes and threads ran it
+  kStacksByThread,  // the stacks of each thread on each vCPU and pCPU
 };
 inline constexpr uint16_t kUnknownCpu = 0xFFFF;
 // The domain samples of idle CPUs are recorded under (the hypervisor's idle domain, DOMID_IDLE).
@@ -303,11 +334,23 @@ std::string DomainName(uint16_t id, std::string_view name);
 // With `slicing`, each entry is also counted per time slice (Aggregate::slice_counts).
 // A large file's chunks are decoded by `readers` threads (0: one per CPU, up to 4, for a file of
 // 8 MiB or more), each counting its share; the result is the same whatever their number.
+// How user-mode addresses are counted: by image where `index` resolves them (nullptr: by process,
+// as in sessions before context.hvc), with the process kept in the key with `keep_pid` (views by
+// process). aggregate_builder.h has the rules.
+class ContextIndex;
+struct Translation {
+  const ContextIndex* index = nullptr;
+  bool keep_pid = false;
+};
 Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* summary = nullptr,
                                        std::optional<std::span<const uint8_t, 16>> session_id = std::nullopt,
                                        StackDetail stacks = StackDetail::kNone, TimeSlicing slicing = {},
-                                       unsigned readers = 0);
-Result<void> WriteAggregate(const std::string& path, const Aggregate& aggregate);
+                                       unsigned readers = 0, const Translation& translation = {});
+// hvprofd deflates the aggregate (zlib, its fastest level: the addresses of stacks shrink about
+// sevenfold); kPlain writes the sections as they are (tests that forge them). Readers take both.
+enum class AggregateCompression { kDeflate, kPlain };
+Result<void> WriteAggregate(const std::string& path, const Aggregate& aggregate,
+                            AggregateCompression compression = AggregateCompression::kDeflate);
 Result<Aggregate> ReadAggregate(const std::string& path);
 
 // ---- session directories

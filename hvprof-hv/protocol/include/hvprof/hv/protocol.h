@@ -43,6 +43,8 @@ enum class MessageType : uint16_t {
   kPlatformInfo = 11,    // empty -> StatusReply + JSON: rates, limits, notes (primary only)
   kXenTrace = 12,        // XenTraceRequest -> XenTraceReply + memfd and eventfd once the buffers
                          // exist (primary only, sim only): Xen's trace buffers, for the fake Xen
+  kContextEvents = 13,   // ContextEventsRequest -> ContextEventsReply + encoded context events
+                         // (hvprof/context/context_event.h) of the domains the caller may know of
   kError = 0x7FFF,   // reply to a request that could not be understood: StatusReply + text
 };
 
@@ -153,6 +155,22 @@ struct GroundTruthRequest {
 struct ContextRequest {
   uint16_t domain;
   uint16_t pad[3];
+};
+
+// The processes' context events from sequence number `from` on (0: what is alive first, then
+// every event still kept). The reply says where the events start (`first`: more than `from` when
+// some were dropped untaken) and where to ask from next; the daemon forgets what came before
+// `from` once dom0 asked from there (dom0 has it).
+struct ContextEventsRequest {
+  uint64_t from;
+  uint32_t max_events;  // at most this many in one reply (0: the daemon's bound)
+  uint32_t pad;
+};
+struct ContextEventsReply {
+  int32_t error;  // ProtocolError
+  uint32_t events;
+  uint64_t first;
+  uint64_t next;
 };
 
 struct FetchPublishedRequest {

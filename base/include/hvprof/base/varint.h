@@ -1,12 +1,13 @@
-// The integer codings of the session's chunk payloads (samples.hvs, sched.hvs): LEB128 varints,
-// zigzag for signed differences, and a bounded reader over one payload.
+// The integer codings of hvprof's binary records (the session's chunk payloads, the context
+// events hvprof-hv sends): LEB128 varints, zigzag for signed differences, and a bounded reader over
+// one payload.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
-namespace hvprof::store::detail {
+namespace hvprof::varint {
 
 inline uint64_t ZigZag(int64_t value) {
   return (static_cast<uint64_t>(value) << 1) ^ static_cast<uint64_t>(value >> 63);
@@ -58,4 +59,4 @@ class Cursor {
   bool ok_ = true;
 };
 
-}  // namespace hvprof::store::detail
+}  // namespace hvprof::varint

@@ -1,0 +1,43 @@
+// Counting samples into an aggregate: the key and stack a sample counts under, with its user
+// addresses resolved to their images (session.h, ImageWord), and the agent's aggregate, counted as
+// the samples come so that writing it at a dump or a stop costs a sort, not a read of the samples.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "hvprof/store/context_file.h"
+#include "hvprof/store/samples_file.h"
+#include "hvprof/store/session.h"
+#include "hvprof/store/stack_counter.h"
+
+namespace hvprof::store {
+
+// The key a sample counts under and its stack's words, the sampled address first (`words` has
+// room for kMaxFrames + 1); returns how many words. `stack` gets the stack's key.
+size_t TranslateSample(const StoredSample& sample, const Translation& translation, StackDetail stacks,
+                       AggregateKey* key, StackKey* stack, uint64_t* words);
+
+// The agent's aggregate of its session, counted sample by sample as the rings are drained.
+// Time is cut into up to 64 equal spans that widen as the session grows (each span doubling when
+// 64 are full), so that the aggregate's time slices cover the session whatever its length.
+class AggregateBuilder {
+ public:
+  AggregateBuilder(StackDetail stacks, const ContextIndex* index);
+  ~AggregateBuilder();
+  AggregateBuilder(AggregateBuilder&&) noexcept;
+  AggregateBuilder& operator=(AggregateBuilder&&) noexcept;
+
+  void Add(const StoredSample& sample);
+  uint64_t samples() const;
+  // What was counted so far, sorted, with the index's images (the builder goes on counting).
+  // `source_bytes`: the size of samples.hvs it covers.
+  Aggregate Snapshot(uint64_t source_bytes);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace hvprof::store

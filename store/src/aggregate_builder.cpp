@@ -1,0 +1,307 @@
+#include "hvprof/store/aggregate_builder.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <thread>
+#include <vector>
+
+#include "address_counter.h"
+#include "samples_decode.h"
+
+namespace hvprof::store {
+
+namespace {
+
+// Sorted, unique entries from two such lists: the counts of equal keys added.
+std::vector<AggregateEntry> MergeEntries(const std::vector<AggregateEntry>& a, const std::vector<AggregateEntry>& b) {
+  std::vector<AggregateEntry> merged;
+  merged.reserve(std::max(a.size(), b.size()));
+  size_t i = 0, j = 0;
+  while (i < a.size() || j < b.size()) {
+    if (j == b.size() || (i < a.size() && a[i].key < b[j].key)) {
+      merged.push_back(a[i++]);
+    } else if (i == a.size() || b[j].key < a[i].key) {
+      merged.push_back(b[j++]);
+    } else {
+      merged.push_back({a[i].key, a[i].count + b[j].count});  // at most the samples read: no wrap
+      ++i, ++j;
+    }
+  }
+  return merged;
+}
+
+// Files smaller than this are read by one thread: starting others costs more than they save.
+constexpr uint64_t kParallelBytes = 8ull << 20;
+constexpr unsigned kMaxReaders = 4;
+
+constexpr uint8_t kUserMode = 0;
+// A user-space address of a canonical x86-64 layout: its top 17 bits clear.
+constexpr bool IsUserAddress(uint64_t word) { return (word >> 47) == 0; }
+// An address a CPU could run at: its top 17 bits all clear or all set. A frame-pointer walk that
+// strays into data returns other words (text, counters), which no call could have pushed.
+constexpr bool IsCanonical(uint64_t word) { return (word >> 47) == 0 || (word >> 47) == 0x1FFFF; }
+
+}  // namespace
+
+size_t TranslateSample(const StoredSample& s, const Translation& translation, StackDetail stacks, AggregateKey* key,
+                       StackKey* stack, uint64_t* words) {
+  const bool by_thread = stacks == StackDetail::kStacksByThread;
+  size_t length = stacks == StackDetail::kNone ? 0 : std::min<size_t>(s.frames.size(), kMaxFrames);
+  // The chain ends at the first frame no call could have made (the walk went astray there): what
+  // follows is not a caller, and the word could be mistaken for an image word.
+  for (size_t i = 0; i < length; ++i) {
+    if (!IsCanonical(s.frames[i])) {
+      length = i;
+      break;
+    }
+  }
+  const ContextIndex* index = translation.index;
+  const bool resolving = index != nullptr && s.mode == kUserMode && index->HasDomain(s.domain);
+  bool all_resolved = resolving;
+  auto resolve = [&](uint64_t address) -> uint64_t {
+    if (!resolving || !IsUserAddress(address)) return address;
+    const auto resolved = index->Resolve(s.domain, s.pid, s.time_ns, address);
+    if (!resolved || resolved->image > kMaxImageWordImage || resolved->address > kImageAddressMask) {
+      all_resolved = false;
+      return address;
+    }
+    return ImageWord(resolved->image, resolved->address);
+  };
+  const uint64_t ip = resolve(s.ip);
+  const bool ip_resolved = IsImageWord(ip);
+  *key = AggregateKey{ip, ip_resolved && !translation.keep_pid ? kImagePid : s.pid, s.domain, s.mode, s.event};
+  if (stacks == StackDetail::kNone) return 0;
+  words[0] = ip;
+  for (size_t i = 0; i < length; ++i) words[i + 1] = resolve(s.frames[i]);
+  // A stack whose every user address is an image's is every process's that ran that code.
+  const bool shared = all_resolved && !translation.keep_pid && !by_thread;
+  *stack = by_thread ? StackKey{s.pid, s.tid, s.domain, s.mode, s.event, s.vcpu, s.pcpu}
+                     : StackKey{shared ? kImagePid : s.pid, kUnknownThread, s.domain, s.mode, s.event, kUnknownCpu,
+                                stacks == StackDetail::kStacksByCpu ? s.pcpu : kUnknownCpu};
+  return length + 1;
+}
+
+// ---- AggregateBuilder
+
+namespace {
+constexpr uint32_t kMaxBuckets = 64;
+constexpr uint64_t kFirstBucketNs = 1'000'000;  // 1 ms, doubled as the session grows
+}  // namespace
+
+struct AggregateBuilder::State {
+  StackDetail stacks;
+  const ContextIndex* index;
+  detail::AddressCounter counter{1u << 14};
+  StackCounter stack_counter;
+  std::vector<detail::AddressCounter> buckets;  // the time spans, each counting its samples' keys
+  bool started = false;
+  uint64_t origin_ns = 0;
+  uint64_t width_ns = kFirstBucketNs;
+  uint64_t samples = 0;
+  uint64_t words[kMaxFrames + 1];
+
+  // Halves the number of spans: each two neighbours become one twice as wide.
+  void Widen() {
+    std::vector<detail::AddressCounter> wider;
+    wider.reserve(kMaxBuckets);
+    for (size_t i = 0; i < buckets.size(); i += 2) {
+      wider.emplace_back(1u << 10);
+      for (size_t j = i; j < std::min(i + 2, buckets.size()); ++j) {
+        for (const AggregateEntry& entry : buckets[j].TakeSorted()) wider.back().Add(entry.key, entry.count);
+      }
+    }
+    buckets = std::move(wider);
+    width_ns *= 2;
+  }
+
+  detail::AddressCounter& BucketOf(uint64_t time_ns) {
+    if (!started) {
+      started = true;
+      origin_ns = time_ns;
+    }
+    // A sample older than the first seen (the rings are drained one after another) counts in the
+    // first span.
+    uint64_t index_of = time_ns > origin_ns ? (time_ns - origin_ns) / width_ns : 0;
+    while (index_of >= kMaxBuckets) {
+      Widen();
+      index_of = (time_ns - origin_ns) / width_ns;
+    }
+    while (buckets.size() <= index_of) buckets.emplace_back(1u << 10);
+    return buckets[index_of];
+  }
+};
+
+AggregateBuilder::AggregateBuilder(StackDetail stacks, const ContextIndex* index)
+    : state_(std::make_unique<State>()) {
+  state_->stacks = stacks;
+  state_->index = index;
+}
+AggregateBuilder::~AggregateBuilder() = default;
+AggregateBuilder::AggregateBuilder(AggregateBuilder&&) noexcept = default;
+AggregateBuilder& AggregateBuilder::operator=(AggregateBuilder&&) noexcept = default;
+
+void AggregateBuilder::Add(const StoredSample& sample) {
+  State& s = *state_;
+  AggregateKey key;
+  StackKey stack;
+  const size_t length = TranslateSample(sample, Translation{s.index, false}, s.stacks, &key, &stack, s.words);
+  s.counter.Add(key);
+  s.BucketOf(sample.time_ns).Add(key);
+  if (length != 0) s.stack_counter.Add(stack, {s.words, length});
+  ++s.samples;
+}
+
+uint64_t AggregateBuilder::samples() const { return state_->samples; }
+
+Aggregate AggregateBuilder::Snapshot(uint64_t source_bytes) {
+  State& s = *state_;
+  Aggregate aggregate;
+  aggregate.entries = s.counter.SortedCopy();
+  aggregate.samples = s.samples;
+  aggregate.source_bytes = source_bytes;
+  if (s.index != nullptr) {
+    for (const ContextImage& image : s.index->images()) {
+      aggregate.images.push_back({image.id, image.path, image.build_id});
+    }
+  }
+  aggregate.has_stacks = s.stacks != StackDetail::kNone;
+  aggregate.stacks = s.stack_counter.stacks();
+  aggregate.stack_words = s.stack_counter.words();
+  const uint32_t slices = static_cast<uint32_t>(s.buckets.size());
+  if (slices != 0) {
+    aggregate.time_slices = slices;
+    aggregate.slices_first_ns = s.origin_ns;
+    aggregate.slices_last_ns = s.origin_ns + slices * s.width_ns - 1;
+    aggregate.slice_counts.assign(aggregate.entries.size() * slices, 0);
+    bool fits = true;
+    for (uint32_t slice = 0; slice < slices; ++slice) {
+      // Each span's keys are a subset of the whole's, sorted alike: one merge.
+      size_t at = 0;
+      for (const AggregateEntry& entry : s.buckets[slice].SortedCopy()) {
+        while (at < aggregate.entries.size() && aggregate.entries[at].key < entry.key) ++at;
+        if (at == aggregate.entries.size()) break;
+        fits &= entry.count <= UINT32_MAX;
+        aggregate.slice_counts[at * slices + slice] = static_cast<uint32_t>(entry.count);
+      }
+    }
+    if (!fits) {
+      aggregate.time_slices = 0;
+      aggregate.slice_counts = {};
+    }
+  }
+  return aggregate;
+}
+
+// ---- counting a samples file
+
+Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* summary_out,
+                                       std::optional<std::span<const uint8_t, 16>> session_id, StackDetail stacks,
+                                       TimeSlicing slicing, unsigned readers, const Translation& translation) {
+  const uint32_t slices = std::min(slicing.count, kMaxTimeSlices);
+  TimeSlicing capped = slicing;
+  capped.count = slices;
+  // The chunks are decoded by up to kMaxReaders threads, each counting its share in its own
+  // counters, merged afterwards: every count is the same as one thread's.
+  struct stat st {};
+  const uint64_t file_bytes = ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  if (readers == 0) {
+    readers = file_bytes < kParallelBytes
+                  ? 1
+                  : static_cast<unsigned>(std::clamp<uint64_t>(std::thread::hardware_concurrency(), 1, kMaxReaders));
+  }
+  struct Reader {
+    detail::AddressCounter counter;
+    StackCounter stack_counter;
+    std::vector<detail::AddressCounter> slice_counters;
+    uint64_t samples = 0;
+    uint64_t addresses[kMaxFrames + 1];
+  };
+  std::vector<std::unique_ptr<Reader>> state;
+  std::vector<ChunkDecoder> decoders;
+  for (unsigned w = 0; w < readers; ++w) {
+    state.push_back(std::make_unique<Reader>());
+    Reader& r = *state.back();
+    r.slice_counters.reserve(slices);
+    for (uint32_t slice = 0; slice < slices; ++slice) r.slice_counters.emplace_back(1u << 12);
+    // Called inline by the decoder (no std::function per sample: 10M samples take tens of ms so).
+    auto count = [&r, &capped, slices, stacks, &translation](const StoredSample& s) {
+      AggregateKey key;
+      StackKey stack;
+      const size_t length = TranslateSample(s, translation, stacks, &key, &stack, r.addresses);
+      r.counter.Add(key);
+      ++r.samples;
+      if (slices != 0) r.slice_counters[capped.SliceOf(s.time_ns)].Add(key);
+      if (length != 0) r.stack_counter.Add(stack, {r.addresses, length});
+    };
+    decoders.push_back([count](std::span<const uint8_t> payload, uint32_t records) mutable {
+      return detail::DecodeSamples(payload, records, count);
+    });
+  }
+  HVPROF_TRY(summary, ReadSamplesFileDecoding(path, decoders, session_id));
+  Aggregate aggregate;
+  // Each share's counts sorted on a thread of its own (a tenth of the time, and memory-bound),
+  // then merged.
+  std::vector<std::vector<AggregateEntry>> sorted(readers);
+  {
+    std::vector<std::thread> threads;
+    for (unsigned w = 1; w < readers; ++w) threads.emplace_back([&, w] { sorted[w] = state[w]->counter.TakeSorted(); });
+    sorted[0] = state[0]->counter.TakeSorted();
+    for (std::thread& thread : threads) thread.join();
+  }
+  aggregate.entries = std::move(sorted[0]);
+  aggregate.samples = state[0]->samples;
+  for (unsigned w = 1; w < readers; ++w) {
+    aggregate.entries = MergeEntries(aggregate.entries, sorted[w]);
+    std::vector<AggregateEntry>().swap(sorted[w]);
+    aggregate.samples += state[w]->samples;
+  }
+  aggregate.has_stacks = stacks != StackDetail::kNone;
+  // Later shares' stacks after the first's, each in the order it was first seen: the order one
+  // thread reading the whole file gives.
+  StackCounter& stack_counter = state[0]->stack_counter;
+  for (unsigned w = 1; w < readers; ++w) {
+    std::vector<CountedStack> more;
+    std::vector<uint64_t> words;
+    state[w]->stack_counter.Take(&more, &words);
+    for (const CountedStack& stack : more) {
+      stack_counter.Add(stack.key, {words.data() + stack.first, stack.length}, stack.count);
+    }
+  }
+  stack_counter.Take(&aggregate.stacks, &aggregate.stack_words);
+  if (translation.index != nullptr) {
+    for (const ContextImage& image : translation.index->images()) {
+      aggregate.images.push_back({image.id, image.path, image.build_id});
+    }
+  }
+  if (slices != 0) {
+    // Each slice's entries are sorted like the whole's, and a subset of them: one merge each.
+    aggregate.time_slices = slices;
+    aggregate.slices_first_ns = slicing.first_ns;
+    aggregate.slices_last_ns = slicing.last_ns;
+    aggregate.slice_counts.assign(aggregate.entries.size() * slices, 0);
+    bool fits = true;
+    for (uint32_t slice = 0; slice < slices; ++slice) {
+      std::vector<AggregateEntry> counted = state[0]->slice_counters[slice].TakeSorted();
+      for (unsigned w = 1; w < readers; ++w) counted = MergeEntries(counted, state[w]->slice_counters[slice].TakeSorted());
+      size_t at = 0;
+      for (const AggregateEntry& entry : counted) {
+        while (at < aggregate.entries.size() && aggregate.entries[at].key < entry.key) ++at;
+        if (at == aggregate.entries.size()) break;
+        fits &= entry.count <= UINT32_MAX;
+        aggregate.slice_counts[at * slices + slice] = static_cast<uint32_t>(entry.count);
+      }
+    }
+    if (!fits) {  // counts beyond 32 bits a slice: not kept (a diff reads the samples)
+      aggregate.time_slices = 0;
+      aggregate.slice_counts = {};
+    }
+  }
+  // The size before reading: were the file to grow meanwhile, the aggregate would count more than
+  // this and be read again next time, never less and kept.
+  aggregate.source_bytes = file_bytes;
+  if (summary_out != nullptr) *summary_out = std::move(summary);
+  return aggregate;
+}
+
+}  // namespace hvprof::store
