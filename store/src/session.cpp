@@ -840,10 +840,18 @@ Result<Aggregate> ReadAggregate(const std::string& path) {
   if ((!sparse && slice_section.nonzero != 0) || ((header.flags & kHasSlices) != 0) != (slice_section.slices != 0)) {
     return invalid();
   }
-  // An image word names an image of the table.
+  // An image word names an image of the table, and only an image's entry has one.
   for (const AggregateEntry& entry : aggregate.entries) {
-    if (entry.key.pid == kImagePid &&
-        (!IsImageWord(entry.key.ip) || ImageOfWord(entry.key.ip) > aggregate.images.size())) {
+    const bool word = IsImageWord(entry.key.ip);
+    if (entry.key.pid == kImagePid && !word) {
+      return MakeError(ErrorKind::kCorrupt, "{}: an entry counted by image has address {:#x}, which names no image",
+                       path, entry.key.ip);
+    }
+    if (word && entry.key.pid != kImagePid) {
+      return MakeError(ErrorKind::kCorrupt, "{}: an entry of pid {} has address {:#x}, at which no CPU runs", path,
+                       entry.key.pid, entry.key.ip);
+    }
+    if (word && ImageOfWord(entry.key.ip) > aggregate.images.size()) {
       return MakeError(ErrorKind::kCorrupt, "{}: an entry names image {}, which it does not list", path,
                        ImageOfWord(entry.key.ip));
     }

@@ -708,6 +708,33 @@ TEST_CASE("the aggregate's time slices: written, read back, and checked against 
   CHECK(forged.error().message().find("time slices") != std::string::npos);
 }
 
+TEST_CASE("an aggregate's entries: image words only in an image's entries, and each names a listed image",
+          "[store][bad-input]") {
+  TempDir dir;
+  auto read_back = [&](uint64_t ip, uint32_t pid) {
+    Aggregate aggregate;
+    aggregate.images = {{1, "/usr/bin/true", ""}};
+    aggregate.entries = {{{ip, pid, 0, 0, 0}, 3}};
+    aggregate.samples = 3;
+    aggregate.source_bytes = 1 << 20;
+    REQUIRE(WriteAggregate(dir.File("e.hva"), aggregate).has_value());
+    return ReadAggregate(dir.File("e.hva"));
+  };
+  CHECK(read_back(ImageWord(1, 0x1000), kImagePid).has_value());
+  CHECK(read_back(0x401000, 42).has_value());
+  CHECK(read_back(0xffffffff81000000, 42).has_value());
+  const auto unlisted = read_back(ImageWord(2, 0x1000), kImagePid);
+  REQUIRE_FALSE(unlisted.has_value());
+  CHECK(unlisted.error().message().find("names image 2, which it does not list") != std::string::npos);
+  const auto raw_by_image = read_back(0x401000, kImagePid);
+  REQUIRE_FALSE(raw_by_image.has_value());
+  CHECK(raw_by_image.error().message().find("names no image") != std::string::npos);
+  // A process's entry at a non-canonical address would be read as an image's.
+  const auto word_of_process = read_back(ImageWord(1, 0x1000), 42);
+  REQUIRE_FALSE(word_of_process.has_value());
+  CHECK(word_of_process.error().message().find("at which no CPU runs") != std::string::npos);
+}
+
 TEST_CASE("the aggregate deflated: the same aggregate read back, smaller, and damage refused", "[store][bad-input]") {
   TempDir dir;
   Aggregate aggregate;
