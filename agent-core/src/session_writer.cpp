@@ -503,6 +503,13 @@ Result<void> SessionWriter::Dump() {
   // the file): without it (no space), a report reads the samples. It covers the samples written:
   // those that could not be were not counted in the file either.
   CountPending();
+  if (aggregate_.stacks_over_budget() && !stacks_budget_told_) {
+    stacks_budget_told_ = true;
+    Log(LogLevel::kInfo,
+        "the session's distinct call stacks outgrew the {} MiB kept for them in memory: its aggregate keeps no "
+        "stacks, and stack views read them from {}",
+        store::AggregateBuilder::kDefaultStackBudgetBytes >> 20, store::kSamplesFile);
+  }
   const std::string aggregate_path = directory_ + "/" + store::kAggregateFile;
   struct stat st {};
   const uint64_t file_bytes =

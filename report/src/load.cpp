@@ -1005,11 +1005,12 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
   if (options.use_aggregate && have_samples &&
       static_cast<uint64_t>(st.st_size) >= profile.metadata_.samples_file_bytes) {
     auto read = store::ReadAggregate(aggregate_path);
-    // Counted by image, it cannot tell processes apart; stacks merged across threads cannot give
-    // pprof its thread labels: those views count the raw samples.
+    // Counted across processes (by image, and the kernel's and hypervisor's code), it cannot tell
+    // processes apart; stacks merged across threads cannot give pprof its thread labels: those
+    // views count the raw samples.
     const auto by_image = [](const store::Aggregate& a) {
       return std::any_of(a.entries.begin(), a.entries.end(),
-                         [](const store::AggregateEntry& entry) { return entry.key.pid == store::kImagePid; });
+                         [](const store::AggregateEntry& entry) { return entry.key.pid == store::kAnyProcess; });
     };
     const auto by_thread = [](const store::Aggregate& a) {
       return std::any_of(a.stacks.begin(), a.stacks.end(),

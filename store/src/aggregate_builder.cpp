@@ -35,7 +35,6 @@ std::vector<AggregateEntry> MergeEntries(const std::vector<AggregateEntry>& a, c
 constexpr uint64_t kParallelBytes = 8ull << 20;
 constexpr unsigned kMaxReaders = 4;
 
-constexpr uint8_t kUserMode = 0;
 // A user-space address of a canonical x86-64 layout: its top 17 bits clear.
 constexpr bool IsUserAddress(uint64_t word) { return (word >> 47) == 0; }
 // An address a CPU could run at: its top 17 bits all clear or all set. A frame-pointer walk that
@@ -57,11 +56,13 @@ size_t TranslateSample(const StoredSample& s, const Translation& translation, St
     }
   }
   const ContextIndex* index = translation.index;
-  const bool resolving = index != nullptr && s.mode == kUserMode && index->HasDomain(s.domain);
-  bool all_resolved = resolving;
+  // User addresses, in a user-mode sample or in the user part of a kernel one's chain, are the
+  // process's: resolved to images where the context knows them.
+  const bool resolving = index != nullptr && index->HasDomain(s.domain);
+  bool all_resolved = true;  // no raw user address left: the stack is every process's
   auto resolve = [&](uint64_t address) -> uint64_t {
-    if (!resolving || !IsUserAddress(address)) return address;
-    const auto resolved = index->Resolve(s.domain, s.pid, s.time_ns, address);
+    if (!IsUserAddress(address)) return address;
+    const auto resolved = resolving ? index->Resolve(s.domain, s.pid, s.time_ns, address) : std::nullopt;
     if (!resolved || resolved->image > kMaxImageWordImage || resolved->address > kImageAddressMask) {
       all_resolved = false;
       return address;
@@ -69,15 +70,16 @@ size_t TranslateSample(const StoredSample& s, const Translation& translation, St
     return ImageWord(resolved->image, resolved->address);
   };
   const uint64_t ip = resolve(s.ip);
-  const bool ip_resolved = IsImageWord(ip);
-  *key = AggregateKey{ip, ip_resolved && !translation.keep_pid ? kImagePid : s.pid, s.domain, s.mode, s.event};
+  // A kernel's or hypervisor's address, or an image's, is the same code in every process.
+  const bool per_process = translation.keep_pid || (!IsImageWord(ip) && IsUserAddress(ip));
+  *key = AggregateKey{ip, per_process ? s.pid : kAnyProcess, s.domain, s.mode, s.event};
   if (stacks == StackDetail::kNone) return 0;
   words[0] = ip;
   for (size_t i = 0; i < length; ++i) words[i + 1] = resolve(s.frames[i]);
   // A stack whose every user address is an image's is every process's that ran that code.
   const bool shared = all_resolved && !translation.keep_pid && !by_thread;
   *stack = by_thread ? StackKey{s.pid, s.tid, s.domain, s.mode, s.event, s.vcpu, s.pcpu}
-                     : StackKey{shared ? kImagePid : s.pid, kUnknownThread, s.domain, s.mode, s.event, kUnknownCpu,
+                     : StackKey{shared ? kAnyProcess : s.pid, kUnknownThread, s.domain, s.mode, s.event, kUnknownCpu,
                                 stacks == StackDetail::kStacksByCpu ? s.pcpu : kUnknownCpu};
   return length + 1;
 }
@@ -92,6 +94,8 @@ constexpr uint64_t kFirstBucketNs = 1'000'000;  // 1 ms, doubled as the session 
 struct AggregateBuilder::State {
   StackDetail stacks;
   const ContextIndex* index;
+  size_t stack_budget_bytes = 0;
+  bool stacks_over_budget = false;
   detail::AddressCounter counter{1u << 14};
   StackCounter stack_counter;
   std::vector<detail::AddressCounter> buckets;  // the time spans, each counting its samples' keys
@@ -132,11 +136,14 @@ struct AggregateBuilder::State {
   }
 };
 
-AggregateBuilder::AggregateBuilder(StackDetail stacks, const ContextIndex* index)
+AggregateBuilder::AggregateBuilder(StackDetail stacks, const ContextIndex* index, size_t stack_budget_bytes)
     : state_(std::make_unique<State>()) {
   state_->stacks = stacks;
   state_->index = index;
+  state_->stack_budget_bytes = stack_budget_bytes;
 }
+
+bool AggregateBuilder::stacks_over_budget() const { return state_->stacks_over_budget; }
 AggregateBuilder::~AggregateBuilder() = default;
 AggregateBuilder::AggregateBuilder(AggregateBuilder&&) noexcept = default;
 AggregateBuilder& AggregateBuilder::operator=(AggregateBuilder&&) noexcept = default;
@@ -148,7 +155,16 @@ void AggregateBuilder::Add(const StoredSample& sample) {
   const size_t length = TranslateSample(sample, Translation{s.index, false}, s.stacks, &key, &stack, s.words);
   s.counter.Add(key);
   s.BucketOf(sample.time_ns).Add(key);
-  if (length != 0) s.stack_counter.Add(stack, {s.words, length});
+  if (length != 0 && !s.stacks_over_budget) {
+    s.stack_counter.Add(stack, {s.words, length});
+    // Each stack: its entry, its hash and about two table slots, beside its words.
+    const size_t bytes = s.stack_counter.words().size() * sizeof(uint64_t) +
+                         s.stack_counter.stacks().size() * (sizeof(CountedStack) + 2 * sizeof(uint64_t));
+    if (bytes > s.stack_budget_bytes) {
+      s.stacks_over_budget = true;
+      s.stack_counter = StackCounter();  // its memory goes back now
+    }
+  }
   ++s.samples;
 }
 
@@ -165,7 +181,7 @@ Aggregate AggregateBuilder::Snapshot(uint64_t source_bytes) {
       aggregate.images.push_back({image.id, image.path, image.build_id});
     }
   }
-  aggregate.has_stacks = s.stacks != StackDetail::kNone;
+  aggregate.has_stacks = s.stacks != StackDetail::kNone && !s.stacks_over_budget;
   aggregate.stacks = s.stack_counter.stacks();
   aggregate.stack_words = s.stack_counter.words();
   const uint32_t slices = static_cast<uint32_t>(s.buckets.size());

@@ -840,14 +840,16 @@ Result<Aggregate> ReadAggregate(const std::string& path) {
   if ((!sparse && slice_section.nonzero != 0) || ((header.flags & kHasSlices) != 0) != (slice_section.slices != 0)) {
     return invalid();
   }
-  // An image word names an image of the table, and only an image's entry has one.
+  // An image word names an image of the table, and only an entry across processes has one; such an
+  // entry's other addresses are the kernel's or the hypervisor's.
   for (const AggregateEntry& entry : aggregate.entries) {
     const bool word = IsImageWord(entry.key.ip);
-    if (entry.key.pid == kImagePid && !word) {
-      return MakeError(ErrorKind::kCorrupt, "{}: an entry counted by image has address {:#x}, which names no image",
-                       path, entry.key.ip);
+    if (entry.key.pid == kAnyProcess && !word && (entry.key.ip >> 47) == 0) {
+      return MakeError(ErrorKind::kCorrupt,
+                       "{}: an entry counted across processes has user address {:#x}, which names no image", path,
+                       entry.key.ip);
     }
-    if (word && entry.key.pid != kImagePid) {
+    if (word && entry.key.pid != kAnyProcess) {
       return MakeError(ErrorKind::kCorrupt, "{}: an entry of pid {} has address {:#x}, at which no CPU runs", path,
                        entry.key.pid, entry.key.ip);
     }

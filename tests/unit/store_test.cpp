@@ -1,5 +1,6 @@
 // The session store's formats: samples round-trip exactly; damage of every kind is found,
 // named and skipped; metadata errors name the field.
+#include <algorithm>
 #include <array>
 #include <sys/resource.h>
 #include <zlib.h>
@@ -94,7 +95,9 @@ void CheckAggregateAgainstMap(const std::string& path, const std::vector<Owned>&
   std::map<std::tuple<uint16_t, uint8_t, uint8_t, uint32_t, uint64_t>, uint64_t> expected;
   for (const auto& owned : samples) {
     const StoredSample& s = owned.sample;
-    ++expected[{s.domain, s.mode, s.event, s.pid, s.ip}];
+    // The kernel's and hypervisor's code is counted across processes; a user address (with no
+    // context to place it in a file) by its process.
+    ++expected[{s.domain, s.mode, s.event, (s.ip >> 47) == 0 ? s.pid : kAnyProcess, s.ip}];
   }
   auto aggregate = AggregateSamplesFile(path);
   REQUIRE(aggregate.has_value());
@@ -301,7 +304,9 @@ TEST_CASE("the aggregate's stacks count every sample's whole stack, and survive 
     std::vector<uint64_t> words = {s.ip};
     words.insert(words.end(), owned.frames.begin(), owned.frames.end());
     ++by_thread[{s.domain, s.mode, s.event, s.pid, s.tid, s.vcpu, s.pcpu, words}];
-    ++merged[{s.domain, s.mode, s.event, s.pid, kUnknownThread, kUnknownCpu, kUnknownCpu, words}];
+    // Merged, a stack with no user address is every process's.
+    const bool user = std::any_of(words.begin(), words.end(), [](uint64_t w) { return (w >> 47) == 0; });
+    ++merged[{s.domain, s.mode, s.event, user ? s.pid : kAnyProcess, kUnknownThread, kUnknownCpu, kUnknownCpu, words}];
   }
   auto as_map = [](const Aggregate& aggregate) {
     std::map<Key, uint64_t> out;
@@ -423,6 +428,42 @@ TEST_CASE("a stack ends at a frame no call could have made, and its aggregate re
   REQUIRE(back.has_value());
   REQUIRE(back.value().stacks.size() == 1);
   CHECK(back.value().Addresses(back.value().stacks[0]).size() == 3);
+}
+
+TEST_CASE("the agent's aggregate forgets its stacks past their memory budget, and keeps counting", "[store][stacks]") {
+  // Every sample a distinct kernel stack: 64 KiB holds a few hundred of them.
+  AggregateBuilder small(StackDetail::kStacksByCpu, nullptr, 64 << 10);
+  AggregateBuilder large(StackDetail::kStacksByCpu, nullptr);
+  std::vector<uint64_t> frames(8);
+  for (uint64_t i = 0; i < 5000; ++i) {
+    for (size_t f = 0; f < frames.size(); ++f) frames[f] = 0xffffffff81000000 + i * 64 + f;
+    StoredSample sample;
+    sample.ip = 0xffffffff82000000 + (i % 7) * 16;
+    sample.time_ns = i * 1000;
+    sample.pid = sample.tid = static_cast<uint32_t>(100 + i % 3);
+    sample.SetPlace(0, 0, 0, 1, 0);
+    sample.frames = frames;
+    small.Add(sample);
+    large.Add(sample);
+  }
+  CHECK(small.stacks_over_budget());
+  CHECK_FALSE(large.stacks_over_budget());
+  const Aggregate without = small.Snapshot(1 << 20);
+  const Aggregate with = large.Snapshot(1 << 20);
+  CHECK_FALSE(without.has_stacks);
+  CHECK(without.stacks.empty());
+  REQUIRE(with.has_stacks);
+  CHECK(with.stacks.size() == 5000);
+  // The entries are whole either way: 7 kernel addresses, across processes.
+  CHECK(without.samples == 5000);
+  REQUIRE(without.entries.size() == 7);
+  CHECK(without.entries[0].key.pid == kAnyProcess);
+  CHECK(without.entries.size() == with.entries.size());
+  TempDir dir;
+  REQUIRE(WriteAggregate(dir.File("a.hva"), without).has_value());
+  auto back = ReadAggregate(dir.File("a.hva"));
+  REQUIRE(back.has_value());
+  CHECK_FALSE(back.value().has_stacks);
 }
 
 TEST_CASE("sessions on disk: absent, without metadata, or with a damaged aggregate", "[store][bad-input]") {
@@ -720,13 +761,15 @@ TEST_CASE("an aggregate's entries: image words only in an image's entries, and e
     REQUIRE(WriteAggregate(dir.File("e.hva"), aggregate).has_value());
     return ReadAggregate(dir.File("e.hva"));
   };
-  CHECK(read_back(ImageWord(1, 0x1000), kImagePid).has_value());
+  CHECK(read_back(ImageWord(1, 0x1000), kAnyProcess).has_value());
   CHECK(read_back(0x401000, 42).has_value());
   CHECK(read_back(0xffffffff81000000, 42).has_value());
-  const auto unlisted = read_back(ImageWord(2, 0x1000), kImagePid);
+  const auto unlisted = read_back(ImageWord(2, 0x1000), kAnyProcess);
   REQUIRE_FALSE(unlisted.has_value());
   CHECK(unlisted.error().message().find("names image 2, which it does not list") != std::string::npos);
-  const auto raw_by_image = read_back(0x401000, kImagePid);
+  // The kernel's code is counted across processes; a user address only as an image word.
+  CHECK(read_back(0xffffffff81000000, kAnyProcess).has_value());
+  const auto raw_by_image = read_back(0x401000, kAnyProcess);
   REQUIRE_FALSE(raw_by_image.has_value());
   CHECK(raw_by_image.error().message().find("names no image") != std::string::npos);
   // A process's entry at a non-canonical address would be read as an image's.
@@ -740,7 +783,7 @@ TEST_CASE("the aggregate deflated: the same aggregate read back, smaller, and da
   Aggregate aggregate;
   aggregate.images = {{1, "/usr/lib/libz.so.1", "ab12"}, {2, "/usr/bin/true", ""}};
   for (uint64_t i = 0; i < 2000; ++i) {
-    aggregate.entries.push_back({{ImageWord(1 + i % 2, 0x1000 + 16 * i), kImagePid, 0, 0, 0}, 1 + i % 3});
+    aggregate.entries.push_back({{ImageWord(1 + i % 2, 0x1000 + 16 * i), kAnyProcess, 0, 0, 0}, 1 + i % 3});
     aggregate.samples += 1 + i % 3;
   }
   std::sort(aggregate.entries.begin(), aggregate.entries.end(),
@@ -750,7 +793,7 @@ TEST_CASE("the aggregate deflated: the same aggregate read back, smaller, and da
     const uint32_t first = static_cast<uint32_t>(aggregate.stack_words.size());
     aggregate.stack_words.push_back(entry.key.ip);
     aggregate.stack_words.push_back(0xffffffff81000000 + entry.key.ip % 4096);
-    aggregate.stacks.push_back({{kImagePid, kUnknownThread, 0, 0, 0, kUnknownCpu, 1}, first, 2, entry.count});
+    aggregate.stacks.push_back({{kAnyProcess, kUnknownThread, 0, 0, 0, kUnknownCpu, 1}, first, 2, entry.count});
   }
   aggregate.source_bytes = 1 << 20;
   REQUIRE(WriteAggregate(dir.File("plain.hva"), aggregate, AggregateCompression::kPlain).has_value());

@@ -217,7 +217,8 @@ Result<std::string> FormatPprof(const Profile& profile, const StackFilter& filte
       labels[label_count++] = {key_domain, 0, stack.domain, unit_id};
       labels[label_count++] = {key_domain_name, p.domain_name, 0, 0};
       labels[label_count++] = {key_mode, p.mode, 0, 0};
-      if (stack.pid != 0xFFFFFFFF) labels[label_count++] = {key_pid, 0, stack.pid, unit_id};
+      // A stack counted across processes has no pid to label.
+      if (stack.pid != kNoPid && stack.pid != store::kAnyProcess) labels[label_count++] = {key_pid, 0, stack.pid, unit_id};
       if (stack.tid != Stack::kUnknownThread) labels[label_count++] = {key_tid, 0, stack.tid, unit_id};
       if (stack.vcpu != Stack::kUnknownCpu) labels[label_count++] = {key_vcpu, 0, stack.vcpu, unit_id};
       if (stack.pcpu != Stack::kUnknownCpu) labels[label_count++] = {key_pcpu, 0, stack.pcpu, unit_id};

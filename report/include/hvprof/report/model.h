@@ -61,7 +61,7 @@ struct Entry {
   uint16_t domain;
   uint8_t mode;      // 0 user, 1 kernel, 2 hypervisor
   uint8_t event;     // logical counter
-  uint32_t pid;      // store::kImagePid: counted by image, whatever process ran it
+  uint32_t pid;      // store::kAnyProcess: counted across processes (by image, or kernel code)
   uint64_t ip;       // as the aggregate keys it (an image word for code counted by image)
   uint64_t address;  // what it is in its image's terms: the address the symbolizer and -d show
   uint64_t count;

@@ -24,7 +24,14 @@ size_t TranslateSample(const StoredSample& sample, const Translation& translatio
 // 64 are full), so that the aggregate's time slices cover the session whatever its length.
 class AggregateBuilder {
  public:
-  AggregateBuilder(StackDetail stacks, const ContextIndex* index);
+  // The distinct stacks are kept up to `stack_budget_bytes` of memory. A session whose stacks are
+  // mostly distinct (deep, varied chains at a high rate) would otherwise grow without bound: past
+  // the budget the builder forgets them and its aggregates have none (a stack view then reads
+  // samples.hvs, as for any aggregate without stacks).
+  static constexpr size_t kDefaultStackBudgetBytes = size_t{128} << 20;
+  AggregateBuilder(StackDetail stacks, const ContextIndex* index, size_t stack_budget_bytes = kDefaultStackBudgetBytes);
+  // Whether the stacks outgrew the budget and were forgotten.
+  bool stacks_over_budget() const;
   ~AggregateBuilder();
   AggregateBuilder(AggregateBuilder&&) noexcept;
   AggregateBuilder& operator=(AggregateBuilder&&) noexcept;

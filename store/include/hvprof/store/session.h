@@ -225,11 +225,13 @@ Result<SessionMetadata> ParseMetadata(std::string_view json, std::string_view or
 
 // ---- the aggregated form: sample counts per (domain, mode, event, pid, ip), sorted.
 //
-// A user-mode address of a known file mapping is counted by its image instead of its process
-// (ContextIndex resolves it): the key's pid is kImagePid and its ip an image word, the image's
-// number (Aggregate::images) and the address in the image. Every process that ran the same code
-// counts into one row, however many run it and wherever each mapped it; stacks' words likewise.
-inline constexpr uint32_t kImagePid = 0xFFFFFFFE;
+// Counts are kept across processes (the key's pid kAnyProcess) wherever an address says what ran
+// by itself: a user-mode address of a known file mapping as an image word (ContextIndex resolves
+// it: the image's number, Aggregate::images, and the address in the image), and every kernel and
+// hypervisor address. Every process that ran the same code counts into one row, however many
+// ran it and wherever each mapped it; stacks' words likewise. User addresses in no file (and of
+// processes the context does not know) stay per process. A view by process reads the samples.
+inline constexpr uint32_t kAnyProcess = 0xFFFFFFFE;
 inline constexpr uint64_t kImageAddressMask = (uint64_t{1} << 48) - 1;
 inline constexpr uint32_t kMaxImageWordImage = 0xFFFE;  // images above it are counted by process
 // An image's number in bits 48-63 (1 to 0xFFFE), the address in the image below. A canonical
