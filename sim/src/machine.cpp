@@ -1118,8 +1118,7 @@ SimMachine::ContextBatch SimMachine::ContextEvents(DomainId domain_id, uint64_t 
   const uint64_t now = now_ns();
   const size_t count = domain->processes.size();
   ContextCursor& cursor = context_cursors_[domain_id];
-  auto mapping = [&](const Process& process, const Process::Image& image, uint32_t pid, uint64_t time,
-                     uint64_t offset) {
+  auto mapping = [&](const Process::Image& image, uint32_t pid, uint64_t time, uint64_t offset) {
     context::ContextEvent event;
     event.kind = context::ContextKind::kMapping;
     event.domain = domain_id;
@@ -1130,7 +1129,6 @@ SimMachine::ContextBatch SimMachine::ContextEvents(DomainId domain_id, uint64_t 
     event.bias = image.bias + offset;
     event.path = image.path;
     event.build_id = image.build_id;
-    (void)process;
     batch.events.push_back(std::move(event));
   };
   auto born = [&](const Process& process, uint32_t pid, uint64_t time) {
@@ -1147,7 +1145,7 @@ SimMachine::ContextBatch SimMachine::ContextEvents(DomainId domain_id, uint64_t 
     const uint32_t pid = process.PidOf(run);
     const uint64_t birth = run * process.period_ns;
     born(process, pid, birth);
-    for (const Process::Image& image : process.images) mapping(process, image, pid, birth, process.ChurnOffset(run));
+    for (const Process::Image& image : process.images) mapping(image, pid, birth, process.ChurnOffset(run));
     context::ContextEvent exit;
     exit.kind = context::ContextKind::kExit;
     exit.domain = domain_id;
@@ -1165,7 +1163,7 @@ SimMachine::ContextBatch SimMachine::ContextEvents(DomainId domain_id, uint64_t 
       const Process& process = domain->processes[p];
       if (process.period_ns == 0) {
         born(process, process.pid, 0);
-        for (const Process::Image& image : process.images) mapping(process, image, process.pid, 0, 0);
+        for (const Process::Image& image : process.images) mapping(image, process.pid, 0, 0);
         continue;
       }
       const uint64_t newest = now / process.period_ns;

@@ -187,6 +187,36 @@ Result<void> Daemon::StartSim() {
   return hvprof::Ok();
 }
 
+std::string Daemon::ContextEventsFor(DomainId caller, uint64_t from, uint32_t max, hv::ContextEventsReply* reply) {
+  auto lock = LockMachine();
+  std::vector<context::ContextEvent> events;
+  if (linux_) {
+    linux_->DrainSamples();  // the latest forks, execs and mappings
+    // What came before `from` dom0 has: it need not be kept (the only agent of the host's
+    // processes is dom0's).
+    if (caller == 0) linux_->AcknowledgeContextEvents(from);
+    auto taken = linux_->TakeContextEvents(from, max);
+    events = std::move(taken.events);
+    reply->first = taken.first;
+    reply->next = taken.next;
+  } else {
+    // The sim's processes are the scenario's, and the runs of its churned programs: each
+    // domain's own, as with kContext.
+    auto batch = machine_->ContextEvents(caller, from, max);
+    events = std::move(batch.events);
+    reply->first = batch.first;
+    reply->next = batch.next;
+  }
+  std::string encoded;
+  for (const context::ContextEvent& event : events) {
+    // A guest is told only of its own domain's processes.
+    if (caller != 0 && event.domain != caller) continue;
+    context::EncodeContextEvent(event, encoded);
+    ++reply->events;
+  }
+  return encoded;
+}
+
 std::string Daemon::ContextFor(DomainId domain) {
   auto lock = LockMachine();
   if (linux_) {
@@ -615,34 +645,8 @@ void Daemon::Handle(Connection& connection, const hv::MessageHeader& header,
       if (!hv::Unpack(payload, &request)) return malformed("context events request of the wrong size");
       constexpr uint32_t kMaxEventsPerReply = 65536;
       const uint32_t max = request.max_events == 0 ? kMaxEventsPerReply : std::min(request.max_events, kMaxEventsPerReply);
-      std::string encoded;
       hv::ContextEventsReply reply{};
-      if (linux_) {
-        auto lock = LockMachine();
-        linux_->DrainSamples();  // the latest forks, execs and mappings
-        // What came before `from` dom0 has: it need not be kept (the only agent of the host's
-        // processes is dom0's).
-        if (connection.domain == 0) linux_->AcknowledgeContextEvents(request.from);
-        const auto events = linux_->TakeContextEvents(request.from, max);
-        for (const context::ContextEvent& event : events.events) {
-          if (connection.domain != 0 && event.domain != connection.domain) continue;
-          context::EncodeContextEvent(event, encoded);
-          ++reply.events;
-        }
-        reply.first = events.first;
-        reply.next = events.next;
-      } else {
-        // The sim's processes are the scenario's, and the runs of its churned programs; a domain
-        // is told only of its own, as with kContext.
-        auto lock = LockMachine();
-        const auto batch = machine_->ContextEvents(connection.domain, request.from, max);
-        for (const context::ContextEvent& event : batch.events) {
-          context::EncodeContextEvent(event, encoded);
-          ++reply.events;
-        }
-        reply.first = batch.first;
-        reply.next = batch.next;
-      }
+      const std::string encoded = ContextEventsFor(connection.domain, request.from, max, &reply);
       return Reply(connection, sequence, type, hv::Pack(reply, hv::AsBytes(encoded)));
     }
     case MessageType::kSimControl: {
