@@ -48,4 +48,17 @@ std::string EscapeForTerminal(std::string_view text) {
   return out;
 }
 
+std::string RedactUrls(std::string_view text) {
+  std::string out(text);
+  for (size_t scheme_end = out.find("://"); scheme_end != std::string::npos;
+       scheme_end = out.find("://", scheme_end + 3)) {
+    const size_t authority = scheme_end + 3;
+    size_t authority_end = out.find_first_of("/?# \t\r\n", authority);
+    if (authority_end == std::string::npos) authority_end = out.size();
+    const size_t at = out.rfind('@', authority_end == 0 ? 0 : authority_end - 1);
+    if (at != std::string::npos && at >= authority && at < authority_end) out.erase(authority, at + 1 - authority);
+  }
+  return out;
+}
+
 }  // namespace hvprof

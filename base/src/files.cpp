@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -62,48 +63,205 @@ mode_t CurrentUmask() {
   return 022;
 }
 
-// Opens `path` without waiting on a FIFO or taking a terminal, through a link only when
-// `follow`, and only if it is a regular file; for writing, only if no other hard link
-// shares it. Back to blocking I/O once open.
-Result<ScopedFd> OpenRegular(const std::string& path, int flags, int mode, bool follow) {
+// Opens what the O_PATH descriptor `at` (a regular file, `st`) refers to with `flags`, through
+// /proc/self/fd: what was looked at is what is opened, and nothing is waited on.
+Result<ScopedFd> Reopen(int at, const struct stat& st, int flags, const std::string& path) {
+  const std::string self = fmt::format("/proc/self/fd/{}", at);
   int raw;
   do {
-    raw = ::open(path.c_str(), flags | (follow ? 0 : O_NOFOLLOW) | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, mode);
+    raw = ::open(self.c_str(), (flags & ~(O_CREAT | O_EXCL | O_NOFOLLOW)) | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   } while (raw < 0 && errno == EINTR);
   if (raw < 0) {
-    if (!follow && errno == ELOOP) {
-      return MakeError(ErrorKind::kPermissionDenied, "{} is a symbolic link; hvprof does not follow links there",
-                       path);
-    }
-    if (errno == ENXIO) {
-      return MakeError(ErrorKind::kPermissionDenied, "{} is a FIFO with no reader or a socket, not a regular file",
+    if (errno == ENOENT && ::access("/proc/self/fd", F_OK) != 0) {
+      return MakeError(ErrorKind::kUnsupported, "cannot open {}: /proc is not mounted, and hvprof opens files others "
+                       "could change only through it; mount it",
                        path);
     }
     return ErrnoError(errno, fmt::format("cannot open {}", path));
   }
   ScopedFd fd(raw);
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return ErrnoError(errno, fmt::format("cannot stat {}", path));
-  if (!S_ISREG(st.st_mode)) {
-    return MakeError(follow ? ErrorKind::kInvalidArgument : ErrorKind::kPermissionDenied,
-                     "{} is {}, not a regular file; hvprof reads and writes only regular files", path,
-                     KindOf(st.st_mode));
-  }
-  // A hard link planted there would make a write land in another file.
-  if (!follow && (flags & O_ACCMODE) != O_RDONLY && st.st_nlink > 1) {
-    return MakeError(ErrorKind::kPermissionDenied, "{} has {} hard links; hvprof writes only files of its own there",
-                     path, st.st_nlink);
+  struct stat now {};
+  if (::fstat(fd.get(), &now) != 0) return ErrnoError(errno, fmt::format("cannot stat {}", path));
+  if (now.st_dev != st.st_dev || now.st_ino != st.st_ino) {
+    return MakeError(ErrorKind::kBusy, "{} changed while it was being opened; not opened", path);
   }
   const int status = ::fcntl(fd.get(), F_GETFL);
   if (status >= 0) ::fcntl(fd.get(), F_SETFL, status & ~O_NONBLOCK);
   return fd;
 }
 
+// Opens `path` without waiting on a FIFO, opening a device or taking a terminal: what is there
+// is looked at through O_PATH first (through a link only when `follow`), and opened only if it
+// is a regular file; for writing, only if no other hard link shares it. An absent file is
+// created (O_CREAT) exclusively, so that nothing planted meanwhile is opened. Back to blocking
+// I/O once open.
+Result<ScopedFd> OpenRegular(const std::string& path, int flags, int mode, bool follow) {
+  for (int attempt = 0;; ++attempt) {
+    if ((flags & O_EXCL) == 0) {
+      int raw;
+      do {
+        raw = ::open(path.c_str(), O_PATH | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW));
+      } while (raw < 0 && errno == EINTR);
+      if (raw >= 0) {
+        ScopedFd at(raw);
+        struct stat st {};
+        if (::fstat(at.get(), &st) != 0) return ErrnoError(errno, fmt::format("cannot stat {}", path));
+        if (S_ISLNK(st.st_mode)) {
+          return MakeError(ErrorKind::kPermissionDenied, "{} is a symbolic link; hvprof does not follow links there",
+                           path);
+        }
+        if (!S_ISREG(st.st_mode)) {
+          return MakeError(follow ? ErrorKind::kInvalidArgument : ErrorKind::kPermissionDenied,
+                           "{} is {}, not a regular file; hvprof reads and writes only regular files", path,
+                           KindOf(st.st_mode));
+        }
+        // A hard link planted there would make a write land in another file.
+        if (!follow && (flags & O_ACCMODE) != O_RDONLY && st.st_nlink > 1) {
+          return MakeError(ErrorKind::kPermissionDenied,
+                           "{} has {} hard links; hvprof writes only files of its own there", path, st.st_nlink);
+        }
+        return Reopen(at.get(), st, flags, path);
+      }
+      if (errno != ENOENT || (flags & O_CREAT) == 0) return ErrnoError(errno, fmt::format("cannot open {}", path));
+    }
+    int raw;
+    do {
+      raw = ::open(path.c_str(), flags | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, mode);
+    } while (raw < 0 && errno == EINTR);
+    if (raw >= 0) {
+      ScopedFd fd(raw);
+      const int status = ::fcntl(fd.get(), F_GETFL);
+      if (status >= 0) ::fcntl(fd.get(), F_SETFL, status & ~O_NONBLOCK);
+      return fd;
+    }
+    // Something appeared there meanwhile: look at it again, as above.
+    if (errno == EEXIST && (flags & O_EXCL) == 0 && attempt < 8) continue;
+    return ErrnoError(errno, fmt::format("cannot create {}", path));
+  }
+}
+
+// Who else than root and this process's user (and `users`) could change what a directory or
+// file holds, as a phrase ("is owned by uid 1000, who could replace what is in it"); empty
+// when nobody. `sticky_ok`: a sticky directory (such as /tmp) others can write is fine, when
+// what is looked up in it is checked in turn: they cannot rename what is not theirs.
+bool TrustedUser(uid_t uid, const std::vector<uid_t>& users) {
+  return uid == 0 || uid == ::geteuid() || std::find(users.begin(), users.end(), uid) != users.end();
+}
+
+std::string OthersCanChange(const struct stat& st, const std::vector<uid_t>& users, bool sticky_ok) {
+  const gid_t group = ::getegid();
+  const bool sticky = sticky_ok && S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX) != 0;
+  if (!TrustedUser(st.st_uid, users)) {
+    return fmt::format("is owned by uid {}, who could replace what is in it", st.st_uid);
+  }
+  if ((st.st_mode & S_IWOTH) != 0 && !sticky) return "is writable by every user";
+  if ((st.st_mode & S_IWGRP) != 0 && st.st_gid != 0 && st.st_gid != group && !sticky) {
+    return fmt::format("is writable by group {}", st.st_gid);
+  }
+  return {};
+}
+
+std::vector<std::string> SplitPath(std::string_view path) {
+  std::vector<std::string> parts;
+  size_t at = 0;
+  while (at < path.size()) {
+    const size_t slash = std::min(path.find('/', at), path.size());
+    if (slash > at) parts.emplace_back(path.substr(at, slash - at));
+    at = slash + 1;
+  }
+  return parts;
+}
+
+// Walks `path` a component at a time with O_PATH and returns the descriptor of what it names
+// (`st` says what that is), following links but the last one unless trust.links says so, and
+// noting in `replaceable` the first thing on the way someone else could change.
+Result<ScopedFd> WalkPath(const std::string& path, const FileTrust& trust, struct stat* st, std::string* replaceable) {
+  if (path.empty()) return MakeError(ErrorKind::kInvalidArgument, "no file named");
+  auto note = [&](const std::string& where, const std::string& why) {
+    if (replaceable->empty()) *replaceable = fmt::format("{} {}", where, why);
+  };
+  auto open_start = [&](bool absolute, std::string* shown) -> Result<ScopedFd> {
+    *shown = absolute ? "/" : ".";
+    HVPROF_TRY(start, OpenFile(shown->c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    struct stat dir {};
+    if (::fstat(start.get(), &dir) != 0) return ErrnoError(errno, fmt::format("cannot stat {}", *shown));
+    if (std::string why = OthersCanChange(dir, trust.users, true); !why.empty()) note(*shown, why);
+    return start;
+  };
+  std::string shown;
+  HVPROF_TRY(dir, open_start(path[0] == '/', &shown));
+  std::vector<std::string> todo = SplitPath(path);
+  std::reverse(todo.begin(), todo.end());  // a stack: the next component last
+  int links = 0;
+  bool resolved = false;
+  ScopedFd here;
+  while (!todo.empty()) {
+    const std::string name = std::move(todo.back());
+    todo.pop_back();
+    if (name == ".") continue;
+    const bool last = todo.empty();
+    const std::string at = shown == "/" ? "/" + name : shown + "/" + name;
+    int raw;
+    do {
+      raw = ::openat(dir.get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    } while (raw < 0 && errno == EINTR);
+    if (raw < 0) return ErrnoError(errno, fmt::format("cannot open {}", path));
+    here = ScopedFd(raw);
+    if (::fstat(here.get(), st) != 0) return ErrnoError(errno, fmt::format("cannot stat {}", at));
+    if (S_ISLNK(st->st_mode)) {
+      if (last && trust.links == Links::kRefuse) {
+        return MakeError(ErrorKind::kPermissionDenied,
+                         "{} is a symbolic link; hvprof does not follow a link to a file it opens for others", path);
+      }
+      // A link's mode says nothing; its owner can point it elsewhere.
+      if (!TrustedUser(st->st_uid, trust.users)) {
+        note(at, fmt::format("is a symbolic link owned by uid {}, who could point it elsewhere", st->st_uid));
+      }
+      if (++links > 40) return MakeError(ErrorKind::kInvalidArgument, "{}: too many symbolic links", path);
+      std::string target(4096, '\0');
+      const ssize_t n = ::readlinkat(here.get(), "", target.data(), target.size());
+      if (n <= 0 || static_cast<size_t>(n) >= target.size()) {
+        return ErrnoError(n < 0 ? errno : ENAMETOOLONG, fmt::format("cannot read the link {}", at));
+      }
+      target.resize(static_cast<size_t>(n));
+      std::vector<std::string> more = SplitPath(target);
+      for (auto it = more.rbegin(); it != more.rend(); ++it) todo.push_back(std::move(*it));
+      if (target[0] == '/') {
+        HVPROF_TRY(root, open_start(true, &shown));
+        dir = std::move(root);
+      }
+      if (todo.empty()) {  // a link to "/" or "."
+        here = ScopedFd(::dup(dir.get()));
+        if (!here.valid() || ::fstat(here.get(), st) != 0) return ErrnoError(errno, fmt::format("cannot stat {}", at));
+        resolved = true;
+      }
+      continue;
+    }
+    resolved = true;
+    if (last) {
+      if (std::string why = OthersCanChange(*st, trust.users, false); !why.empty()) note(at, why);
+      break;
+    }
+    if (!S_ISDIR(st->st_mode)) {
+      return MakeError(ErrorKind::kNotFound, "cannot open {}: {} is {}, not a directory", path, at, KindOf(st->st_mode));
+    }
+    if (std::string why = OthersCanChange(*st, trust.users, true); !why.empty()) note(at, why);
+    dir = std::move(here);
+    shown = name == ".." ? Dirname(shown) : at;
+  }
+  if (!resolved) {  // "/" or "." itself
+    here = ScopedFd(::dup(dir.get()));
+    if (!here.valid() || ::fstat(here.get(), st) != 0) return ErrnoError(errno, fmt::format("cannot stat {}", path));
+  }
+  return here;
+}
+
 // A fresh name in the same directory as `path` (so rename is atomic), created exclusively: a
 // link planted under any name there is never followed. A replaced file's permissions (never
 // set-id bits: its owner may change) and, where root writes it, its owner are kept; a new one
 // gets what the umask allows, as open(2) would give.
-Result<ScopedFd> CreateTemporary(const std::string& path, const struct stat* existing, std::string* tmp) {
+Result<ScopedFd> CreateTemporary(const std::string& path, const struct stat* existing, std::string* tmp,
+                                 int* intended = nullptr) {
   *tmp = fmt::format("{}/.{}.tmp-XXXXXX", Dirname(path), Basename(path));
   int raw = ::mkostemp(tmp->data(), O_CLOEXEC);
   if (raw < 0) return ErrnoError(errno, fmt::format("cannot create a temporary file beside {}", path));
@@ -120,6 +278,11 @@ Result<ScopedFd> CreateTemporary(const std::string& path, const struct stat* exi
     }
   } else {
     mode = 0666 & ~CurrentUmask();
+  }
+  // Private until shared: its owner's bits only, and AllowSharing gives it the rest.
+  if (intended != nullptr) {
+    *intended = static_cast<int>(mode);
+    mode &= 0700;
   }
   if (::fchmod(fd.get(), mode) != 0) return fail(ErrnoError(errno, fmt::format("cannot set the mode of {}", *tmp)));
   return fd;
@@ -165,6 +328,35 @@ Result<void> WriteRegular(const std::string& path, std::string_view data, const 
 
 }  // namespace
 
+Result<std::string> ReadToEnd(int fd, const std::string& what, size_t max_bytes, size_t size_hint) {
+  // Read in place: a file of known size in one buffer (one byte more, to see its end), one whose
+  // size stat does not know (/proc) in a buffer that doubles. Files that grow while read stop at
+  // the bound.
+  const size_t limit = max_bytes == SIZE_MAX ? max_bytes : max_bytes + 1;
+  std::string out(std::min<size_t>(size_hint > 0 ? size_hint + 1 : 65536, limit), '\0');
+  size_t used = 0;
+  for (;;) {
+    if (used == out.size()) {
+      if (used > max_bytes) {
+        return MakeError(ErrorKind::kInvalidArgument, "{} holds more than {} bytes; not read", what, max_bytes);
+      }
+      out.resize(std::min<size_t>(out.size() * 2, limit));
+    }
+    ssize_t n = ::read(fd, out.data() + used, out.size() - used);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError(errno, fmt::format("cannot read {}", what));
+    }
+    if (n == 0) break;
+    used += static_cast<size_t>(n);
+  }
+  if (used > max_bytes) {
+    return MakeError(ErrorKind::kInvalidArgument, "{} holds more than {} bytes; not read", what, max_bytes);
+  }
+  out.resize(used);
+  return out;
+}
+
 Result<std::string> ReadFileToString(const std::string& path, size_t max_bytes, Links links) {
   HVPROF_TRY(fd, OpenRegular(path, O_RDONLY, 0, links == Links::kFollow));
   struct stat st {};
@@ -173,32 +365,36 @@ Result<std::string> ReadFileToString(const std::string& path, size_t max_bytes, 
     return MakeError(ErrorKind::kInvalidArgument, "{} is {} bytes; at most {} are read from it", path, st.st_size,
                      max_bytes);
   }
-  // Read in place: a file of known size in one buffer (one byte more, to see its end), one whose
-  // size stat does not know (/proc) in a buffer that doubles. Files that grow while read stop at
-  // the bound.
-  const size_t limit = max_bytes == SIZE_MAX ? max_bytes : max_bytes + 1;
-  std::string out(std::min<size_t>(st.st_size > 0 ? static_cast<size_t>(st.st_size) + 1 : 65536, limit), '\0');
-  size_t used = 0;
-  for (;;) {
-    if (used == out.size()) {
-      if (used > max_bytes) {
-        return MakeError(ErrorKind::kInvalidArgument, "{} holds more than {} bytes; not read", path, max_bytes);
-      }
-      out.resize(std::min<size_t>(out.size() * 2, limit));
+  return ReadToEnd(fd.get(), path, max_bytes, static_cast<size_t>(st.st_size));
+}
+
+Result<UserFile> OpenUserFile(const std::string& path, const FileTrust& trust) {
+  UserFile file;
+  ScopedFd at;
+  if (trust.check_path) {
+    HVPROF_TRY(walked, WalkPath(path, trust, &file.st, &file.replaceable));
+    at = std::move(walked);
+  } else {
+    HVPROF_TRY(opened, OpenFile(path.c_str(), O_PATH | O_CLOEXEC | (trust.links == Links::kFollow ? 0 : O_NOFOLLOW)));
+    at = std::move(opened);
+    if (::fstat(at.get(), &file.st) != 0) return ErrnoError(errno, fmt::format("cannot stat {}", path));
+    if (S_ISLNK(file.st.st_mode)) {
+      return MakeError(ErrorKind::kPermissionDenied,
+                       "{} is a symbolic link; hvprof does not follow a link to a file it opens for others", path);
     }
-    ssize_t n = ::read(fd.get(), out.data() + used, out.size() - used);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError(errno, fmt::format("cannot read {}", path));
-    }
-    if (n == 0) break;
-    used += static_cast<size_t>(n);
   }
-  if (used > max_bytes) {
-    return MakeError(ErrorKind::kInvalidArgument, "{} holds more than {} bytes; not read", path, max_bytes);
+  if (!S_ISREG(file.st.st_mode)) {
+    return MakeError(ErrorKind::kPermissionDenied, "{} is {}, not a regular file; not opened", path,
+                     KindOf(file.st.st_mode));
   }
-  out.resize(used);
-  return out;
+  if (!file.replaceable.empty() && trust.refuse_replaceable) {
+    return MakeError(ErrorKind::kPermissionDenied,
+                     "{}: not opened, since someone other than root{} could have replaced it: {}", path,
+                     ::geteuid() == 0 ? std::string() : " and you", file.replaceable);
+  }
+  HVPROF_TRY(fd, Reopen(at.get(), file.st, O_RDONLY, path));
+  file.fd = std::move(fd);
+  return file;
 }
 
 Result<ScopedFd> OpenRegularFile(const std::string& path, int flags, int mode) {
@@ -230,7 +426,7 @@ Result<void> WriteFileAtomically(const std::string& path, std::string_view data)
   return WriteRegular(path, data, &st);
 }
 
-Result<OutputFile> OutputFile::Open(const std::string& path) {
+Result<OutputFile> OutputFile::Open(const std::string& path, Sharing sharing) {
   OutputFile out;
   out.path_ = path;
   if (path == "-") {
@@ -243,7 +439,8 @@ Result<OutputFile> OutputFile::Open(const std::string& path) {
   const bool exists = ::lstat(path.c_str(), &st) == 0;
   if (!exists && errno != ENOENT) return ErrnoError(errno, fmt::format("cannot stat {}", path));
   if (!exists || S_ISREG(st.st_mode)) {
-    HVPROF_TRY(fd, CreateTemporary(path, exists ? &st : nullptr, &out.temporary_));
+    HVPROF_TRY(fd, CreateTemporary(path, exists ? &st : nullptr, &out.temporary_,
+                                   sharing == Sharing::kPrivate ? &out.shared_mode_ : nullptr));
     out.fd_ = std::move(fd);
     out.replace_ = exists;
     return out;
@@ -271,6 +468,7 @@ OutputFile::OutputFile(OutputFile&& other) noexcept
     : path_(std::move(other.path_)),
       temporary_(std::exchange(other.temporary_, {})),
       replace_(other.replace_),
+      shared_mode_(other.shared_mode_),
       fd_(std::move(other.fd_)),
       standard_output_(other.standard_output_) {}
 
@@ -280,6 +478,7 @@ OutputFile& OutputFile::operator=(OutputFile&& other) noexcept {
     path_ = std::move(other.path_);
     temporary_ = std::exchange(other.temporary_, {});
     replace_ = other.replace_;
+    shared_mode_ = other.shared_mode_;
     fd_ = std::move(other.fd_);
     standard_output_ = other.standard_output_;
   }
@@ -307,6 +506,14 @@ Result<void> OutputFile::Commit() {
   return InstallTemporary(std::move(fd_), tmp, path_, replace_);
 }
 
+Result<void> OutputFile::AllowSharing() {
+  if (shared_mode_ < 0 || !fd_.valid()) return Ok();
+  if (::fchmod(fd_.get(), static_cast<mode_t>(shared_mode_)) != 0) {
+    return ErrnoError(errno, fmt::format("cannot set the mode of {}", path_));
+  }
+  return Ok();
+}
+
 Result<void> WriteOutput(const std::string& path, std::string_view data) {
   HVPROF_TRY(out, OutputFile::Open(path));
   HVPROF_TRYV(out.Write(std::as_bytes(std::span(data.data(), data.size()))));
@@ -324,6 +531,10 @@ Result<void> MakeDirectories(const std::string& path) {
 }
 
 Result<void> CheckTrustedDirectory(const std::string& path) {
+  return CheckTrustedDirectory(path, "hvprof's sessions", "or give another --session-dir");
+}
+
+Result<void> CheckTrustedDirectory(const std::string& path, std::string_view what, std::string_view advice) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path absolute = fs::absolute(path, ec).lexically_normal();
@@ -333,9 +544,9 @@ Result<void> CheckTrustedDirectory(const std::string& path) {
   if (::lstat(leaf.c_str(), &st) != 0) return ErrnoError(errno, fmt::format("cannot inspect {}", leaf.string()));
   if (S_ISLNK(st.st_mode)) {
     return MakeError(ErrorKind::kPermissionDenied,
-                     "the session directory {} is a symbolic link; give the directory it points to "
-                     "(--session-dir), so that nobody can point it elsewhere while hvprofd writes there",
-                     leaf.string());
+                     "{} ({}) is a symbolic link; give the directory it points to, so that nobody can point it "
+                     "elsewhere while hvprof works there",
+                     leaf.string(), what);
   }
   if (!S_ISDIR(st.st_mode)) return MakeError(ErrorKind::kInvalidArgument, "{} is not a directory", leaf.string());
   // The directories above, as they really are (links resolved).
@@ -350,7 +561,6 @@ Result<void> CheckTrustedDirectory(const std::string& path) {
   }
   std::free(real_parent);
   const uid_t user = ::geteuid();
-  const gid_t group = ::getegid();
   // The path as given goes through links and directories of its own: a link someone else owns
   // could be pointed elsewhere later, and each directory it passes must be safe as well.
   {
@@ -361,9 +571,9 @@ Result<void> CheckTrustedDirectory(const std::string& path) {
       if (::lstat(prefix.c_str(), &st) != 0) return ErrnoError(errno, fmt::format("cannot inspect {}", prefix.string()));
       if (S_ISLNK(st.st_mode) && st.st_uid != 0 && st.st_uid != user) {
         return MakeError(ErrorKind::kPermissionDenied,
-                         "{} is not safe for hvprof's sessions: {} is a symbolic link owned by uid {}, who could point "
-                         "it elsewhere while hvprofd writes there; give the path without it",
-                         leaf.string(), prefix.string(), st.st_uid);
+                         "{} is not safe for {}: {} is a symbolic link owned by uid {}, who could point it elsewhere "
+                         "while hvprof works there; give the path without it",
+                         leaf.string(), what, prefix.string(), st.st_uid);
       }
       if (!S_ISLNK(st.st_mode)) chain.push_back(prefix);
     }
@@ -371,25 +581,28 @@ Result<void> CheckTrustedDirectory(const std::string& path) {
   for (size_t i = 0; i < chain.size(); ++i) {
     const std::string dir = chain[i].string();
     if (::stat(dir.c_str(), &st) != 0) return ErrnoError(errno, fmt::format("cannot inspect {}", dir));
-    const bool sticky_above = i != 0 && (st.st_mode & S_ISVTX) != 0;
-    std::string fault;
-    if (st.st_uid != 0 && st.st_uid != user) {
-      fault = fmt::format("is owned by uid {}, who could replace what is in it", st.st_uid);
-    } else if ((st.st_mode & S_IWOTH) != 0 && !sticky_above) {
-      fault = "is writable by every user";
-    } else if ((st.st_mode & S_IWGRP) != 0 && st.st_gid != 0 && st.st_gid != group && !sticky_above) {
-      fault = fmt::format("is writable by group {}", st.st_gid);
-    }
+    // Above the directory itself, a sticky one such as /tmp is fine: others cannot rename what
+    // is ours in it. The directory itself must be ours: files in it could be planted.
+    const std::string fault = OthersCanChange(st, {}, i != 0);
     if (!fault.empty()) {
       return MakeError(ErrorKind::kPermissionDenied,
-                       "{} is not safe for hvprof's sessions: {} {} (mode {:04o}), so others could plant links or files "
-                       "that hvprofd would write through. Use a directory only root{} can change (e.g. `chmod go-w "
-                       "{}`), or give another --session-dir",
-                       leaf.string(), i == 0 ? std::string("it") : dir, fault, st.st_mode & 07777,
-                       user == 0 ? std::string() : " and you", dir);
+                       "{} is not safe for {}: {} {} (mode {:04o}), so others could plant links or files that hvprof "
+                       "would follow. Use a directory only root{} can change (e.g. `chmod go-w {}`), {}",
+                       leaf.string(), what, i == 0 ? std::string("it") : dir, fault, st.st_mode & 07777,
+                       user == 0 ? std::string() : " and you", dir, advice);
     }
   }
   return Ok();
+}
+
+Result<void> MakePrivateDirectory(const std::string& path, std::string_view what, std::string_view advice) {
+  if (path.empty()) return MakeError(ErrorKind::kInvalidArgument, "no directory named for {}", what);
+  const std::string parent = Dirname(path);
+  if (parent != path) HVPROF_TRYV(MakeDirectories(parent));
+  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+    return ErrnoError(errno, fmt::format("cannot create {} {}", what, path));
+  }
+  return CheckTrustedDirectory(path, what, advice);
 }
 
 Result<std::optional<ScopedFd>> LockPidFile(const std::string& path, std::string_view note) {

@@ -72,4 +72,33 @@ Result<ScopedFd> ListenUnix(const std::string& path, const UnixListenOptions& op
   return fd;
 }
 
+Result<ScopedFd> ConnectUnix(const std::string& path, std::string_view advice) {
+  HVPROF_TRY(address, AddressOf(path));
+  ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return ErrnoError(errno, "socket");
+  int connected;
+  do {
+    connected = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address);
+  } while (connected != 0 && errno == EINTR);
+  if (connected != 0) {
+    const int err = errno;
+    if (err == ENOENT || err == ECONNREFUSED) {
+      return MakeError(ErrorKind::kNotFound, "nothing listens on {}", path);
+    }
+    return ErrnoError(err, fmt::format("cannot connect to {}", path));
+  }
+  ucred peer{};
+  socklen_t length = sizeof peer;
+  if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0) {
+    return ErrnoError(errno, fmt::format("cannot tell who serves {}", path));
+  }
+  if (peer.uid != 0 && peer.uid != ::geteuid()) {
+    return MakeError(ErrorKind::kPermissionDenied,
+                     "{} is served by uid {} (pid {}), neither root nor you: not spoken to, since someone else could "
+                     "have put their own server there; {}",
+                     path, peer.uid, peer.pid, advice);
+  }
+  return fd;
+}
+
 }  // namespace hvprof

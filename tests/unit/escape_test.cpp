@@ -42,3 +42,15 @@ TEST_CASE("UTF-8 decoding: valid characters and every invalid form", "[base][esc
     CHECK(DecodeUtf8(bad, 0).length == 0);
   }
 }
+
+TEST_CASE("URLs lose their credentials before any message shows them", "[base][escape][safety]") {
+  using hvprof::RedactUrls;
+  // Issue 38: DEBUGINFOD_URLS with user:password@ reached stderr in debuginfod's messages.
+  CHECK(RedactUrls("https://alice:s3cret@debuginfod.example/buildid") == "https://debuginfod.example/buildid");
+  CHECK(RedactUrls("http://token@host:8002 https://bob:pw@other/x?q=1 http://plain") ==
+        "http://host:8002 https://other/x?q=1 http://plain");
+  CHECK(RedactUrls("http://a:b@c@host/p@q") == "http://host/p@q");  // the last '@' of the authority
+  CHECK(RedactUrls("no url here: user@example.com") == "no url here: user@example.com");
+  CHECK(RedactUrls("") == "");
+  CHECK(RedactUrls("x://") == "x://");
+}

@@ -3,14 +3,22 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <grp.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <sstream>
+
+#include <fmt/format.h>
 
 #include "hvprof/base/files.h"
 #include "skip.h"
@@ -275,4 +283,189 @@ TEST_CASE("session roots: what another user owns or can write is refused, naming
   auto checked = hvprof::CheckTrustedDirectory(root);
   REQUIRE_FALSE(checked.has_value());
   CHECK(checked.error().message().find("is owned by uid 65534") != std::string::npos);
+}
+
+namespace {
+
+// Runs `work` in a child under uid and gid 65534 (nobody): what another local user does. The
+// child's exit status, 0 when `work` returned true.
+int AsNobody(const std::function<bool()>& work) {
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
+    ::_exit(work() ? 0 : 4);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+TEST_CASE("files opened for others: nothing but a regular file is opened, and never waited on",
+          "[base][files][safety]") {
+  // Issue 38: root's hvprof-hv opened what a process had mapped by its path, following links and
+  // waiting on a FIFO; a symbolic link to a device made it open the device.
+  if (::geteuid() != 0 && hvprof::testing::SkipTest("making a device node (mknod) needs root")) return;
+  TempDir dir;
+  const std::string fifo = dir.File("fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  const std::string device = dir.File("zero");
+  REQUIRE(::mknod(device.c_str(), S_IFCHR | 0644, ::makedev(1, 5)) == 0);
+  const int watch = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  REQUIRE(watch >= 0);
+  REQUIRE(::inotify_add_watch(watch, device.c_str(), IN_OPEN | IN_ACCESS) >= 0);
+  REQUIRE(::symlink(device.c_str(), dir.File("to-device").c_str()) == 0);
+  dir.Write("file", "contents");
+  REQUIRE(::symlink(dir.File("file").c_str(), dir.File("to-file").c_str()) == 0);
+
+  // Where a hang cannot take the test down with it.
+  auto open = [](const std::string& path, hvprof::FileTrust trust) {
+    auto done = std::async(std::launch::async, [=] { return hvprof::OpenUserFile(path, trust); });
+    REQUIRE(done.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+    return done.get();
+  };
+  const hvprof::FileTrust follow{.links = Links::kFollow, .users = {}, .refuse_replaceable = true, .check_path = true};
+  const hvprof::FileTrust kernel{.links = Links::kFollow, .users = {}, .refuse_replaceable = true, .check_path = false};
+  for (const hvprof::FileTrust& trust : {hvprof::FileTrust{}, follow, kernel}) {
+    auto from_fifo = open(fifo, trust);
+    REQUIRE_FALSE(from_fifo.has_value());
+    CHECK(from_fifo.error().message().find("is a FIFO, not a regular file") != std::string::npos);
+    for (const std::string& path : {device, dir.File("to-device")}) {
+      auto from_device = open(path, trust);
+      REQUIRE_FALSE(from_device.has_value());
+      INFO(from_device.error().message());
+      CHECK(from_device.error().kind() == ErrorKind::kPermissionDenied);
+    }
+  }
+  char events[4096];
+  CHECK(::read(watch, events, sizeof events) < 0);  // the device was never opened
+  ::close(watch);
+
+  // A link as the last component: refused where the kernel gave the path, followed where a user
+  // named it.
+  auto refused = open(dir.File("to-file"), hvprof::FileTrust{});
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().message().find("is a symbolic link") != std::string::npos);
+  auto followed = open(dir.File("to-file"), follow);
+  REQUIRE(followed.has_value());
+  CHECK(followed.value().replaceable.empty());
+  CHECK(hvprof::ReadToEnd(followed.value().fd.get(), "file", 100).value() == "contents");
+  // Through /proc's links (map_files, fd): the file the kernel names.
+  auto through_proc = open(fmt::format("/proc/self/fd/{}", followed.value().fd.get()), kernel);
+  REQUIRE(through_proc.has_value());
+  CHECK(through_proc.value().st.st_ino == followed.value().st.st_ino);
+  // /proc files have no size to stat, and are read to their end.
+  auto status = open("/proc/self/status", hvprof::FileTrust{});
+  REQUIRE(status.has_value());
+  CHECK(status.value().st.st_size == 0);
+  CHECK(hvprof::ReadToEnd(status.value().fd.get(), "status", 1 << 20).value().find("\nUid:") != std::string::npos);
+}
+
+TEST_CASE("files opened for others: one another user could have replaced is named, or refused",
+          "[base][files][safety]") {
+  // Issue 38: root archived, by path, a file a user had replaced with a link to /etc/shadow.
+  if (::geteuid() != 0 && hvprof::testing::SkipTest("giving files to another user needs root")) return;
+  TempDir dir;
+  REQUIRE(::chmod(dir.path().c_str(), 0755) == 0);
+  const std::string secret = dir.File("shadow");
+  dir.Write("shadow", "root:$6$secret");
+  REQUIRE(::chmod(secret.c_str(), 0600) == 0);
+  const std::string home = dir.File("eve");
+  REQUIRE(::mkdir(home.c_str(), 0755) == 0);
+  REQUIRE(::chown(home.c_str(), 65534, 65534) == 0);
+  const hvprof::FileTrust reported{.links = Links::kFollow, .users = {}, .refuse_replaceable = false,
+                                   .check_path = true};
+
+  SECTION("her link to root's file") {
+    REQUIRE(AsNobody([&] { return ::symlink(secret.c_str(), (home + "/app").c_str()) == 0; }) == 0);
+    auto refused = hvprof::OpenUserFile(home + "/app", hvprof::FileTrust{});
+    REQUIRE_FALSE(refused.has_value());
+    auto named = hvprof::OpenUserFile(home + "/app", reported);
+    REQUIRE(named.has_value());
+    CHECK(named.value().replaceable.find("uid 65534") != std::string::npos);
+    auto strict = hvprof::OpenUserFile(home + "/app", hvprof::FileTrust{.links = Links::kFollow, .users = {},
+                                                                          .refuse_replaceable = true,
+                                                                          .check_path = true});
+    REQUIRE_FALSE(strict.has_value());
+    CHECK(strict.error().kind() == ErrorKind::kPermissionDenied);
+    CHECK(strict.error().message().find("could have replaced it") != std::string::npos);
+  }
+  SECTION("root's file, hard-linked into her directory") {
+    if (::link(secret.c_str(), (home + "/app").c_str()) != 0) {
+      FAIL_CHECK("link: " << std::strerror(errno));
+      return;
+    }
+    auto named = hvprof::OpenUserFile(home + "/app", reported);
+    REQUIRE(named.has_value());
+    CHECK(named.value().replaceable == home + " is owned by uid 65534, who could replace what is in it");
+  }
+  SECTION("her own file, and her process's: trusted only when she is") {
+    REQUIRE(AsNobody([&] {
+              return ::close(::open((home + "/app").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0755)) == 0;
+            }) == 0);
+    CHECK_FALSE(hvprof::OpenUserFile(home + "/app", hvprof::FileTrust{}).has_value());
+    auto hers = hvprof::OpenUserFile(home + "/app", hvprof::FileTrust{.links = Links::kRefuse, .users = {65534},
+                                                                        .refuse_replaceable = true,
+                                                                        .check_path = true});
+    REQUIRE(hers.has_value());
+    CHECK(hers.value().replaceable.empty());
+  }
+  SECTION("a directory every user can write, unless it is sticky") {
+    const std::string shared = dir.File("shared");
+    REQUIRE(::mkdir(shared.c_str(), 0777) == 0);
+    REQUIRE(::chmod(shared.c_str(), 0777) == 0);
+    dir.Write("shared/file", "x");
+    auto named = hvprof::OpenUserFile(shared + "/file", reported);
+    REQUIRE(named.has_value());
+    CHECK(named.value().replaceable == shared + " is writable by every user");
+    REQUIRE(::chmod(shared.c_str(), 01777) == 0);  // as /tmp: others cannot rename what is ours
+    auto sticky = hvprof::OpenUserFile(shared + "/file", reported);
+    REQUIRE(sticky.has_value());
+    CHECK(sticky.value().replaceable.empty());
+  }
+}
+
+TEST_CASE("output kept private: its owner's alone until it may be shared", "[base][files][safety]") {
+  TempDir dir;
+  const std::string path = dir.File("archive.tar");
+  auto private_file = hvprof::OutputFile::Open(path, hvprof::OutputFile::Sharing::kPrivate);
+  REQUIRE(private_file.has_value());
+  struct stat st {};
+  REQUIRE(::fstat(private_file.value().fd(), &st) == 0);
+  CHECK((st.st_mode & 0077) == 0);
+  REQUIRE(private_file.value().Commit().has_value());
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+
+  const mode_t old_umask = ::umask(022);
+  auto shared = hvprof::OutputFile::Open(path + ".2", hvprof::OutputFile::Sharing::kPrivate);
+  ::umask(old_umask);
+  REQUIRE(shared.has_value());
+  REQUIRE(shared.value().AllowSharing().has_value());
+  REQUIRE(shared.value().Commit().has_value());
+  REQUIRE(::stat((path + ".2").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0644);
+}
+
+TEST_CASE("run directories: made private, and refused when another user made them first", "[base][files][safety]") {
+  TempDir dir;
+  const std::string run = dir.File("run/hvprof");
+  REQUIRE(hvprof::MakePrivateDirectory(run, "the run directory", "or give another --run-dir").has_value());
+  struct stat st {};
+  REQUIRE(::stat(run.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+  REQUIRE(::chmod(run.c_str(), 0777) == 0);
+  auto open_to_all = hvprof::MakePrivateDirectory(run, "the run directory", "or give another --run-dir");
+  REQUIRE_FALSE(open_to_all.has_value());
+  CHECK(open_to_all.error().message().find("is writable by every user") != std::string::npos);
+  CHECK(open_to_all.error().message().find("or give another --run-dir") != std::string::npos);
+  if (::geteuid() == 0) {
+    REQUIRE(::chmod(run.c_str(), 0700) == 0);
+    REQUIRE(::chown(run.c_str(), 65534, 65534) == 0);
+    auto squatted = hvprof::MakePrivateDirectory(run, "the run directory", "or give another --run-dir");
+    REQUIRE_FALSE(squatted.has_value());
+    CHECK(squatted.error().message().find("is owned by uid 65534") != std::string::npos);
+  }
 }

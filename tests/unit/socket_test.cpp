@@ -1,7 +1,9 @@
 // ListenUnix: a socket that is there is a socket that listens, with the asked mode.
+#include <grp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -12,6 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include "hvprof/base/socket.h"
+#include "skip.h"
 #include "temp_dir.h"
 
 using hvprof::testing::TempDir;
@@ -75,4 +78,53 @@ TEST_CASE("ListenUnix: a path longer than sun_path is refused with what to do", 
   auto listener = hvprof::ListenUnix(path);
   REQUIRE_FALSE(listener.has_value());
   CHECK_THAT(listener.error().message(), Catch::Contains("too long"));
+}
+
+TEST_CASE("ConnectUnix: a server of root's or ours is spoken to, another user's is not", "[base][socket][safety]") {
+  // Issue 38: a user who made another's run directory first could put her own server there, and
+  // the clients spoke to it as to hvprof-hv.
+  if (::geteuid() != 0 && hvprof::testing::SkipTest("running a server as another user needs root")) return;
+  TempDir dir;
+  REQUIRE(::chmod(dir.path().c_str(), 0777) == 0);
+  const std::string ours = dir.File("ours.sock"), theirs = dir.File("theirs.sock");
+  auto listener = hvprof::ListenUnix(ours, {.mode = 0666, .owner = std::nullopt, .backlog = 4, .nonblocking = false});
+  REQUIRE(listener.has_value());
+  auto connected = hvprof::ConnectUnix(ours, "do something");
+  CHECK(connected.has_value());
+
+  // Nobody's server: it records whether anything was said to it.
+  int ready[2], said[2];
+  REQUIRE(::pipe(ready) == 0);
+  REQUIRE(::pipe(said) == 0);
+  const pid_t server = ::fork();
+  REQUIRE(server >= 0);
+  if (server == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
+    auto theirs_listener =
+        hvprof::ListenUnix(theirs, {.mode = 0666, .owner = std::nullopt, .backlog = 4, .nonblocking = false});
+    if (!theirs_listener) ::_exit(4);
+    (void)!::write(ready[1], "r", 1);
+    const int client = ::accept(theirs_listener.value().get(), nullptr, nullptr);
+    char byte = 0;
+    const ssize_t got = client >= 0 ? ::read(client, &byte, 1) : -1;  // 0: closed without a word
+    (void)!::write(said[1], got > 0 ? "y" : "n", 1);
+    ::_exit(0);
+  }
+  char byte = 0;
+  REQUIRE(::read(ready[0], &byte, 1) == 1);
+  {
+    auto refused = hvprof::ConnectUnix(theirs, "remove the directory if it is not yours");
+    REQUIRE_FALSE(refused.has_value());
+    CHECK(refused.error().kind() == hvprof::ErrorKind::kPermissionDenied);
+    CHECK(refused.error().message().find("served by uid 65534") != std::string::npos);
+    CHECK(refused.error().message().find("remove the directory if it is not yours") != std::string::npos);
+  }
+  REQUIRE(::read(said[0], &byte, 1) == 1);
+  CHECK(byte == 'n');  // nothing was said to it
+  int status = 0;
+  REQUIRE(::waitpid(server, &status, 0) == server);
+  for (int fd : {ready[0], ready[1], said[0], said[1]}) ::close(fd);
+  auto nothing = hvprof::ConnectUnix(dir.File("none.sock"), "");
+  REQUIRE_FALSE(nothing.has_value());
+  CHECK(nothing.error().kind() == hvprof::ErrorKind::kNotFound);
 }

@@ -13,4 +13,9 @@ namespace hvprof {
 // printable text and the escaping is unambiguous. Valid printable UTF-8 is kept as it is.
 std::string EscapeForTerminal(std::string_view text);
 
+// `text` with the credentials of every URL in it taken out: "scheme://user:pw@host/x" becomes
+// "scheme://host/x" (DEBUGINFOD_URLS, a push server's address, a redirect), so that no message
+// prints them. Not escaped: print it through EscapeForTerminal.
+std::string RedactUrls(std::string_view text);
+
 }  // namespace hvprof

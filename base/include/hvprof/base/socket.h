@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "hvprof/base/error.h"
 #include "hvprof/base/scoped_fd.h"
@@ -25,5 +26,12 @@ struct UnixListenOptions {
 // bound in place.) A stale socket at `path` is replaced by the rename (callers hold the
 // lock that says its server is gone).
 Result<ScopedFd> ListenUnix(const std::string& path, const UnixListenOptions& options = {});
+
+// Connects to the Unix socket at `path` (blocking, close-on-exec) and, before anything is said,
+// checks who serves it (SO_PEERCRED): only a server run by root or by this process's own user
+// is spoken to. Another user's is refused (kPermissionDenied) with `advice` (what to do): they
+// could have made the directory first and put their own server where ours was expected.
+// kNotFound when nothing listens there.
+Result<ScopedFd> ConnectUnix(const std::string& path, std::string_view advice);
 
 }  // namespace hvprof
