@@ -252,16 +252,17 @@ void AgentDaemon::DrainAll(bool final) {
   if (sched_source_) sched_source_->Drain([&](const ring::SchedRecord& record) { session_->AddSched(record); });
   // The samples drained came after the platform told their processes: take what it has told
   // since, then count them.
-  FetchContext();
+  FetchContext(final);
   session_->CountPending();
   if (jit_) jit_->Poll();
 }
 
-void AgentDaemon::FetchContext() {
+void AgentDaemon::FetchContext(bool final) {
   if (!session_ || hypervisor_lost_) return;
   // A reply holds a bounded number: ask until caught up.
   for (int round = 0; round < 1024; ++round) {
-    auto fetched = link_->FetchContextEvents(context_next_);
+    // The last drain of a session asks once for the mappings' answers still to come.
+    auto fetched = link_->FetchContextEvents(context_next_, final && round == 0);
     if (!fetched) {
       if (!context_warned_) {
         Log(LogLevel::kWarning, "cannot read the processes' events: {}; user samples are counted by process",

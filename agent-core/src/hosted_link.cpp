@@ -21,7 +21,7 @@ Result<std::string> HypervisorLink::GroundTruth(bool) {
 
 Result<std::string> HypervisorLink::PlatformInfo() { return std::string("{}"); }
 
-Result<HypervisorLink::ContextEvents> HypervisorLink::FetchContextEvents(uint64_t from) {
+Result<HypervisorLink::ContextEvents> HypervisorLink::FetchContextEvents(uint64_t from, bool /*settle*/) {
   ContextEvents none;
   none.first = none.next = from;
   return none;
@@ -206,10 +206,10 @@ class HostedLink final : public HypervisorLink {
   }
   Result<std::string> Domains() override { return TextCall(MessageType::kDomains, {}); }
 
-  Result<ContextEvents> FetchContextEvents(uint64_t from) override {
+  Result<ContextEvents> FetchContextEvents(uint64_t from, bool settle) override {
     // Batches of a few megabytes at most: a host that forks all day sends many, each briefly held.
     constexpr uint32_t kEventsPerBatch = 8192;
-    HVPROF_TRY(reply, Call(MessageType::kContextEvents, hv::Pack(hv::ContextEventsRequest{from, kEventsPerBatch, 0})));
+    HVPROF_TRY(reply, Call(MessageType::kContextEvents, hv::Pack(hv::ContextEventsRequest{from, kEventsPerBatch, settle ? hv::kContextEventsSettle : 0u})));
     hv::ContextEventsReply answer;
     std::span<const std::byte> bytes;
     if (!hv::Unpack(std::span<const std::byte>(reply.payload), &answer, &bytes)) {

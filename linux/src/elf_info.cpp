@@ -7,6 +7,7 @@
 
 #include <memory>
 
+#include "hvprof/base/files.h"
 #include "hvprof/base/scoped_fd.h"
 
 namespace hvprof::linux_host {
@@ -61,8 +62,10 @@ hvprof::Result<ElfInfo> ReadElfInfo(int fd) {
 }
 
 hvprof::Result<ElfInfo> ReadElfInfo(const std::string& path) {
-  HVPROF_TRY(fd, hvprof::OpenFile(path.c_str(), O_RDONLY | O_CLOEXEC));
-  auto info = ReadElfInfo(fd.get());
+  // A path the caller names: links followed, but nothing but a regular file opened.
+  HVPROF_TRY(file, hvprof::OpenUserFile(path, hvprof::FileTrust{.links = hvprof::Links::kFollow, .users = {},
+                                                                 .refuse_replaceable = false, .check_path = false}));
+  auto info = ReadElfInfo(file.fd.get());
   if (!info) return info.error().WithContext(path);
   return info;
 }

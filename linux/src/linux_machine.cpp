@@ -567,6 +567,8 @@ DrainResult LinuxMachine::ApplyRecords(const std::vector<std::span<const uint8_t
   } else {
     ApplyMerged(buffers, scans, ring_cpus, result);
   }
+  // The ELF headers read meanwhile, off this thread.
+  processes_->TakeImages();
   // Pruning walks every process: once a second is enough, whatever the sample rate.
   if (last_time_ > kPruneAfterNs && last_time_ - last_prune_ >= 1'000'000'000) {
     processes_->Prune(last_time_ - kPruneAfterNs);
@@ -710,6 +712,12 @@ void LinuxMachine::ApplySched(const PerfSample& sample, uint32_t cpu, SchedTrace
       break;
     }
   }
+}
+
+bool LinuxMachine::SettleImages(std::chrono::milliseconds timeout) {
+  const bool settled = processes_->WaitForImages(timeout);
+  processes_->TakeImages();
+  return settled;
 }
 
 std::string LinuxMachine::ContextJson(DomainId domain) const {

@@ -16,6 +16,7 @@
 #include "hvprof/base/files.h"
 #include "hvprof/base/process.h"
 #include "hvprof/base/scoped_fd.h"
+#include "hvprof/linux/image_reader.h"
 
 namespace hvprof::linux_host {
 
@@ -99,7 +100,11 @@ struct ProcessTable::ProcEntry {
 };
 
 ProcessTable::ProcessTable(DomainRegistry& registry, Options options)
-    : registry_(registry), options_(std::move(options)) {}
+    : registry_(registry), options_(std::move(options)) {
+  if (options_.read_elf) images_ = std::make_unique<ImageReader>();
+}
+
+ProcessTable::~ProcessTable() = default;
 
 int32_t ProcessTable::ParseVcpuName(std::string_view comm) {
   for (size_t i = 0; i + 3 <= comm.size(); ++i) {
@@ -426,25 +431,22 @@ const ProcessTable::ElfCacheEntry* ProcessTable::ElfFor(uint32_t pid, const std:
   if (!options_.read_elf) return nullptr;
   auto cached = elf_cache_.find(key);
   if (cached != elf_cache_.end()) return &cached->second;
-  ElfCacheEntry entry;
-  // The file the process really mapped (it may since have been replaced or deleted, or live in
-  // another mount namespace), else the path.
-  const std::string map_file = fmt::format("{}/{}/map_files/{:x}-{:x}", options_.proc_root, pid, start, end);
-  hvprof::ScopedFd fd(::open(map_file.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) fd = hvprof::ScopedFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.valid()) {
-    auto info = ReadElfInfo(fd.get());
-    if (info) {
-      entry.ok = true;
-      entry.info = std::move(info).value();
-    }
-  }
+  // Read off this thread (image_reader.h): through /proc/PID/map_files while the mapping is
+  // there, else by the path only as base's OpenUserFile allows.
+  if (!images_->Submit(ImageReader::Request{key, options_.proc_root, pid, start, end, path})) return nullptr;
   if (elf_cache_.size() > 4096) elf_cache_.clear();
+  ElfCacheEntry entry;
+  entry.pending = true;
   return &elf_cache_.emplace(key, std::move(entry)).first->second;
 }
 
 void ProcessTable::FillMapping(uint32_t pid, Mapping* mapping, const std::string& key) {
   const ElfCacheEntry* elf = ElfFor(pid, mapping->path, mapping->start, mapping->end, key);
+  if (elf != nullptr && elf->pending) {
+    mapping->bias = mapping->start - mapping->pgoff;
+    mapping->awaiting = key;
+    return;
+  }
   if (elf == nullptr || !elf->ok) {
     if (options_.read_elf) ++elf_failures_;
     mapping->bias = mapping->start - mapping->pgoff;
@@ -454,12 +456,55 @@ void ProcessTable::FillMapping(uint32_t pid, Mapping* mapping, const std::string
   if (mapping->build_id.empty()) mapping->build_id = elf->info.build_id;
 }
 
+void ProcessTable::TakeImages() {
+  if (images_ == nullptr || !images_->HasAnswers()) return;
+  std::set<std::string> answered;
+  for (ImageReader::Answer& answer : images_->Take()) {
+    ElfCacheEntry& entry = elf_cache_[answer.key];
+    entry.pending = false;
+    entry.ok = answer.ok;
+    entry.info = std::move(answer.info);
+    answered.insert(std::move(answer.key));
+  }
+  // The mappings that wait for these files, forked copies and pieces included: matched by the
+  // file's key (build-id, or device and inode), never by path, which two files can share (a
+  // non-PIE program at the same address in two containers).
+  for (auto& [pid, process] : live_) {
+    for (Mapping& mapping : process.mappings) {
+      if (mapping.awaiting.empty() || !answered.contains(mapping.awaiting)) continue;
+      auto entry = elf_cache_.find(mapping.awaiting);
+      mapping.awaiting.clear();
+      if (entry == elf_cache_.end() || !entry->second.ok) {
+        ++elf_failures_;
+        continue;
+      }
+      const uint64_t bias = LoadBias(entry->second.info, mapping.start, mapping.pgoff);
+      const bool changed = bias != mapping.bias || (mapping.build_id.empty() && !entry->second.info.build_id.empty());
+      mapping.bias = bias;
+      if (mapping.build_id.empty()) mapping.build_id = entry->second.info.build_id;
+      // The agent was told the guess: it is told the file's answer as of the same time, which
+      // takes the guess's place (store/context_file.h).
+      if (changed) EmitMapping(process, mapping, mapping.time_ns);
+    }
+  }
+}
+
+bool ProcessTable::WaitForImages(std::chrono::milliseconds timeout) const {
+  return images_ == nullptr || images_->WaitIdle(timeout);
+}
+
 void ProcessTable::AddMapping(Process& process, Mapping mapping, uint64_t time_ns) {
-  // Told unless it is what the process has there already (a /proc scan of a known process).
-  const bool known = std::any_of(process.mappings.begin(), process.mappings.end(), [&](const Mapping& m) {
+  mapping.time_ns = time_ns;
+  // Told unless it is what the process has there already (a /proc scan of a known process),
+  // which keeps its time.
+  const auto known = std::find_if(process.mappings.begin(), process.mappings.end(), [&](const Mapping& m) {
     return m.start == mapping.start && m.end == mapping.end && m.bias == mapping.bias && m.path == mapping.path;
   });
-  if (!known) EmitMapping(process, mapping, time_ns);
+  if (known == process.mappings.end()) {
+    EmitMapping(process, mapping, time_ns);
+  } else {
+    mapping.time_ns = known->time_ns;
+  }
   // A new mapping replaces whatever it overlaps (munmap + mmap, or a fresh dlopen).
   std::vector<Mapping> kept;
   kept.reserve(process.mappings.size() + 2);
@@ -503,7 +548,10 @@ void ProcessTable::OnTask(const PerfTask& record) {
     auto text = hvprof::ReadFileToString(fmt::format("{}/{}/cgroup", options_.proc_root, record.pid));
     const std::vector<std::string> cgroups = text ? ParseCgroups(text.value()) : std::vector<std::string>{};
     Process& child = Create(record.pid, record.ppid, text ? &cgroups : nullptr, record.time, parent_comm);
-    for (const Mapping& mapping : inherited) EmitMapping(child, mapping, record.time);
+    for (Mapping& mapping : inherited) {
+      mapping.time_ns = record.time;
+      EmitMapping(child, mapping, record.time);
+    }
     child.mappings = std::move(inherited);
     return;
   }

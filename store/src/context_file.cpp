@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <utility>
 
 #include "hvprof/store/session.h"
 
@@ -33,6 +34,10 @@ ContextIndex::Process* ContextIndex::Current(uint16_t domain, uint32_t pid) {
   return &p->second.back();
 }
 
+ContextIndex::Process* ContextIndex::At(uint16_t domain, uint32_t pid, uint64_t time_ns) {
+  return const_cast<Process*>(std::as_const(*this).Find(domain, pid, time_ns));
+}
+
 ContextIndex::Applied ContextIndex::Apply(const ContextEvent& event) {
   Applied applied;
   switch (event.kind) {
@@ -59,7 +64,9 @@ ContextIndex::Applied ContextIndex::Apply(const ContextEvent& event) {
       break;
     }
     case ContextKind::kMapping: {
-      Process* process = Current(event.domain, event.pid);
+      // The process of the pid alive at the mapping's time: a file's answer told late (the
+      // platform read it off its drain thread) may come after a new process took the pid.
+      Process* process = At(event.domain, event.pid, event.time_ns);
       if (process == nullptr) {
         // A mapping of a process the stream did not announce: it has been alive since before.
         ContextEvent born;
@@ -67,7 +74,7 @@ ContextIndex::Applied ContextIndex::Apply(const ContextEvent& event) {
         born.domain = event.domain;
         born.pid = event.pid;
         Apply(born);
-        process = Current(event.domain, event.pid);
+        process = At(event.domain, event.pid, event.time_ns);
       }
       Mapping mapping;
       mapping.start = event.start;
@@ -129,13 +136,14 @@ const ContextIndex::Process* ContextIndex::Find(uint16_t domain, uint32_t pid, u
 
 const ContextIndex::Mapping* ContextIndex::FindMapping(const Process& process, uint64_t time_ns, uint64_t ip) const {
   // The latest mapping over the address made at or before the time; else the earliest over it
-  // (a sample stamped before its mapping's record: perf's clocks of two CPUs).
+  // (a sample stamped before its mapping's record: perf's clocks of two CPUs). Of two with one
+  // time, the one told last: the platform's answer in place of its first guess.
   const Mapping* best = nullptr;
   const Mapping* earliest = nullptr;
   for (const Mapping& m : process.mappings) {
     if (ip < m.start || ip >= m.end) continue;
     if (m.time_ns <= time_ns && (best == nullptr || m.time_ns >= best->time_ns)) best = &m;
-    if (earliest == nullptr || m.time_ns < earliest->time_ns) earliest = &m;
+    if (earliest == nullptr || m.time_ns <= earliest->time_ns) earliest = &m;
   }
   return best != nullptr ? best : earliest;
 }

@@ -47,6 +47,8 @@ const double kDesigned[] = {0.5, 0.3, 0.2};
 std::map<std::string, uint64_t> SymbolizeUser(LinuxMachine& machine,
                                               const std::vector<CollectedSample>& samples,
                                               const std::set<uint32_t>& pids, DomainId domain) {
+  // Mapped files are read off the draining thread: their answers first.
+  CHECK(machine.SettleImages(std::chrono::seconds(60)));
   const Json context = Json::parse(machine.ContextJson(domain));
   struct Image {
     std::string path, build_id;
@@ -237,6 +239,7 @@ TEST_CASE("a process that exits during the run is still symbolized", "[linux][li
   REQUIRE(process != nullptr);
   CHECK(process->exited);
   CHECK(process->comm == "linux_hotspots");
+  CHECK(machine->SettleImages(std::chrono::seconds(60)));
   const Json context = Json::parse(machine->ContextJson(0));
   const std::string canonical = std::filesystem::canonical(kFixture).string();
   auto info = ReadElfInfo(kFixture);

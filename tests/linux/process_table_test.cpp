@@ -1,5 +1,6 @@
 // The process table on a fake /proc and synthetic side-band records: domains through fork
 // and cgroups, exec and exit, mappings, bias and build-ids, vCPU threads, context JSON.
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -380,6 +381,9 @@ TEST_CASE("bias and build-id from the fixture binary symbolize it", "[linux][pro
   DomainRegistry registry(DomainMap{}, 2, true);
   ProcessTable table(registry, {proc.root(), true});
   table.OnMmap2(Mmap(77, start, text->memsz + 0x1000, pgoff, path));
+  // The file is read off this thread; the answer is taken when asked for.
+  REQUIRE(table.WaitForImages(std::chrono::seconds(60)));
+  table.TakeImages();
   REQUIRE(table.Find(77)->mappings.size() == 1);
   const Mapping& mapping = table.Find(77)->mappings[0];
   CHECK(mapping.bias == base);
@@ -397,9 +401,71 @@ TEST_CASE("bias and build-id from the fixture binary symbolize it", "[linux][pro
 
   // A file we cannot read keeps the record's build-id and the usual bias.
   table.OnMmap2(Mmap(78, 0x400000, 0x1000, 0, "/nonexistent/binary", "feed"));
+  REQUIRE(table.WaitForImages(std::chrono::seconds(60)));
+  table.TakeImages();
   CHECK(table.Find(78)->mappings[0].build_id == "feed");
   CHECK(table.Find(78)->mappings[0].bias == 0x400000);
   CHECK(table.stats().elf_failures == 1);
+}
+
+TEST_CASE("a file read late is told again as of its mapping and only to the mappings of that file", "[linux][processes]") {
+  // Two files at one path, one after the other (a program rebuilt in place, or a non-PIE program
+  // of two containers): each mapping gets its own file's build-id and bias, matched by the file's
+  // key, whatever order the answers come in.
+  const std::string first = HVPROF_LINUX_HOTSPOTS;
+  const std::string second = "/bin/true";
+  auto first_info = ReadElfInfo(first);
+  auto second_info = ReadElfInfo(second);
+  REQUIRE(first_info.has_value());
+  REQUIRE(second_info.has_value());
+  REQUIRE(first_info.value().build_id != second_info.value().build_id);
+  TempDir dir;
+  const std::string path = dir.File("program");
+  std::filesystem::copy_file(first, path);
+  FakeProc proc;
+  DomainRegistry registry(DomainMap{}, 2, true);
+  ProcessTable table(registry, {proc.root(), true});
+  const uint64_t start = 0x400000;
+  PerfMmap2 one = Mmap(20, start, 0x1000, 0, path);
+  one.ino = 1;
+  one.sid.time = 1000;
+  table.OnMmap2(one);
+  // Its answer is read, not taken, when the path changes file.
+  REQUIRE(table.WaitForImages(std::chrono::seconds(60)));
+  std::filesystem::copy_file(second, path + ".new");
+  std::filesystem::rename(path + ".new", path);
+  PerfMmap2 two = Mmap(21, start, 0x1000, 0, path);
+  two.ino = 2;
+  two.sid.time = 2000;
+  table.OnMmap2(two);
+  // Both were told at once with the usual guess.
+  const auto told = table.TakeEvents(0, 1000);
+  REQUIRE(table.WaitForImages(std::chrono::seconds(60)));
+  table.TakeImages();
+  CHECK(table.Find(20)->mappings[0].build_id == first_info.value().build_id);
+  CHECK(table.Find(21)->mappings[0].build_id == second_info.value().build_id);
+  CHECK(table.Find(20)->mappings[0].awaiting.empty());
+
+  // The answers went out as events, as of each mapping's time, and take the guesses' places.
+  hvprof::store::ContextIndex index;
+  for (const auto& event : told.events) index.Apply(event);
+  const auto later = table.TakeEvents(told.next, 1000);
+  size_t corrections = 0;
+  for (const auto& event : later.events) {
+    if (event.kind != hvprof::context::ContextKind::kMapping) continue;
+    ++corrections;
+    CHECK(event.time_ns == (event.pid == 20 ? 1000u : 2000u));
+    CHECK(event.build_id == (event.pid == 20 ? first_info.value().build_id : second_info.value().build_id));
+    index.Apply(event);
+  }
+  CHECK(corrections == 2);
+  for (uint32_t pid : {20u, 21u}) {
+    const Mapping& mapping = table.Find(pid)->mappings[0];
+    auto resolved = index.Resolve(0, pid, pid == 20 ? 1500 : 2500, start + 0x10);
+    REQUIRE(resolved.has_value());
+    CHECK(resolved->address == start + 0x10 - mapping.bias);
+    CHECK(index.image(resolved->image)->build_id == mapping.build_id);
+  }
 }
 
 TEST_CASE("vCPU threads are known by name, or numbered", "[linux][processes]") {

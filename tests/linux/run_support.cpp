@@ -11,11 +11,15 @@ namespace hvprof::testing {
 
 using Json = nlohmann::json;
 
-CommandResult LinuxRun::Run(std::vector<std::string> args) {
+std::vector<std::string> LinuxRun::Command(std::vector<std::string> args) {
   std::vector<std::string> argv = {Binary("hvprof"), "run", "--platform=linux", "--run-dir=" + dir_.File("run"),
                                    "--session-dir=" + dir_.File("sessions")};
   argv.insert(argv.end(), args.begin(), args.end());
-  CommandResult result = RunProgram(argv);
+  return argv;
+}
+
+CommandResult LinuxRun::Run(std::vector<std::string> args) {
+  CommandResult result = RunProgram(Command(std::move(args)));
   INFO(result.out << result.err);
   REQUIRE(result.status == 0);
   return result;

@@ -19,6 +19,8 @@ class LinuxRun {
  public:
   // `hvprof run --platform=linux ARGS...`; REQUIREs it to succeed.
   CommandResult Run(std::vector<std::string> args);
+  // The command line Run runs, for a test that runs it itself (with a deadline).
+  std::vector<std::string> Command(std::vector<std::string> args);
   // The saved session's report (-l, JSON), with extra options.
   nlohmann::json Report(std::vector<std::string> args);
   // The saved session's call stacks (--format=folded), with extra options.

@@ -1,11 +1,19 @@
 // `hvprof run --platform=linux` as a user runs it: the real programs (hvprof, its own
 // hvprof-hv, hvprofd, hvprof-report) sampling this host. Skipped, with perf's reason, where
 // perf_event_open is not usable.
+#include <fcntl.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -13,6 +21,8 @@
 
 #include "live_support.h"
 #include "run_support.h"
+#include "skip.h"
+#include "temp_dir.h"
 
 using hvprof::testing::Child;
 using hvprof::testing::CommandResult;
@@ -241,4 +251,60 @@ TEST_CASE("hvprof run --platform=linux samples at perf's default 4 kHz, and -F s
     CHECK(std::abs(busiest - wanted) < wanted * 0.15);
     if (args.empty()) CHECK(result.out.find("linux default of 4000 samples a second") != std::string::npos);
   }
+}
+
+TEST_CASE("hvprof run --platform=linux: a user who swaps a FIFO or a device link for what she mapped neither hangs "
+          "the run nor costs it samples",
+          "[linux][live][run][safety]") {
+  // Issue 38: the process table read a mapping's ELF header by its path once the mapping was gone,
+  // on the thread that drains perf's rings, following links and waiting on FIFOs: a FIFO froze the
+  // run (91% of its samples lost), and a link to a device made root open the device.
+  if (!PerfUsable()) return;
+  if (::geteuid() != 0 && hvprof::testing::SkipTest("the attacker runs as another user (nobody): needs root")) return;
+  const std::string mode = GENERATE(as<std::string>{}, "fifo", "link");
+  INFO("the attacker puts a " << mode << " where her mapped file was");
+  hvprof::testing::TempDir dir;
+  REQUIRE(::chmod(dir.path().c_str(), 0755) == 0);
+  const std::string attack = dir.File("attack");
+  REQUIRE(::mkdir(attack.c_str(), 0755) == 0);
+  REQUIRE(::chown(attack.c_str(), 65534, 65534) == 0);
+  // A device of our own (/dev/zero's numbers), watched: root must not even open it.
+  const std::string device = dir.File("zero");
+  REQUIRE(::mknod(device.c_str(), S_IFCHR | 0644, ::makedev(1, 5)) == 0);
+  const int watch = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  REQUIRE(watch >= 0);
+  REQUIRE(::inotify_add_watch(watch, device.c_str(), IN_OPEN | IN_ACCESS) >= 0);
+
+  LinuxRun run;
+  const std::string workload = std::string(HVPROF_LINUX_SWAP_MAPPED) + " " + attack + " " + mode + " 60 " + device +
+                               " & " + kFixture + " --seconds 1.5 >/dev/null; wait";
+  Child hvprof(run.Command({"--", "/bin/sh", "-c", workload}), false);
+  // Generous: the run takes seconds; one stuck on a planted file never ends by itself.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!hvprof.Exited()) {
+    (void)hvprof.Output();  // the report on stdout must not fill the pipe
+    if (std::chrono::steady_clock::now() > deadline) {
+      // Let a reader stuck on a FIFO go, so that the run can end.
+      for (const auto& entry : std::filesystem::directory_iterator(attack)) {
+        const int writer = ::open(entry.path().c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+        if (writer >= 0) ::close(writer);
+      }
+      hvprof.Stop();
+      FAIL("hvprof run did not end within 120 s: it is stuck on a file the user planted");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  INFO(hvprof.Output());
+  REQUIRE(hvprof.Wait() == 0);
+  // Every sample of the fixture is there, in its designed shares, and nothing was lost.
+  const Json report = run.Report({});
+  CheckShares(HotSamples(report), 0.03);
+  REQUIRE(report["losses"].is_array());
+  for (const Json& loss : report["losses"]) {
+    INFO(loss.dump());
+    CHECK(loss["count"].get<uint64_t>() < 100);
+  }
+  char events[4096];
+  CHECK(::read(watch, events, sizeof events) < 0);  // the device was never opened
+  ::close(watch);
 }

@@ -187,7 +187,16 @@ Result<void> Daemon::StartSim() {
   return hvprof::Ok();
 }
 
-std::string Daemon::ContextEventsFor(DomainId caller, uint64_t from, uint32_t max, hv::ContextEventsReply* reply) {
+std::string Daemon::ContextEventsFor(DomainId caller, uint64_t from, uint32_t max, uint32_t flags,
+                                     hv::ContextEventsReply* reply) {
+  if (linux_ && (flags & hv::kContextEventsSettle) != 0) {
+    {
+      auto lock = LockMachine();
+      linux_->DrainSamples();  // the latest mappings, whose files are then read
+    }
+    // Without holding up the drains, at most 2 s: a file still unread then keeps its guess.
+    linux_->WaitForImages(std::chrono::seconds(2));
+  }
   auto lock = LockMachine();
   std::vector<context::ContextEvent> events;
   if (linux_) {
@@ -218,11 +227,19 @@ std::string Daemon::ContextEventsFor(DomainId caller, uint64_t from, uint32_t ma
 }
 
 std::string Daemon::ContextFor(DomainId domain) {
-  auto lock = LockMachine();
   if (linux_) {
-    linux_->DrainSamples();  // the latest forks, execs and mappings
+    {
+      auto lock = LockMachine();
+      linux_->DrainSamples();  // the latest forks, execs and mappings
+    }
+    // Their files' ELF headers are read off the draining thread: wait for them here, without
+    // holding up the drains, at most 2 s (a mapping still unread keeps its guessed bias).
+    linux_->WaitForImages(std::chrono::seconds(2));
+    auto lock = LockMachine();
+    linux_->DrainSamples();  // takes the answers too
     return linux_->ContextJson(domain);
   }
+  auto lock = LockMachine();
   return machine_->ContextJson(domain);
 }
 
@@ -646,7 +663,7 @@ void Daemon::Handle(Connection& connection, const hv::MessageHeader& header,
       constexpr uint32_t kMaxEventsPerReply = 65536;
       const uint32_t max = request.max_events == 0 ? kMaxEventsPerReply : std::min(request.max_events, kMaxEventsPerReply);
       hv::ContextEventsReply reply{};
-      const std::string encoded = ContextEventsFor(connection.domain, request.from, max, &reply);
+      const std::string encoded = ContextEventsFor(connection.domain, request.from, max, request.flags, &reply);
       return Reply(connection, sequence, type, hv::Pack(reply, hv::AsBytes(encoded)));
     }
     case MessageType::kSimControl: {

@@ -69,8 +69,9 @@ class AgentDaemon {
   // `final` after profiling stopped: also the legacy rings' last backtrace groups. Then what the
   // platform learned of the processes (FetchContext), and the drained samples are counted.
   void DrainAll(bool final = false);
-  // The platform's context events since the last call, into the session.
-  void FetchContext();
+  // The platform's context events since the last call, into the session; `final`: the
+  // session closes, the platform first settles what it still finds out (FetchContextEvents).
+  void FetchContext(bool final);
   // Records every ring's counters and the losses the engine reports (`status`; null where the
   // hypervisor has no status op) in the session metadata.
   void UpdateMetadata(const hvpmu::Status* status);

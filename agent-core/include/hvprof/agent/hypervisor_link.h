@@ -102,13 +102,14 @@ class HypervisorLink {
   // What the platform learned of the processes of the domains this caller may know of since
   // event `from` (0: what is alive, then every event it still keeps), as context events
   // (hvprof/context/context_event.h), and where to ask from next. Platforms that know no processes
-  // (Xen) have none.
+  // (Xen) have none. `settle`: the session is closing; the platform first waits (briefly) for
+  // what it is still finding out of mappings it told (hv::kContextEventsSettle).
   struct ContextEvents {
     uint64_t first = 0;  // the first event's number: above `from` when some were lost untaken
     uint64_t next = 0;
     std::vector<context::ContextEvent> events;
   };
-  virtual Result<ContextEvents> FetchContextEvents(uint64_t from);
+  virtual Result<ContextEvents> FetchContextEvents(uint64_t from, bool settle);
 
   // dom0: what the platform says of its own sampling, as JSON {"stats", "notes", "last_error"}.
   virtual Result<std::string> PlatformInfo();

@@ -154,11 +154,17 @@ class LinuxMachine {
   DrainResult InjectRecords(uint32_t cpu, std::span<const uint8_t> bytes);
 
   // The processes and mappings of `domain` ({"domain","kernel","hypervisor","processes"}, as
-  // SimMachine::ContextJson). Drain first for an up-to-date view.
+  // SimMachine::ContextJson). Drain first for an up-to-date view, and settle the images.
   std::string ContextJson(DomainId domain) const;
   // The processes' context events (ProcessTable::TakeEvents, Acknowledge). Drain first.
   ProcessTable::Events TakeContextEvents(uint64_t from, size_t max) const { return processes_->TakeEvents(from, max); }
   void AcknowledgeContextEvents(uint64_t sequence) { processes_->Acknowledge(sequence); }
+  // Mapped files' ELF headers are read off the draining thread (ProcessTable::TakeImages): waits
+  // up to `timeout` for the reads asked for so far. Any thread, without the machine lock; a
+  // drain then takes the answers. Whether every read was answered.
+  bool WaitForImages(std::chrono::milliseconds timeout) const { return processes_->WaitForImages(timeout); }
+  // WaitForImages, then takes the answers (with the machine lock, as a drain).
+  bool SettleImages(std::chrono::milliseconds timeout);
   // [{"id","name","type" ("host" or "hvm"),"vcpus","kernel"}], every domain known.
   std::string DomainsJson() const;
   // Requested and achieved rates per CPU, throttling, perf's losses, the kernel's limits.

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -34,6 +35,8 @@ struct Mapping {
   uint64_t bias = 0;  // symbolizer bias: runtime = image address + bias
   std::string path;
   std::string build_id;
+  uint64_t time_ns = 0;   // perf time it was mapped (or its process forked): its event's
+  std::string awaiting;   // the ELF cache key of its file while that file's answer has not come
 };
 
 struct Thread {
@@ -61,6 +64,8 @@ struct Process {
   int32_t next_vcpu = 0;       // for vCPU threads whose name has no number
 };
 
+class ImageReader;
+
 struct ProcessTableStats {
   uint64_t processes = 0;       // entries (live, and exited a moment ago)
   uint64_t proc_discoveries = 0;  // processes first seen in a sample, read from /proc
@@ -80,6 +85,7 @@ class ProcessTable {
   };
 
   ProcessTable(DomainRegistry& registry, Options options);
+  ~ProcessTable();
 
   // Reads every /proc/PID (comm, parent, start time, cgroup, executable mappings). New
   // processes get their domain from their ancestry; known live ones get fresh mappings.
@@ -139,6 +145,16 @@ class ProcessTable {
 
   ProcessTableStats stats() const;
 
+  // The ELF headers of mapped files are read off this thread (image_reader.h), so that a file
+  // slow to read never holds up the rings: a new mapping gets the usual bias (start - pgoff)
+  // and its record's build-id at once (and is told so as an event), and the file's once its
+  // answer is taken (told again, as of the mapping's time). TakeImages takes the answers there
+  // are without waiting (the machine does after each drain);
+  // WaitForImages waits up to `timeout` for the reads asked for so far, from any thread.
+  // Whether every read asked for was answered.
+  void TakeImages();
+  bool WaitForImages(std::chrono::milliseconds timeout) const;
+
   // "CPU 3/KVM" -> 3; -1 if the name does not look like a vCPU thread.
   static int32_t ParseVcpuName(std::string_view comm);
 
@@ -146,6 +162,7 @@ class ProcessTable {
   struct ProcEntry;
   struct ElfCacheEntry {
     bool ok = false;
+    bool pending = false;  // asked of the image reader, not answered yet
     ElfInfo info;
   };
 
@@ -178,6 +195,7 @@ class ProcessTable {
   uint64_t events_dropped_ = 0;
   uint64_t last_time_ = 0;                    // of the latest record: a process found in /proc is born then
   std::map<std::string, ElfCacheEntry> elf_cache_;
+  std::unique_ptr<ImageReader> images_;  // null without read_elf
   std::unordered_map<uint32_t, uint32_t> tgid_of_;  // thread -> process, as TgidOf found it
   // Threads that exited, in the order of their EXIT records: {time, tid, tgid}; Prune forgets
   // their tgid_of_ entries.

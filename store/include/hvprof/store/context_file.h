@@ -10,7 +10,8 @@
 // A process is one run of a program under a pid: from its birth (fork, or exec: a new image for
 // the same pid is a new process) to its exit. A sample of (domain, pid) at time t belongs to the
 // last process of that pid born at or before t; a mapping of it holds an address from the mapping's
-// time on, until a later mapping over the same addresses (ContextIndex).
+// time on, until a later mapping over the same addresses (ContextIndex); a mapping told again
+// with the same time (the platform's answer for a file it first guessed) takes the first's place.
 #pragma once
 
 #include <cstdint>
@@ -112,6 +113,7 @@ class ContextIndex {
   };
   const Process* Find(uint16_t domain, uint32_t pid, uint64_t time_ns) const;
   Process* Current(uint16_t domain, uint32_t pid);
+  Process* At(uint16_t domain, uint32_t pid, uint64_t time_ns);  // Find, to change
   const Mapping* FindMapping(const Process& process, uint64_t time_ns, uint64_t ip) const;
   uint32_t Intern(const std::string& path, const std::string& build_id, bool* added);
 

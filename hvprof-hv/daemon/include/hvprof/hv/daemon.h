@@ -103,7 +103,8 @@ class Daemon {
   std::string ContextFor(DomainId domain);
   // What the platform has told of `caller`'s processes from sequence `from` on (at most `max`
   // events), encoded, with the reply's counts (protocol.h, ContextEvents).
-  std::string ContextEventsFor(DomainId caller, uint64_t from, uint32_t max, hv::ContextEventsReply* reply);
+  std::string ContextEventsFor(DomainId caller, uint64_t from, uint32_t max, uint32_t flags,
+                               hv::ContextEventsReply* reply);
   std::string DomainsFor(DomainId caller);
   std::unique_ptr<PmuDrivers> drivers_;
   std::unique_ptr<Engine> engine_;

@@ -164,8 +164,12 @@ struct ContextRequest {
 struct ContextEventsRequest {
   uint64_t from;
   uint32_t max_events;  // at most this many in one reply (0: the daemon's bound)
-  uint32_t pad;
+  uint32_t flags;       // kContextEventsSettle, or 0
 };
+// The caller is about to close its session: wait (a bounded time) for what the platform is still
+// finding out of mappings it told (their files' ELF headers, read off its drain thread), so that
+// the answers come in this reply.
+inline constexpr uint32_t kContextEventsSettle = 1;
 struct ContextEventsReply {
   int32_t error;  // ProtocolError
   uint32_t events;
