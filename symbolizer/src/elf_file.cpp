@@ -11,6 +11,7 @@
 #include <cstring>
 #include <initializer_list>
 
+#include "hvprof/base/files.h"
 #include "hvprof/base/scoped_fd.h"
 
 namespace hvprof::symbolizer {
@@ -142,6 +143,15 @@ bool LooksLikeSymbolMap(std::span<const uint8_t> head) {
          std::isalpha(head[i + 1]) && head[i + 2] == ' ';
 }
 
+// A file named as an image (by a session, a scenario or the user), for reading: links
+// followed as named, but only a regular file opened; `st` says what it is.
+Result<ScopedFd> OpenImage(const std::string& path, struct stat* st) {
+  HVPROF_TRY(file, OpenUserFile(path, FileTrust{.links = Links::kFollow, .users = {}, .refuse_replaceable = false,
+                                                .check_path = false}));
+  *st = file.st;
+  return std::move(file.fd);
+}
+
 }  // namespace
 
 ImageFailure ElfFile::ClassifyNonElf(std::span<const uint8_t> head, const std::string& path) {
@@ -173,29 +183,20 @@ ImageFailure ElfFile::ClassifyNonElf(std::span<const uint8_t> head, const std::s
                                    "text file: pass it as one (--system-map or --kallsyms)",
                                    path));
   }
-  std::string bytes;
-  for (size_t i = 0; i < std::min<size_t>(head.size(), 8); ++i) {
-    bytes += fmt::format("{}{:02x}", i ? " " : "", head[i]);
-  }
-  return MakeFailure(Reason::kNotElf,
-                     fmt::format("{}: not an ELF file (it starts with bytes {})", path, bytes));
+  // Nothing of what the file holds is quoted: it may be one the reader could not read itself
+  // (a session can name any file, and a report may run as root).
+  return MakeFailure(Reason::kNotElf, fmt::format("{}: not an ELF file", path));
 }
 
 ImageResult<std::unique_ptr<ElfFile>> ElfFile::Open(const std::string& path) {
-  // O_NONBLOCK: a FIFO named as an image must not block the open; it is refused below.
-  auto fd = OpenFile(path.c_str(), O_RDONLY | O_NONBLOCK);
+  // Looked at before it is opened (base's OpenUserFile): a FIFO named as an image is not waited
+  // on, and a device is never opened, only refused.
+  struct stat st {};
+  auto fd = OpenImage(path, &st);
   if (!fd) {
     ImageFailure f = MakeFailure(Reason::kUnreadableFile, fd.error().message());
     f.kind = fd.error().kind();
     return f;
-  }
-  struct stat st {};
-  if (::fstat(fd.value().get(), &st) != 0) {
-    return MakeFailure(Reason::kUnreadableFile,
-                       fmt::format("cannot stat {}: {}", path, std::strerror(errno)));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return MakeFailure(Reason::kUnreadableFile, fmt::format("{}: not a regular file", path));
   }
   auto file = std::unique_ptr<ElfFile>(new ElfFile());
   file->path_ = path;
@@ -410,8 +411,8 @@ bool ElfFile::HasSymbolTable(uint32_t type) const {
 }
 
 std::optional<uint32_t> FileCrc32(const std::string& path) {
-  // O_NONBLOCK: a FIFO named as an image must not block the open; it is refused below.
-  auto fd = OpenFile(path.c_str(), O_RDONLY | O_NONBLOCK);
+  struct stat st {};
+  auto fd = OpenImage(path, &st);
   if (!fd) return std::nullopt;
   auto map = ScopedMmap::MapFileReadOnly(fd.value().get());
   if (!map) return std::nullopt;

@@ -407,11 +407,17 @@ class ElfImage final : public Image {
         return false;
       }
       const auto& theirs = file.value()->build_id();
-      if (!main_->build_id().empty() && !theirs.empty()) {
+      if (!main_->build_id().empty()) {
+        // The image has a build-id: its debug file must have the same one. One without any
+        // could hold anybody's symbols (a debuginfod server's answer, a file planted).
         if (theirs != main_->build_id()) {
-          warnings_.push_back(fmt::format("debug file {} rejected: its build-id {} differs from "
-                                          "{}'s {}",
-                                          candidate, BuildIdToHex(theirs), path_, build_id_));
+          warnings_.push_back(
+              theirs.empty()
+                  ? fmt::format("debug file {} rejected: it has no build-id, so nothing shows it is {}'s "
+                                "(build-id {})",
+                                candidate, path_, build_id_)
+                  : fmt::format("debug file {} rejected: its build-id {} differs from {}'s {}", candidate,
+                                BuildIdToHex(theirs), path_, build_id_));
           return false;
         }
       } else if (crc.has_value()) {

@@ -22,16 +22,6 @@ std::string_view NextToken(std::string_view* rest) {
   return token;
 }
 
-std::string Printable(std::string_view text) {
-  std::string out;
-  for (char c : text.substr(0, 80)) {
-    auto u = static_cast<unsigned char>(c);
-    out += (u >= 0x20 && u < 0x7f) ? c : '?';
-  }
-  if (text.size() > 80) out += "...";
-  return out;
-}
-
 }  // namespace
 
 Result<KernelSymbolText> ParseKernelSymbols(std::string_view text, ImageFormat format) {
@@ -39,11 +29,11 @@ Result<KernelSymbolText> ParseKernelSymbols(std::string_view text, ImageFormat f
   size_t position = 0;
   size_t line_number = 0;
   bool all_zero = true;
-  auto malformed = [&out, &line_number](std::string_view why, std::string_view line) {
+  // The line is not quoted: a session can name any file as its kernel map, and a report run by
+  // root must not print what such a file holds.
+  auto malformed = [&out, &line_number](std::string_view why, std::string_view /*line*/) {
     ++out.malformed;
-    if (out.problems.size() < kMaxProblems) {
-      out.problems.push_back(fmt::format("line {}: {}: '{}'", line_number, why, Printable(line)));
-    }
+    if (out.problems.size() < kMaxProblems) out.problems.push_back(fmt::format("line {}: {}", line_number, why));
   };
   while (position < text.size()) {
     size_t newline = text.find('\n', position);

@@ -1,6 +1,8 @@
 // Bad images: each gives a clear reason for every address, is reported once, and never crashes.
 
 #include <elf.h>
+#include <sys/inotify.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <sys/stat.h>
@@ -13,6 +15,7 @@
 
 #include "elf_writer.h"
 #include "hvprof/symbolizer/symbolizer.h"
+#include "skip.h"
 #include "test_support.h"
 
 namespace hvprof::symbolizer {
@@ -68,8 +71,7 @@ TEST_CASE("symbolizer: files that are not ELF are named as such", "[symbolizer][
   dir.Write("empty", "");
   ExpectImageFailure(testing::ElfSpec(dir.File("empty")), Reason::kNotElf, "empty file");
   dir.Write("script.sh", "#!/bin/sh\necho hello\n");
-  ExpectImageFailure(testing::ElfSpec(dir.File("script.sh")), Reason::kNotElf,
-                     "not an ELF file (it starts with bytes 23 21 2f 62");
+  ExpectImageFailure(testing::ElfSpec(dir.File("script.sh")), Reason::kNotElf, "not an ELF file");
   dir.Write("System.map", "ffffffff81000000 T _text\nffffffff81000100 T schedule\n");
   ExpectImageFailure(testing::ElfSpec(dir.File("System.map")), Reason::kNotElf,
                      "--system-map");
@@ -192,6 +194,56 @@ TEST_CASE("an image path that is a FIFO is refused at once, not waited on", "[sy
   REQUIRE(answers.images.size() == 1);
   CHECK(answers.images[0].detail.find("not a regular file") != std::string::npos);
   CHECK_FALSE(answers.answers[0].resolved());
+}
+
+TEST_CASE("a device named as an image or a kernel map is refused without being opened",
+          "[symbolizer][bad-input][safety]") {
+  // Issue 38: a report (maybe run by root) opened the character devices a session named before
+  // it checked what they were. A device node of our own (/dev/zero's numbers) is watched: not
+  // even an open may reach it.
+  if (::geteuid() != 0 && hvprof::testing::SkipTest("making a device node (mknod) needs root")) return;
+  TempDir dir;
+  const std::string device = dir.File("zero");
+  REQUIRE(::mknod(device.c_str(), S_IFCHR | 0644, ::makedev(1, 5)) == 0);
+  const int watch = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  REQUIRE(watch >= 0);
+  REQUIRE(::inotify_add_watch(watch, device.c_str(), IN_OPEN | IN_ACCESS) >= 0);
+  const std::string link = dir.File("vmlinux");
+  REQUIRE(::symlink(device.c_str(), link.c_str()) == 0);
+  for (const ImageSpec& spec : {testing::ElfSpec(device), testing::ElfSpec(link), ImageSpec::Kallsyms(device),
+                                ImageSpec::SystemMap(link)}) {
+    Symbolizer symbolizer;
+    const Answers answers = testing::Resolve(&symbolizer, spec, {0x1000});
+    REQUIRE(answers.images.size() == 1);
+    INFO(spec.path << ": " << answers.images[0].detail);
+    CHECK(answers.images[0].detail.find("a character device, not a regular file") != std::string::npos);
+    CHECK_FALSE(answers.answers[0].resolved());
+  }
+  char events[4096];
+  const ssize_t got = ::read(watch, events, sizeof events);
+  CHECK(got < 0);  // nothing: the device was never opened
+  ::close(watch);
+}
+
+TEST_CASE("a file that is not ELF is refused without quoting what it holds", "[symbolizer][bad-input][safety]") {
+  // Issue 38: the refusal quoted the file's first bytes, so a report run by root on a session
+  // naming /etc/shadow printed the start of its first hash.
+  TempDir dir;
+  dir.Write("secret", "root:$6$saltsalt$hashhashhash:19000:0:99999:7:::\n");
+  // Named as a kernel map, with one good line: its other lines are skipped, unquoted.
+  dir.Write("mixed", "ffffffff81000000 T _stext\nroot:$6$saltsalt$hashhashhash:19000:0:99999:7:::\n");
+  for (const ImageSpec& spec : {testing::ElfSpec(dir.File("secret")), ImageSpec::Kallsyms(dir.File("secret")),
+                                ImageSpec::SystemMap(dir.File("secret")), ImageSpec::Kallsyms(dir.File("mixed"))}) {
+    Symbolizer symbolizer;
+    const Answers answers = testing::Resolve(&symbolizer, spec, {0xffffffff81000010});
+    REQUIRE(answers.images.size() == 1);
+    std::string said = answers.images[0].detail;
+    for (const std::string& warning : answers.images[0].warnings) said += "\n" + warning;
+    INFO(spec.path << ": " << said);
+    CHECK(said.find("72 6f 6f 74") == std::string::npos);  // "root"
+    CHECK(said.find("root") == std::string::npos);
+    CHECK(said.find("hash") == std::string::npos);
+  }
 }
 
 }  // namespace hvprof::symbolizer

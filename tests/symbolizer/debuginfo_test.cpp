@@ -156,6 +156,19 @@ TEST_CASE("symbolizer: a stripped image uses the debug file under a configured r
   bool warned = false;
   for (const auto& w : rejected.images[0].warnings) warned |= w.find("build-id") != std::string::npos;
   CHECK(warned);
+
+  // One with no build-id at all is rejected too (issue 38: a debuginfod server's answer without
+  // one renamed every sample of the image): nothing shows it is this image's.
+  std::string anonymous = dir.File("anonymous.debug");
+  Run("objcopy --remove-section=.note.gnu.build-id '" + placed + "' '" + anonymous + "'");
+  REQUIRE(ReadelfBuildId(anonymous).empty());
+  Symbolizer unproven;
+  Answers refused = testing::Resolve(&unproven, testing::WithDebugFile(testing::ElfSpec(stripped, bias), anonymous),
+                                     {site});
+  CHECK(refused.answers[0].reason == Reason::kStripped);
+  bool said = false;
+  for (const auto& w : refused.images[0].warnings) said |= w.find("it has no build-id") != std::string::npos;
+  CHECK(said);
 }
 
 TEST_CASE("symbolizer: a .gnu_debuglink is followed and its CRC checked", "[symbolizer][debuginfo]") {
