@@ -88,16 +88,16 @@ Result<Json> Request(const std::string& socket_path, const Json& request,
 
 Result<Json> Request(const std::string& socket_path, const Json& request,
                      std::chrono::milliseconds timeout, const std::function<bool()>& still_working) {
-  HVPROF_TRY(address, Address(socket_path));
-  ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd.valid()) return ErrnoError(errno, "socket");
-  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
-    const int err = errno;
-    if (err == ENOENT || err == ECONNREFUSED) {
+  HVPROF_TRYV(Address(socket_path));  // the advice for a long path names --session-dir
+  // Only an hvprofd of root's or ours is told anything (its peer credentials).
+  auto connected = ConnectUnix(socket_path, "check who made the session directory, or give another --session-dir");
+  if (!connected) {
+    if (connected.error().kind() == ErrorKind::kNotFound) {
       return MakeError(ErrorKind::kNotFound, "no agent listens on {}", socket_path);
     }
-    return ErrnoError(err, fmt::format("cannot reach the agent at {}", socket_path));
+    return connected.error().WithContext("cannot reach the agent");
   }
+  ScopedFd fd = std::move(connected).value();
   HVPROF_TRYV(WriteMessage(fd.get(), request));
   return ReadMessage(fd.get(), timeout, still_working);
 }

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "hvprof/agent/hypervisor_link.h"
+#include "hvprof/base/socket.h"
 #include "hvprof/hv/framing.h"
 
 namespace hvprof::agent {
@@ -371,24 +372,24 @@ class HostedLink final : public HypervisorLink {
 
 Result<std::unique_ptr<HypervisorLink>> ConnectHosted(const std::string& socket_path,
                                                       std::optional<std::chrono::milliseconds> hello_timeout) {
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  if (socket_path.size() >= sizeof address.sun_path) {
+  if (socket_path.size() >= sizeof(sockaddr_un::sun_path)) {
     return MakeError(ErrorKind::kInvalidArgument, "socket path {} is too long", socket_path);
   }
-  std::memcpy(address.sun_path, socket_path.c_str(), socket_path.size() + 1);
-  ScopedFd socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!socket.valid()) return ErrnoError(errno, "socket");
-  if (::connect(socket.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-    const int err = errno;
-    if (err == ENOENT || err == ECONNREFUSED) {
+  // Only an hvprof-hv of root's or ours is spoken to (its peer credentials): a run directory
+  // another user made first could hold their server.
+  auto connected = ConnectUnix(
+      socket_path, fmt::format("remove {} if it is not yours, or give another --run-dir",
+                               socket_path.substr(0, socket_path.rfind('/'))));
+  if (!connected) {
+    if (connected.error().kind() == ErrorKind::kNotFound) {
       return MakeError(ErrorKind::kNotFound,
                        "no hypervisor at {}: hvprof-hv is not running there (start it with "
                        "`hvprof-hv --platform=sim --scenario=FILE`, or give the right --run-dir)",
                        socket_path);
     }
-    return ErrnoError(err, fmt::format("cannot connect to {}", socket_path));
+    return connected.error();
   }
+  ScopedFd socket = std::move(connected).value();
   const int fd = socket.get();
   auto set_timeout = [fd](std::chrono::milliseconds limit) {
     const timeval value{static_cast<time_t>(limit.count() / 1000), static_cast<suseconds_t>(limit.count() % 1000 * 1000)};

@@ -187,7 +187,7 @@ ScopedHypervisor::~ScopedHypervisor() {
 Result<int> StartOwnHypervisor(const HypervisorSpec& spec, const std::string& run_dir,
                                const store::SessionPaths& paths) {
   const std::string dir = RunDirOrDefault(run_dir);
-  HVPROF_TRYV(MakeDirectories(dir));
+  HVPROF_TRYV(MakePrivateDirectory(dir, "the run directory", "or give another --run-dir"));
   HVPROF_TRY(child, Spawn(spec, dir, false));
   HVPROF_TRYV(WaitServing(child, spec, dir));  // which ends it if it does not serve
   const nlohmann::json record{{"pid", child}, {"platform", spec.platform}, {"run_dir", dir},

@@ -270,7 +270,20 @@ std::string Daemon::DomainsFor(DomainId caller) {
 
 Result<void> Daemon::OpenSockets() {
   const std::string& dir = options_.run_dir;
-  HVPROF_TRYV(hvprof::MakeDirectories(dir));
+  // Ours alone (0700), or refused: a run directory another user made first, or can write, could
+  // get their socket swapped in for ours.
+  HVPROF_TRYV(hvprof::MakePrivateDirectory(dir, "the run directory", "or give another --run-dir"));
+  // A domain served to another user (socket_uid) needs its way to the socket: search, not read
+  // or write.
+  const bool foreign_sockets = !linux_ && std::any_of(scenario_.domains.begin(), scenario_.domains.end(),
+                                                      [](const sim::DomainSpec& domain) {
+                                                        return domain.socket_uid && *domain.socket_uid != ::geteuid();
+                                                      });
+  struct stat run_dir {};
+  if (foreign_sockets && ::stat(dir.c_str(), &run_dir) == 0 && run_dir.st_uid == ::geteuid() &&
+      (run_dir.st_mode & 0011) != 0011) {
+    ::chmod(dir.c_str(), (run_dir.st_mode & 07777) | 0011);
+  }
   const std::string pid_path = dir + "/hvprof-hv.pid";
   HVPROF_TRY(pid_file, hvprof::LockPidFile(pid_path));
   if (!pid_file) {
