@@ -43,9 +43,27 @@ using Entry = UniqueResource<struct archive_entry*, &archive_entry_free, nullptr
 struct Member {
   std::string name;    // in the archive
   std::string source;  // on this machine
-  bool session_file = false;  // in a directory others may write: never through a link
+  bool session_file = false;  // in the session directory (checked trusted): never through a link
   nlohmann::json manifest;    // its entry in the manifest; null for the session's files
+  std::string build_id;       // what the file must have (an image or debug file by build-id)
+  bool kernel_map = false;    // kallsyms or System.map: empty, or without addresses, is refused
+  struct stat planned {};     // as it was when planned; st_ino 0 until then
 };
+
+// How a file named by a session (not one of its own files) is opened for the archive: through
+// base's OpenUserFile, links on the way followed (a scenario names /usr/lib/...so.5), never a
+// FIFO waited on or a device opened, and saying who else could have replaced it.
+Result<UserFile> OpenNamedFile(const std::string& path) {
+  return OpenUserFile(path, FileTrust{.links = Links::kFollow, .users = {}, .refuse_replaceable = false,
+                                      .check_path = true});
+}
+
+// The build-id of the file open at `fd` (read through /proc/self/fd: what was checked is what is
+// copied), or an error saying why it has none that can be read.
+std::string BuildIdOf(sym::Symbolizer& symbolizer, int fd) {
+  auto info = symbolizer.Describe(sym::ImageSpec::Elf(fmt::format("/proc/self/fd/{}", fd)));
+  return info ? info.value().build_id : std::string();
+}
 
 // An image the samples need, as the session recorded it.
 struct NeededImage {
@@ -147,8 +165,14 @@ class Planner {
                                        image.path));
         return;
       }
-      members.push_back({*name, image.path, false,
-                         {{"name", *name}, {"path", image.path}, {"kind", "image"}, {"from", "local"}}});
+      // Nothing checks what such a file holds, so only one nobody else could have replaced is
+      // taken: else a user's process could have its image swapped for a file of root's alone.
+      if (!PlanByPath(Member{*name, image.path, false,
+                             {{"name", *name}, {"path", image.path}, {"kind", "image"}, {"from", "local"}}, "",
+                             !elf, {}},
+                      members, problems)) {
+        return;
+      }
       summary_.notes.push_back(fmt::format(
           "{} has no build-id{}: stored by its path as {} (nothing can check it is the file that was profiled)",
           image.path, elf ? "" : fmt::format(" (a {} file)", image.format), *name));
@@ -157,9 +181,11 @@ class Planner {
         auto info = symbolizer_.Describe(sym::ImageSpec::Elf(image.path));
         if (info && !info.value().debug_file.empty()) {
           const std::string debug_name = Dirname(*name) + "/" + Basename(info.value().debug_file);
-          members.push_back({debug_name, info.value().debug_file, false,
-                             {{"name", debug_name}, {"path", info.value().debug_file}, {"kind", "debug"},
-                              {"from", "local"}}});
+          PlanByPath(Member{debug_name, info.value().debug_file, false,
+                            {{"name", debug_name}, {"path", info.value().debug_file}, {"kind", "debug"},
+                             {"from", "local"}},
+                            "", false, {}},
+                     members, problems);
         }
       }
       return;
@@ -198,7 +224,8 @@ class Planner {
       }
     }
     members.push_back({name, source, false,
-                       {{"name", name}, {"path", image.path}, {"build_id", id}, {"kind", "image"}, {"from", from}}});
+                       {{"name", name}, {"path", image.path}, {"build_id", id}, {"kind", "image"}, {"from", from}},
+                       id, false, {}});
     // Its debug file: the one found here, else debuginfod's when the image lacks a symbol table or DWARF.
     std::string debug = info ? info.value().debug_file : std::string();
     std::string debug_from = "local";
@@ -212,61 +239,151 @@ class Planner {
     if (!debug.empty()) {
       members.push_back({name + ".debug", debug, false,
                          {{"name", name + ".debug"}, {"path", debug}, {"build_id", id}, {"kind", "debug"},
-                          {"from", debug_from}}});
+                          {"from", debug_from}},
+                         id, false, {}});
     }
   }
 
+  // What was left out because someone else could have replaced it: for the manifest.
+  const nlohmann::json& skipped() const { return skipped_; }
+
  private:
+  // Adds a file stored by its path, after a look at it. A FIFO, a device or a file that is gone
+  // is a problem; so is one that someone other than root and this user could have replaced
+  // (nothing checks what it holds: it could be a link to a file of root's alone, or a hard link
+  // to one), which --partial leaves out with an entry in the manifest's "skipped".
+  bool PlanByPath(Member member, std::vector<Member>& members, std::vector<std::string>& problems) {
+    auto opened = OpenNamedFile(member.source);
+    if (!opened) {
+      problems.push_back(fmt::format("{} cannot be archived: {}", member.source, opened.error().message()));
+      return false;
+    }
+    if (!opened.value().replaceable.empty()) {
+      const std::string why = fmt::format("someone other than root{} could have replaced it: {}",
+                                          ::geteuid() == 0 ? "" : " and you", opened.value().replaceable);
+      problems.push_back(fmt::format("{} is not archived, since {}, and nothing checks what a file without a build-id "
+                                     "holds (archive with --partial to go without it)",
+                                     member.source, why));
+      skipped_.push_back({{"path", member.source}, {"why", why}});
+      return false;
+    }
+    member.planned = opened.value().st;
+    members.push_back(std::move(member));
+    return true;
+  }
+
+  nlohmann::json skipped_ = nlohmann::json::array();
   const WriteOptions& options_;
   WriteSummary& summary_;
   sym::Symbolizer symbolizer_;
   std::unique_ptr<sym::Debuginfod> debuginfod_;
 };
 
-Result<void> AddMember(struct archive* writer, const Member& member, const std::string& output, uint64_t* bytes) {
-  HVPROF_TRY(fd, member.session_file ? OpenRegularFile(member.source, O_RDONLY)
-                                     : OpenFile(member.source.c_str(), O_RDONLY | O_CLOEXEC));
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return ErrnoError(errno, fmt::format("cannot stat {}", member.source));
-  if (!S_ISREG(st.st_mode)) {
-    return MakeError(ErrorKind::kInvalidArgument, "{} is not a regular file; not archived", member.source);
+// The bytes of a file whose size stat does not know (kallsyms in /proc says 0), read to its end.
+constexpr size_t kMaxUnsizedBytes = size_t{1} << 30;
+
+// Why a kernel map (kallsyms, System.map) cannot serve: empty, or with every address 0 (a
+// kallsyms read by a user kernel.kptr_restrict hides them from); empty when it can.
+std::string UselessKernelMap(std::string_view text) {
+  if (text.find_first_not_of(" \t\n") == std::string_view::npos) return "it is empty";
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    const std::string_view address = text.substr(at, std::min(text.find(' ', at), end) - at);
+    if (address.find_first_not_of("0") != std::string_view::npos) return {};
+    at = end + 1;
   }
+  return "every address in it is 0 (kernel.kptr_restrict hides them from this user: archive as root)";
+}
+
+Result<void> AddMember(struct archive* writer, const Member& member, const std::string& output,
+                       sym::Symbolizer& symbolizer, uint64_t* bytes, bool* world_readable) {
+  UserFile file;
+  if (member.session_file) {
+    HVPROF_TRY(fd, OpenRegularFile(member.source, O_RDONLY));
+    file.fd = std::move(fd);
+    if (::fstat(file.fd.get(), &file.st) != 0) return ErrnoError(errno, fmt::format("cannot stat {}", member.source));
+  } else {
+    HVPROF_TRY(opened, OpenNamedFile(member.source));
+    file = std::move(opened);
+  }
+  const struct stat& st = file.st;
+  // The file that was planned, and nobody else's since.
+  if (member.planned.st_ino != 0 && (member.planned.st_ino != st.st_ino || member.planned.st_dev != st.st_dev ||
+                                     !file.replaceable.empty())) {
+    return MakeError(ErrorKind::kBusy, "{} was replaced while it was archived; archive again", member.source);
+  }
+  if (!member.build_id.empty()) {
+    const std::string found = BuildIdOf(symbolizer, file.fd.get());
+    if (found != member.build_id) {
+      return MakeError(ErrorKind::kBusy, "{} has build-id {} where {} was expected (was it replaced meanwhile?); not "
+                       "archived",
+                       member.source, found.empty() ? "none" : found, member.build_id);
+    }
+  }
+  // Its bytes: read whole when stat has no size for it (procfs), else streamed.
+  std::optional<std::string> whole;
+  if (st.st_size == 0 || member.kernel_map) {
+    HVPROF_TRY(text, ReadToEnd(file.fd.get(), member.source, kMaxUnsizedBytes, static_cast<size_t>(st.st_size)));
+    whole = std::move(text);
+    if (member.kernel_map) {
+      if (const std::string why = UselessKernelMap(*whole); !why.empty()) {
+        return MakeError(ErrorKind::kInvalidArgument, "{}, the kernel's symbols the session recorded, cannot be "
+                         "archived: {}; a report of the archive would show no kernel symbols",
+                         member.source, why);
+      }
+    }
+  }
+  const uint64_t size = whole ? whole->size() : static_cast<uint64_t>(st.st_size);
+  // Each file keeps who may read it: one only root could read stays so in the tar.
+  const mode_t mode = st.st_mode & 0777;
+  if ((mode & S_IROTH) == 0) *world_readable = false;
   Entry entry(archive_entry_new());
   archive_entry_set_pathname(entry.get(), member.name.c_str());
   archive_entry_set_filetype(entry.get(), AE_IFREG);
-  archive_entry_set_perm(entry.get(), 0644);
-  archive_entry_set_size(entry.get(), st.st_size);
+  archive_entry_set_perm(entry.get(), mode);
+  archive_entry_set_size(entry.get(), static_cast<la_int64_t>(size));
   archive_entry_set_mtime(entry.get(), st.st_mtime, 0);
   if (archive_write_header(writer, entry.get()) != ARCHIVE_OK) {
     return MakeError(ErrorKind::kIo, "{}: cannot add {}: {}", output, member.name, archive_error_string(writer));
   }
+  if (whole) {
+    if (archive_write_data(writer, whole->data(), whole->size()) != static_cast<la_ssize_t>(whole->size())) {
+      return MakeError(ErrorKind::kIo, "{}: cannot write {}: {}", output, member.name, archive_error_string(writer));
+    }
+    *bytes += whole->size();
+    return Ok();
+  }
   std::vector<char> buffer(size_t{1} << 20);
   uint64_t copied = 0;
   while (true) {
-    const ssize_t n = ::read(fd.get(), buffer.data(), buffer.size());
+    const ssize_t n = ::read(file.fd.get(), buffer.data(), buffer.size());
     if (n < 0) {
       if (errno == EINTR) continue;
       return ErrnoError(errno, fmt::format("cannot read {}", member.source));
     }
     if (n == 0) break;
-    if (copied + static_cast<uint64_t>(n) > static_cast<uint64_t>(st.st_size)) break;
+    if (copied + static_cast<uint64_t>(n) > size) {
+      copied += static_cast<uint64_t>(n);
+      break;
+    }
     if (archive_write_data(writer, buffer.data(), static_cast<size_t>(n)) != n) {
       return MakeError(ErrorKind::kIo, "{}: cannot write {}: {}", output, member.name, archive_error_string(writer));
     }
     copied += static_cast<uint64_t>(n);
   }
-  if (copied != static_cast<uint64_t>(st.st_size)) {
+  if (copied != size) {
     return MakeError(ErrorKind::kBusy, "{} changed size while it was archived; archive it again", member.source);
   }
   *bytes += copied;
   return Ok();
 }
 
-Result<void> AddText(struct archive* writer, const std::string& name, const std::string& text, const std::string& output) {
+Result<void> AddText(struct archive* writer, const std::string& name, const std::string& text, const std::string& output,
+                     mode_t mode) {
   Entry entry(archive_entry_new());
   archive_entry_set_pathname(entry.get(), name.c_str());
   archive_entry_set_filetype(entry.get(), AE_IFREG);
-  archive_entry_set_perm(entry.get(), 0644);
+  archive_entry_set_perm(entry.get(), mode);
   archive_entry_set_size(entry.get(), static_cast<la_int64_t>(text.size()));
   archive_entry_set_mtime(entry.get(), ::time(nullptr), 0);
   if (archive_write_header(writer, entry.get()) != ARCHIVE_OK ||
@@ -280,6 +397,10 @@ Result<void> AddText(struct archive* writer, const std::string& name, const std:
 
 Result<WriteSummary> WriteArchive(const std::string& session_directory, const std::string& output,
                                   const WriteOptions& options) {
+  // Its files are read as they are, by whoever runs this (root, often): only from a directory
+  // that nobody but root and this user could have changed, as --start-daemon asks.
+  HVPROF_TRYV(CheckTrustedDirectory(session_directory, "archiving",
+                                    "or copy the session somewhere of your own and archive the copy"));
   HVPROF_TRY(session, store::OpenSession(session_directory));
   const store::SessionMetadata& m = session.metadata;
   const std::string directory = session.directory;
@@ -301,7 +422,9 @@ Result<WriteSummary> WriteArchive(const std::string& session_directory, const st
       continue;
     }
     const std::string relative = std::filesystem::relative(it->path(), directory, ec).string();
-    members.push_back({std::string(kSessionFolder) + "/" + relative, it->path().string(), true, nullptr});
+    Member member{std::string(kSessionFolder) + "/" + relative, it->path().string(), true, nullptr, "", false, {}};
+    if (::lstat(member.source.c_str(), &member.planned) != 0) member.planned = {};
+    members.push_back(std::move(member));
   }
   if (ec) return ErrnoError(ec.value(), fmt::format("cannot list {}", directory));
 
@@ -356,8 +479,10 @@ Result<WriteSummary> WriteArchive(const std::string& session_directory, const st
   for (const Member& member : members) {
     if (!member.manifest.is_null()) manifest["files"].push_back(member.manifest);
   }
+  if (!planner.skipped().empty()) manifest["skipped"] = planner.skipped();
 
-  HVPROF_TRY(out, OutputFile::Open(output));
+  // Private (0600) while written, and after unless every file in it is world-readable.
+  HVPROF_TRY(out, OutputFile::Open(output, OutputFile::Sharing::kPrivate));
   Writer writer(archive_write_new());
   if (!writer.valid()) return MakeError(ErrorKind::kNoSpace, "libarchive: cannot allocate a writer");
   // pax where a name needs it (long paths), plain ustar otherwise: every tar reads it.
@@ -366,10 +491,16 @@ Result<WriteSummary> WriteArchive(const std::string& session_directory, const st
       archive_write_open_fd(writer.get(), out.fd()) != ARCHIVE_OK) {
     return MakeError(ErrorKind::kIo, "{}: cannot start a tar: {}", output, archive_error_string(writer.get()));
   }
-  HVPROF_TRYV(AddText(writer.get(), kManifestFile, manifest.dump(2) + "\n", output));
-  Progress progress("hvprof archive: files written", members.size());
+  // The manifest names the files: readable by those who may read them all.
+  bool world_readable = true;
   for (const Member& member : members) {
-    HVPROF_TRYV(AddMember(writer.get(), member, output, &summary.bytes));
+    if (member.planned.st_ino != 0 && (member.planned.st_mode & S_IROTH) == 0) world_readable = false;
+  }
+  HVPROF_TRYV(AddText(writer.get(), kManifestFile, manifest.dump(2) + "\n", output, world_readable ? 0644 : 0600));
+  Progress progress("hvprof archive: files written", members.size());
+  sym::Symbolizer checker;
+  for (const Member& member : members) {
+    HVPROF_TRYV(AddMember(writer.get(), member, output, checker, &summary.bytes, &world_readable));
     progress.Advance();
   }
   progress.Done();
@@ -377,6 +508,7 @@ Result<WriteSummary> WriteArchive(const std::string& session_directory, const st
   if (archive_write_close(writer.get()) != ARCHIVE_OK) {
     return MakeError(ErrorKind::kIo, "{}: cannot finish the tar: {}", output, archive_error_string(writer.get()));
   }
+  if (world_readable) HVPROF_TRYV(out.AllowSharing());
   HVPROF_TRYV(out.Commit());
   return summary;
 }

@@ -1,14 +1,23 @@
 // hvprof archive and hvprof-report archive:FILE: an archived session reports as it did, after
 // the session and the images are gone; an image that is not the one profiled is refused; a
 // hostile tar is refused without writing anything outside the directory it is unpacked in.
+#include <fcntl.h>
+#include <grp.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
 #include "archive_support.h"
 #include "host_harness.h"
+#include "hvprof/archive/reader.h"
 #include "hvprof/base/files.h"
 #include "programs.h"
 #include "sim_harness.h"
@@ -279,4 +288,230 @@ TEST_CASE("an archived sim session reports identically without its session and i
   INFO(after.err);
   CHECK(after.status == 0);
   CHECK(after.out == before);
+}
+
+namespace {
+
+// Runs `work` in a child as uid and gid 65534 (nobody), another local user; its exit status.
+int AsNobody(const std::function<bool()>& work) {
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
+    ::_exit(work() ? 0 : 4);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+mode_t ModeOf(const std::string& path) {
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  return st.st_mode & 07777;
+}
+
+// "NAME MODE" per member of `tar`, as Python's tarfile reads them.
+std::string MemberModes(const std::string& tar) {
+  const CommandResult listed = RunProgram(
+      {"/usr/bin/python3", "-c",
+       "import sys, tarfile\nfor m in tarfile.open(sys.argv[1]): print(m.name, oct(m.mode))", tar});
+  REQUIRE(listed.status == 0);
+  return listed.out;
+}
+
+// The bytes of `member` in `tar`, or "" when it has none such.
+std::string MemberBytes(const std::string& tar, const std::string& member) {
+  const CommandResult extracted = RunProgram({"/usr/bin/tar", "-xOf", tar, member});
+  return extracted.status == 0 ? extracted.out : std::string();
+}
+
+// The report's rows, symbol for symbol: (image, symbol, samples) of each, in order.
+std::vector<std::string> Rows(const std::string& json) {
+  const nlohmann::json report = nlohmann::json::parse(json);
+  std::vector<std::string> rows;
+  for (const auto& row : report["rows"]) {
+    rows.push_back(row["image"].get<std::string>() + " " + row["symbol"].get<std::string>() + " " +
+                   row["samples"].dump());
+  }
+  return rows;
+}
+
+}  // namespace
+
+TEST_CASE("hvprof archive run by root stores no file another user could have swapped for a secret",
+          "[archive][safety]") {
+  // Issue 38: an image recorded without a build-id was archived by its path, through links, in a
+  // world-readable tar: a user who replaced her file with a link to /etc/shadow read it there.
+  if (::geteuid() != 0 && testing::SkipTest("the attacker runs as another user (nobody): needs root")) return;
+  TempDir dir;
+  REQUIRE(::chmod(dir.path().c_str(), 0755) == 0);
+  const std::string secret = dir.File("shadow");
+  dir.Write("shadow", "root:$6$TOPSECRETHASH:19000:0:99999:7:::\n");
+  REQUIRE(::chmod(secret.c_str(), 0600) == 0);
+  const std::string home = dir.File("eve");
+  REQUIRE(::mkdir(home.c_str(), 0755) == 0);
+  REQUIRE(::chown(home.c_str(), 65534, 65534) == 0);
+  // Her kernel map, recorded by path (kallsyms has no build-id), swapped for a link to the secret.
+  const std::string hers = home + "/kallsyms";
+  REQUIRE(AsNobody([&] {
+            std::ofstream(hers) << "ffffffff81000000 T _stext\n";
+            return ::unlink(hers.c_str()) == 0 && ::symlink(secret.c_str(), hers.c_str()) == 0;
+          }) == 0);
+  const std::string root = dir.File("root");
+  testing::WriteImageSession(root, "run1", {}, hers, {0xffffffff81000010});
+  const std::string tar = dir.File("run1.tar");
+  const CommandResult refused =
+      RunProgram({Binary("hvprof"), "archive", "--session-dir=" + root, "run1", "-o", tar});
+  INFO(refused.err);
+  CHECK(refused.status == 1);
+  CHECK(refused.err.find(hers + " is not archived") != std::string::npos);
+  CHECK(refused.err.find("uid 65534") != std::string::npos);
+  CHECK(refused.err.find("TOPSECRET") == std::string::npos);
+  CHECK(!std::filesystem::exists(tar));
+
+  // --partial leaves it out, and the manifest says so.
+  const CommandResult partial =
+      RunProgram({Binary("hvprof"), "archive", "--session-dir=" + root, "run1", "-o", tar, "--partial"});
+  INFO(partial.err);
+  REQUIRE(partial.status == 0);
+  CHECK(MemberBytes(tar, "by-path" + hers).empty());
+  CHECK(testing::ReadText(tar).find("TOPSECRET") == std::string::npos);
+  const nlohmann::json manifest = nlohmann::json::parse(MemberBytes(tar, "hvprof-archive.json"));
+  REQUIRE(manifest.contains("skipped"));
+  CHECK(manifest["skipped"][0]["path"] == hers);
+}
+
+TEST_CASE("hvprof archive keeps each file's mode, and its tar private unless all are world-readable",
+          "[archive][safety]") {
+  // Issue 38: members and the tar were 0644 whatever the files were: a 0600 copy of a JIT map
+  // became readable by everyone.
+  ImageSession s;
+  const std::string session = s.root + "/samples/run1";
+  const std::string tar = s.dir.File("run1.tar");
+  const mode_t umask = ::umask(022);
+  ::umask(umask);
+  // Everything in it world-readable: so is it, as the umask allows.
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(s.dir.path())) {
+    if (entry.is_regular_file()) REQUIRE(::chmod(entry.path().c_str(), 0644) == 0);
+  }
+  {
+    const CommandResult archived = s.Archive({"run1", "-o", tar});
+    INFO(archived.err);
+    REQUIRE(archived.status == 0);
+    CHECK(ModeOf(tar) == (0666 & ~umask));
+  }
+  REQUIRE(::chmod((session + "/session.json").c_str(), 0600) == 0);
+  std::filesystem::remove(tar);
+  const CommandResult archived = s.Archive({"run1", "-o", tar});
+  INFO(archived.err);
+  REQUIRE(archived.status == 0);
+  CHECK(ModeOf(tar) == 0600);
+  const std::string modes = MemberModes(tar);
+  INFO(modes);
+  CHECK(modes.find("session/session.json 0o600\n") != std::string::npos);
+  CHECK(modes.find("hvprof-archive.json 0o600\n") != std::string::npos);
+  CHECK(modes.find("session/samples.hvs 0o644\n") != std::string::npos);
+}
+
+TEST_CASE("hvprof archive refuses a session directory someone else could have changed", "[archive][safety]") {
+  // Issue 38: a session directory owned by another user was archived without a word: its files,
+  // planted links included, were read as root.
+  if (::geteuid() != 0 && testing::SkipTest("giving the session to another user needs root")) return;
+  ImageSession s;
+  const std::string session = s.root + "/samples/run1";
+  REQUIRE(::chown(session.c_str(), 65534, 65534) == 0);
+  const std::string tar = s.dir.File("run1.tar");
+  const CommandResult refused = s.Archive({"run1", "-o", tar});
+  INFO(refused.err);
+  CHECK(refused.status == 1);
+  CHECK(refused.err.find("is owned by uid 65534") != std::string::npos);
+  CHECK(!std::filesystem::exists(tar));
+  REQUIRE(::chown(session.c_str(), 0, 0) == 0);
+  REQUIRE(::chmod(session.c_str(), 0777) == 0);
+  const CommandResult writable = s.Archive({"run1", "-o", tar});
+  CHECK(writable.status == 1);
+  CHECK(writable.err.find("is writable by every user") != std::string::npos);
+}
+
+TEST_CASE("hvprof archive stores /proc/kallsyms whole, and the archive reports the kernel as the session did",
+          "[archive][safety]") {
+  // Issue 38: kallsyms was archived by its stat size, 0 in /proc: every kernel sample lost its
+  // symbol on the other machine. And an empty kernel map was archived without a word.
+  const std::string kallsyms = testing::ReadText("/proc/kallsyms");
+  const size_t schedule = kallsyms.find(" T schedule\n");
+  if ((schedule == std::string::npos || kallsyms.starts_with("0000000000000000")) &&
+      testing::SkipTest("needs /proc/kallsyms with addresses (root, or kernel.kptr_restrict=0)")) {
+    return;
+  }
+  TempDir dir;
+  const uint64_t address = std::stoull(kallsyms.substr(kallsyms.rfind('\n', schedule) + 1, 16), nullptr, 16);
+  const std::string root = dir.File("root");
+  testing::WriteImageSession(root, "run1", {}, "/proc/kallsyms", {address + 4, address + 8});
+  const std::string tmp = dir.File("tmp");
+  std::filesystem::create_directories(tmp);
+  const CommandResult before =
+      RunProgram({Binary("hvprof-report"), "--session-dir=" + root, "run1", "-l", "--format=json"});
+  INFO(before.err);
+  REQUIRE(before.status == 0);
+  REQUIRE(before.out.find("\"schedule\"") != std::string::npos);
+  const std::string tar = dir.File("run1.tar");
+  const CommandResult archived = RunProgram({Binary("hvprof"), "archive", "--session-dir=" + root, "run1", "-o", tar});
+  INFO(archived.err);
+  REQUIRE(archived.status == 0);
+  CHECK(MemberBytes(tar, "by-path/proc/kallsyms").size() > 1000);
+  const CommandResult after = RunProgram({Binary("hvprof-report"), "archive:" + tar, "-l", "--format=json"},
+                                         {"TMPDIR=" + tmp});
+  INFO(after.err);
+  CHECK(after.status == before.status);
+  CHECK(Rows(after.out) == Rows(before.out));
+
+  // A kernel map with nothing in it fails the archive, saying so.
+  dir.Write("empty-kallsyms", "");
+  testing::WriteImageSession(root, "run2", {}, dir.File("empty-kallsyms"), {address + 4});
+  const CommandResult empty =
+      RunProgram({Binary("hvprof"), "archive", "--session-dir=" + root, "run2", "-o", dir.File("run2.tar")});
+  INFO(empty.err);
+  CHECK(empty.status == 1);
+  CHECK(empty.err.find(dir.File("empty-kallsyms") + ", the kernel's symbols the session recorded, cannot be archived: "
+                       "it is empty") != std::string::npos);
+  CHECK(!std::filesystem::exists(dir.File("run2.tar")));
+}
+
+TEST_CASE("an archive of a default sim session reports as the session did, symbol for symbol", "[archive][sim][safety]") {
+  // Issue 38: the default scenario's kernels are /proc/kallsyms, which was archived empty: on the
+  // other machine every kernel sample lost its symbol.
+  const std::string kallsyms = testing::ReadText("/proc/kallsyms");
+  if ((kallsyms.empty() || kallsyms.starts_with("0000000000000000")) &&
+      testing::SkipTest("needs /proc/kallsyms with addresses (root, or kernel.kptr_restrict=0)")) {
+    return;
+  }
+  TempDir dir;
+  const std::string sessions = dir.File("sessions"), tmp = dir.File("tmp");
+  std::filesystem::create_directories(tmp);
+  const CommandResult run = RunProgram({Binary("hvprof"), "run", "--platform=sim", "--session-dir=" + sessions,
+                                        "--run-dir=" + dir.File("run"), "--duration=200ms"});
+  INFO(run.out << run.err);
+  REQUIRE(run.status == 0);
+  const auto saved = store::NewestSavedSession({sessions});
+  REQUIRE(saved.has_value());
+  const CommandResult before =
+      RunProgram({Binary("hvprof-report"), "--session-dir=" + sessions, *saved, "-l", "--format=json"});
+  INFO(before.err);
+  REQUIRE((before.status == 0 || before.status == 3));
+  const std::vector<std::string> rows = Rows(before.out);
+  bool kernel_symbol = false;  // a kernel function, named from kallsyms
+  for (const std::string& row : rows) kernel_symbol |= row.starts_with("[kernel.kallsyms] ") && row.find(" (no symbols) ") == std::string::npos;
+  INFO(before.out);
+  REQUIRE(kernel_symbol);
+  const std::string tar = dir.File("sim.tar");
+  const CommandResult archived =
+      RunProgram({Binary("hvprof"), "archive", "--session-dir=" + sessions, *saved, "-o", tar});
+  INFO(archived.err);
+  REQUIRE(archived.status == 0);
+  const CommandResult after =
+      RunProgram({Binary("hvprof-report"), "archive:" + tar, "-l", "--format=json"}, {"TMPDIR=" + tmp});
+  INFO(after.err);
+  CHECK(after.status == before.status);
+  CHECK(Rows(after.out) == rows);
 }

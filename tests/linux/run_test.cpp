@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "live_support.h"
+#include "hvprof/store/session.h"
 #include "run_support.h"
 #include "skip.h"
 #include "temp_dir.h"
@@ -307,4 +308,47 @@ TEST_CASE("hvprof run --platform=linux: a user who swaps a FIFO or a device link
   char events[4096];
   CHECK(::read(watch, events, sizeof events) < 0);  // the device was never opened
   ::close(watch);
+}
+
+TEST_CASE("hvprof run --platform=linux: an archive of the session reports as the session did, symbol for symbol",
+          "[linux][live][run][archive][safety]") {
+  // Issue 38: /proc/kallsyms went into archives empty, so a linux session's kernel samples had no
+  // symbols anywhere else.
+  if (!PerfUsable()) return;
+  LinuxRun run;
+  run.Run({"--", kFixture, "--seconds", "1"});
+  const std::vector<std::string> where = run.Command({});
+  const std::string session_dir = where[4];  // --session-dir=...
+  const auto saved = hvprof::store::NewestSavedSession({session_dir.substr(session_dir.find('=') + 1)});
+  REQUIRE(saved.has_value());
+  const CommandResult before = run.ReportOn({*saved, "-l", "--format=json"});
+  INFO(before.err);
+  REQUIRE((before.status == 0 || before.status == 3));
+  hvprof::testing::TempDir dir;
+  const std::string tar = dir.File("linux.tar"), tmp = dir.File("tmp");
+  std::filesystem::create_directories(tmp);
+  // --partial: other processes of this host may have run images that are gone by now (other
+  // tests' files); their samples have no symbols either way.
+  const CommandResult archived = hvprof::testing::RunProgram(
+      {hvprof::testing::Binary("hvprof"), "archive", session_dir, *saved, "-o", tar, "--partial"});
+  INFO(archived.err);
+  REQUIRE(archived.status == 0);
+  const CommandResult after = hvprof::testing::RunProgram(
+      {hvprof::testing::Binary("hvprof-report"), "archive:" + tar, "-l", "--format=json"}, {"TMPDIR=" + tmp});
+  INFO(after.err);
+  auto rows = [](const std::string& text) {
+    std::vector<std::string> out;
+    const Json report = Json::parse(text);
+    for (const Json& row : report["rows"]) {
+      out.push_back(row["image"].get<std::string>() + " " + row["symbol"].get<std::string>() + " " +
+                    row["samples"].dump());
+    }
+    return out;
+  };
+  const auto session_rows = rows(before.out);
+  REQUIRE(!session_rows.empty());
+  bool kernel = false;
+  for (const std::string& row : session_rows) kernel |= row.starts_with("[kernel.kallsyms] ") && row.find("(no symbols)") == std::string::npos;
+  CHECK(kernel);  // kernel time of the fixture's syscalls and page faults, named from kallsyms
+  CHECK(rows(after.out) == session_rows);
 }
