@@ -4,9 +4,11 @@
 #include <archive_entry.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -78,15 +80,25 @@ Result<ScopedFd> OpenParent(const std::string& root, const std::vector<std::stri
   return dir;
 }
 
+// The bytes free for us under `directory`, or nullopt when the file system does not say.
+std::optional<uint64_t> FreeBytes(const std::string& directory) {
+  struct statvfs fs {};
+  if (::statvfs(directory.c_str(), &fs) != 0) return std::nullopt;
+  return static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+}
+
+// `archive_bytes`: how much the tar holds. What it unpacks to cannot be more (a tar stores each
+// file's bytes whole), unless an entry is sparse: those are refused, and the sum is checked.
 Result<Unpacked> UnpackFrom(struct archive* reader, const std::string& where, const std::string& destination,
-                            const UnpackLimits& limits) {
+                            const UnpackLimits& limits, uint64_t archive_bytes) {
   auto library_error = [&](std::string_view doing) {
     const char* why = archive_error_string(reader);
     return MakeError(ErrorKind::kCorrupt, "{}: {}: {} (is it a tar that `hvprof archive` wrote?)", where, doing,
                      why != nullptr ? EscapeForTerminal(why) : std::string("unknown error"));
   };
   size_t entries = 0;
-  uint64_t total = 0;
+  uint64_t total = 0;     // what the headers say
+  uint64_t written_total = 0;  // what was written
   std::vector<char> buffer(size_t{1} << 16);
   while (true) {
     struct archive_entry* entry = nullptr;
@@ -123,9 +135,25 @@ Result<Unpacked> UnpackFrom(struct archive* reader, const std::string& where, co
                        where, shown, size < 0 ? std::string("of unknown size") : std::to_string(size),
                        limits.max_entry_bytes);
     }
+    if (archive_entry_sparse_count(entry) > 0) {
+      return MakeError(ErrorKind::kCorrupt, "{}: entry '{}' is a sparse file, which would unpack to more than the "
+                       "archive holds; not unpacked (`hvprof archive` writes none)",
+                       where, shown);
+    }
     if (__builtin_add_overflow(total, static_cast<uint64_t>(size), &total) || total > limits.max_total_bytes) {
       return MakeError(ErrorKind::kCorrupt, "{}: its files add up to more than {} bytes; not unpacked further", where,
                        limits.max_total_bytes);
+    }
+    if (total > archive_bytes) {
+      return MakeError(ErrorKind::kCorrupt, "{}: its files add up to more than the {} bytes the archive holds: it is "
+                       "not a plain tar; not unpacked further",
+                       where, archive_bytes);
+    }
+    // Room for it, with some to spare for everyone else.
+    if (const auto free = FreeBytes(destination); free && static_cast<uint64_t>(size) + limits.spare_bytes > *free) {
+      return MakeError(ErrorKind::kNoSpace, "{}: entry '{}' needs {} bytes, and {} has {} free (keeping {}); set "
+                       "TMPDIR to a directory with room",
+                       where, shown, size, destination, *free, limits.spare_bytes);
     }
     HVPROF_TRY(parent, OpenParent(destination, parts, parts.size() - 1));
     const int raw = ::openat(parent.get(), parts.back().c_str(),
@@ -144,7 +172,8 @@ Result<Unpacked> UnpackFrom(struct archive* reader, const std::string& where, co
       if (n < 0) return library_error(fmt::format("cannot read entry '{}'", shown));
       if (n == 0) break;
       written += static_cast<uint64_t>(n);
-      if (written > static_cast<uint64_t>(size)) {
+      written_total += static_cast<uint64_t>(n);
+      if (written > static_cast<uint64_t>(size) || written_total > archive_bytes) {
         return MakeError(ErrorKind::kCorrupt, "{}: entry '{}' holds more than the {} bytes its header says", where,
                          shown, size);
       }
@@ -209,7 +238,7 @@ Result<Unpacked> Unpack(const std::string& archive, const std::string& destinati
   if (archive_read_open_fd(reader.get(), fd.get(), 1 << 16) != ARCHIVE_OK) {
     return MakeError(ErrorKind::kCorrupt, "{}: not a tar file: {}", where, EscapeForTerminal(archive_error_string(reader.get())));
   }
-  return UnpackFrom(reader.get(), where, destination, limits);
+  return UnpackFrom(reader.get(), where, destination, limits, static_cast<uint64_t>(st.st_size));
 }
 
 Result<Unpacked> UnpackMemory(std::span<const uint8_t> bytes, const std::string& name, const std::string& destination,
@@ -218,7 +247,7 @@ Result<Unpacked> UnpackMemory(std::span<const uint8_t> bytes, const std::string&
   if (archive_read_open_memory(reader.get(), bytes.data(), bytes.size()) != ARCHIVE_OK) {
     return MakeError(ErrorKind::kCorrupt, "{}: not a tar file: {}", name, EscapeForTerminal(archive_error_string(reader.get())));
   }
-  return UnpackFrom(reader.get(), name, destination, limits);
+  return UnpackFrom(reader.get(), name, destination, limits, bytes.size());
 }
 
 }  // namespace hvprof::archive

@@ -1,14 +1,20 @@
 #include "hvprof/report/source.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <ctime>
 #include <cstdlib>
 #include <algorithm>
 #include <filesystem>
 #include <optional>
 
 #include "hvprof/archive/reader.h"
+#include "hvprof/base/files.h"
 #include "hvprof/store/session.h"
 
 namespace hvprof::report {
@@ -16,22 +22,62 @@ namespace hvprof::report {
 namespace {
 
 constexpr std::string_view kArchivePrefix = "archive:";
+constexpr std::string_view kUnpackPrefix = "hvprof-archive-";
+constexpr const char* kUnpackLock = "lock";  // held while the report that made it lives
+constexpr const char* kUnpackFolder = "tar";  // what the archive unpacks to
 
 // A directory of our own (mkdtemp: mode 0700, a fresh name) that goes, with all in it, when the
-// last copy of the returned pointer does.
-Result<std::shared_ptr<std::string>> PrivateDirectory() {
+// last copy of the pointer to it does; `lock` is held until then, so that another report can
+// tell it from one left by a report that was killed.
+struct UnpackDirectory {
+  std::string path;
+  ScopedFd lock;
+  ~UnpackDirectory() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+// Removes the unpack directories of this user's earlier reports that were killed (or
+// interrupted) while they unpacked or reported: theirs whose lock nobody holds. One without a
+// lock yet is taken only after a day (it may be a report just starting).
+void RemoveStaleUnpacks(const std::string& tmp) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(tmp, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with(kUnpackPrefix)) continue;
+    const std::string path = entry.path().string();
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) continue;
+    auto lock = OpenRegularFile(path + "/" + kUnpackLock, O_RDONLY);
+    if (lock) {
+      if (::flock(lock.value().get(), LOCK_EX | LOCK_NB) != 0) continue;  // its report lives
+    } else if (::time(nullptr) - st.st_mtime < 24 * 3600) {
+      continue;
+    }
+    std::filesystem::remove_all(path, ec);
+  }
+}
+
+Result<std::shared_ptr<UnpackDirectory>> PrivateDirectory() {
   const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/hvprof-archive-XXXXXX";
+  const std::string parent = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  RemoveStaleUnpacks(parent);
+  std::string pattern = parent + "/" + std::string(kUnpackPrefix) + "XXXXXX";
   if (::mkdtemp(pattern.data()) == nullptr) {
     return ErrnoError(errno, fmt::format("cannot create a temporary directory {} to unpack the archive in (set TMPDIR "
                                          "to a directory with room)",
                                          pattern));
   }
-  return std::shared_ptr<std::string>(new std::string(pattern), [](std::string* path) {
-    std::error_code ec;
-    std::filesystem::remove_all(*path, ec);
-    delete path;
-  });
+  auto directory = std::make_shared<UnpackDirectory>();
+  directory->path = pattern;
+  HVPROF_TRY(lock, OpenRegularFile(pattern + "/" + kUnpackLock, O_RDWR | O_CREAT | O_EXCL, 0600));
+  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) return ErrnoError(errno, fmt::format("cannot lock {}", pattern));
+  directory->lock = std::move(lock);
+  if (::mkdir((pattern + "/" + kUnpackFolder).c_str(), 0700) != 0) {
+    return ErrnoError(errno, fmt::format("cannot create {}/{}", pattern, kUnpackFolder));
+  }
+  return directory;
 }
 
 }  // namespace
@@ -44,7 +90,7 @@ Result<SessionSource> OpenSessionSource(const std::string& argument, const std::
     const std::string file = argument.substr(kArchivePrefix.size());
     if (file.empty()) return MakeError(ErrorKind::kInvalidArgument, "archive: name the file: archive:FILE.tar");
     HVPROF_TRY(directory, PrivateDirectory());
-    HVPROF_TRY(unpacked, archive::Unpack(file, *directory));
+    HVPROF_TRY(unpacked, archive::Unpack(file, directory->path + "/" + kUnpackFolder));
     source.directory = unpacked.session_directory;
     source.shown_directory = unpacked.original_directory;
     source.build_id_roots = {unpacked.root};

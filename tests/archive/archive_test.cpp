@@ -478,6 +478,69 @@ TEST_CASE("hvprof archive stores /proc/kallsyms whole, and the archive reports t
   CHECK(!std::filesystem::exists(dir.File("run2.tar")));
 }
 
+TEST_CASE("hvprof-report unpacks no more than an archive holds, where there is room, and cleans up after a "
+          "killed report",
+          "[archive][safety]") {
+  // Issue 38: a sparse entry made the reader write far more than the archive's size into TMPDIR,
+  // and an interrupted unpack left its directory behind.
+  TempDir dir;
+  const std::string tmp = dir.File("tmp");
+  std::filesystem::create_directories(tmp);
+  const std::string bomb = dir.File("bomb.tar");
+  // 256 MiB of holes around one byte, in a tar of a few KiB (pax's GNU sparse format 0.1).
+  const std::string script = R"PY(
+import io, json, sys, tarfile
+manifest = json.dumps({"hvprof_archive": 1, "session_directory": "/x", "files": []}).encode()
+with tarfile.open(sys.argv[1], "w", format=tarfile.PAX_FORMAT) as t:
+    info = tarfile.TarInfo("hvprof-archive.json"); info.size = len(manifest)
+    t.addfile(info, io.BytesIO(manifest))
+    info = tarfile.TarInfo("session/samples.hvs"); info.size = 1
+    info.pax_headers = {"GNU.sparse.size": str(256 << 20), "GNU.sparse.numblocks": "1",
+                        "GNU.sparse.offset": str((256 << 20) - 1), "GNU.sparse.numbytes": "1"}
+    t.addfile(info, io.BytesIO(b"x"))
+)PY";
+  const CommandResult made = RunProgram({"/usr/bin/python3", "-c", script, bomb});
+  INFO(made.err);
+  REQUIRE(made.status == 0);
+  REQUIRE(std::filesystem::file_size(bomb) < 65536);
+  const CommandResult report = RunProgram({Binary("hvprof-report"), "archive:" + bomb, "-l"}, {"TMPDIR=" + tmp});
+  INFO(report.err);
+  CHECK(report.status == 1);
+  CHECK(report.err.find("is a sparse file") != std::string::npos);
+  CHECK(IsEmptyDirectory(tmp));
+
+  // Nothing is unpacked where it would not leave room for others.
+  ImageSession s;
+  const std::string tar = s.dir.File("run1.tar");
+  REQUIRE(s.Archive({"run1", "-o", tar}).status == 0);
+  archive::UnpackLimits greedy;
+  greedy.spare_bytes = uint64_t{1} << 62;  // more than any disk
+  const std::string into = dir.File("into");
+  std::filesystem::create_directories(into);
+  auto refused = archive::Unpack(tar, into, greedy);
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().kind() == ErrorKind::kNoSpace);
+  CHECK(refused.error().message().find("set TMPDIR to a directory with room") != std::string::npos);
+
+  // A report killed while it unpacked left its directory; the next one removes it, and leaves
+  // alone that of a report still running (it holds its lock).
+  const std::string stale = tmp + "/hvprof-archive-KILLED", live = tmp + "/hvprof-archive-ALIVE";
+  for (const std::string& left : {stale, live}) {
+    std::filesystem::create_directories(left + "/tar/session");
+    std::ofstream(left + "/lock") << "";
+    std::ofstream(left + "/tar/session/samples.hvs") << std::string(4096, 'x');
+  }
+  const int held = ::open((live + "/lock").c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(held >= 0);
+  REQUIRE(::flock(held, LOCK_EX) == 0);
+  const CommandResult next = RunProgram({Binary("hvprof-report"), "archive:" + tar, "-l"}, {"TMPDIR=" + tmp});
+  INFO(next.err);
+  CHECK(next.status == 0);
+  CHECK(!std::filesystem::exists(stale));
+  CHECK(std::filesystem::exists(live + "/tar/session/samples.hvs"));
+  ::close(held);
+}
+
 TEST_CASE("an archive of a default sim session reports as the session did, symbol for symbol", "[archive][sim][safety]") {
   // Issue 38: the default scenario's kernels are /proc/kallsyms, which was archived empty: on the
   // other machine every kernel sample lost its symbol.

@@ -25,9 +25,10 @@ inline constexpr const char* kByPathFolder = "by-path";
 
 struct UnpackLimits {
   uint64_t max_entry_bytes = uint64_t{16} << 30;  // one file
-  uint64_t max_total_bytes = uint64_t{64} << 30;  // all of them
+  uint64_t max_total_bytes = uint64_t{64} << 30;  // all of them (and never more than the tar holds)
   size_t max_entries = 100000;
   size_t max_name_bytes = 4096;
+  uint64_t spare_bytes = uint64_t{64} << 20;  // left free where it is unpacked
 };
 
 struct Unpacked {
@@ -38,8 +39,10 @@ struct Unpacked {
 
 // Unpacks `archive` (a tar) into `destination`, an empty directory only this process writes in
 // (from mkdtemp). Refuses (and stops at) the first entry that is not a regular file or a
-// directory, whose name is absolute or has "." or ".." in it, that appears twice, or that
-// exceeds `limits`. On an error, what was unpacked so far is left for the caller to remove.
+// directory, whose name is absolute or has "." or ".." in it, that appears twice, that is
+// sparse, that exceeds `limits`, that would bring what is unpacked past the tar's own size, or
+// that does not fit where it goes with limits.spare_bytes to spare. On an error, what was
+// unpacked so far is left for the caller to remove.
 Result<Unpacked> Unpack(const std::string& archive, const std::string& destination, const UnpackLimits& limits = {});
 // The same from bytes in memory (the fuzzer's way in); `name` names it in messages.
 Result<Unpacked> UnpackMemory(std::span<const uint8_t> bytes, const std::string& name, const std::string& destination,
