@@ -373,20 +373,36 @@ void ProfileBuilder::AskDebuginfod(const Target& target, sym::ImageSpec& spec) {
     // Missing here, or here but not the file that was profiled: when no server has it either,
     // the symbolizer says what is wrong with the one here.
     auto fetched = debuginfod->FindExecutable(id);
-    if (!fetched) return;
+    if (!fetched) {
+      if (fetched.error().kind() != ErrorKind::kNotFound) NoteOnce(fetched.error().message());
+      return;
+    }
     spec.path = fetched.value();
-    NoteOnce(fmt::format("from debuginfod: {} (build-id {}), as {}", target.path, id, spec.path));
     info = symbolizer_.Describe(spec);
-    if (!info) return;
+    if (!info || info.value().build_id != id) return;
+    NoteOnce(fmt::format("from debuginfod: {} (build-id {}), as {}", target.path, id, spec.path));
   }
   // No symbol table (stripped) or no DWARF for -g, and no debug file here: the server's.
   const sym::ImageInfo& found = info.value();
   if (found.debug_file.empty() && (found.symbol_table != ".symtab" || (options_.lines && !found.has_dwarf))) {
     auto debug = debuginfod->FindDebuginfo(id);
-    if (!debug) return;
-    spec.debug_file = debug.value();
+    if (!debug) {
+      if (debug.error().kind() != ErrorKind::kNotFound) NoteOnce(debug.error().message());
+      return;
+    }
+    sym::ImageSpec with_debug = spec;
+    with_debug.debug_file = debug.value();
+    // Named only once the symbolizer took it (its build-id is the image's): a file it refused
+    // was not used.
+    auto used = symbolizer_.Describe(with_debug);
+    if (!used || used.value().debug_file != with_debug.debug_file) {
+      NoteOnce(fmt::format("debuginfod's debug info for {} (build-id {}) was refused: it is not that image's",
+                           target.path, id));
+      return;
+    }
+    spec.debug_file = with_debug.debug_file;
     NoteOnce(fmt::format("from debuginfod: the debug info of {} (build-id {}), as {}", target.path, id,
-                                   spec.debug_file));
+                         spec.debug_file));
   }
 }
 
