@@ -1051,15 +1051,17 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
   };
   uint64_t sum = 0;
   if (from_aggregate) {
-    // The aggregate is a cache of samples.hvs; one that counts more than the session stored (or
-    // more than a number holds) is forged or damaged, and is not used.
+    // The aggregate is a cache of samples.hvs; one that counts other than what the session
+    // stored (or more than a number holds) is forged or damaged, and is not used.
     const bool overflow = sum_counts(aggregate, &sum);
     const uint64_t stored = profile.metadata_.samples_stored;
     // Its stacks count what its entries count (the reader checked that they add up to its total).
-    if (overflow || (stored != 0 && sum > stored) || (aggregate.has_stacks && aggregate.samples != sum)) {
+    if (overflow || (stored != 0 && sum != stored) || (aggregate.has_stacks && aggregate.samples != sum)) {
       profile.problems_.push_back(fmt::format(
-          "{} counts {} samples where the session stored {}; it was ignored and the raw samples read instead",
-          aggregate_path, overflow ? std::string("more than 2^64") : std::to_string(sum), stored));
+          "{} is damaged: it counts {} samples where {} says the session stored {}; it was ignored and the raw "
+          "samples read instead",
+          aggregate_path, overflow ? std::string("more than 2^64") : std::to_string(sum), store::kMetadataFile,
+          stored));
       aggregate = store::Aggregate();
       from_aggregate = false;
     }

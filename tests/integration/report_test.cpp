@@ -264,6 +264,34 @@ TEST_CASE("hvprof-report on bad input: clear errors, honest exit codes, whole JS
     CHECK(parsed["events"][0]["samples"].get<uint64_t>() == honest_total);  // the raw samples were used
     CHECK(forged.out.find("more than 2^64") != std::string::npos);
   }
+  SECTION("an aggregate that counts fewer samples than session.json says were stored is damaged") {
+    // Issue 38: only one that counted more was refused, so a cache could hide samples (shift
+    // the shares) and be believed.
+    const std::string path = host.current() + "/aggregate.hva";
+    auto honest = host.Report({"-l", "--format=json"});
+    REQUIRE(honest.status == 0);
+    const Json honest_json = Json::parse(honest.out);
+    const uint64_t honest_total = honest_json["events"][0]["samples"].get<uint64_t>();
+    auto aggregate = store::ReadAggregate(path);
+    REQUIRE(aggregate.has_value());
+    REQUIRE(aggregate.value().entries.size() >= 2);
+    REQUIRE(aggregate.value().entries[0].count >= 1);
+    // The first row's samples gone, the rest kept; the file stays well formed.
+    aggregate.value().samples -= aggregate.value().entries[0].count;
+    aggregate.value().entries.erase(aggregate.value().entries.begin());
+    aggregate.value().has_stacks = false;
+    aggregate.value().stacks.clear();
+    aggregate.value().time_slices = 0;
+    aggregate.value().slice_counts.clear();
+    REQUIRE(store::WriteAggregate(path, aggregate.value()).has_value());
+    auto forged = host.Report({"-l", "--format=json"});
+    INFO(forged.out);
+    CHECK(forged.status == 3);
+    const Json parsed = Json::parse(forged.out);
+    CHECK(parsed["events"][0]["samples"].get<uint64_t>() == honest_total);  // the raw samples were used
+    CHECK(parsed["rows"].size() == honest_json["rows"].size());
+    CHECK(forged.out.find("aggregate.hva is damaged") != std::string::npos);
+  }
   SECTION("names chosen by the profiled code cannot act on the terminal or forge rows") {
     const std::string metadata = host.current() + "/session.json";
     auto text = ReadFileToString(metadata);
