@@ -60,17 +60,7 @@ char AsciiLower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A
 
 // The text a user may be shown of a URL that may hold credentials: "scheme://user:pw@host/x"
 // becomes "scheme://host/x", escaped for a terminal.
-std::string RedactRawUrl(std::string_view url) {
-  std::string out(url);
-  if (const size_t scheme_end = out.find("://"); scheme_end != std::string::npos) {
-    const size_t authority = scheme_end + 3;
-    size_t authority_end = out.find_first_of("/?#", authority);
-    if (authority_end == std::string::npos) authority_end = out.size();
-    const size_t at = out.rfind('@', authority_end == 0 ? 0 : authority_end - 1);
-    if (at != std::string::npos && at >= authority) out.erase(authority, at + 1 - authority);
-  }
-  return EscapeForTerminal(out);
-}
+std::string RedactRawUrl(std::string_view url) { return EscapeForTerminal(RedactUrls(url)); }
 
 // What Go's unicode.IsSpace takes, which strings.TrimSpace (in Pyroscope's parser) trims.
 bool IsUnicodeSpace(uint32_t code) {
@@ -87,6 +77,21 @@ std::string_view CutUtf8(std::string_view text, size_t limit) {
     --end;
   }
   return text.substr(0, end);
+}
+
+std::string Base64(std::string_view bytes) {
+  static constexpr char kDigits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t group = static_cast<uint32_t>(static_cast<unsigned char>(bytes[i])) << 16;
+    if (i + 1 < bytes.size()) group |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
+    if (i + 2 < bytes.size()) group |= static_cast<unsigned char>(bytes[i + 2]);
+    out += kDigits[group >> 18 & 63];
+    out += kDigits[group >> 12 & 63];
+    out += i + 1 < bytes.size() ? kDigits[group >> 6 & 63] : '=';
+    out += i + 2 < bytes.size() ? kDigits[group & 63] : '=';
+  }
+  return out;
 }
 
 // Replaces every occurrence of each secret by "***" (secrets shorter than 3 bytes are left:
@@ -499,6 +504,10 @@ Result<PushSummary> PushToPyroscope(const PushOptions& options, std::span<const 
   const std::string& password = options.username.empty() ? endpoint.password : options.password;
   secrets.push_back(options.username);
   secrets.push_back(options.password);
+  // A server (or a proxy) may answer with what it was sent: the Authorization header too.
+  if (!username.empty()) secrets.push_back(Base64(username + ":" + password));
+  // And each as a message shows it, escaped for the terminal.
+  for (size_t i = 0, n = secrets.size(); i < n; ++i) secrets.push_back(EscapeForTerminal(secrets[i]));
 
   CurlEasy handle(curl_easy_init());
   if (!handle) return MakeError(ErrorKind::kNoSpace, "libcurl: cannot make a transfer handle");

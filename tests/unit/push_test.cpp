@@ -22,6 +22,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "hvprof/base/escape.h"
+
 #include "http_server.h"
 #include "hvprof/base/scoped_fd.h"
 #include "hvprof/push/pyroscope.h"
@@ -335,6 +337,35 @@ TEST_CASE("push: credentials in the URL go as basic auth and never into a messag
   const auto bad_scheme = PushToPyroscope(ftp, std::span(&series, 1));
   REQUIRE_FALSE(bad_scheme);
   CHECK(bad_scheme.error().message().find(secret) == std::string::npos);
+}
+
+TEST_CASE("push: a server that echoes the request cannot make a message show the credentials",
+          "[push][pyroscope][safety]") {
+  // Issue 38: the error body is quoted; a server (or a proxy) answering with what it was sent
+  // showed the Authorization header, and a password the terminal escaping changes was not
+  // recognised once escaped.
+  const std::string user = "alice";
+  const std::string password = "p\\ss\x1bw\xc3\xa9rd";  // a backslash, an escape, UTF-8
+  // base64("alice:p\ss\x1bw\xc3\xa9rd"), as libcurl sends it.
+  const std::string basic = "YWxpY2U6cFxzcxt3w6lyZA==";
+  LoopbackServer server({{401, "you sent Authorization: Basic " + basic + " and password " + password, ""}});
+  const PyroscopeSeries series = CpuSeries("1", "a", "x");
+  PushOptions options;
+  options.url = "http://127.0.0.1:" + std::to_string(server.port());
+  options.username = user;
+  options.password = password;
+  const auto pushed = PushToPyroscope(options, std::span(&series, 1));
+  const std::vector<Request> requests = server.Stop();
+  REQUIRE(requests.size() == 1);
+  REQUIRE(requests[0].headers.at("authorization") == "Basic " + basic);
+  REQUIRE_FALSE(pushed);
+  const std::string message = pushed.error().message();
+  INFO(message);
+  CHECK(message.find("HTTP 401") != std::string::npos);
+  CHECK(message.find(basic) == std::string::npos);
+  CHECK(message.find("YWxpY2U6") == std::string::npos);
+  CHECK(message.find(hvprof::EscapeForTerminal(password)) == std::string::npos);
+  CHECK(message.find("and password ***") != std::string::npos);  // the body is still quoted, without them
 }
 
 TEST_CASE("push: the ingest URL keeps a path prefix and refuses what is not a base URL", "[push][pyroscope]") {
