@@ -237,6 +237,9 @@ int main(int argc, char** argv) {
          "/var/lib/hvprof/domain-ID)")
         ("run-dir", po::value(&setup.hv_run_dir), "where hvprof-hv's domain sockets are (default: its default); "
                     "on xen, where dom0's agent keeps its lock (default /run/hvprof)")
+        ("session-group", po::value(&setup.session_group),
+         "with --start-daemon: let GROUP read the sessions (directories 2750, files 0640); without it they are "
+         "their owner's alone (0700, 0600), since they say which processes ran, what they mapped and their stacks")
         ("cpu-type", po::value(&cpu_type), "with --list-events: list this CPU type's events offline");
     hvprof::control::RunOptions run_options;
     std::string duration;

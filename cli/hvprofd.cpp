@@ -102,6 +102,11 @@ int main(int argc, char** argv) {
     auto setup = hvprof::setup::SetupOptions::FromJson(text.value(), setup_path);
     if (!setup) return Fail(ready_fd, setup.error());
     if (setup.value().verbose) hvprof::SetLogLevel(hvprof::LogLevel::kDebug);
+    // What it writes says which processes ran and what they mapped: its owner's alone, or
+    // --session-group's to read.
+    if (auto private_files = setup.value().ApplySessionPrivacy(); !private_files) {
+      return Fail(ready_fd, private_files.error());
+    }
 
     // One agent per session directory: the lock lives as long as this process.
     hvprof::store::SessionPaths paths{setup.value().session_root};

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +28,24 @@
 namespace hvprof::control {
 
 namespace {
+
+// --session-group: the session root and its samples/ are the group's to read (2750: the group
+// of what is made in them follows), never to write.
+Result<void> ShareSessions(const store::SessionPaths& paths, gid_t group) {
+  for (const std::string& dir : {paths.root, paths.samples_dir()}) {
+    struct stat st {};
+    if (::lstat(dir.c_str(), &st) != 0) return ErrnoError(errno, fmt::format("cannot inspect {}", dir));
+    if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) continue;  // CheckSessionDirectories says what is wrong
+    if (::chown(dir.c_str(), static_cast<uid_t>(-1), group) != 0) {
+      return ErrnoError(errno, fmt::format("--session-group: cannot give {} to group {}", dir, group));
+    }
+    if (::chmod(dir.c_str(), (st.st_mode & 0700) | 02750) != 0) {
+      return ErrnoError(errno, fmt::format("--session-group: cannot set the mode of {}", dir));
+    }
+  }
+  return Ok();
+}
+
 
 constexpr auto kRequestTimeout = std::chrono::seconds(60);
 constexpr auto kLongRequestTimeout = std::chrono::hours(24);
@@ -187,7 +206,12 @@ Result<Outcome> StartDaemon(const setup::SetupOptions& setup, const std::string&
   for (const std::string& image : setup.passive_images) {
     HVPROF_TRYV(setup::CheckImage(image, "passive-kernel", std::nullopt));
   }
+  // Sessions say which processes ran, what they mapped and their stacks: what is made from now
+  // on (here and by hvprofd) is the owner's alone, unless --session-group shares it to read.
+  HVPROF_TRYV(setup.ApplySessionPrivacy());
   HVPROF_TRYV(MakeDirectories(paths.samples_dir()));
+  HVPROF_TRY(session_group, setup.SessionGroup());
+  if (session_group) HVPROF_TRYV(ShareSessions(paths, *session_group));
   HVPROF_TRYV(CheckSessionDirectories(paths));
 
   // sim and linux run under hvprof-hv: dom0 starts one when none serves the run directory, and

@@ -1,5 +1,8 @@
 #include "hvprof/setup/setup.h"
 
+#include <grp.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cstring>
@@ -75,6 +78,29 @@ Result<void> SetupOptions::CheckNumbers() const {
 
 bool SetupOptions::JitWanted() const { return jit == "on" || (jit == "auto" && platform != "sim"); }
 
+Result<std::optional<gid_t>> SetupOptions::SessionGroup() const {
+  if (session_group.empty()) return std::optional<gid_t>();
+  std::vector<char> buffer(16384);
+  group entry {};
+  group* found = nullptr;
+  const int failed = ::getgrnam_r(session_group.c_str(), &entry, buffer.data(), buffer.size(), &found);
+  if (failed == 0 && found != nullptr) return std::optional<gid_t>(found->gr_gid);
+  uint32_t number = 0;
+  const char* end = session_group.data() + session_group.size();
+  if (std::from_chars(session_group.data(), end, number).ptr == end && number != UINT32_MAX) {
+    return std::optional<gid_t>(static_cast<gid_t>(number));
+  }
+  return MakeError(ErrorKind::kInvalidArgument,
+                   "--session-group={}: no such group; give a group's name or number (`getent group` lists them)",
+                   session_group);
+}
+
+Result<void> SetupOptions::ApplySessionPrivacy() const {
+  HVPROF_TRY(group, SessionGroup());
+  ::umask(group ? 027 : 077);
+  return Ok();
+}
+
 Json SetupOptions::ToJson() const {
   return Json{{"platform", platform},
               {"domain", domain},
@@ -93,7 +119,8 @@ Json SetupOptions::ToJson() const {
               {"rate", rate},
               {"jit", jit},
               {"sched", sched},
-              {"verbose", verbose}};
+              {"verbose", verbose},
+              {"session_group", session_group}};
 }
 
 namespace {
@@ -132,6 +159,7 @@ Result<SetupOptions> SetupOptions::FromJson(std::string_view text, const std::st
   HVPROF_TRY(verbose, root.Get<bool>("verbose", false));
   HVPROF_TRY(sched, root.Get<bool>("sched", false));
   HVPROF_TRY(jit, root.Get("jit", "auto"));
+  HVPROF_TRY(session_group, root.Get("session_group", ""));
   o.platform = platform;
   o.domain = domain;
   o.hv_run_dir = hv_run_dir;
@@ -150,6 +178,7 @@ Result<SetupOptions> SetupOptions::FromJson(std::string_view text, const std::st
   o.verbose = verbose;
   o.sched = sched;
   o.jit = jit;
+  o.session_group = session_group;
   // Someone may have edited it since --start-daemon checked the same numbers.
   HVPROF_TRYV(o.CheckNumbers());
   return o;

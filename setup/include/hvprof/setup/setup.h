@@ -2,6 +2,8 @@
 // specs against the CPU's event table and counters, domain lists, and images.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -51,12 +53,21 @@ struct SetupOptions {
   // --sched: also record scheduling (runstate changes, wake-ups, migrations) in the session.
   bool sched = false;
   bool verbose = false;
+  // --session-group: a group that may read the sessions (directories 2750, files 0640); empty:
+  // their owner alone (0700, 0600). They say which processes ran, what they mapped, and stacks.
+  std::string session_group;
 
   // CheckNumber for each numeric field and --jit's value (a daemonrc.json may have been
   // edited).
   Result<void> CheckNumbers() const;
   // Whether --jit asks for JIT files on `platform`.
   bool JitWanted() const;
+  // The group --session-group names (a name or a number), if any; an error naming it when there
+  // is no such group.
+  Result<std::optional<gid_t>> SessionGroup() const;
+  // Makes what this process (and the hvprofd it starts) creates from now on private, or shared
+  // read-only with SessionGroup: sets the umask (077 or 027).
+  Result<void> ApplySessionPrivacy() const;
 
   nlohmann::json ToJson() const;
   // Reads what ToJson wrote (daemonrc.json), every field checked; `origin` names the file.
