@@ -1,7 +1,7 @@
 // Fuzzes the unpacking of archives (archive/reader.h): `hvprof-report archive:FILE` reads tars
 // from anywhere. Whatever the bytes, nothing may be created outside the private directory they
-// are unpacked in, nothing but regular files and directories may be created in it, and every
-// file stays within the limits.
+// are unpacked in, nothing but regular files and directories may be created in it, every file
+// stays within the limits, and all of them together hold no more bytes than the archive.
 #include <stdlib.h>
 #include <sys/stat.h>
 
@@ -41,17 +41,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.max_entry_bytes = kMaxEntryBytes;
   limits.max_total_bytes = 4 * kMaxEntryBytes;
   limits.max_entries = 64;
+  limits.spare_bytes = 0;  // the fuzzer's own files are small; the disk's room is not what is fuzzed
   auto unpacked = hvprof::archive::UnpackMemory({data, size}, "fuzz.tar", destination, limits);
   if (unpacked && unpacked.value().session_directory != destination + "/session") std::abort();
   // Only `unpack` beside it, and only regular files within the limits and directories in it.
   for (const auto& entry : std::filesystem::directory_iterator(Parent())) {
     if (entry.path().filename() != "unpack") std::abort();
   }
+  // And no more than the archive holds: a tar stores its files' bytes, so a sparse or lying
+  // entry (an archive bomb) may not make the reader write more.
+  uint64_t unpacked_bytes = 0;
   for (const auto& entry : std::filesystem::recursive_directory_iterator(destination)) {
     struct stat st {};
     if (::lstat(entry.path().c_str(), &st) != 0) std::abort();
     if (S_ISDIR(st.st_mode)) continue;
     if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > kMaxEntryBytes) std::abort();
+    unpacked_bytes += static_cast<uint64_t>(st.st_size);
   }
+  if (unpacked_bytes > size) std::abort();
   return 0;
 }

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 seeds=$(realpath -m "${1:?usage: scripts/fuzz-seeds.sh OUT_DIR}")
 targets=(elf_image_fuzzer kernel_symbols_fuzzer session_files_fuzzer published_profile_fuzzer
          ring_reader_fuzzer scenario_fuzzer engine_ops_fuzzer archive_reader_fuzzer jit_symbols_fuzzer
-         perf_records_fuzzer tracepoint_fuzzer xen_trace_fuzzer)
+         perf_records_fuzzer tracepoint_fuzzer xen_trace_fuzzer elf_info_fuzzer redact_urls_fuzzer)
 cc=$(command -v clang || command -v gcc) || { echo "fuzz-seeds: needs clang or gcc" >&2; exit 1; }
 
 # Seeds: small ELF images made here (DWARF 4 and 5, inlining, a shared object, stripped, and
@@ -28,6 +28,12 @@ elf_seeds="$seeds/elf_image_fuzzer"
 "$cc" -g -O2 -fPIC -shared -o "$elf_seeds/shared.so" "$seeds/seed.c"
 objcopy --strip-all "$elf_seeds/dwarf5" "$elf_seeds/stripped"
 head -c 2000 "$elf_seeds/dwarf5" > "$elf_seeds/truncated"
+# What root's hvprof-hv reads of mapped files: the same images, one without a build-id.
+cp "$elf_seeds"/* "$seeds/elf_info_fuzzer/"
+"$cc" -O2 -Wl,--build-id=none -o "$seeds/elf_info_fuzzer/no-build-id" "$seeds/seed.c"
+# Messages that name servers, with and without credentials.
+printf '%s' 'https://alice:s3cret@debuginfod.example/ http://plain:8002' > "$seeds/redact_urls_fuzzer/debuginfod-urls"
+printf '%s' 'http://a:b@c@host/p@q?x=y#z ftp://@ x:// user@example.com' > "$seeds/redact_urls_fuzzer/odd"
 cp fuzz/corpus/kernel_symbols/* "$seeds/kernel_symbols_fuzzer/"
 if [ -r /proc/kallsyms ]; then head -n 300 /proc/kallsyms > "$seeds/kernel_symbols_fuzzer/proc-kallsyms"; fi
 # A small session (committed), the example scenarios, and rings and op sequences made here.
@@ -128,6 +134,11 @@ tar("dotdot", good + [member("session/../../escaped", b"x")])
 tar("absolute", good + [member("/tmp/escaped", b"x")])
 tar("symlink", good + [member("link", kind=tarfile.SYMTYPE, link="/tmp"), member("link/escaped", b"x")])
 tar("hardlink", good + [member("hard", kind=tarfile.LNKTYPE, link="/etc/passwd")])
+# An archive bomb: a sparse entry of 1 MiB of holes around one byte (pax's GNU sparse 0.1).
+bomb, _ = member("session/samples.hvs", b"x")
+bomb.pax_headers = {"GNU.sparse.size": str(1 << 20), "GNU.sparse.numblocks": "1",
+                    "GNU.sparse.offset": str((1 << 20) - 1), "GNU.sparse.numbytes": "1"}
+tar("sparse", good + [(bomb, b"x")])
 PY
 
 echo "fuzz-seeds: $(find "$seeds" -type f | wc -l) seeds in $seeds"
