@@ -2,15 +2,12 @@
 // the session and the images are gone; an image that is not the one profiled is refused; a
 // hostile tar is refused without writing anything outside the directory it is unpacked in.
 #include <fcntl.h>
-#include <grp.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
-#include <functional>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -19,6 +16,7 @@
 #include "host_harness.h"
 #include "hvprof/archive/reader.h"
 #include "hvprof/base/files.h"
+#include "other_user.h"
 #include "programs.h"
 #include "sim_harness.h"
 #include "skip.h"
@@ -292,19 +290,6 @@ TEST_CASE("an archived sim session reports identically without its session and i
 
 namespace {
 
-// Runs `work` in a child as uid and gid 65534 (nobody), another local user; its exit status.
-int AsNobody(const std::function<bool()>& work) {
-  const pid_t child = ::fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
-    ::_exit(work() ? 0 : 4);
-  }
-  int status = 0;
-  REQUIRE(::waitpid(child, &status, 0) == child);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 mode_t ModeOf(const std::string& path) {
   struct stat st {};
   REQUIRE(::stat(path.c_str(), &st) == 0);
@@ -354,7 +339,7 @@ TEST_CASE("hvprof archive run by root stores no file another user could have swa
   REQUIRE(::chown(home.c_str(), 65534, 65534) == 0);
   // Her kernel map, recorded by path (kallsyms has no build-id), swapped for a link to the secret.
   const std::string hers = home + "/kallsyms";
-  REQUIRE(AsNobody([&] {
+  REQUIRE(testing::RunAsUser(testing::kNobody, [&] {
             std::ofstream(hers) << "ffffffff81000000 T _stext\n";
             return ::unlink(hers.c_str()) == 0 && ::symlink(secret.c_str(), hers.c_str()) == 0;
           }) == 0);

@@ -17,6 +17,7 @@
 #include "hvprof/agent/ring_reader.h"
 #include "hvprof/hv/framing.h"
 #include "hvprof/hv/daemon.h"
+#include "other_user.h"
 #include "sim_harness.h"
 #include "skip.h"
 #include "temp_dir.h"
@@ -389,25 +390,13 @@ TEST_CASE("only the domain's own user may speak on its socket", "[hv][security]"
   // root is not nobody: refused.
   CHECK_FALSE(ConnectHosted(daemon.Socket(1)).has_value());
   // nobody is accepted.
-  const pid_t child = ::fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
-    auto link = ConnectHosted(daemon.Socket(1));
-    ::_exit(link.has_value() && link.value()->domain() == 1 ? 0 : 4);
-  }
-  int status = 0;
-  REQUIRE(::waitpid(child, &status, 0) == child);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(hvprof::testing::RunAsUser(hvprof::testing::kNobody, [&] {
+          auto link = ConnectHosted(daemon.Socket(1));
+          return link.has_value() && link.value()->domain() == 1;
+        }) == 0);
   // And nobody cannot use dom0's socket (mode 0600, owned by root).
-  const pid_t intruder = ::fork();
-  if (intruder == 0) {
-    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
-    ::_exit(ConnectHosted(daemon.Socket(0)).has_value() ? 5 : 0);
-  }
-  REQUIRE(::waitpid(intruder, &status, 0) == intruder);
-  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(hvprof::testing::RunAsUser(hvprof::testing::kNobody,
+                                   [&] { return !ConnectHosted(daemon.Socket(0)).has_value(); }) == 0);
 }
 
 namespace {

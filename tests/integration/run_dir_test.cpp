@@ -3,7 +3,6 @@
 // spoken to as the hypervisor. hvprof-hv must refuse the directory, and no client may say a
 // word to a server that is neither root's nor its own user's.
 #include <fcntl.h>
-#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -13,7 +12,6 @@
 
 #include <chrono>
 #include <filesystem>
-#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +19,7 @@
 #include <catch2/catch.hpp>
 
 #include "hvprof/base/socket.h"
+#include "other_user.h"
 #include "programs.h"
 #include "sim_harness.h"
 #include "skip.h"
@@ -33,12 +32,10 @@ using hvprof::testing::TempDir;
 
 namespace {
 
-constexpr uid_t kSquatter = 65534;  // nobody
-constexpr uid_t kVictim = 65533;    // a user with no hvprof-hv of her own yet
+using hvprof::testing::BecomeUser;
 
-void BecomeUser(uid_t uid) {
-  if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 || ::setuid(uid) != 0) ::_exit(3);
-}
+constexpr uid_t kSquatter = hvprof::testing::kNobody;
+constexpr uid_t kVictim = 65533;  // a user with no hvprof-hv of her own yet
 
 // The squatter's server on `socket_path`, in a child of hers: it accepts every connection and
 // tells through a pipe, per connection, whether anything was said to it ('y') or not ('n').
@@ -107,14 +104,9 @@ CommandResult RunWithin(const std::vector<std::string>& argv, uid_t uid, std::ch
     ::dup2(to, STDOUT_FILENO);
     ::dup2(err, STDERR_FILENO);
     if (uid != 0) BecomeUser(uid);
-    ::clearenv();
+    ::clearenv();  // hers: no XDG_RUNTIME_DIR of ours
     ::setenv("PATH", "/usr/bin:/bin", 1);
-    for (const std::string& setting : environment) ::putenv(const_cast<char*>(setting.c_str()));
-    std::vector<char*> args;
-    for (const std::string& word : argv) args.push_back(const_cast<char*>(word.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    ::_exit(127);
+    hvprof::testing::ExecProgram(argv, environment);
   }
   CommandResult result;
   const auto deadline = std::chrono::steady_clock::now() + limit;
@@ -136,17 +128,10 @@ CommandResult RunWithin(const std::vector<std::string>& argv, uid_t uid, std::ch
 
 // Makes `path` as the squatter would: hers, open to all.
 void Squat(const std::string& path) {
-  const pid_t child = ::fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    BecomeUser(kSquatter);
-    ::umask(0);
-    ::_exit(::mkdir(path.c_str(), 0777) == 0 ? 0 : 6);
-  }
-  int status = 0;
-  REQUIRE(::waitpid(child, &status, 0) == child);
-  REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
+  REQUIRE(hvprof::testing::RunAsUser(kSquatter, [&] {
+            ::umask(0);
+            return ::mkdir(path.c_str(), 0777) == 0;
+          }) == 0);
 }
 
 const std::string kScenario = std::string(HVPROF_SOURCE_DIR) + "/examples/default.json";

@@ -23,6 +23,7 @@
 #include "hvprof/linux/elf_info.h"
 #include "hvprof/linux/linux_machine.h"
 #include "live_support.h"
+#include "other_user.h"
 #include "skip.h"
 
 using namespace hvpmu;
@@ -368,7 +369,8 @@ TEST_CASE("without privileges, perf_event_open's refusal says what to change", "
   if (pid == 0) {
     ::close(pipe_fds[0]);
     std::string message = "created";
-    if (::setgroups(0, nullptr) == 0 && ::setgid(65534) == 0 && ::setuid(65534) == 0) {
+    if (::setgroups(0, nullptr) == 0 && ::setgid(hvprof::testing::kNobody) == 0 &&
+        ::setuid(hvprof::testing::kNobody) == 0) {
       LinuxOptions options;
       options.scan_proc = false;
       auto machine = LinuxMachine::Create(options);

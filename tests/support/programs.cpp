@@ -32,6 +32,15 @@ std::string ReadText(const std::string& path) {
   return text.str();
 }
 
+void ExecProgram(const std::vector<std::string>& argv, const std::vector<std::string>& environment) {
+  for (const std::string& setting : environment) ::putenv(const_cast<char*>(setting.c_str()));
+  std::vector<char*> args;
+  for (const std::string& word : argv) args.push_back(const_cast<char*>(word.c_str()));
+  args.push_back(nullptr);
+  ::execv(args[0], args.data());
+  ::_exit(127);
+}
+
 CommandResult RunProgram(const std::vector<std::string>& argv, const std::vector<std::string>& environment) {
   int out[2], err[2];
   REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
@@ -41,12 +50,7 @@ CommandResult RunProgram(const std::vector<std::string>& argv, const std::vector
   if (child == 0) {
     ::dup2(out[1], STDOUT_FILENO);
     ::dup2(err[1], STDERR_FILENO);
-    for (const std::string& setting : environment) ::putenv(const_cast<char*>(setting.c_str()));
-    std::vector<char*> args;
-    for (const std::string& word : argv) args.push_back(const_cast<char*>(word.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    ::_exit(127);
+    ExecProgram(argv, environment);
   }
   ::close(out[1]);
   ::close(err[1]);

@@ -15,6 +15,8 @@ struct CommandResult {
 // Runs a program to completion, capturing its output; `environment` ("NAME=VALUE") is added to
 // the child's.
 CommandResult RunProgram(const std::vector<std::string>& argv, const std::vector<std::string>& environment = {});
+// In a child process: adds `environment` to its own and runs `argv`; _exit(127) when it cannot.
+[[noreturn]] void ExecProgram(const std::vector<std::string>& argv, const std::vector<std::string>& environment);
 std::string Binary(const std::string& name);  // build/bin/NAME
 // `name`'s path on PATH (an empty entry is the working directory), or "" when it is not there.
 std::string FindOnPath(const std::string& name);

@@ -3,16 +3,13 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
-#include <grp.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
-#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -21,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "hvprof/base/files.h"
+#include "other_user.h"
 #include "skip.h"
 #include "temp_dir.h"
 
@@ -285,24 +283,6 @@ TEST_CASE("session roots: what another user owns or can write is refused, naming
   CHECK(checked.error().message().find("is owned by uid 65534") != std::string::npos);
 }
 
-namespace {
-
-// Runs `work` in a child under uid and gid 65534 (nobody): what another local user does. The
-// child's exit status, 0 when `work` returned true.
-int AsNobody(const std::function<bool()>& work) {
-  const pid_t child = ::fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
-    ::_exit(work() ? 0 : 4);
-  }
-  int status = 0;
-  REQUIRE(::waitpid(child, &status, 0) == child);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-}  // namespace
-
 TEST_CASE("files opened for others: nothing but a regular file is opened, and never waited on",
           "[base][files][safety]") {
   // Issue 38: root's hvprof-hv opened what a process had mapped by its path, following links and
@@ -379,7 +359,8 @@ TEST_CASE("files opened for others: one another user could have replaced is name
                                    .check_path = true};
 
   SECTION("her link to root's file") {
-    REQUIRE(AsNobody([&] { return ::symlink(secret.c_str(), (home + "/app").c_str()) == 0; }) == 0);
+    REQUIRE(hvprof::testing::RunAsUser(hvprof::testing::kNobody,
+                                       [&] { return ::symlink(secret.c_str(), (home + "/app").c_str()) == 0; }) == 0);
     auto refused = hvprof::OpenUserFile(home + "/app", hvprof::FileTrust{});
     REQUIRE_FALSE(refused.has_value());
     auto named = hvprof::OpenUserFile(home + "/app", reported);
@@ -402,7 +383,7 @@ TEST_CASE("files opened for others: one another user could have replaced is name
     CHECK(named.value().replaceable == home + " is owned by uid 65534, who could replace what is in it");
   }
   SECTION("her own file, and her process's: trusted only when she is") {
-    REQUIRE(AsNobody([&] {
+    REQUIRE(hvprof::testing::RunAsUser(hvprof::testing::kNobody, [&] {
               return ::close(::open((home + "/app").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0755)) == 0;
             }) == 0);
     CHECK_FALSE(hvprof::OpenUserFile(home + "/app", hvprof::FileTrust{}).has_value());

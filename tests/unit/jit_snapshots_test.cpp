@@ -16,6 +16,7 @@
 
 #include "hvprof/agent/jit_snapshots.h"
 #include "hvprof/base/files.h"
+#include "other_user.h"
 #include "skip.h"
 #include "temp_dir.h"
 
@@ -34,7 +35,7 @@ class Runtime {
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
       ::close(pipe_[1]);
-      if (uid && (::setgid(*uid) != 0 || ::setuid(*uid) != 0)) ::_exit(1);
+      if (uid) hvprof::testing::BecomeUser(*uid);
       char byte;
       // 'm': map a jitdump in the working directory, as a runtime does when it starts; 'x': write
       // the "at exit" line first, as -XX:+DumpPerfMapAtExit does, and exit; 'q': exit.

@@ -1,5 +1,4 @@
 // ListenUnix: a socket that is there is a socket that listens, with the asked mode.
-#include <grp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -14,6 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include "hvprof/base/socket.h"
+#include "other_user.h"
 #include "skip.h"
 #include "temp_dir.h"
 
@@ -99,7 +99,7 @@ TEST_CASE("ConnectUnix: a server of root's or ours is spoken to, another user's 
   const pid_t server = ::fork();
   REQUIRE(server >= 0);
   if (server == 0) {
-    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
+    hvprof::testing::BecomeUser(hvprof::testing::kNobody);
     auto theirs_listener =
         hvprof::ListenUnix(theirs, {.mode = 0666, .owner = std::nullopt, .backlog = 4, .nonblocking = false});
     if (!theirs_listener) ::_exit(4);
