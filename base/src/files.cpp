@@ -180,12 +180,20 @@ Result<ScopedFd> WalkPath(const std::string& path, const FileTrust& trust, struc
   auto note = [&](const std::string& where, const std::string& why) {
     if (replaceable->empty()) *replaceable = fmt::format("{} {}", where, why);
   };
+  // Whether the directory being walked is one where others may create names (sticky, writable by
+  // all or a group, as /tmp): a name there may be another user's hard link to a file she could
+  // not read herself (fs.protected_hardlinks=0), so such a file's owner proves nothing.
+  bool shared_sticky = false;
+  auto shared = [](const struct stat& dir) {
+    return (dir.st_mode & S_ISVTX) != 0 && (dir.st_mode & (S_IWOTH | S_IWGRP)) != 0;
+  };
   auto open_start = [&](bool absolute, std::string* shown) -> Result<ScopedFd> {
     *shown = absolute ? "/" : ".";
     HVPROF_TRY(start, OpenFile(shown->c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     struct stat dir {};
     if (::fstat(start.get(), &dir) != 0) return ErrnoError(errno, fmt::format("cannot stat {}", *shown));
     if (std::string why = OthersCanChange(dir, trust.users, true); !why.empty()) note(*shown, why);
+    shared_sticky = shared(dir);
     return start;
   };
   std::string shown;
@@ -240,12 +248,18 @@ Result<ScopedFd> WalkPath(const std::string& path, const FileTrust& trust, struc
     resolved = true;
     if (last) {
       if (std::string why = OthersCanChange(*st, trust.users, false); !why.empty()) note(at, why);
+      if (S_ISREG(st->st_mode) && st->st_nlink > 1 && shared_sticky) {
+        note(at, fmt::format("has {} hard links and is in a sticky directory others can write to, where another user "
+                             "could have linked it",
+                             st->st_nlink));
+      }
       break;
     }
     if (!S_ISDIR(st->st_mode)) {
       return MakeError(ErrorKind::kNotFound, "cannot open {}: {} is {}, not a directory", path, at, KindOf(st->st_mode));
     }
     if (std::string why = OthersCanChange(*st, trust.users, true); !why.empty()) note(at, why);
+    shared_sticky = shared(*st);
     dir = std::move(here);
     shown = name == ".." ? Dirname(shown) : at;
   }

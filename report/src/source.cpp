@@ -71,8 +71,14 @@ Result<std::shared_ptr<UnpackDirectory>> PrivateDirectory() {
   }
   auto directory = std::make_shared<UnpackDirectory>();
   directory->path = pattern;
-  HVPROF_TRY(lock, OpenRegularFile(pattern + "/" + kUnpackLock, O_RDWR | O_CREAT | O_EXCL, 0600));
+  // The lock is taken under another name and then given its own: another report that sees the
+  // lock file sees it held (without one, the directory is taken only after a day).
+  const std::string taking = pattern + "/" + kUnpackLock + ".new";
+  HVPROF_TRY(lock, OpenRegularFile(taking, O_RDWR | O_CREAT | O_EXCL, 0600));
   if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) return ErrnoError(errno, fmt::format("cannot lock {}", pattern));
+  if (::rename(taking.c_str(), (pattern + "/" + kUnpackLock).c_str()) != 0) {
+    return ErrnoError(errno, fmt::format("cannot lock {}", pattern));
+  }
   directory->lock = std::move(lock);
   if (::mkdir((pattern + "/" + kUnpackFolder).c_str(), 0700) != 0) {
     return ErrnoError(errno, fmt::format("cannot create {}/{}", pattern, kUnpackFolder));

@@ -87,7 +87,8 @@ Result<std::optional<gid_t>> SetupOptions::SessionGroup() const {
   if (failed == 0 && found != nullptr) return std::optional<gid_t>(found->gr_gid);
   uint32_t number = 0;
   const char* end = session_group.data() + session_group.size();
-  if (std::from_chars(session_group.data(), end, number).ptr == end && number != UINT32_MAX) {
+  if (std::from_chars(session_group.data(), end, number).ptr == end && number != UINT32_MAX &&
+      ::getgrgid_r(static_cast<gid_t>(number), &entry, buffer.data(), buffer.size(), &found) == 0 && found != nullptr) {
     return std::optional<gid_t>(static_cast<gid_t>(number));
   }
   return MakeError(ErrorKind::kInvalidArgument,

@@ -1,6 +1,7 @@
 // Sessions say which processes ran, what they mapped and their stacks: what hvprof and hvprofd
 // make of them is their owner's alone, unless --session-group lets a group read it (issue 38:
 // every local user could read them).
+#include <grp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -93,4 +94,12 @@ TEST_CASE("sessions are their owner's alone, or a group's to read with --session
   if (unknown.status == 0) (void)hvprof({"--shutdown"});  // it started anyway: end it
   CHECK(unknown.status == 1);
   CHECK(unknown.err.find("--session-group=no-such-group-hvprof: no such group") != std::string::npos);
+  // So is a number no group has.
+  gid_t unused = 64000;
+  while (::getgrgid(unused) != nullptr) ++unused;
+  const std::string numbered = fmt::format("--session-group={}", unused);
+  const CommandResult nobody = hvprof({"--start-daemon", "--platform=sim", "--scenario=" + dir.File("host.json"), numbered});
+  if (nobody.status == 0) (void)hvprof({"--shutdown"});
+  CHECK(nobody.status == 1);
+  CHECK(nobody.err.find(numbered + ": no such group") != std::string::npos);
 }

@@ -405,6 +405,16 @@ TEST_CASE("files opened for others: one another user could have replaced is name
     auto sticky = hvprof::OpenUserFile(shared + "/file", reported);
     REQUIRE(sticky.has_value());
     CHECK(sticky.value().replaceable.empty());
+    // But a name there may be her hard link to root's file (where fs.protected_hardlinks is 0):
+    // such a file is named, whoever owns it.
+    REQUIRE(::link(secret.c_str(), (shared + "/app").c_str()) == 0);
+    auto linked = hvprof::OpenUserFile(shared + "/app", reported);
+    REQUIRE(linked.has_value());
+    CHECK(linked.value().replaceable.find("has 2 hard links") != std::string::npos);
+    CHECK_FALSE(hvprof::OpenUserFile(shared + "/app", hvprof::FileTrust{.links = Links::kFollow, .users = {},
+                                                                        .refuse_replaceable = true,
+                                                                        .check_path = true})
+                    .has_value());
   }
 }
 
