@@ -50,7 +50,9 @@ its exit status is CMD's. `hvprof run --platform=sim` simulates the machine of -
 `hvprof run --platform=linux --session-dir=DIR -- CMD ARGS...`.
 As a gate in benchmark scripts: `hvprof run --repeat=5 --baseline=before --fail-on-regression=1
 -- CMD` diffs the runs against the saved session `before` (hvprof-report --diff) and exits 5
-when a symbol's share grew significantly by 1 point or more (CMD's own failure wins).
+when a symbol's share grew significantly by 1 point or more, or 6 when `before` or a run has no
+samples, so nothing was compared (CMD's own failure wins). `hvprof --save` refuses to save a
+session without samples.
 
 The sim and linux platforms run under hvprof-hv (hvprof-hv --help): dom0's --start-daemon and
 `hvprof run` start one when none serves --run-dir, and --shutdown (or the run's end) ends it.
@@ -187,7 +189,8 @@ int main(int argc, char** argv) {
                      "--start-daemon started, if any, even if another session root's daemon uses it too "
                      "(opcontrol's -h is help here)")
         ("reset", "empty the current session (samples/current)")
-        ("save", po::value(&save_name), "keep the current session as samples/NAME and carry on in a fresh one")
+        ("save", po::value(&save_name), "keep the current session as samples/NAME and carry on in a fresh one; a session without samples is not "
+                                            "saved (`hvprof run` saves each of its runs itself)")
         ("status", "the daemon, the hypervisor's profiler, every domain's role and rings, losses; with --sched, the scheduling records stored and lost")
         ("list-events,l", "the events of this machine's CPU and their unit masks")
         ("publish", "in an active guest: hand this domain's symbolized profile to dom0 for its whole-host report "

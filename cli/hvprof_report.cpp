@@ -87,13 +87,15 @@ Exit status: 0 complete report; 1 no report (e.g. no session); 2 bad usage;
 3 report printed but incomplete (damaged samples, images missing or changed: see its warnings);
 4 report printed but the push (--push) failed: the message says why; the session is untouched;
 5 with --diff and --fail-on-regression: a significant regression over the threshold (the rows are
-printed on stderr).
+printed on stderr);
+6 with --diff: a session of one side has no samples (of what was selected): nothing was compared.
 
 Options)";
 
 constexpr int kIncomplete = 3;
 constexpr int kPushFailed = 4;
 constexpr int kRegression = 5;
+constexpr int kEmptySide = 6;
 
 // OProfile's comparison spelling, `{ BASE... } { NEW... }`, taken out of the arguments.
 struct Braces {
@@ -614,7 +616,10 @@ int main(int argc, char** argv) {
         request.diff.slices = pseudo_slices;
       }
       auto compared = report::DiffSessions(request);
-      if (!compared) return fail(compared.error(), compared.error().kind() == ErrorKind::kInvalidArgument ? 2 : 1);
+      if (!compared) {
+        const ErrorKind kind = compared.error().kind();
+        return fail(compared.error(), kind == ErrorKind::kInvalidArgument ? 2 : kind == ErrorKind::kEmpty ? kEmptySide : 1);
+      }
       const report::Diff& diff = compared.value().diff;
       const std::string text = format == "json"     ? report::FormatDiffJson(diff, fail_points)
                                : format == "csv"    ? report::FormatDiffCsv(diff)

@@ -371,7 +371,7 @@ Json AgentDaemon::Handle(const Json& request) {
   else if (action == "stop") result = Stop();
   else if (action == "dump") result = Dump();
   else if (action == "reset") result = Reset();
-  else if (action == "save") result = Save(request.value("name", ""));
+  else if (action == "save") result = Save(request.value("name", ""), request.value("allow_empty", false));
   else if (action == "shutdown") {
     result = Shutdown();
     if (result) shutdown_requested_ = true;
@@ -566,7 +566,7 @@ Result<Json> AgentDaemon::Reset() {
   return Json{{"message", "the current session was emptied"}};
 }
 
-Result<Json> AgentDaemon::Save(const std::string& name) {
+Result<Json> AgentDaemon::Save(const std::string& name, bool allow_empty) {
   HVPROF_TRYV(store::ValidateSessionName(name));
   if (!session_) return MakeError(ErrorKind::kBadState, "there is no session to save yet");
   const std::string target = paths_.Saved(name);
@@ -578,6 +578,18 @@ Result<Json> AgentDaemon::Save(const std::string& name) {
   const bool was_profiling = profiling_;
   if (was_profiling) MarkProfiling(false);
   HVPROF_TRYV(Dump());
+  // What the session holds, as a report would read it (Dump wrote it).
+  auto written = store::OpenSession(session_->directory());
+  if (!allow_empty && written && written.value().metadata.samples_stored == 0) {
+    // A saved session is kept to be read or compared against: one without samples would make a
+    // diff against it compare nothing.
+    if (was_profiling) MarkProfiling(true);
+    return MakeError(ErrorKind::kEmpty,
+                     "the current session ({}) has no samples: nothing was saved. Profile first (--start, the "
+                     "workload, --stop), then --save; `hvprof run` saves each run itself (hvprof-report --list "
+                     "names them)",
+                     session_->directory());
+  }
   const std::string directory = session_->directory();
   session_.reset();
   std::filesystem::rename(directory, target, ec);

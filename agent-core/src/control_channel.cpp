@@ -125,7 +125,8 @@ Result<Json> CheckResponse(Json response) {
   for (ErrorKind candidate : {ErrorKind::kInvalidArgument, ErrorKind::kNotFound,
                               ErrorKind::kPermissionDenied, ErrorKind::kCorrupt, ErrorKind::kIo,
                               ErrorKind::kNoSpace, ErrorKind::kUnsupported, ErrorKind::kBusy,
-                              ErrorKind::kBadState, ErrorKind::kProtocol, ErrorKind::kInternal}) {
+                              ErrorKind::kBadState, ErrorKind::kProtocol, ErrorKind::kEmpty,
+                              ErrorKind::kInternal}) {
     if (ErrorKindName(candidate) == kind) error_kind = candidate;
   }
   return Error(error_kind, response.value("error", std::string("the agent reported an error")));

@@ -17,6 +17,7 @@ std::string_view ErrorKindName(ErrorKind kind) {
     case ErrorKind::kBusy: return "busy";
     case ErrorKind::kBadState: return "bad state";
     case ErrorKind::kProtocol: return "protocol error";
+    case ErrorKind::kEmpty: return "no samples";
     case ErrorKind::kInternal: return "internal error";
   }
   return "unknown error";

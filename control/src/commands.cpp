@@ -517,9 +517,9 @@ Result<Outcome> Reset(const store::SessionPaths& paths) {
   return Outcome{fmt::format("removed {}", paths.current())};
 }
 
-Result<Outcome> Save(const store::SessionPaths& paths, const std::string& name) {
+Result<Outcome> Save(const store::SessionPaths& paths, const std::string& name, bool allow_empty) {
   HVPROF_TRYV(store::ValidateSessionName(name));
-  auto response = Send(paths, Json{{"action", "save"}, {"name", name}});
+  auto response = Send(paths, Json{{"action", "save"}, {"name", name}, {"allow_empty", allow_empty}});
   if (response) return Outcome{response.value().value("message", "saved")};
   if (response.error().message().rfind("hvprofd is not running", 0) != 0) return response.error();
   std::error_code ec;
@@ -528,6 +528,16 @@ Result<Outcome> Save(const store::SessionPaths& paths, const std::string& name) 
   }
   if (std::filesystem::exists(paths.Saved(name), ec)) {
     return MakeError(ErrorKind::kBadState, "a session named '{}' exists already ({})", name, paths.Saved(name));
+  }
+  if (!allow_empty) {
+    auto session = store::OpenSession(paths.current());
+    if (session && session.value().metadata.samples_stored == 0) {
+      return MakeError(ErrorKind::kEmpty,
+                       "the current session ({}) has no samples: nothing was saved. Profile first (--start, the "
+                       "workload, --stop), then --save; `hvprof run` saves each run itself (hvprof-report --list "
+                       "names them)",
+                       paths.current());
+    }
   }
   std::filesystem::rename(paths.current(), paths.Saved(name), ec);
   if (ec) return ErrnoError(ec.value(), "rename");

@@ -142,7 +142,8 @@ Result<RunResult> Summarize(const std::string& session, uint32_t top, std::strin
                     {"top_symbols", symbols}};
   if (report_text != nullptr) {
     options.threshold = 0.5;  // the printed report shows what matters; the summary keeps all
-    HVPROF_TRY(shown, report::BuildTable(profile, options));
+    report::Table shown = table;
+    shown.hidden_rows += report::DropRowsBelow(total, options.threshold, shown.rows);
     *report_text = report::FormatText(profile, shown, options);
   }
   if (push != nullptr) {
@@ -251,7 +252,7 @@ Result<Outcome> RunProfile(const RunOptions& options) {
     for (int suffix = 2; std::filesystem::exists(paths.Saved(name)); ++suffix) {
       name = fmt::format("{}-{}-{}", options.save_prefix, stamp, options.repeat == 1 ? suffix : (k + 1) * 100 + suffix);
     }
-    auto saved = Save(paths, name);
+    auto saved = Save(paths, name, /*allow_empty=*/true);
     auto shutdown = Shutdown(paths, false);  // the hvprof-hv, if ours, ends with the run
     if (failure && !saved) failure = saved.error();
     if (failure && !shutdown) failure = shutdown.error();
@@ -331,7 +332,12 @@ Result<Outcome> RunProfile(const RunOptions& options) {
     if (!compared) {
       warnings.push_back(fmt::format("--baseline: {}; the runs are saved, compare them later with hvprof-report --diff",
                                      compared.error().message()));
-      if (options.fail_points >= 0 && exit_code == 0) exit_code = 1;
+      // A baseline (or a run) without samples compares nothing: never "no change".
+      if (compared.error().kind() == ErrorKind::kEmpty && exit_code == 0) {
+        exit_code = kEmptyBaselineExit;
+      } else if (options.fail_points >= 0 && exit_code == 0) {
+        exit_code = 1;
+      }
     } else {
       report::Diff shown = compared.value().diff;
       std::erase_if(shown.rows, [](const report::DiffRow& row) { return !row.c.significant; });

@@ -296,6 +296,48 @@ TEST_CASE("hvprof run --baseline gates a benchmark on significant regressions", 
   CHECK(changed.Hvprof({"--stop", "--baseline=x"}).status == 2);
 }
 
+TEST_CASE("a gate never passes on nothing: no empty session is saved and an empty side is its own error", "[diff][run]") {
+  Host host(Scenario(false), 51);
+  const std::string a = Profile(host, "a", 40);
+  // After `hvprof run` (which saves its run itself), --save has nothing of the run to save.
+  REQUIRE(host.Hvprof({"run", "--event=CPU_CLK_UNHALTED:60000", "--duration=40ms"}).status == 0);
+  CommandResult after_run = host.Hvprof({"--save=before"});
+  INFO(after_run.out << after_run.err);
+  CHECK(after_run.status == 1);
+  CHECK_FALSE(std::filesystem::exists(host.session_root() + "/samples/before"));
+  // A session profiled for no time has no samples: not saved, with what to do.
+  REQUIRE(host.Hvprof({"--start-daemon", "--event=CPU_CLK_UNHALTED:60000"}).status == 0);
+  REQUIRE(host.Hvprof({"--start"}).status == 0);
+  REQUIRE(host.Hvprof({"--stop"}).status == 0);
+  CommandResult empty_save = host.Hvprof({"--save=empty"});
+  INFO(empty_save.out << empty_save.err);
+  CHECK(empty_save.status == 1);
+  CHECK(empty_save.err.find("has no samples: nothing was saved") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(host.session_root() + "/samples/empty"));
+  REQUIRE(host.Hvprof({"--shutdown"}).status == 0);
+  // Without hvprofd the same is refused.
+  CHECK(host.Hvprof({"--save=empty"}).status == 1);
+  CHECK_FALSE(std::filesystem::exists(host.session_root() + "/samples/empty"));
+
+  // That empty session on either side of a diff: exit 6, naming it; never "no change".
+  const std::string empty = host.session_root() + "/samples/current";
+  REQUIRE(std::filesystem::exists(empty + "/session.json"));
+  CommandResult base_empty = host.Report({"--diff", empty, a, "-l", "--fail-on-regression=1"});
+  INFO(base_empty.out << base_empty.err);
+  CHECK(base_empty.status == 6);
+  CHECK(base_empty.err.find("(base side) has no samples") != std::string::npos);
+  CommandResult new_empty = host.Report({"--diff", a, empty});
+  CHECK(new_empty.status == 6);
+  CHECK(new_empty.err.find("(new side) has no samples") != std::string::npos);
+  // And as a run's baseline: the gate fails with 6, not "no significant change".
+  CommandResult gated = host.Hvprof({"run", "--event=CPU_CLK_UNHALTED:60000", "--duration=40ms", "--baseline=" + empty,
+                                     "--fail-on-regression=1"});
+  INFO(gated.out << gated.err);
+  CHECK(gated.status == 6);
+  CHECK(gated.err.find("has no samples") != std::string::npos);
+  CHECK(gated.out.find("no significant change") == std::string::npos);
+}
+
 TEST_CASE("diff: the differential flame graph opens offline in Chromium, grown frames red and shrunk blue",
           "[diff][browser]") {
   const std::string chromium = hvprof::testing::Chromium();

@@ -169,6 +169,21 @@ Result<Diff> BuildDiff(const std::vector<DiffRun>& base, const std::vector<DiffR
       }
     }
   }
+  // A session with nothing counted compares nothing: every row would be "new" or "gone", and a
+  // regression gate would pass on nothing. It is an error of its own kind.
+  for (const bool is_base : {true, false}) {
+    const std::vector<DiffRun>& runs = is_base ? base : next;
+    const SideCounts& counted = is_base ? base_counts : new_counts;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      if (counted.runs[i].total != 0) continue;
+      const bool any = runs[i].profile->total_samples() != 0;
+      return MakeError(ErrorKind::kEmpty,
+                       "{} ({} side) has no samples{}: there is nothing to compare. {}",
+                       runs[i].label, is_base ? "base" : "new",
+                       any ? " of what was selected (--domain, --mode, --event, --image, --symbol)" : "",
+                       any ? "Widen the selection" : "Compare a session that holds samples (hvprof-report --list shows each session's)");
+    }
+  }
 
   stats::CompareOptions compare = options.compare;
   if (options.stacks && !rank && options.slices >= 2) {

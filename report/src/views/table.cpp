@@ -66,6 +66,13 @@ std::vector<EventIdle> IdleByEvent(const Profile& profile) {
   return out;
 }
 
+uint64_t DropRowsBelow(uint64_t first_total, double threshold, std::vector<Row>& rows) {
+  if (threshold <= 0.0 || first_total == 0) return 0;
+  return std::erase_if(rows, [&](const Row& row) {
+    return 100.0 * static_cast<double>(row.samples[0]) / static_cast<double>(first_total) < threshold;
+  });
+}
+
 Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, std::vector<uint32_t>* row_of_entry) {
   const store::SessionMetadata& m = profile.metadata();
   Table table;
@@ -251,14 +258,7 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, s
   }
 
   // Threshold on the first column.
-  const uint64_t first_total = table.columns[0].total;
-  if (options.threshold > 0.0 && first_total > 0) {
-    const size_t before = rows.size();
-    std::erase_if(rows, [&](const Row& row) {
-      return 100.0 * static_cast<double>(row.samples[0]) / static_cast<double>(first_total) < options.threshold;
-    });
-    table.hidden_rows = before - rows.size();
-  }
+  table.hidden_rows += DropRowsBelow(table.columns[0].total, options.threshold, rows);
 
   // Sort by the keys in order; samples sort descending, names ascending; -r reverses it all.
   auto name_of_image = [&](const Row& row) -> const std::string& {

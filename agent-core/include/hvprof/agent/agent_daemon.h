@@ -79,7 +79,9 @@ class AgentDaemon {
   // The actions both roles share.
   Result<Json> Dump();
   Result<Json> Reset();
-  Result<Json> Save(const std::string& name);
+  // Renames the current session to `name` and opens a new one; one without samples only with
+  // `allow_empty` (hvprof run keeps every run, an empty one too).
+  Result<Json> Save(const std::string& name, bool allow_empty);
   // What status says of the session store: samples not written, and why.
   Json StoreStatus() const;
   // What status says of scheduling (--sched), null without it: where the records come from, how

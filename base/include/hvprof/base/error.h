@@ -27,6 +27,7 @@ enum class ErrorKind {
   kBusy,             // a resource is held by someone else
   kBadState,         // the operation is valid but not now
   kProtocol,         // a peer sent something that breaks the protocol
+  kEmpty,            // nothing to work on: no samples where some are needed (a save, a side of a diff)
   kInternal,         // a bug in hvprof
 };
 

@@ -47,7 +47,9 @@ Result<Outcome> Dump(const store::SessionPaths& paths);
 // hvprofd has gone (`hvprof run` keeps its own across repeats).
 Result<Outcome> Shutdown(const store::SessionPaths& paths, bool end_own_hypervisor = true);
 Result<Outcome> Reset(const store::SessionPaths& paths);
-Result<Outcome> Save(const store::SessionPaths& paths, const std::string& name);
+// The current session under `name`. One without samples is refused (kEmpty) unless `allow_empty`
+// (hvprof run's own save of each run).
+Result<Outcome> Save(const store::SessionPaths& paths, const std::string& name, bool allow_empty = false);
 Result<Outcome> Status(const store::SessionPaths& paths);
 // Advances a simulated machine by `duration_ns` with the agent draining as it goes.
 Result<Outcome> RunSim(const store::SessionPaths& paths, uint64_t duration_ns);

@@ -40,6 +40,9 @@ struct RunOptions {
 
 // The exit status of `hvprof run --fail-on-regression` when the gate fails and CMD succeeded.
 inline constexpr int kRegressionExit = 5;
+// ... and of `hvprof run --baseline` when the baseline (or a run) has no samples, so that nothing
+// was compared, and CMD succeeded (hvprof-report --diff's status for it too).
+inline constexpr int kEmptyBaselineExit = 6;
 
 // Runs the whole sequence and prints the report of (the last) run. Outcome::exit_code is the
 // command's exit status (0 without a command). Whatever happens, hvprofd is shut down.

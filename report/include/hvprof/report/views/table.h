@@ -108,6 +108,11 @@ struct Table {
   uint64_t hidden_rows = 0;  // below the threshold
 };
 
+// Removes the rows whose first column is under `threshold` percent of `first_total` (nothing when
+// either is 0): how many went. BuildTable applies ReportOptions::threshold so; a caller that
+// wants a table both whole and thresholded builds it once and drops rows from a copy.
+uint64_t DropRowsBelow(uint64_t first_total, double threshold, std::vector<Row>& rows);
+
 // With `row_of_entry`, also where each of profile.entries() went: the index of its row in the
 // table, or kNoIndex for entries the filters left out, of another column than the first, or in
 // rows under the threshold.
