@@ -37,6 +37,9 @@ packages=(
   # fetched by tests/qemu/build-image.sh with `apt-get download`, never installed
   xen-hypervisor-4.17-amd64 xen-utils-4.17
   qemu-system-x86 busybox-static cpio
+  # Xen with hvprof's engine (xen-engine/build-xen.sh builds Debian's 4.17 source, fetched with
+  # `apt-get source`, with the patch series): Xen's build needs these beside build-essential
+  flex bison patch
 )
 
 sudo_cmd=()

@@ -334,9 +334,20 @@ Result<void> Dom0Agent::SetUp() {
     }
   } else {
     hvpmu::BufferV2 own = agent::BufferRequest(0, capacity_);
-    if (setup_.sched) own.flags = hvpmu::kBufferSchedRings;
+    if (setup_.sched) {
+      // Where the hypervisor keeps its own scheduling records (Xen's trace buffers, also under
+      // hvprof's engine), they are read as xentrace reads them; else the engine's rings carry them.
+      auto source = link_->OpenSchedSource();
+      if (source) {
+        sched_source_ = std::move(source).value();
+      } else if (source.error().kind() != ErrorKind::kUnsupported) {
+        return source.error();
+      } else {
+        own.flags = hvpmu::kBufferSchedRings;
+      }
+    }
     HVPROF_TRYV(Op(hvpmu::kOpGetBufferV2, &own));
-    if (setup_.sched && (own.flags & hvpmu::kBufferSchedRings) == 0) {
+    if (setup_.sched && !sched_source_ && (own.flags & hvpmu::kBufferSchedRings) == 0) {
       return MakeError(ErrorKind::kUnsupported,
                        "--sched: this hypervisor's engine records no scheduling (it predates ring ABI 3); "
                        "update hvprof-hv, or leave out --sched");

@@ -119,10 +119,19 @@ constexpr EventDef kLinuxSoftwareEvents[] = {
      "nanoseconds on the CPU, sampled by the cpu-clock timer: one sample per count ns"},
 };
 
+// --- No usable PMU at all (cpu_type timer): TimerSource samples with a periodic timer
+// interrupt, OProfile's timer mode. TIMER takes the period in nanoseconds (100 us to 1 s).
+constexpr EventDef kTimerEvents[] = {
+    {"TIMER", kTimerEventCode, 0x00, UnitMaskKind::kExclusive, static_cast<uint32_t>(kTimerMinPeriodNs),
+     kNoFixedCounter, kZeroMask, 1,
+     "nanoseconds of each CPU's time, sampled by a timer interrupt every count ns (idle time "
+     "included; code that runs with interrupts masked is not sampled)"},
+};
+
 template <uint32_t N>
 constexpr CpuEventTable MakeTable(const char* cpu_type, const EventDef (&events)[N],
-                                  const char* default_event) {
-  return {cpu_type, events, N, default_event, 100000};
+                                  const char* default_event, uint64_t default_count = 100000) {
+  return {cpu_type, events, N, default_event, default_count};
 }
 
 constexpr CpuEventTable kTables[] = {
@@ -139,11 +148,13 @@ constexpr CpuEventTable kTables[] = {
     MakeTable("x86-64/family18h", kAmdZenEvents, "CPU_CLK_UNHALTED"),
     MakeTable("x86-64/family19h", kAmdZen4Events, "CPU_CLK_UNHALTED"),
     MakeTable("linux/software", kLinuxSoftwareEvents, "CPU_CLK_UNHALTED"),
+    MakeTable(kTimerCpuType, kTimerEvents, "TIMER", kTimerDefaultPeriodNs),
 };
 
 constexpr const CpuEventTable* kTablePointers[] = {
     &kTables[0], &kTables[1], &kTables[2], &kTables[3], &kTables[4],  &kTables[5],
     &kTables[6], &kTables[7], &kTables[8], &kTables[9], &kTables[10], &kTables[11], &kTables[12],
+    &kTables[13],
 };
 static_assert(sizeof kTablePointers / sizeof kTablePointers[0] ==
               sizeof kTables / sizeof kTables[0]);

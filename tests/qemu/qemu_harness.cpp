@@ -275,6 +275,25 @@ std::string GuestRun::Describe() const {
   return (problem.empty() ? std::string() : "problem: " + problem + "\n") + DescribeResults(results);
 }
 
+std::optional<EngineXen> BuildEngineXen() {
+  const std::string workdir = HVPROF_XEN_ENGINE_WORKDIR;
+  const CommandResult built = RunProgram({HVPROF_XEN_ENGINE_BUILD, workdir});
+  if (built.status == 77) {
+    SkipTest("no Xen with hvprof's engine to boot: " + WithoutCarriageReturns(built.err));
+    return std::nullopt;
+  }
+  if (built.status != 0) {
+    FAIL("xen-engine/build-xen.sh failed with status " << built.status << ":\n" << built.out << built.err);
+  }
+  EngineXen xen;
+  xen.xen = workdir + "/4.17/build/xen";
+  xen.xen_syms = workdir + "/4.17/build/xen-syms";
+  xen.built = built.out.substr(0, built.out.find('\n'));
+  REQUIRE(std::filesystem::exists(xen.xen));
+  REQUIRE(std::filesystem::exists(xen.xen_syms));
+  return xen;
+}
+
 std::optional<XenBoot> RunInDom0(const std::vector<std::string>& commands, const Dom0Options& options) {
   REQUIRE(!commands.empty());
   const std::string qemu = FindOnPath("qemu-system-x86_64");
@@ -316,14 +335,14 @@ std::optional<XenBoot> RunInDom0(const std::vector<std::string>& commands, const
 
   const std::string console_log = boot.dir->File("console.log");
   const std::string results_log = boot.dir->File("results.log");
-  for (const std::string& path : {cache, boot.dir->path()}) {
+  for (const std::string& path : {cache, boot.dir->path(), options.xen}) {
     REQUIRE(path.find(',') == std::string::npos);  // QEMU's option syntax
   }
   const std::vector<std::string> argv = {
       qemu, "-accel", options.accel, "-cpu", options.cpu, "-smp", "2", "-m", "2048",
       "-display", "none", "-nodefaults", "-no-reboot", "-monitor", "none",
       "-serial", "file:" + console_log, "-serial", "file:" + results_log,
-      "-kernel", cache + "/xen",
+      "-kernel", options.xen.empty() ? cache + "/xen" : options.xen,
       "-append", "console=com1 com1=115200,8n1 dom0_mem=1024M,max:1024M loglvl=all guest_loglvl=all " +
                      options.xen_arguments,
       "-initrd", cache + "/vmlinux console=hvc0 earlyprintk=xen panic=-1 quiet " + options.dom0_arguments + "," +

@@ -61,6 +61,9 @@ struct Dom0Options {
   int command_timeout_seconds = 60;   // each command; killed past it (status 137)
   // Extra files for the test archive: absolute path in dom0, contents (made executable).
   std::vector<std::pair<std::string, std::string>> files;
+  // The hypervisor to boot (an uncompressed multiboot image, as build-xen.sh's build/xen);
+  // empty: the image's, Debian's Xen 4.17.
+  std::string xen;
   std::string xen_arguments;   // appended to Xen's command line
   std::string dom0_arguments;  // appended to dom0's kernel command line
   std::vector<GuestOptions> guests;  // their commands, in dom0 as /test/guest-NAME/
@@ -112,6 +115,17 @@ GuestRun ParseGuest(const std::string& console, const GuestOptions& guest);
 // Boots Xen and runs `commands` (each a busybox sh snippet, run in /root as root) one after
 // another in dom0. Returns nullopt if the test was skipped (SkipTest has said why).
 std::optional<XenBoot> RunInDom0(const std::vector<std::string>& commands, const Dom0Options& options = {});
+
+// Xen 4.17 with hvprof's engine inside, as xen-engine/build-xen.sh builds it (Debian's source
+// and the patch series; a few minutes the first time, seconds after): where its image and
+// symbols are. Returns nullopt if the test was skipped (SkipTest has said why: no source, no
+// flex...).
+struct EngineXen {
+  std::string xen;       // the multiboot image QEMU boots (Dom0Options::xen)
+  std::string xen_syms;  // its symbols, with frame pointers (hvprof's --xen)
+  std::string built;     // what build-xen.sh said
+};
+std::optional<EngineXen> BuildEngineXen();
 
 // The xenoprof_probe program (xenoprof_probe.cpp), to put into dom0 with Dom0Options::files as
 // /usr/local/bin/xenoprof_probe; guests get it from there too.

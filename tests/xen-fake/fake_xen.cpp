@@ -7,6 +7,10 @@
 // above 17, ENOSYS for other hypercalls (xen_version's XENVER_version says 4.17), and the
 // engine's refusals as Xen's errno.
 //
+// HVPROF_FAKE_XEN_ENGINE=1 plays instead a Xen built with hvprof's engine (xen-engine/): every
+// op, the v2 ones (0x100-0x103) included, goes to the engine as it is, with none of xenoprof's
+// bookkeeping, and the buffers of get_buffer_v2 and set_passive_v2 are mapped as get_buffer's.
+//
 // Xen's trace buffers (--sched; hvpmu/abi/xen_trace.h) are hvprof-hv's simulated ones
 // (kXenTrace): libxenctrl's xc_tbuf_*, xc_physinfo and the cpumap helpers drive them as Xen's
 // sysctl does (the size is one-shot: another size is EINVAL; enable before any size is EINVAL),
@@ -132,6 +136,10 @@ size_t ArgumentSize(unsigned int op) {
     case legacy::kOpCounter: return sizeof(legacy::Counter);
     case legacy::kOpSetBacktrace: return sizeof(legacy::BacktraceDepthArg);
     case legacy::kOpIbsCounter: return sizeof(legacy::IbsCounter);
+    case hvpmu::kOpInitV2: return sizeof(hvpmu::InitV2);
+    case hvpmu::kOpStatus: return sizeof(hvpmu::Status);
+    case hvpmu::kOpGetBufferV2:
+    case hvpmu::kOpSetPassiveV2: return sizeof(hvpmu::BufferV2);
     default: return 0;
   }
 }
@@ -142,6 +150,12 @@ std::pair<uint64_t, FakeXen::Buffer> BufferOf(const std::byte* argument) {
   Answer answer;
   std::memcpy(&answer, argument, sizeof answer);
   return {answer.buf_gmaddr, {uint64_t(answer.nbuf) * uint64_t(answer.bufsize), static_cast<uint32_t>(answer.nbuf)}};
+}
+
+// HVPROF_FAKE_XEN_ENGINE=1: Xen with hvprof's engine rather than 4.17's xenoprof.
+bool EngineXen() {
+  const char* engine = std::getenv("HVPROF_FAKE_XEN_ENGINE");
+  return engine != nullptr && std::string(engine) == "1";
 }
 
 // HVPROF_FAKE_XEN_PRIVCMD=restricted plays a guest kernel with the XSA-482 fix whose privcmd was
@@ -415,11 +429,51 @@ void xencall_free_buffer(xencall_handle*, void* buffer) {
   Fake().hypercall_buffers.erase(it);
 }
 
+namespace {
+
+// A v2 buffer's answer (get_buffer_v2, set_passive_v2).
+std::pair<uint64_t, FakeXen::Buffer> BufferOfV2(const std::byte* argument) {
+  hvpmu::BufferV2 answer;
+  std::memcpy(&answer, argument, sizeof answer);
+  return {answer.region_handle, {answer.region_bytes, answer.nbuf}};
+}
+
+// Xen with hvprof's engine: the engine answers every op itself.
+int EngineHypercall(unsigned int command, std::byte* argument) {
+  if (command > legacy::kOpLast && (command < hvpmu::kOpInitV2 || command > hvpmu::kOpSetPassiveV2)) {
+    return Fail(ENOSYS);  // the engine's range
+  }
+  const size_t size = ArgumentSize(command);
+  if (size > 0 && argument == nullptr) return Fail(EFAULT);
+  FakeXen& fake = Fake();
+  std::lock_guard lock(fake.mutex);
+  HypervisorLink* link = fake.Link();
+  if (link == nullptr) return Fail(EIO);
+  auto code = link->Op(command, std::span<std::byte>(argument, size));
+  if (!code) return Fail(EIO);
+  if (code.value() != hvpmu::ErrorCode::kOk) return Fail(hvpmu::ErrorErrno(code.value()));
+  // Where each buffer is, for the mappings of its frames and VIRQ_XENOPROF.
+  auto keep = [](std::map<uint64_t, FakeXen::Buffer>& buffers, std::pair<uint64_t, FakeXen::Buffer> buffer) {
+    buffers.insert_or_assign(buffer.first, buffer.second);
+  };
+  switch (command) {
+    case legacy::kOpGetBuffer: keep(fake.own_buffers, BufferOf<legacy::GetBuffer>(argument)); break;
+    case legacy::kOpSetPassive: keep(fake.passive_buffers, BufferOf<legacy::Passive>(argument)); break;
+    case hvpmu::kOpGetBufferV2: keep(fake.own_buffers, BufferOfV2(argument)); break;
+    case hvpmu::kOpSetPassiveV2: keep(fake.passive_buffers, BufferOfV2(argument)); break;
+    default: break;
+  }
+  return 0;
+}
+
+}  // namespace
+
 int xencall2(xencall_handle*, unsigned int op, uint64_t arg1, uint64_t arg2) {
   if (RestrictedPrivcmd()) return Fail(EPERM);
   if (op == __HYPERVISOR_xen_version && arg1 == XENVER_version) return (4 << 16) | 17;  // any domain may ask
   if (op != legacy::kHypercallXenoprofOp) return Fail(ENOSYS);
   const auto command = static_cast<unsigned int>(arg1);
+  if (EngineXen()) return EngineHypercall(command, reinterpret_cast<std::byte*>(arg2));
   if (command > legacy::kOpLast) return Fail(EINVAL);  // Xen's range check
   const size_t size = ArgumentSize(command);
   auto* argument = reinterpret_cast<std::byte*>(arg2);

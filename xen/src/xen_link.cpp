@@ -28,6 +28,7 @@ extern "C" {
 #include "hvprof/base/files.h"
 #include "trace_buffers.h"
 #include "xen_handles.h"
+#include "hvpmu/abi/ops.h"
 #include "hvpmu/abi/xenoprof_legacy.h"
 
 namespace hvprof::xen {
@@ -156,15 +157,21 @@ class VirqForwarder {
 
 class XenLink final : public agent::HypervisorLink {
  public:
-  XenLink(std::shared_ptr<Handles> handles, hvpmu::DomainId domain, std::string version, std::string root)
-      : handles_(std::move(handles)), domain_(domain), version_(std::move(version)), root_(std::move(root)) {}
+  XenLink(std::shared_ptr<Handles> handles, hvpmu::DomainId domain, std::string version, std::string root,
+          bool engine)
+      : handles_(std::move(handles)), domain_(domain), version_(std::move(version)), root_(std::move(root)),
+        engine_(engine) {}
 
   hvpmu::DomainId domain() const override { return domain_; }
-  bool legacy_only() const override { return true; }
+  // Xen 4.17's xenoprof speaks ops 0-17 only; a Xen built with hvprof's engine (xen-engine/)
+  // answers the v2 ops too: rings with times, CPUs and call chains, and a status op.
+  bool legacy_only() const override { return !engine_; }
   // Xen knows a domain, not a process: one agent per domain (dom0: one per host).
   std::string ExclusiveLockPath() const override { return root_ + "/run/hvprof/xenoprof.lock"; }
   std::string platform_name() const override { return "xen"; }
-  std::string machine_name() const override { return "Xen " + version_; }
+  std::string machine_name() const override {
+    return "Xen " + version_ + (engine_ ? " with hvprof's engine" : "");
+  }
   uint32_t num_cpus() const override {
     const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
     return cpus > 0 ? static_cast<uint32_t>(cpus) : 1;
@@ -269,6 +276,7 @@ class XenLink final : public agent::HypervisorLink {
   hvpmu::DomainId domain_;
   std::string version_;
   std::string root_;  // where /sys, /proc and /run are ("" outside tests)
+  bool engine_;
   std::mutex mutex_;
   std::unique_ptr<VirqForwarder> virq_;
 };
@@ -294,10 +302,11 @@ Error XenoprofRefusal(uint32_t op, int errnum) {
   ErrorKind kind = ErrorKind::kUnsupported;
   switch (errnum) {
     case ENOSYS:
-      advice = "xenoprof is not in this Xen (Xen 4.18 and later build it only with CONFIG_XENOPROF, off by "
-               "default, and 4.22 removed it), or this domain is PVH or HVM, which cannot call it. In dom0 use "
-               "`hvprof --platform=linux` (dom0 only) or hvprof-hv; an HVM or PVH guest is profiled from dom0 "
-               "with --passive-domains";
+      advice = "this Xen has no profiler (Xen 4.18 and later build xenoprof only with CONFIG_XENOPROF, off by "
+               "default, and 4.22 removed it), or this domain is PVH or HVM, which cannot call it. Boot a Xen "
+               "built with hvprof's engine (xen-engine/build-xen.sh; docs/xen.md), or in dom0 use "
+               "`hvprof --platform=linux` (dom0 only); an HVM or PVH guest is profiled from dom0 with "
+               "--passive-domains";
       break;
     case ENODEV:
       advice = "Xen found no PMU it can drive: xenoprof knows Intel's architectural perfmon and AMD "
@@ -369,11 +378,24 @@ Result<std::unique_ptr<agent::HypervisorLink>> ConnectXen(std::optional<hvpmu::D
     return MakeError(ErrorKind::kInvalidArgument, "--domain={}, but Xen says this is domain {}", *domain, *said);
   }
   const hvpmu::DomainId self = said ? *said : *domain;
+  // Who serves hypercall 31: hvprof's engine answers its status op (any caller, no state
+  // changed); Xen 4.17's xenoprof refuses every op above 17 with EINVAL.
+  bool engine = false;
+  {
+    HypercallBuffer buffer(handles->call.get(), sizeof(hvpmu::Status));
+    if (buffer.data() == nullptr) return ErrnoError(errno, "xencall_alloc_buffer");
+    hvpmu::Status status{};
+    status.struct_size = sizeof status;
+    status.abi_version = hvpmu::kAbiVersion;
+    std::memcpy(buffer.data(), &status, sizeof status);
+    engine = xencall2(handles->call.get(), legacy::kHypercallXenoprofOp, hvpmu::kOpStatus,
+                      reinterpret_cast<uint64_t>(buffer.data())) == 0;
+  }
   std::string version = "?";
   auto major = ReadFileToString(root + "/sys/hypervisor/version/major");
   auto minor = ReadFileToString(root + "/sys/hypervisor/version/minor");
   if (major && minor) version = TrimmedLine(major.value()) + "." + TrimmedLine(minor.value());
-  return std::unique_ptr<agent::HypervisorLink>(std::make_unique<XenLink>(std::move(handles), self, version, root));
+  return std::unique_ptr<agent::HypervisorLink>(std::make_unique<XenLink>(std::move(handles), self, version, root, engine));
 }
 
 }  // namespace hvprof::xen

@@ -42,6 +42,13 @@ struct CpuEventTable {
 
 // The cpu_type of hosts sampled with Linux's cpu-clock timer, for want of a hardware PMU.
 inline constexpr const char kLinuxSoftwareCpuType[] = "linux/software";
+// The cpu_type of the engine's timer source (timer_source.h): one event, TIMER, whose count is
+// the sampling period in nanoseconds of each CPU's time.
+inline constexpr const char kTimerCpuType[] = "timer";
+inline constexpr uint16_t kTimerEventCode = 0x01;
+inline constexpr uint64_t kTimerMinPeriodNs = 100'000;        // 10 kHz per CPU at most
+inline constexpr uint64_t kTimerMaxPeriodNs = 1'000'000'000;  // 1 Hz per CPU at least
+inline constexpr uint64_t kTimerDefaultPeriodNs = 1'000'000;  // 1 kHz per CPU
 
 // The table for a cpu_type string ("i386/arch_perfmon", "x86-64/family17h", ...), or nullptr.
 const CpuEventTable* FindEventTable(const char* cpu_type);

@@ -98,6 +98,20 @@ class Platform {
   // Returns once no CPU is inside the sample path, so routing changes and frees are safe.
   virtual void QuiesceSamplers() = 0;
 
+  // --- the sampling timer (TimerSource, timer_source.h), for hosts without a usable PMU.
+  // Never called from the sample path. Only a host that offers a TimerSource needs them.
+  // Starts, on every CPU, an interrupt every `period_ns` of that CPU's time whose handler calls
+  // Engine::HandlePmi(cpu) with the interrupted context at hand (GetInterruptedContext), as a
+  // PMI would. The rate is fixed: a late tick is not made up for. Returns false if the host has
+  // no such timer (the default), and then no sample ever arrives.
+  virtual bool StartSampleTimer(uint64_t period_ns) {
+    (void)period_ns;
+    return false;
+  }
+  // Stops it on every CPU. A tick already under way may still call HandlePmi; the engine
+  // calls QuiesceSamplers afterwards.
+  virtual void StopSampleTimer() {}
+
  protected:
   ~Platform() = default;
 };

@@ -45,6 +45,7 @@ enum class PmuKind : uint32_t {
   kAmdLegacy = 2,         // AMD K8..family 16h, 4 counters at 0xC0010000
   kAmdCore = 3,           // AMD family 15h and later (Zen), 6 counters at 0xC0010200
   kExternal = 4,          // counters owned by the platform (Linux perf_event)
+  kTimer = 5,             // no counters: a periodic timer interrupt samples (TimerSource)
 };
 
 // InitV2::flags

@@ -62,6 +62,11 @@ class FakePlatform final : public Platform {
   void SetPmuTakenByOther(bool taken) { pmu_taken_by_other_ = taken; }
   void SetAllocationFails(bool fails) { allocation_fails_ = fails; }
   void SetShareBusy(bool busy) { share_busy_ = busy; }
+  // Whether StartSampleTimer gets a timer (a host without one answers false).
+  void SetSampleTimerAvailable(bool available) { timer_available_ = available; }
+  // The sampling timer's period while it runs, 0 when stopped; how often it was started.
+  uint64_t sample_timer_period_ns() const { return timer_period_ns_; }
+  uint32_t sample_timer_starts() const { return timer_starts_; }
 
   int references(DomainId id) const;
   bool pmu_claimed() const { return pmu_claimed_; }
@@ -98,6 +103,14 @@ class FakePlatform final : public Platform {
   bool ShareWith(const SharedRegion& region, DomainId consumer) override;
   void Unshare(const SharedRegion& region, DomainId consumer) override;
   void QuiesceSamplers() override { ++quiesce_count_; }
+  bool StartSampleTimer(uint64_t period_ns) override {
+    if (timer_period_ns_ != 0) violations_.push_back("the sampling timer was started twice");
+    if (!timer_available_) return false;
+    ++timer_starts_;
+    timer_period_ns_ = period_ns;
+    return true;
+  }
+  void StopSampleTimer() override { timer_period_ns_ = 0; }
 
  private:
   struct Region {
@@ -124,6 +137,9 @@ class FakePlatform final : public Platform {
   std::vector<bool> pmi_routed_;
   uint32_t quiesce_count_ = 0;
   uint32_t rearm_count_ = 0;
+  bool timer_available_ = true;
+  uint64_t timer_period_ns_ = 0;
+  uint32_t timer_starts_ = 0;
   uint64_t now_ns_ = 0;
   mutable std::mutex notifications_mutex_;
   std::vector<Notification> notifications_;

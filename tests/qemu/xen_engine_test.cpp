@@ -1,0 +1,163 @@
+// Xen with hvprof's engine inside (xen-engine/, issue 39), booted under QEMU's software CPU: the
+// real hypervisor samples with the engine's timer source (TCG has no PMU that counts), and hvprof's
+// own programs in dom0 profile Xen, dom0 and a PV guest with it. Checked against truth from the
+// same boot, never against copied numbers: every hypervisor sample resolves in the xen-syms built
+// beside the image, Xen's call chains are deeper than one frame, and each domain's share of the
+// samples matches its running time in Xen's own trace buffers (--sched) within a few points.
+//
+// By hand: xen-engine/build-xen.sh build/xen-hypervisor, then
+//   build/tests/qemu_tests qemu_xen_engine -s
+#include <cmath>
+#include <cstdlib>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "programs.h"
+#include "qemu_harness.h"
+#include "temp_dir.h"
+
+namespace hvprof::testing {
+namespace {
+
+bool Contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::string ReadWhole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST_CASE("qemu_xen_engine") {
+  const auto xen = BuildEngineXen();
+  if (!xen) return;
+  std::printf("qemu_xen_engine: %s\n", xen->built.c_str());
+  // Xen's symbols without their DWARF: what hvprof reads of them (the ELF symbol table) at an
+  // eighth of the size, so dom0's initramfs stays small.
+  TempDir dir;
+  const std::string syms = dir.File("xen-syms");
+  const CommandResult stripped = RunProgram({"/usr/bin/objcopy", "--strip-debug", xen->xen_syms, syms});
+  REQUIRE(stripped.status == 0);
+
+  GuestOptions guest;
+  guest.name = "g1";
+  guest.command_timeout_seconds = 150;
+  guest.commands = {
+      "guest.sh await dom0 profiling 120",  // 0
+      // Spins, then stays alive until dom0 has read that (a guest that ends takes its keys).
+      "timeout 6 sh -c 'while :; do :; done'; guest.sh post spin done && guest.sh await dom0 stopped 120",  // 1
+  };
+  Dom0Options options;
+  options.xen = xen->xen;
+  options.xen_arguments = "hvprof=timer";
+  options.command_timeout_seconds = 150;
+  options.timeout_seconds = 480;
+  options.guests.push_back(guest);
+  options.files.emplace_back("/root/xen-syms", ReadWhole(syms));
+  const auto boot = RunInDom0({
+      "xl dmesg | grep -m 1 'hvprof: engine ready'",                                                   // 0
+      "guest.sh create g1",                                                                             // 1
+      "hvprof --start-daemon --platform=xen --passive-domains=g1 --sched --callgraph=8 --xen=/root/xen-syms",  // 2
+      "hvprof --start",                                                                                 // 3
+      "xl unpause g1 && guest.sh tell g1 dom0 profiling",                                               // 4
+      // dom0's own work meanwhile: hypercalls (xenstore, event channels) from a shell loop.
+      "i=0; while [ $i -lt 300 ]; do xenstore-read domid >/dev/null; i=$((i+1)); done; "
+      "guest.sh wait g1 spin done 120",                                                                 // 5
+      "hvprof --status",                                                                                // 6
+      "hvprof --stop && guest.sh tell g1 dom0 stopped",                                                 // 7
+      "guest.sh finish g1 120 >/dev/null",                                                              // 8
+      "hvprof --shutdown",                                                                              // 9
+      "hvprof-report | head -n 12",                                                                     // 10
+      "hvprof-report --by-domain --format=json | head -c 20000 | tr -d ' \\n' | "
+      "grep -o '\"domains\":\\[[^]]*\\]'",                                                             // 11
+      "hvprof-report --sched --format=json --top=1",                                                    // 12
+      // Xen's samples: resolved or not, and how deep their stacks are (folded: frames;...;leaf N).
+      // A domain's name may hold spaces: the stack is the line less its count. An unresolved
+      // frame is an address ("[unknown] IMAGE+0x...").
+      "hvprof-report --format=folded 2>/dev/null | grep '\\[hypervisor\\]' | awk '{n=$NF; s=$0; sub(/ [0-9]+$/, \"\", s); "
+      "d=split(s,f,\";\"); all+=n; if (f[d] ~ /0x[0-9a-f]+$/) unres+=n; if (d>4) deep+=n} "
+      "END {print \"hypervisor\", all+0, \"unresolved\", unres+0, \"deep\", deep+0}'",                 // 13
+      // Stacks through a PV guest's hypercall entry, in Xen's own frames (outermost first).
+      "hvprof-report --format=folded 2>/dev/null | grep -c ';\\[hypervisor\\];lstar_enter;pv_hypercall;'",  // 14
+  }, options);
+  if (!boot) return;
+  REQUIRE(boot->completed);
+  INFO(boot->Describe());
+  for (size_t i = 0; i < boot->results.size(); ++i) {
+    INFO("command " << i + 1 << ": " << boot->at(i).command);
+    CHECK(boot->at(i).status == 0);
+  }
+  // The engine took the timer (TCG's counters do not count), and dom0's agent found the engine.
+  CHECK(Contains(boot->at(0).output, "engine ready: timer"));
+  CHECK(Contains(boot->at(2).output, "with hvprof's engine (xen, timer): events TIMER:1000000"));
+  const std::string& status = boot->at(6).output;
+  CHECK(Contains(status, "machine: Xen 4.17 with hvprof's engine"));
+  // Every sample the engine took reached a ring: no loss of any cause, in any ring.
+  CHECK(Contains(status, "lost in the hypervisor: 0 ring full, 0 corrupt index, 0 no ring"));
+  const std::string& header = boot->at(10).output;
+  CHECK(Contains(header, "Platform: xen (Xen 4.17 with hvprof's engine); CPU: timer, 2 CPUs"));
+  CHECK(Contains(header, "(v2 format)"));
+  CHECK(Contains(header, "Lost samples: none"));
+
+  // Samples of every domain in every mode: Xen's own code too.
+  const auto by_domain = nlohmann::json::parse("{" + boot->at(11).output + "}", nullptr, false);
+  REQUIRE(!by_domain.is_discarded());
+  std::map<int, double> samples;
+  double hypervisor = 0;
+  for (const nlohmann::json& domain : by_domain["domains"]) {
+    const int id = domain["id"].get<int>();
+    for (const char* mode : {"user", "kernel", "hypervisor"}) {
+      INFO("dom" << id << " " << mode);
+      CHECK(domain["samples"].value(mode, 0) > 100);
+      samples[id] += domain["samples"].value(mode, 0);
+    }
+    hypervisor += domain["samples"].value("hypervisor", 0);
+  }
+  REQUIRE(samples.size() == 2);
+
+  // Each domain's share of the samples against its share of running time in Xen's trace
+  // buffers, from the same run (idle left out of both).
+  const auto sched = nlohmann::json::parse(boot->at(12).output, nullptr, false);
+  REQUIRE(!sched.is_discarded());
+  std::map<int, double> running;
+  for (const nlohmann::json& entity : sched["entities"]) {
+    const int id = entity["domain"].get<int>();
+    if (samples.count(id) != 0) running[id] += entity["running_ns"].get<double>();
+  }
+  const double all_samples = samples[0] + samples[1];
+  const double all_running = running[0] + running[1];
+  REQUIRE(all_running > 1e9);
+  for (int id : {0, 1}) {
+    const double sampled_share = samples[id] / all_samples;
+    const double running_share = running[id] / all_running;
+    std::printf("qemu_xen_engine: dom%d has %.1f%% of the samples and %.1f%% of the running time\n", id,
+                100 * sampled_share, 100 * running_share);
+    INFO("dom" << id);
+    CHECK(std::abs(sampled_share - running_share) <= 0.05);
+  }
+
+  // Xen's samples resolve in its xen-syms, and many have callers: frame pointers walked.
+  const std::string& summary = boot->at(13).output;
+  const size_t line = summary.rfind("hypervisor ");
+  REQUIRE(line != std::string::npos);
+  std::istringstream counts(summary.substr(line));
+  std::string word;
+  double folded_hypervisor = 0, unresolved = 0, deep = 0;
+  counts >> word >> folded_hypervisor >> word >> unresolved >> word >> deep;
+  std::printf("qemu_xen_engine: %.0f hypervisor samples, %.0f unresolved, %.0f with two callers or more\n",
+              folded_hypervisor, unresolved, deep);
+  CHECK(folded_hypervisor == hypervisor);
+  CHECK(unresolved <= 0.01 * folded_hypervisor);
+  CHECK(deep >= 0.05 * folded_hypervisor);
+  // Hypercalls (dom0's xenstore loop, the guest's kernel) through Xen's entry path, its handler
+  // below: distinct stacks, each at least three of Xen's frames deep.
+  CHECK(std::atoi(boot->at(14).output.c_str()) >= 1);
+}
+
+}  // namespace
+}  // namespace hvprof::testing
