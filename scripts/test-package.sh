@@ -138,12 +138,21 @@ complete_line() {  # PROGRAM WORDS... : what completing the last word offers, on
 for program in "${programs[@]}"; do
   bash -n "/usr/share/bash-completion/completions/$program" || fail "the completion file of $program does not parse"
 done
-complete_line hvprof --start-d | grep -qx -- --start-daemon || fail "completing 'hvprof --start-d' does not offer --start-daemon"
-complete_line hvprof --platform '' | grep -qx xen || fail "completing 'hvprof --platform ' does not offer xen"
-complete_line hvprof-report --by | grep -qx -- --by-domain || fail "completing 'hvprof-report --by' does not offer --by-domain"
-complete_line hvprof-report --session-dir="$work/sessions" '' | grep -qxF -- "$(basename "$session")" ||
-  fail "completing 'hvprof-report --session-dir=DIR ' does not offer the saved session $(basename "$session")"
-complete_line hvprof-hv --scen | grep -qx -- '--scenario=' || fail "completing 'hvprof-hv --scen' does not offer --scenario="
+# offers WANTED PROGRAM WORDS...: completing the line offers WANTED. What was offered is taken
+# whole before it is searched (a `grep -q` that stops reading early would make the completion's
+# writer fail with SIGPIPE under pipefail), and said when WANTED is not among it.
+offers() {
+  local wanted=$1 offered
+  shift
+  offered=$(complete_line "$@") || fail "completing '$*' failed (status $?; $work/completion.log)"
+  grep -qxF -- "$wanted" <<<"$offered" ||
+    fail "completing '$*' does not offer $wanted; it offers: $(tr '\n' ' ' <<<"$offered")"
+}
+offers --start-daemon hvprof --start-d
+offers xen hvprof --platform ''
+offers --by-domain hvprof-report --by
+offers "$(basename "$session")" hvprof-report --session-dir="$work/sessions" ''
+offers --scenario= hvprof-hv --scen
 echo "test-package: the demo ran from the installed programs; completion works"
 
 # 6. Removal leaves none of the package's files.

@@ -118,6 +118,7 @@ std::vector<store::EventRecord> GuestAgent::EventsOf(const hvpmu::InitV2& init, 
     event.user = counter.user != 0;
     const hvpmu::EventDef* def = table != nullptr ? hvpmu::FindEventByCode(*table, counter.event, counter.unit_mask) : nullptr;
     event.name = def != nullptr ? def->name : fmt::format("EVENT_{:#x}", counter.event);
+    if (table != nullptr && table->sampled_by != nullptr) event.sampled_by = table->sampled_by;
     for (uint8_t u = 0; def != nullptr && u < def->num_unit_masks; ++u) {
       if (def->unit_masks[u].value == counter.unit_mask) event.unit_mask_name = def->unit_masks[u].name;
     }

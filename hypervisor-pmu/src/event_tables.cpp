@@ -130,8 +130,9 @@ constexpr EventDef kTimerEvents[] = {
 
 template <uint32_t N>
 constexpr CpuEventTable MakeTable(const char* cpu_type, const EventDef (&events)[N],
-                                  const char* default_event, uint64_t default_count = 100000) {
-  return {cpu_type, events, N, default_event, default_count};
+                                  const char* default_event, uint64_t default_count = 100000,
+                                  const char* sampled_by = "") {
+  return {cpu_type, events, N, default_event, default_count, sampled_by};
 }
 
 constexpr CpuEventTable kTables[] = {
@@ -147,8 +148,8 @@ constexpr CpuEventTable kTables[] = {
     MakeTable("x86-64/family17h", kAmdZenEvents, "CPU_CLK_UNHALTED"),
     MakeTable("x86-64/family18h", kAmdZenEvents, "CPU_CLK_UNHALTED"),
     MakeTable("x86-64/family19h", kAmdZen4Events, "CPU_CLK_UNHALTED"),
-    MakeTable("linux/software", kLinuxSoftwareEvents, "CPU_CLK_UNHALTED"),
-    MakeTable(kTimerCpuType, kTimerEvents, "TIMER", kTimerDefaultPeriodNs),
+    MakeTable("linux/software", kLinuxSoftwareEvents, "CPU_CLK_UNHALTED", 100000, "Linux's cpu-clock timer"),
+    MakeTable(kTimerCpuType, kTimerEvents, "TIMER", kTimerDefaultPeriodNs, "the engine's timer interrupt"),
 };
 
 constexpr const CpuEventTable* kTablePointers[] = {

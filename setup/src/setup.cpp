@@ -272,6 +272,7 @@ Result<std::vector<ResolvedEvent>> ResolveEvents(const std::vector<EventSpec>& s
   std::vector<bool> used(pmu.num_counters, false);
   for (const EventSpec& spec : wanted) {
     ResolvedEvent event;
+    event.sampled_by = table.sampled_by != nullptr ? table.sampled_by : "";
     const hvpmu::EventDef* def =
         hvpmu::FindEventByName(table, spec.is_default ? table.default_event : spec.name.c_str());
     if (def == nullptr) {
@@ -389,8 +390,8 @@ Result<std::vector<ResolvedEvent>> ResolveEventOptions(const std::vector<std::st
 }
 
 store::EventRecord ToEventRecord(const ResolvedEvent& event) {
-  return {event.counter, event.event->name, event.event->code, event.unit_mask,
-          event.unit_mask_name, event.count, event.kernel, event.user};
+  return {event.counter,     event.event->name, event.event->code, event.unit_mask, event.unit_mask_name,
+          event.count,       event.kernel,      event.user,        event.sampled_by};
 }
 
 Result<std::vector<std::string>> SplitList(std::string_view text, std::string_view option) {

@@ -64,9 +64,11 @@ std::string SerializeMetadata(const SessionMetadata& m) {
   out["profiling"] = intervals;
   Json events = Json::array();
   for (const auto& e : m.events) {
-    events.push_back({{"counter", e.counter}, {"name", e.name}, {"code", Hex(e.code)},
-                      {"unit_mask", Hex(e.unit_mask)}, {"unit_mask_name", e.unit_mask_name},
-                      {"count", e.count}, {"kernel", e.kernel}, {"user", e.user}});
+    Json event = {{"counter", e.counter}, {"name", e.name}, {"code", Hex(e.code)},
+                  {"unit_mask", Hex(e.unit_mask)}, {"unit_mask_name", e.unit_mask_name},
+                  {"count", e.count}, {"kernel", e.kernel}, {"user", e.user}};
+    if (!e.sampled_by.empty()) event["sampled_by"] = e.sampled_by;
+    events.push_back(std::move(event));
   }
   out["events"] = events;
   Json domains = Json::array();
@@ -197,6 +199,7 @@ Result<SessionMetadata> ParseMetadata(std::string_view text, std::string_view or
     HVPROF_TRY(count, e.Get<uint64_t>("count"));
     HVPROF_TRY(kernel, e.Get<bool>("kernel", true));
     HVPROF_TRY(user, e.Get<bool>("user", true));
+    HVPROF_TRY(sampled_by, e.Get("sampled_by", ""));
     if (code > 0xFFFF) return e.Checked("code").Fail("expected an event code up to 0xffff, got {:#x}", code);
     if (unit_mask > 0xFF) return e.Checked("unit_mask").Fail("expected a unit mask up to 0xff, got {:#x}", unit_mask);
     event.counter = counter;
@@ -207,6 +210,7 @@ Result<SessionMetadata> ParseMetadata(std::string_view text, std::string_view or
     event.count = count;
     event.kernel = kernel;
     event.user = user;
+    event.sampled_by = sampled_by;
     m.events.push_back(event);
   }
   HVPROF_TRY(domains, root.Array("domains", kMaxList));

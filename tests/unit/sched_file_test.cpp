@@ -472,7 +472,7 @@ TEST_CASE("session.json's sched object and scheduling rings round-trip, older fi
   m.session_id = kIdHex;
   m.platform = "sim";
   m.cpu_type = "i386/arch_perfmon";
-  m.events.push_back({5, "CPU_CLK_UNHALTED", 0x3C, 0, "zero", 100000, true, true});
+  m.events.push_back({5, "CPU_CLK_UNHALTED", 0x3C, 0, "zero", 100000, true, true, ""});
   m.rings.push_back({0, 0, "vcpu", 64, 100, {5, 0, 0, 0, 0, 0, 0, 0}, 100, 0, 64});
   const std::string without = SerializeMetadata(m);
   CHECK(without.find("\"sched\"") == std::string::npos);  // written only when scheduling was recorded

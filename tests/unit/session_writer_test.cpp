@@ -28,7 +28,7 @@ store::SessionMetadata Metadata(uint64_t count = 100000) {
   store::SessionMetadata m;
   m.platform = "sim";
   m.cpu_type = "i386/arch_perfmon";
-  m.events.push_back({0, "CPU_CLK_UNHALTED", 0x3C, 0, "", count, true, true});
+  m.events.push_back({0, "CPU_CLK_UNHALTED", 0x3C, 0, "", count, true, true, ""});
   return m;
 }
 

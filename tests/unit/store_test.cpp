@@ -233,7 +233,7 @@ TEST_CASE("session metadata round-trips and names what is wrong", "[store]") {
   m.session_id = "00112233445566778899aabbccddeeff";
   m.platform = "sim";
   m.cpu_type = "i386/arch_perfmon";
-  m.events.push_back({5, "CPU_CLK_UNHALTED", 0x3C, 0, "zero", 100000, true, true});
+  m.events.push_back({5, "CPU_CLK_UNHALTED", 0x3C, 0, "zero", 100000, true, true, "the engine's timer interrupt"});
   DomainRecord dom0{0, "dom0", "active", 2, {}, {}};
   dom0.processes.push_back({1201, "xz", {{"/usr/lib/x86_64-linux-gnu/liblzma.so.5", 0x7f0000000000, 0x7f0000030000, 0x7f0000000000, "abcd"}}});
   dom0.tasks.push_back({1201, 1202, "xz worker"});  // a task that scheduling records name
@@ -245,6 +245,15 @@ TEST_CASE("session metadata round-trips and names what is wrong", "[store]") {
   auto parsed = ParseMetadata(SerializeMetadata(m), "session.json");
   REQUIRE(parsed.has_value());
   CHECK(SerializeMetadata(parsed.value()) == SerializeMetadata(m));
+  CHECK(parsed.value().events.at(0).sampled_by == "the engine's timer interrupt");
+  // Sessions written before it say nothing: a hardware counter.
+  m.events[0].sampled_by.clear();
+  const std::string older = SerializeMetadata(m);
+  CHECK(older.find("sampled_by") == std::string::npos);
+  auto counted = ParseMetadata(older, "session.json");
+  REQUIRE(counted.has_value());
+  CHECK(counted.value().events.at(0).sampled_by.empty());
+  m.events[0].sampled_by = "the engine's timer interrupt";
 
   auto error = [](std::string text) {
     auto result = ParseMetadata(text, "s.json");

@@ -16,7 +16,7 @@ std::string WriteSyntheticSession(const std::string& directory, const std::strin
   m.role = "dom0";
   m.backtrace_depth = 16;
   m.num_cpus = 1;
-  m.events.push_back({0, "CPU_CLOCK", 0, 0, "", 1000000, true, true});
+  m.events.push_back({0, "CPU_CLOCK", 0, 0, "", 1000000, true, true, ""});
   store::DomainRecord dom0;
   dom0.name = "Domain-0";
   dom0.role = "active";

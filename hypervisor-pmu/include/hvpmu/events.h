@@ -38,6 +38,9 @@ struct CpuEventTable {
   uint32_t num_events;
   const char* default_event;  // its name; count from default_count
   uint64_t default_count;
+  // What takes the samples where no hardware counter overflows: a timer ("" for counters).
+  // Reports say it, since a timer's samples miss what runs with interrupts masked.
+  const char* sampled_by;
 };
 
 // The cpu_type of hosts sampled with Linux's cpu-clock timer, for want of a hardware PMU.

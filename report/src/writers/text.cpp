@@ -60,10 +60,18 @@ std::string FormatHeader(const Profile& profile, const Table& table, const Repor
     if (seconds > 0 && m.num_cpus > 0) {
       rate = fmt::format("; achieved {:.0f} samples/s per CPU", static_cast<double>(samples) / seconds / m.num_cpus);
     }
-    out += fmt::format("Counted {} events (unit mask {:#04x}{}{}) with a sample every {} events{}{}\n",
-                       Safe(event.name), event.unit_mask,
-                       event.unit_mask_name.empty() ? "" : ": " + Safe(event.unit_mask_name),
-                       event.kernel && event.user ? "" : event.kernel ? ", kernel only" : ", user only",
+    const std::string mask = fmt::format(" (unit mask {:#04x}{})", event.unit_mask,
+                                         event.unit_mask_name.empty() ? "" : ": " + Safe(event.unit_mask_name));
+    const char* modes = event.kernel && event.user ? "" : event.kernel ? ", kernel only" : ", user only";
+    if (!event.sampled_by.empty()) {
+      // A timer counts nothing: it samples where interrupts are enabled, and its count is its
+      // event's unit (ns of CPU time, or cycles at the nominal clock), not overflows.
+      out += fmt::format("Sampled by {}, not a hardware counter: {}:{}{}{}{}{}\n", Safe(event.sampled_by),
+                         Safe(event.name), event.count, mask, modes, rate,
+                         samples == 0 ? "; no samples of this event" : "");
+      continue;
+    }
+    out += fmt::format("Counted {} events{}{} with a sample every {} events{}{}\n", Safe(event.name), mask, modes,
                        event.count, rate, samples == 0 ? "; no samples of this event" : "");
   }
   if (seconds > 0) out += fmt::format("Sampled time: {:.3f} s of the platform's clock\n", seconds);

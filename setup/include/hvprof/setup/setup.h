@@ -99,6 +99,7 @@ struct ResolvedEvent {
   uint64_t count = 0;
   bool kernel = true;
   bool user = true;
+  std::string sampled_by;  // the table's: a timer, or "" for a hardware counter
 };
 
 // Checks every spec against the CPU's event table and places the events on counters: events

@@ -31,6 +31,9 @@ struct EventRecord {
   uint64_t count = 0;            // events per sample
   bool kernel = true;
   bool user = true;
+  // What took the samples where no counter overflowed ("Linux's cpu-clock timer", "the
+  // engine's timer interrupt"); empty for a hardware counter (and in sessions before it).
+  std::string sampled_by;
 };
 
 struct MappingRecord {
