@@ -227,7 +227,7 @@ TEST_CASE("hvprof run --platform=linux samples at perf's default 4 kHz, and -F s
   // "asked N samples/s per CPU, achieved cpu0 A, cpu1 B" from the run's header.
   auto rates = [](const std::string& out) {
     std::vector<double> found;
-    const size_t asked = out.find("asked ");
+    const size_t asked = out.find("asked ", out.find("\nSampling: "));
     REQUIRE(asked != std::string::npos);
     found.push_back(std::atof(out.c_str() + asked + 6));
     for (size_t at = out.find(" cpu", asked); at != std::string::npos && at < out.find('\n', asked);
@@ -256,6 +256,8 @@ TEST_CASE("hvprof run --platform=linux samples at perf's default 4 kHz, and -F s
     const bool timer = result.out.find("CPU: linux/software") != std::string::npos;
     CHECK(result.out.find(timer ? "Sampled by Linux's cpu-clock timer, not a hardware counter: CPU_CLK_UNHALTED:"
                                 : "Counted CPU_CLK_UNHALTED events") != std::string::npos);
+    // And what a timer cannot see.
+    CHECK((result.out.find("code that runs with interrupts masked is never sampled") != std::string::npos) == timer);
   }
 }
 

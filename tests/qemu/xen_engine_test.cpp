@@ -103,6 +103,7 @@ TEST_CASE("qemu_xen_engine") {
   CHECK(Contains(header, "Platform: xen (Xen 4.17 with hvprof's engine); CPU: timer, 2 CPUs"));
   CHECK(Contains(header, "(v2 format)"));
   CHECK(Contains(header, "Sampled by the engine's timer interrupt, not a hardware counter: TIMER:1000000"));
+  CHECK(Contains(header, "code that runs with interrupts masked is never sampled"));
   CHECK(Contains(header, "Lost samples: none"));
 
   // Samples of every domain in every mode: Xen's own code too.

@@ -66,8 +66,9 @@ std::string FormatHeader(const Profile& profile, const Table& table, const Repor
     if (!event.sampled_by.empty()) {
       // A timer counts nothing: it samples where interrupts are enabled, and its count is its
       // event's unit (ns of CPU time, or cycles at the nominal clock), not overflows.
-      out += fmt::format("Sampled by {}, not a hardware counter: {}:{}{}{}{}{}\n", Safe(event.sampled_by),
-                         Safe(event.name), event.count, mask, modes, rate,
+      out += fmt::format("Sampled by {}, not a hardware counter: {}:{}{}{}{}{}; code that runs with interrupts "
+                         "masked is never sampled\n",
+                         Safe(event.sampled_by), Safe(event.name), event.count, mask, modes, rate,
                          samples == 0 ? "; no samples of this event" : "");
       continue;
     }
