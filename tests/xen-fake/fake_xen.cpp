@@ -378,6 +378,41 @@ void* MapTraceFrames(FakeXen& fake, int prot, size_t pages, const xen_pfn_t fram
   return base;
 }
 
+// A v2 buffer's answer (get_buffer_v2, set_passive_v2).
+std::pair<uint64_t, FakeXen::Buffer> BufferOfV2(const std::byte* argument) {
+  hvpmu::BufferV2 answer;
+  std::memcpy(&answer, argument, sizeof answer);
+  return {answer.region_handle, {answer.region_bytes, answer.nbuf}};
+}
+
+// Xen with hvprof's engine: the engine answers every op itself.
+int EngineHypercall(unsigned int command, std::byte* argument) {
+  if (command > legacy::kOpLast && (command < hvpmu::kOpInitV2 || command > hvpmu::kOpSetPassiveV2)) {
+    return Fail(ENOSYS);  // the engine's range
+  }
+  const size_t size = ArgumentSize(command);
+  if (size > 0 && argument == nullptr) return Fail(EFAULT);
+  FakeXen& fake = Fake();
+  std::lock_guard lock(fake.mutex);
+  HypervisorLink* link = fake.Link();
+  if (link == nullptr) return Fail(EIO);
+  auto code = link->Op(command, std::span<std::byte>(argument, size));
+  if (!code) return Fail(EIO);
+  if (code.value() != hvpmu::ErrorCode::kOk) return Fail(hvpmu::ErrorErrno(code.value()));
+  // Where each buffer is, for the mappings of its frames and VIRQ_XENOPROF.
+  auto keep = [](std::map<uint64_t, FakeXen::Buffer>& buffers, std::pair<uint64_t, FakeXen::Buffer> buffer) {
+    buffers.insert_or_assign(buffer.first, buffer.second);
+  };
+  switch (command) {
+    case legacy::kOpGetBuffer: keep(fake.own_buffers, BufferOf<legacy::GetBuffer>(argument)); break;
+    case legacy::kOpSetPassive: keep(fake.passive_buffers, BufferOf<legacy::Passive>(argument)); break;
+    case hvpmu::kOpGetBufferV2: keep(fake.own_buffers, BufferOfV2(argument)); break;
+    case hvpmu::kOpSetPassiveV2: keep(fake.passive_buffers, BufferOfV2(argument)); break;
+    default: break;
+  }
+  return 0;
+}
+
 }  // namespace
 
 struct xencall_handle {
@@ -428,45 +463,6 @@ void xencall_free_buffer(xencall_handle*, void* buffer) {
   ::munmap(buffer, it->second);
   Fake().hypercall_buffers.erase(it);
 }
-
-namespace {
-
-// A v2 buffer's answer (get_buffer_v2, set_passive_v2).
-std::pair<uint64_t, FakeXen::Buffer> BufferOfV2(const std::byte* argument) {
-  hvpmu::BufferV2 answer;
-  std::memcpy(&answer, argument, sizeof answer);
-  return {answer.region_handle, {answer.region_bytes, answer.nbuf}};
-}
-
-// Xen with hvprof's engine: the engine answers every op itself.
-int EngineHypercall(unsigned int command, std::byte* argument) {
-  if (command > legacy::kOpLast && (command < hvpmu::kOpInitV2 || command > hvpmu::kOpSetPassiveV2)) {
-    return Fail(ENOSYS);  // the engine's range
-  }
-  const size_t size = ArgumentSize(command);
-  if (size > 0 && argument == nullptr) return Fail(EFAULT);
-  FakeXen& fake = Fake();
-  std::lock_guard lock(fake.mutex);
-  HypervisorLink* link = fake.Link();
-  if (link == nullptr) return Fail(EIO);
-  auto code = link->Op(command, std::span<std::byte>(argument, size));
-  if (!code) return Fail(EIO);
-  if (code.value() != hvpmu::ErrorCode::kOk) return Fail(hvpmu::ErrorErrno(code.value()));
-  // Where each buffer is, for the mappings of its frames and VIRQ_XENOPROF.
-  auto keep = [](std::map<uint64_t, FakeXen::Buffer>& buffers, std::pair<uint64_t, FakeXen::Buffer> buffer) {
-    buffers.insert_or_assign(buffer.first, buffer.second);
-  };
-  switch (command) {
-    case legacy::kOpGetBuffer: keep(fake.own_buffers, BufferOf<legacy::GetBuffer>(argument)); break;
-    case legacy::kOpSetPassive: keep(fake.passive_buffers, BufferOf<legacy::Passive>(argument)); break;
-    case hvpmu::kOpGetBufferV2: keep(fake.own_buffers, BufferOfV2(argument)); break;
-    case hvpmu::kOpSetPassiveV2: keep(fake.passive_buffers, BufferOfV2(argument)); break;
-    default: break;
-  }
-  return 0;
-}
-
-}  // namespace
 
 int xencall2(xencall_handle*, unsigned int op, uint64_t arg1, uint64_t arg2) {
   if (RestrictedPrivcmd()) return Fail(EPERM);
