@@ -19,18 +19,23 @@ function(hvprof_test_code target)
     $<$<AND:$<CONFIG:RelWithDebInfo>,$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:Clang>>:-O0>)
 endfunction()
 
-# hvprof_discover_tests(target [TIMEOUT seconds] [PROPERTIES ...]): registers each Catch test case
-# of `target` as one CTest entry, run with `-w NoTests` so an entry whose name matches no case
+# hvprof_discover_tests(target [TIMEOUT seconds] [TEST_SPEC spec] [PROPERTIES ...]): registers each
+# Catch test case of `target` (those `spec` selects, where given: a target may be discovered twice,
+# with other properties for the cases of a tag) as one CTest entry, run with `-w NoTests` so an entry whose name matches no case
 # fails instead of passing on nothing. The entries get HVPROF_UNDER_CTEST=1 (SkipTest exits 77;
 # the tests' main, tests/support/catch_main.cpp, then empties DEBUGINFOD_URLS and logs each case
 # it starts and each skip for scripts/check-test-count.py). One variable only: set_tests_properties
 # takes ENVIRONMENT's value as one list element, and Catch's discovery splits a list into them.
 function(hvprof_discover_tests target)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "PROPERTIES" ${ARGN})
+  cmake_parse_arguments(ARG "" "TIMEOUT;TEST_SPEC" "PROPERTIES" ${ARGN})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
-  catch_discover_tests(${target}
+  set(spec)
+  if(ARG_TEST_SPEC)
+    set(spec TEST_SPEC "${ARG_TEST_SPEC}")
+  endif()
+  catch_discover_tests(${target} ${spec}
     EXTRA_ARGS -w NoTests
     PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT ${ARG_TIMEOUT} ENVIRONMENT HVPROF_UNDER_CTEST=1 ${ARG_PROPERTIES})
 endfunction()
