@@ -275,6 +275,18 @@ std::string GuestRun::Describe() const {
   return (problem.empty() ? std::string() : "problem: " + problem + "\n") + DescribeResults(results);
 }
 
+GuestOptions SpinningGuest(const std::string& name, const std::string& go, int seconds) {
+  GuestOptions guest;
+  guest.name = name;
+  guest.command_timeout_seconds = 150;
+  guest.commands = {
+      "guest.sh await dom0 " + go + " 120",
+      "timeout " + std::to_string(seconds) + " sh -c 'while :; do :; done'; guest.sh post spin done && "
+      "guest.sh await dom0 stopped 120",
+  };
+  return guest;
+}
+
 std::optional<EngineXen> BuildEngineXen() {
   const std::string workdir = HVPROF_XEN_ENGINE_WORKDIR;
   const CommandResult built = RunProgram({HVPROF_XEN_ENGINE_BUILD, workdir});

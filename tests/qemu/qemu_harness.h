@@ -49,6 +49,11 @@ struct GuestOptions {
   int command_timeout_seconds = 60;
 };
 
+// A guest that waits until dom0 runs `guest.sh tell NAME dom0 GO`, spins in a shell loop for
+// `seconds`, posts "spin done" (`guest.sh wait NAME spin done` in dom0), and stays alive until
+// dom0 runs `guest.sh tell NAME dom0 stopped` (a guest that ends takes its xenstore keys).
+GuestOptions SpinningGuest(const std::string& name, const std::string& go, int seconds = 6);
+
 struct Dom0Options {
   // QEMU's CPU model. Under TCG, xenoprof runs on two: qemu64 (AMD family 15; Xen says
   // x86-64/hammer, 4 counters) and core2duo (Xen says i386/core_2, 2 counters). Nehalem and

@@ -360,14 +360,7 @@ TEST_CASE("qemu_xen_guest") {
 // --sched on the real Xen 4.17 (issue 21): dom0 reads Xen's trace buffers while a PV guest
 // spins, and the session has runstate records for dom0 and the guest; the pCPUs' time adds up.
 TEST_CASE("qemu_xen_sched") {
-  GuestOptions guest;
-  guest.name = "g1";
-  guest.command_timeout_seconds = 150;
-  guest.commands = {
-      "guest.sh await dom0 tracing 120",                                    // 0
-      // Done, then alive until dom0 has read that (a guest that ends takes its xenstore keys).
-      "timeout 6 sh -c 'while :; do :; done'; guest.sh post spin done && guest.sh await dom0 stopped 120",  // 1
-  };
+  const GuestOptions guest = SpinningGuest("g1", "tracing");
   Dom0Options options;
   options.command_timeout_seconds = 150;
   options.timeout_seconds = 420;

@@ -44,14 +44,7 @@ TEST_CASE("qemu_xen_engine") {
   const CommandResult stripped = RunProgram({"/usr/bin/objcopy", "--strip-debug", xen->xen_syms, syms});
   REQUIRE(stripped.status == 0);
 
-  GuestOptions guest;
-  guest.name = "g1";
-  guest.command_timeout_seconds = 150;
-  guest.commands = {
-      "guest.sh await dom0 profiling 120",  // 0
-      // Spins, then stays alive until dom0 has read that (a guest that ends takes its keys).
-      "timeout 6 sh -c 'while :; do :; done'; guest.sh post spin done && guest.sh await dom0 stopped 120",  // 1
-  };
+  const GuestOptions guest = SpinningGuest("g1", "profiling");
   Dom0Options options;
   options.xen = xen->xen;
   options.xen_arguments = "hvprof=timer";

@@ -385,21 +385,9 @@ std::pair<uint64_t, FakeXen::Buffer> BufferOfV2(const std::byte* argument) {
   return {answer.region_handle, {answer.region_bytes, answer.nbuf}};
 }
 
-// Xen with hvprof's engine: the engine answers every op itself.
-int EngineHypercall(unsigned int command, std::byte* argument) {
-  if (command > legacy::kOpLast && (command < hvpmu::kOpInitV2 || command > hvpmu::kOpSetPassiveV2)) {
-    return Fail(ENOSYS);  // the engine's range
-  }
-  const size_t size = ArgumentSize(command);
-  if (size > 0 && argument == nullptr) return Fail(EFAULT);
-  FakeXen& fake = Fake();
-  std::lock_guard lock(fake.mutex);
-  HypervisorLink* link = fake.Link();
-  if (link == nullptr) return Fail(EIO);
-  auto code = link->Op(command, std::span<std::byte>(argument, size));
-  if (!code) return Fail(EIO);
-  if (code.value() != hvpmu::ErrorCode::kOk) return Fail(hvpmu::ErrorErrno(code.value()));
-  // Where each buffer is, for the mappings of its frames and VIRQ_XENOPROF.
+// Xen with hvprof's engine, after an op succeeded: where its buffer is, for the mappings of the
+// buffer's frames and VIRQ_XENOPROF.
+void KeepEngineBuffer(FakeXen& fake, unsigned int command, const std::byte* argument) {
   auto keep = [](std::map<uint64_t, FakeXen::Buffer>& buffers, std::pair<uint64_t, FakeXen::Buffer> buffer) {
     buffers.insert_or_assign(buffer.first, buffer.second);
   };
@@ -410,7 +398,6 @@ int EngineHypercall(unsigned int command, std::byte* argument) {
     case hvpmu::kOpSetPassiveV2: keep(fake.passive_buffers, BufferOfV2(argument)); break;
     default: break;
   }
-  return 0;
 }
 
 }  // namespace
@@ -469,8 +456,9 @@ int xencall2(xencall_handle*, unsigned int op, uint64_t arg1, uint64_t arg2) {
   if (op == __HYPERVISOR_xen_version && arg1 == XENVER_version) return (4 << 16) | 17;  // any domain may ask
   if (op != legacy::kHypercallXenoprofOp) return Fail(ENOSYS);
   const auto command = static_cast<unsigned int>(arg1);
-  if (EngineXen()) return EngineHypercall(command, reinterpret_cast<std::byte*>(arg2));
-  if (command > legacy::kOpLast) return Fail(EINVAL);  // Xen's range check
+  // Xen's range check: xenoprof's EINVAL above op 17; hvprof's engine knows the v2 ops too.
+  const bool engine_xen = EngineXen();
+  if (engine_xen ? !hvpmu::IsKnownOp(command) : command > legacy::kOpLast) return Fail(engine_xen ? ENOSYS : EINVAL);
   const size_t size = ArgumentSize(command);
   auto* argument = reinterpret_cast<std::byte*>(arg2);
   if (size > 0 && argument == nullptr) return Fail(EFAULT);
@@ -478,9 +466,6 @@ int xencall2(xencall_handle*, unsigned int op, uint64_t arg1, uint64_t arg2) {
   std::lock_guard lock(fake.mutex);
   HypervisorLink* link = fake.Link();
   if (link == nullptr) return Fail(EIO);
-  const hvpmu::DomainId caller = fake.domain;
-  BookLock book;
-  Book::Domain* self = Book::Followed(caller) ? &book->domains[caller] : nullptr;
   auto engine = [&]() -> std::optional<hvpmu::ErrorCode> {
     auto code = link->Op(command, std::span<std::byte>(argument, size));
     if (!code) return std::nullopt;
@@ -491,6 +476,14 @@ int xencall2(xencall_handle*, unsigned int op, uint64_t arg1, uint64_t arg2) {
     if (*code != hvpmu::ErrorCode::kOk) return Fail(hvpmu::ErrorErrno(*code));
     return 0;
   };
+  if (engine_xen) {  // the engine answers every op itself, with none of xenoprof's bookkeeping
+    const auto code = engine();
+    if (code == hvpmu::ErrorCode::kOk) KeepEngineBuffer(fake, command, argument);
+    return answer(code);
+  }
+  const hvpmu::DomainId caller = fake.domain;
+  BookLock book;
+  Book::Domain* self = Book::Followed(caller) ? &book->domains[caller] : nullptr;
 
   switch (command) {
     case legacy::kOpGetBuffer: {

@@ -157,10 +157,17 @@ class VirqForwarder {
 
 class XenLink final : public agent::HypervisorLink {
  public:
-  XenLink(std::shared_ptr<Handles> handles, hvpmu::DomainId domain, std::string version, std::string root,
-          bool engine)
-      : handles_(std::move(handles)), domain_(domain), version_(std::move(version)), root_(std::move(root)),
-        engine_(engine) {}
+  XenLink(std::shared_ptr<Handles> handles, hvpmu::DomainId domain, std::string version, std::string root)
+      : handles_(std::move(handles)), domain_(domain), version_(std::move(version)), root_(std::move(root)) {
+    // Who serves hypercall 31: hvprof's engine answers its status op (any caller; nothing
+    // changes); Xen 4.17's xenoprof refuses every op above 17 (EINVAL), a Xen without a
+    // profiler every op (ENOSYS).
+    auto status = std::make_unique<hvpmu::Status>();
+    status->struct_size = sizeof(hvpmu::Status);
+    status->abi_version = hvpmu::kAbiVersion;
+    auto answer = Op(hvpmu::kOpStatus, std::as_writable_bytes(std::span(status.get(), 1)));
+    engine_ = answer && answer.value() == ErrorCode::kOk;
+  }
 
   hvpmu::DomainId domain() const override { return domain_; }
   // Xen 4.17's xenoprof speaks ops 0-17 only; a Xen built with hvprof's engine (xen-engine/)
@@ -276,7 +283,7 @@ class XenLink final : public agent::HypervisorLink {
   hvpmu::DomainId domain_;
   std::string version_;
   std::string root_;  // where /sys, /proc and /run are ("" outside tests)
-  bool engine_;
+  bool engine_ = false;
   std::mutex mutex_;
   std::unique_ptr<VirqForwarder> virq_;
 };
@@ -378,24 +385,11 @@ Result<std::unique_ptr<agent::HypervisorLink>> ConnectXen(std::optional<hvpmu::D
     return MakeError(ErrorKind::kInvalidArgument, "--domain={}, but Xen says this is domain {}", *domain, *said);
   }
   const hvpmu::DomainId self = said ? *said : *domain;
-  // Who serves hypercall 31: hvprof's engine answers its status op (any caller, no state
-  // changed); Xen 4.17's xenoprof refuses every op above 17 with EINVAL.
-  bool engine = false;
-  {
-    HypercallBuffer buffer(handles->call.get(), sizeof(hvpmu::Status));
-    if (buffer.data() == nullptr) return ErrnoError(errno, "xencall_alloc_buffer");
-    hvpmu::Status status{};
-    status.struct_size = sizeof status;
-    status.abi_version = hvpmu::kAbiVersion;
-    std::memcpy(buffer.data(), &status, sizeof status);
-    engine = xencall2(handles->call.get(), legacy::kHypercallXenoprofOp, hvpmu::kOpStatus,
-                      reinterpret_cast<uint64_t>(buffer.data())) == 0;
-  }
   std::string version = "?";
   auto major = ReadFileToString(root + "/sys/hypervisor/version/major");
   auto minor = ReadFileToString(root + "/sys/hypervisor/version/minor");
   if (major && minor) version = TrimmedLine(major.value()) + "." + TrimmedLine(minor.value());
-  return std::unique_ptr<agent::HypervisorLink>(std::make_unique<XenLink>(std::move(handles), self, version, root, engine));
+  return std::unique_ptr<agent::HypervisorLink>(std::make_unique<XenLink>(std::move(handles), self, version, root));
 }
 
 }  // namespace hvprof::xen
