@@ -28,6 +28,7 @@ Engine::DomainSlot* Engine::FindOrCreateSlot(DomainId domain) {
     DomainSlot& slot = slots_[i];
     if (slot.in_use) continue;
     slot.in_use = true;
+    if (i >= slots_taken_) slots_taken_ = i + 1;
     slot.id = domain;
     slot.role = DomainRole::kIgnored;
     slot.activated = false;
@@ -96,13 +97,13 @@ void Engine::RemoveFromPassiveList(DomainSlot* slot) {
 
 uint32_t Engine::CountListed(DomainRole role) const {
   uint32_t count = 0;
-  for (const DomainSlot& slot : slots_) count += slot.in_use && slot.role == role;
+  for (const DomainSlot& slot : TakenSlots()) count += slot.in_use && slot.role == role;
   return count;
 }
 
 uint32_t Engine::CountActivated() const {
   uint32_t count = 0;
-  for (const DomainSlot& slot : slots_) {
+  for (const DomainSlot& slot : TakenSlots()) {
     count += slot.in_use && slot.role == DomainRole::kActive && slot.activated;
   }
   return count;
@@ -270,7 +271,7 @@ void Engine::ResetRings(DomainSlot* slot) {
 }
 
 void Engine::NotifyAllConsumers() {
-  for (DomainSlot& slot : slots_) {
+  for (DomainSlot& slot : TakenSlots()) {
     if (!slot.in_use || !slot.shared || LoadRelaxed(&slot.routing) == 0) continue;
     for (uint32_t i = 0; i < slot.nbuf; ++i) platform_.Notify(slot.consumer, slot.id, i);
   }
@@ -284,7 +285,7 @@ void Engine::OnConsumerGone(DomainId domain) {
   if (domain == primary_) {
     // Passive rings keep filling (and count what they cannot hold) until a new agent
     // takes over or resets the passive list; only the mapping goes away.
-    for (DomainSlot& other : slots_) {
+    for (DomainSlot& other : TakenSlots()) {
       if (other.in_use && other.role == DomainRole::kPassive) UnshareRings(&other);
     }
   }
@@ -314,7 +315,7 @@ void Engine::OnDomainDestroyed(DomainId domain) {
 
 uint32_t Engine::FullestRingPercent(DomainId except) const {
   uint32_t fullest = 0;
-  for (const DomainSlot& slot : slots_) {
+  for (const DomainSlot& slot : TakenSlots()) {
     if (!slot.in_use || !slot.shared || slot.consumer == except) continue;
     for (uint32_t i = 0; i < slot.nbuf_vcpu; ++i) {
       const RingWriter& ring = slot.rings[i];

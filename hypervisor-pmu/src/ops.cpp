@@ -130,7 +130,7 @@ ErrorCode Engine::OpResetActiveList() {
   if (state_ == EngineState::kProfiling) return ErrorCode::kProfiling;
   // Xen leaks the reference of every listed domain that never called enable_virq; here every
   // entry is released.
-  for (DomainSlot& slot : slots_) {
+  for (DomainSlot& slot : TakenSlots()) {
     if (slot.in_use && slot.role == DomainRole::kActive) RemoveFromActiveList(&slot);
   }
   return ErrorCode::kOk;
@@ -138,7 +138,7 @@ ErrorCode Engine::OpResetActiveList() {
 
 ErrorCode Engine::OpResetPassiveList() {
   if (state_ == EngineState::kProfiling) return ErrorCode::kProfiling;
-  for (DomainSlot& slot : slots_) {
+  for (DomainSlot& slot : TakenSlots()) {
     if (slot.in_use && slot.role == DomainRole::kPassive) RemoveFromPassiveList(&slot);
   }
   return ErrorCode::kOk;
@@ -305,7 +305,7 @@ ErrorCode Engine::OpEnableVirq(DomainId caller) {
   if (slot->activated) return ErrorCode::kAlreadyActivated;
 
   if (caller == primary_) {
-    for (DomainSlot& other : slots_) {
+    for (DomainSlot& other : TakenSlots()) {
       if (other.in_use && other.role == DomainRole::kPassive) ResetRings(&other);
     }
     for (CpuStats& stats : cpu_stats_) {

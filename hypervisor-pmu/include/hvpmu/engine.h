@@ -123,6 +123,18 @@ class Engine {
     return index == 0 ? nullptr : &slots_[index - 1];
   }
   DomainSlot* FindOrCreateSlot(DomainId domain);
+  // The slots ever taken, for the loops over every listed domain: a slot is taken lowest first,
+  // so all past the highest taken are free. (4,096 slots of which a host uses a few: a full scan
+  // per simulated millisecond was a third of the sim's time.)
+  template <typename Slot>
+  struct SlotRange {
+    Slot* first;
+    Slot* last;
+    Slot* begin() const { return first; }
+    Slot* end() const { return last; }
+  };
+  SlotRange<DomainSlot> TakenSlots() { return {slots_, slots_ + slots_taken_}; }
+  SlotRange<const DomainSlot> TakenSlots() const { return {slots_, slots_ + slots_taken_}; }
   void MaybeFreeSlot(DomainSlot* slot);
   void RemoveFromActiveList(DomainSlot* slot);
   void RemoveFromPassiveList(DomainSlot* slot);
@@ -188,6 +200,7 @@ class Engine {
   void ReturnRingWriters(RingWriter* first, uint32_t count);
 
   DomainSlot slots_[kMaxListedDomains];
+  uint32_t slots_taken_ = 0;  // one past the highest slot ever taken (control path only)
   uint16_t slot_of_domain_[kMaxDomainId + 1];  // slot index + 1, 0 for none; read by sample path
   // The writers of every listed domain's vCPU rings: static, so that a host with thousands of
   // small domains and one with a few large ones both fit without an allocator.
