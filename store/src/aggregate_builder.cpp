@@ -37,9 +37,16 @@ constexpr unsigned kMaxReaders = 4;
 
 // A user-space address of a canonical x86-64 layout: its top 17 bits clear.
 constexpr bool IsUserAddress(uint64_t word) { return (word >> 47) == 0; }
-// An address a CPU could run at: its top 17 bits all clear or all set. A frame-pointer walk that
-// strays into data returns other words (text, counters), which no call could have pushed.
-constexpr bool IsCanonical(uint64_t word) { return (word >> 47) == 0 || (word >> 47) == 0x1FFFF; }
+// An address a call could have pushed: canonical (its top 17 bits all clear or all set) and
+// above the first page, which is never mapped (vm.mmap_min_addr is at least 4096). A
+// frame-pointer walk that strays into data returns other words (text, counters); one that runs
+// off its chain's outermost frame returns 0. Kept, a 0 would also make each process's copy of a
+// shared stack a stack of its own (an address no image holds): a million of them in five minutes
+// of a host starting short processes.
+constexpr uint64_t kFirstPage = 4096;
+constexpr bool IsCallerAddress(uint64_t word) {
+  return ((word >> 47) == 0 && word >= kFirstPage) || (word >> 47) == 0x1FFFF;
+}
 
 }  // namespace
 
@@ -47,10 +54,10 @@ size_t TranslateSample(const StoredSample& s, const Translation& translation, St
                        StackKey* stack, uint64_t* words) {
   const bool by_thread = stacks == StackDetail::kStacksByThread;
   size_t length = stacks == StackDetail::kNone ? 0 : std::min<size_t>(s.frames.size(), kMaxFrames);
-  // The chain ends at the first frame no call could have made (the walk went astray there): what
-  // follows is not a caller, and the word could be mistaken for an image word.
+  // The chain ends at the first frame no call could have made (the walk went astray or ran off its
+  // end there): what follows is not a caller, and the word could be mistaken for an image word.
   for (size_t i = 0; i < length; ++i) {
-    if (!IsCanonical(s.frames[i])) {
+    if (!IsCallerAddress(s.frames[i])) {
       length = i;
       break;
     }

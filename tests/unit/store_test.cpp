@@ -935,6 +935,53 @@ TEST_CASE("the aggregate is the same whatever the number of threads reading the 
   }
 }
 
+TEST_CASE("a chain that runs off its outermost frame ends there, and short processes of one binary share its stack",
+          "[store][stacks]") {
+  // Two runs of one binary, each a process of its own mapping the same file. Their frame-pointer
+  // walks end with a 0 (the outermost frame's return address): kept, that word is an address no
+  // image holds, and every process would have a stack of its own.
+  ContextIndex index;
+  for (uint32_t pid : {7u, 8u}) {
+    context::ContextEvent born;
+    born.kind = context::ContextKind::kProcess;
+    born.pid = pid;
+    born.comm = "true";
+    index.Apply(born);
+    context::ContextEvent mapping;
+    mapping.kind = context::ContextKind::kMapping;
+    mapping.pid = pid;
+    mapping.start = 0x400000 + pid * 0x1000000;  // each run at its own address (ASLR)
+    mapping.end = mapping.start + 0x100000;
+    mapping.bias = mapping.start;
+    mapping.path = "/usr/bin/true";
+    index.Apply(mapping);
+  }
+  AggregateBuilder builder(StackDetail::kStacksByCpu, &index);
+  for (uint32_t pid : {7u, 8u}) {
+    const uint64_t base = 0x400000 + pid * 0x1000000;
+    for (const uint64_t end : {uint64_t{0}, uint64_t{0xff8}}) {  // 0, and another word of the first page
+      const std::vector<uint64_t> frames = {base + 0x1100, end, base + 0x1200};
+      StoredSample sample;
+      sample.ip = base + 0x1000;
+      sample.time_ns = 5;
+      sample.pid = sample.tid = pid;
+      sample.SetPlace(0, 0, 1, 0, 0);
+      sample.frames = frames;
+      AggregateKey key{};
+      StackKey stack{};
+      uint64_t words[kMaxFrames + 1];
+      REQUIRE(TranslateSample(sample, Translation{&index, false}, StackDetail::kStacksByCpu, &key, &stack, words) == 2);
+      CHECK(words[1] == ImageWord(1, 0x1100));
+      CHECK(stack.pid == kAnyProcess);
+      builder.Add(sample);
+    }
+  }
+  const Aggregate aggregate = builder.Snapshot(1 << 20);
+  REQUIRE(aggregate.stacks.size() == 1);
+  CHECK(aggregate.stacks[0].count == 4);
+  CHECK(aggregate.stacks[0].key.pid == kAnyProcess);
+}
+
 TEST_CASE("a varint is the canonical LEB128 bytes at every length, whatever was in the buffer", "[store]") {
   // The on-disk coding (docs/session-format.md): seven bits a byte, low group first, the top bit
   // set on every byte but the last, no more bytes than the value needs. The bytes past its end
