@@ -6,7 +6,10 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <optional>
 #include <set>
+#include <thread>
 #include <tuple>
 #include <unordered_map>
 
@@ -994,25 +997,30 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
   const Stopwatch reading;
   // The processes the samples ran in: context.hvc, as hvprofd wrote it while profiling; in a
   // session from before it, the processes session.json lists (each alive the whole session).
-  {
-    auto context = std::make_shared<store::ContextIndex>();
-    const std::string context_path = profile.directory_ + "/" + store::kContextFile;
-    auto read = store::ReadContextFile(context_path, profile.metadata_.session_id, *context);
-    if (!read) {
-      profile.problems_.push_back(read.error().message() + "; user samples are shown by process and address");
-    } else if (read.value().present) {
+  // It is read on a thread of its own while the aggregate is read: after a long run both are tens
+  // of MB, and `hvprof run` prints this report as its run ends.
+  auto context = std::make_shared<store::ContextIndex>();
+  const std::string context_path = profile.directory_ + "/" + store::kContextFile;
+  std::optional<Result<store::ContextReadSummary>> context_read;
+  std::jthread context_reader([&context_read, &context, &context_path, &profile] {
+    context_read.emplace(store::ReadContextFile(context_path, profile.metadata_.session_id, *context));
+  });
+  const auto take_context = [&] {
+    if (!context_reader.joinable()) return;
+    context_reader.join();
+    if (!context_read->has_value()) {
+      profile.problems_.push_back(context_read->error().message() + "; user samples are shown by process and address");
+    } else if (context_read->value().present) {
       profile.has_context_file_ = true;
-      for (const store::FileProblem& problem : read.value().problems) {
+      for (const store::FileProblem& problem : context_read->value().problems) {
         profile.problems_.push_back(fmt::format("{} at byte {}: {}", context_path, problem.offset, problem.description));
       }
     } else {
       store::ContextFromMetadata(profile.metadata_, *context);
     }
-    profile.context_ = std::move(context);
-  }
+    profile.context_ = context;
+  };
   profile.keeps_pids_ = options.processes;
-  const store::Translation translation{profile.has_context_file_ ? profile.context_.get() : nullptr,
-                                       options.processes};
   store::Aggregate aggregate;
   bool from_aggregate = false;
   // A samples file shorter than the metadata says was cut: its aggregate cannot be trusted.
@@ -1021,6 +1029,7 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
   if (options.use_aggregate && have_samples &&
       static_cast<uint64_t>(st.st_size) >= profile.metadata_.samples_file_bytes) {
     auto read = store::ReadAggregate(aggregate_path);
+    take_context();
     // Counted across processes (by image, and the kernel's and hypervisor's code), it cannot tell
     // processes apart; stacks merged across threads cannot give pprof its thread labels: those
     // views count the raw samples.
@@ -1066,6 +1075,9 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
       from_aggregate = false;
     }
   }
+  take_context();
+  const store::Translation translation{profile.has_context_file_ ? profile.context_.get() : nullptr,
+                                       options.processes};
   const store::SessionMetadata& m = profile.metadata_;
   if (!from_aggregate && have_samples) {
     store::ReadSummary summary;
