@@ -39,6 +39,7 @@ benches=(
   "report-diff|bench/report/diff.sh|bench/report/diff.sh 2000000"
   "sched|bench/sched/run.sh 10|bench/sched/run.sh 2"
   "long|bench/long/run.sh 1 5 30|bench/long/run.sh 1"
+  "sim-day|bench/long/sim-day.sh 24 60|bench/long/sim-day.sh 1 15"
 )
 if [ "$list" = 1 ]; then
   for entry in "${benches[@]}"; do IFS='|' read -r name full short <<<"$entry"; echo "$name: $full"; done
