@@ -358,7 +358,7 @@ void AgentDaemon::OnHypervisorLost() {
 }
 
 Result<Json> AgentDaemon::HandleOther(const std::string& action, const Json&) {
-  return MakeError(ErrorKind::kInvalidArgument, "the {} agent has no action '{}'", role_, action);
+  return MakeError(ErrorKind::kUnsupported, "the {} agent has no action '{}'", role_, action);
 }
 
 Json AgentDaemon::Handle(const Json& request) {

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 #include <string_view>
 #include <vector>
@@ -58,19 +59,18 @@ std::string NotRunning(const store::SessionPaths& paths) {
 
 std::string LockPid(const store::SessionPaths& paths);
 
-// One request to the agent. A busy agent (a loaded machine, a long drain or dump) answers late:
-// it is waited for as long as it uses CPU; one that neither answers nor runs for `timeout` is
-// hung, and said to be.
-Result<Json> Send(const store::SessionPaths& paths, Json request,
-                  std::chrono::milliseconds timeout = kRequestTimeout) {
+// One request to the agent: its reply, or nothing when no hvprofd serves the session (each
+// action has its own answer to that: --stop has nothing to stop, --save renames the session
+// itself). A busy agent (a loaded machine, a long drain or dump) answers late: it is waited for as
+// long as it uses CPU; one that neither answers nor runs for `timeout` is hung, and said to be.
+Result<std::optional<Json>> Ask(const store::SessionPaths& paths, const Json& request,
+                                std::chrono::milliseconds timeout = kRequestTimeout) {
   const int pid = std::atoi(LockPid(paths).c_str());
   CpuProgress progress(pid);
   auto response = agent::Request(paths.control_socket(), request, timeout,
                                  [&] { return pid > 0 && progress.Advanced(); });
   if (!response) {
-    if (response.error().kind() == ErrorKind::kNotFound) {
-      return Error(ErrorKind::kBadState, NotRunning(paths));
-    }
+    if (response.error().kind() == ErrorKind::kNotFound) return std::optional<Json>();
     if (response.error().kind() == ErrorKind::kBusy) {
       return MakeError(ErrorKind::kBusy,
                        "hvprofd{} did not answer '{}' and used no CPU for {} s: it seems hung (see {}); "
@@ -80,7 +80,16 @@ Result<Json> Send(const store::SessionPaths& paths, Json request,
     }
     return response.error();
   }
-  return agent::CheckResponse(std::move(response).value());
+  HVPROF_TRY(reply, agent::CheckResponse(std::move(response).value()));
+  return std::optional<Json>(std::move(reply));
+}
+
+// A request that needs a running hvprofd.
+Result<Json> Send(const store::SessionPaths& paths, const Json& request,
+                  std::chrono::milliseconds timeout = kRequestTimeout) {
+  HVPROF_TRY(reply, Ask(paths, request, timeout));
+  if (!reply) return Error(ErrorKind::kBadState, NotRunning(paths));
+  return std::move(*reply);
 }
 
 std::string LockPid(const store::SessionPaths& paths) {
@@ -358,27 +367,20 @@ Result<std::string> Launch(const setup::SetupOptions& setup, const std::string& 
 }  // namespace
 
 Result<Outcome> Start(const store::SessionPaths& paths) {
-  auto response = Send(paths, Json{{"action", "start"}});
-  if (!response && response.error().kind() == ErrorKind::kBadState &&
-      response.error().message().rfind("hvprofd is not running", 0) == 0) {
+  HVPROF_TRY(reply, Ask(paths, Json{{"action", "start"}}));
+  if (!reply) {
     return MakeError(ErrorKind::kBadState,
                      "--start before --start-daemon: hvprofd is not running for {}. Run `hvprof "
                      "--start-daemon [setup options]` first",
                      paths.root);
   }
-  if (!response) return response.error();
-  return Outcome{response.value().value("message", "profiling started")};
+  return Outcome{reply->value("message", "profiling started")};
 }
 
 Result<Outcome> Stop(const store::SessionPaths& paths) {
-  auto response = Send(paths, Json{{"action", "stop"}});
-  if (!response) {
-    if (response.error().message().rfind("hvprofd is not running", 0) == 0) {
-      return Outcome{NotRunning(paths) + "; nothing to stop"};
-    }
-    return response.error();
-  }
-  const Json& r = response.value();
+  HVPROF_TRY(reply, Ask(paths, Json{{"action", "stop"}}));
+  if (!reply) return Outcome{NotRunning(paths) + "; nothing to stop"};
+  const Json& r = *reply;
   std::string message = r.value("message", "profiling stopped");
   if (r.contains("samples")) {
     message += fmt::format("; {} stored in {}", Plural(r.value("samples", uint64_t{0}), "sample"),
@@ -388,19 +390,16 @@ Result<Outcome> Stop(const store::SessionPaths& paths) {
 }
 
 Result<Outcome> Dump(const store::SessionPaths& paths) {
-  auto response = Send(paths, Json{{"action", "dump"}});
-  if (!response) {
-    if (response.error().message().rfind("hvprofd is not running", 0) == 0) {
-      return MakeError(ErrorKind::kBadState,
-                       "nothing to dump: hvprofd is not running for {}, and the session on disk is as it last "
-                       "wrote it (`hvprof-report` reads it; `hvprof --start-daemon` starts profiling again)",
-                       paths.root);
-    }
-    return response.error();
+  HVPROF_TRY(reply, Ask(paths, Json{{"action", "dump"}}));
+  if (!reply) {
+    return MakeError(ErrorKind::kBadState,
+                     "nothing to dump: hvprofd is not running for {}, and the session on disk is as it last "
+                     "wrote it (`hvprof-report` reads it; `hvprof --start-daemon` starts profiling again)",
+                     paths.root);
   }
-  return WithWarnings(fmt::format("{} stored in {}", Plural(response.value().value("samples", uint64_t{0}), "sample"),
-                                  response.value().value("session", "")),
-                      response.value());
+  return WithWarnings(fmt::format("{} stored in {}", Plural(reply->value("samples", uint64_t{0}), "sample"),
+                                  reply->value("session", "")),
+                      *reply);
 }
 
 namespace {
@@ -505,9 +504,8 @@ Result<Outcome> Shutdown(const store::SessionPaths& paths, bool end_own_hypervis
 }
 
 Result<Outcome> Reset(const store::SessionPaths& paths) {
-  auto response = Send(paths, Json{{"action", "reset"}});
-  if (response) return Outcome{response.value().value("message", "reset")};
-  if (response.error().message().rfind("hvprofd is not running", 0) != 0) return response.error();
+  HVPROF_TRY(reply, Ask(paths, Json{{"action", "reset"}}));
+  if (reply) return Outcome{reply->value("message", "reset")};
   std::error_code ec;
   if (!std::filesystem::exists(paths.current(), ec)) {
     return Outcome{fmt::format("{} is already empty", paths.current())};
@@ -519,9 +517,8 @@ Result<Outcome> Reset(const store::SessionPaths& paths) {
 
 Result<Outcome> Save(const store::SessionPaths& paths, const std::string& name, bool allow_empty) {
   HVPROF_TRYV(store::ValidateSessionName(name));
-  auto response = Send(paths, Json{{"action", "save"}, {"name", name}, {"allow_empty", allow_empty}});
-  if (response) return Outcome{response.value().value("message", "saved")};
-  if (response.error().message().rfind("hvprofd is not running", 0) != 0) return response.error();
+  HVPROF_TRY(reply, Ask(paths, Json{{"action", "save"}, {"name", name}, {"allow_empty", allow_empty}}));
+  if (reply) return Outcome{reply->value("message", "saved")};
   std::error_code ec;
   if (!std::filesystem::exists(paths.current(), ec)) {
     return MakeError(ErrorKind::kNotFound, "nothing to save: {} does not exist", paths.current());
@@ -545,20 +542,18 @@ Result<Outcome> Save(const store::SessionPaths& paths, const std::string& name, 
 }
 
 Result<Outcome> Publish(const store::SessionPaths& paths) {
-  auto response = Send(paths, Json{{"action", "publish"}}, kLongRequestTimeout);
-  if (!response) {
-    if (response.error().message().rfind("hvprofd is not running", 0) == 0) {
-      return MakeError(ErrorKind::kBadState, "{}; start it with `hvprof --start-daemon` and `hvprof --start`, "
-                       "then publish", NotRunning(paths));
-    }
-    if (response.error().message().find("has no action 'publish'") != std::string::npos) {
-      return MakeError(ErrorKind::kInvalidArgument,
-                       "--publish is for active guests: dom0's own report already holds dom0, the hypervisor "
-                       "and the passive domains (`hvprof-report --all-domains` adds what the guests published)");
-    }
-    return response.error();
+  auto reply = Ask(paths, Json{{"action", "publish"}}, kLongRequestTimeout);
+  if (reply && !reply.value()) {
+    return MakeError(ErrorKind::kBadState, "{}; start it with `hvprof --start-daemon` and `hvprof --start`, "
+                     "then publish", NotRunning(paths));
   }
-  return Outcome{response.value().value("message", "published")};
+  if (!reply && reply.error().kind() == ErrorKind::kUnsupported) {  // an agent without the action: dom0's
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "--publish is for active guests: dom0's own report already holds dom0, the hypervisor "
+                     "and the passive domains (`hvprof-report --all-domains` adds what the guests published)");
+  }
+  if (!reply) return reply.error();
+  return Outcome{reply.value()->value("message", "published")};
 }
 
 Result<Outcome> RunSim(const store::SessionPaths& paths, uint64_t duration_ns) {

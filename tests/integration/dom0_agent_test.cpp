@@ -293,6 +293,10 @@ TEST_CASE("every wrong order of use has its own message", "[agent][usage]") {
   auto stop_idle = host.Hvprof({"--stop"});
   CHECK(stop_idle.status == 0);
   CHECK(stop_idle.out.find("not on") != std::string::npos);
+  // dom0's own report holds what a guest would publish: dom0's agent has no such action.
+  auto publish_dom0 = host.Hvprof({"--publish"});
+  CHECK(publish_dom0.status == 1);
+  CHECK(publish_dom0.err.find("--publish is for active guests") != std::string::npos);
 
   auto first = host.Hvprof({"--shutdown"});
   CHECK(first.status == 0);
@@ -305,6 +309,19 @@ TEST_CASE("every wrong order of use has its own message", "[agent][usage]") {
   CHECK(dump.status == 1);
   CHECK(dump.err.find("nothing to dump") != std::string::npos);
   CHECK(dump.err.find("hvprof --start-daemon") != std::string::npos);
+  auto stop_none = host.Hvprof({"--stop"});
+  CHECK(stop_none.status == 0);
+  CHECK(stop_none.out.find("hvprofd is not running") != std::string::npos);
+  CHECK(stop_none.out.find("nothing to stop") != std::string::npos);
+  auto publish_none = host.Hvprof({"--publish"});
+  CHECK(publish_none.status == 1);
+  CHECK(publish_none.err.find("hvprofd is not running") != std::string::npos);
+  CHECK(publish_none.err.find("then publish") != std::string::npos);
+  // Without a daemon, --reset empties the session directory itself.
+  auto reset_none = host.Hvprof({"--reset"});
+  CHECK(reset_none.status == 0);
+  CHECK(reset_none.out.find("removed") != std::string::npos);
+  CHECK(!std::filesystem::exists(host.current()));
   // Other events on a current session that recorded nothing: it starts again with them.
   REQUIRE(host.Hvprof({"--start-daemon", "--event=CPU_CLK_UNHALTED:50000"}).status == 0);
   REQUIRE(host.Hvprof({"--shutdown"}).status == 0);
