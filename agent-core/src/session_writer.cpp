@@ -510,6 +510,13 @@ Result<void> SessionWriter::Dump() {
         "stacks, and stack views read them from {}",
         store::AggregateBuilder::kDefaultStackBudgetBytes >> 20, store::kSamplesFile);
   }
+  if (aggregate_.slices_over_budget() && !slices_budget_told_) {
+    slices_budget_told_ = true;
+    Log(LogLevel::kInfo,
+        "the session's counts per span of time outgrew the {} MiB kept for them in memory: its aggregate keeps no "
+        "time slices, and a diff of its time slices (--slices) reads {}",
+        store::AggregateBuilder::kDefaultSliceBudgetBytes >> 20, store::kSamplesFile);
+  }
   const std::string aggregate_path = directory_ + "/" + store::kAggregateFile;
   struct stat st {};
   const uint64_t file_bytes =

@@ -46,6 +46,9 @@ class AddressCounter {
     run_count_ = count;
   }
 
+  // The memory its table takes.
+  size_t bytes() const { return capacity_ * sizeof(Slot); }
+
   // Every key with its count, sorted like AggregateKey::operator<, the counter going on as it was.
   std::vector<AggregateEntry> SortedCopy() {
     if (run_count_ != 0) Enqueue(run_ip_, run_tag_id_, run_count_);

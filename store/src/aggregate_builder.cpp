@@ -103,6 +103,8 @@ struct AggregateBuilder::State {
   const ContextIndex* index;
   size_t stack_budget_bytes = 0;
   bool stacks_over_budget = false;
+  size_t slice_budget_bytes = 0;
+  bool slices_over_budget = false;
   detail::AddressCounter counter{1u << 14};
   StackCounter stack_counter;
   std::vector<detail::AddressCounter> buckets;  // the time spans, each counting its samples' keys
@@ -143,14 +145,17 @@ struct AggregateBuilder::State {
   }
 };
 
-AggregateBuilder::AggregateBuilder(StackDetail stacks, const ContextIndex* index, size_t stack_budget_bytes)
+AggregateBuilder::AggregateBuilder(StackDetail stacks, const ContextIndex* index, size_t stack_budget_bytes,
+                                   size_t slice_budget_bytes)
     : state_(std::make_unique<State>()) {
   state_->stacks = stacks;
   state_->index = index;
   state_->stack_budget_bytes = stack_budget_bytes;
+  state_->slice_budget_bytes = slice_budget_bytes;
 }
 
 bool AggregateBuilder::stacks_over_budget() const { return state_->stacks_over_budget; }
+bool AggregateBuilder::slices_over_budget() const { return state_->slices_over_budget; }
 AggregateBuilder::~AggregateBuilder() = default;
 AggregateBuilder::AggregateBuilder(AggregateBuilder&&) noexcept = default;
 AggregateBuilder& AggregateBuilder::operator=(AggregateBuilder&&) noexcept = default;
@@ -161,7 +166,19 @@ void AggregateBuilder::Add(const StoredSample& sample) {
   StackKey stack;
   const size_t length = TranslateSample(sample, Translation{s.index, false}, s.stacks, &key, &stack, s.words);
   s.counter.Add(key);
-  s.BucketOf(sample.time_ns).Add(key);
+  if (!s.slices_over_budget) {
+    s.BucketOf(sample.time_ns).Add(key);
+    // A span's table grows by doubling: looked at every 4,096 samples, the spans overshoot the
+    // budget by at most a few doublings.
+    if ((s.samples & 4095) == 0) {
+      size_t bytes = 0;
+      for (const detail::AddressCounter& bucket : s.buckets) bytes += bucket.bytes();
+      if (bytes > s.slice_budget_bytes) {
+        s.slices_over_budget = true;
+        std::vector<detail::AddressCounter>().swap(s.buckets);  // their memory goes back now
+      }
+    }
+  }
   if (length != 0 && !s.stacks_over_budget) {
     s.stack_counter.Add(stack, {s.words, length});
     // Each stack: its entry, its hash and about two table slots, beside its words.
@@ -191,7 +208,7 @@ Aggregate AggregateBuilder::Snapshot(uint64_t source_bytes) {
   aggregate.has_stacks = s.stacks != StackDetail::kNone && !s.stacks_over_budget;
   aggregate.stacks = s.stack_counter.stacks();
   aggregate.stack_words = s.stack_counter.words();
-  const uint32_t slices = static_cast<uint32_t>(s.buckets.size());
+  const uint32_t slices = s.slices_over_budget ? 0 : static_cast<uint32_t>(s.buckets.size());
   if (slices != 0) {
     aggregate.time_slices = slices;
     aggregate.slices_first_ns = s.origin_ns;

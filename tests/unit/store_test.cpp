@@ -475,6 +475,46 @@ TEST_CASE("the agent's aggregate forgets its stacks past their memory budget, an
   CHECK_FALSE(back.value().has_stacks);
 }
 
+TEST_CASE("the agent's aggregate forgets its time spans past their memory budget, and keeps counting", "[store]") {
+  // Every sample at an address of its own, over a long time: each span's table grows with the
+  // addresses seen in it. 256 KiB holds the first spans' tables, not all 64.
+  AggregateBuilder small(StackDetail::kNone, nullptr, AggregateBuilder::kDefaultStackBudgetBytes, 256 << 10);
+  AggregateBuilder large(StackDetail::kNone, nullptr);
+  constexpr uint64_t kSamples = 200000;
+  for (uint64_t i = 0; i < kSamples; ++i) {
+    StoredSample sample;
+    sample.ip = 0xffffffff81000000 + i * 16;
+    sample.time_ns = i * 1000000;  // 200 s: the spans widen to 4 s
+    sample.pid = sample.tid = 100;
+    sample.SetPlace(0, 0, 0, 1, 0);
+    small.Add(sample);
+    large.Add(sample);
+  }
+  CHECK(small.slices_over_budget());
+  CHECK_FALSE(large.slices_over_budget());
+  const Aggregate without = small.Snapshot(1 << 20);
+  const Aggregate with = large.Snapshot(1 << 20);
+  CHECK(without.time_slices == 0);
+  CHECK(without.slice_counts.empty());
+  REQUIRE(with.time_slices != 0);
+  CHECK(with.slice_counts.size() == with.entries.size() * with.time_slices);
+  // The entries are whole either way.
+  CHECK(without.samples == kSamples);
+  REQUIRE(without.entries.size() == kSamples);
+  REQUIRE(with.entries.size() == kSamples);
+  size_t differ = 0;
+  for (size_t e = 0; e < kSamples; ++e) {
+    differ += !(without.entries[e].key == with.entries[e].key) || without.entries[e].count != with.entries[e].count;
+  }
+  CHECK(differ == 0);
+  TempDir dir;
+  REQUIRE(WriteAggregate(dir.File("a.hva"), without).has_value());
+  auto back = ReadAggregate(dir.File("a.hva"));
+  REQUIRE(back.has_value());
+  CHECK(back.value().time_slices == 0);
+  CHECK(back.value().entries.size() == kSamples);
+}
+
 TEST_CASE("sessions on disk: absent, without metadata, or with a damaged aggregate", "[store][bad-input]") {
   TempDir dir;
   auto missing = OpenSession(dir.File("nothing-here"));

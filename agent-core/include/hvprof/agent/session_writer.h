@@ -142,6 +142,7 @@ class SessionWriter {
   // What the aggregate on disk covers (samples.hvs's size, the samples counted): a dump with
   // nothing new (the stop and then the shutdown of a run) does not write it again.
   bool stacks_budget_told_ = false;
+  bool slices_budget_told_ = false;
   uint64_t aggregate_file_bytes_ = UINT64_MAX;
   uint64_t aggregate_samples_ = 0;
   bool sched_open_waits_ = false;                // for the next flush before trying again

@@ -29,9 +29,18 @@ class AggregateBuilder {
   // the budget the builder forgets them and its aggregates have none (a stack view then reads
   // samples.hvs, as for any aggregate without stacks).
   static constexpr size_t kDefaultStackBudgetBytes = size_t{128} << 20;
-  AggregateBuilder(StackDetail stacks, const ContextIndex* index, size_t stack_budget_bytes = kDefaultStackBudgetBytes);
+  // The time spans' counts are kept up to `slice_budget_bytes`. Each span counts the keys sampled
+  // in it, so a long session that samples much code holds up to 64 copies of its key table (on a
+  // simulated day, 80 MiB and growing): past the budget the builder forgets them and its
+  // aggregates have no time slices (a diff of time slices, --slices, then reads samples.hvs, as
+  // for any aggregate without them).
+  static constexpr size_t kDefaultSliceBudgetBytes = size_t{32} << 20;
+  AggregateBuilder(StackDetail stacks, const ContextIndex* index, size_t stack_budget_bytes = kDefaultStackBudgetBytes,
+                   size_t slice_budget_bytes = kDefaultSliceBudgetBytes);
   // Whether the stacks outgrew the budget and were forgotten.
   bool stacks_over_budget() const;
+  // Whether the time spans outgrew theirs and were forgotten.
+  bool slices_over_budget() const;
   ~AggregateBuilder();
   AggregateBuilder(AggregateBuilder&&) noexcept;
   AggregateBuilder& operator=(AggregateBuilder&&) noexcept;
