@@ -31,8 +31,10 @@ here=$PWD/bench/long
 work=$(mktemp -d /tmp/hvprof-long-bench.XXXXXX)
 monitor_pid=
 cleanup() {
+  local status=$?
   [ -z "$monitor_pid" ] || kill "$monitor_pid" 2>/dev/null || true
-  if [ "${KEEP:-0}" = 1 ]; then echo "long bench: kept $work" >&2; else rm -rf "$work"; fi
+  # A failed run keeps what it made: half an hour of storm is not to be thrown away.
+  if [ "${KEEP:-0}" = 1 ] || [ "$status" != 0 ]; then echo "long bench: kept $work" >&2; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 
@@ -77,12 +79,17 @@ for m in "${minutes[@]}"; do
   unwatch
   read -r storm_start storm_end loops <"$run/hvprof.times"
   session=$(ls -d "$run"/s/samples/run-* | head -n 1)
-  if ! /usr/bin/time -f '%e %M' -o "$run/report.time" "$bin/hvprof-report" "$session" -l >"$run/report.txt" 2>&1; then
-    echo "hvprof-report -l failed on $session:" >&2
-    tail -5 "$run/report.txt" >&2
+  # Exit status 3: reported, with warnings (samples lost, say), which are shown.
+  report_status=0
+  /usr/bin/time -f '%e %M' -o "$run/report.time" "$bin/hvprof-report" "$session" -l >"$run/report.txt" \
+    2>"$run/report.err" || report_status=$?
+  if [ "$report_status" != 0 ] && [ "$report_status" != 3 ]; then
+    echo "hvprof-report -l failed (exit status $report_status) on $session:" >&2
+    tail -5 "$run/report.err" >&2
     exit 1
   fi
-  "$bin/hvprof-report" "$session" -l -t 100 --format=json >"$run/report.json"
+  [ "$report_status" = 0 ] || sed 's/^/   report: /' "$run/report.err" | grep -v '^   report: *Command exited' | head -10
+  "$bin/hvprof-report" "$session" -l -t 100 --format=json >"$run/report.json" 2>/dev/null || [ $? = 3 ]
   read -r report_s report_kb < <(tail -n 1 "$run/report.time")
   summary=$(python3 "$here/monitor.py" --summary "$run/hvprof.monitor" "$window" \
     "$(py "print($storm_end - $start)")")
