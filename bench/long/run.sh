@@ -88,7 +88,9 @@ for m in "${minutes[@]}"; do
     tail -5 "$run/report.err" >&2
     exit 1
   fi
-  [ "$report_status" = 0 ] || sed 's/^/   report: /' "$run/report.err" | grep -v '^   report: *Command exited' | head -10
+  if [ "$report_status" != 0 ]; then  # its warnings are in the report's text and on stderr
+    { grep -E '^(Warning|warning):' "$run/report.txt" "$run/report.err" -h || true; } | head -10 | sed 's/^/   report: /'
+  fi
   "$bin/hvprof-report" "$session" -l -t 100 --format=json >"$run/report.json" 2>/dev/null || [ $? = 3 ]
   read -r report_s report_kb < <(tail -n 1 "$run/report.time")
   summary=$(python3 "$here/monitor.py" --summary "$run/hvprof.monitor" "$window" \
