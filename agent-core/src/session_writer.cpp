@@ -10,6 +10,7 @@
 #include <ctime>
 #include <cstring>
 #include <filesystem>
+#include <string_view>
 
 #include "hvprof/base/files.h"
 #include "hvprof/base/log.h"
@@ -503,20 +504,18 @@ Result<void> SessionWriter::Dump() {
   // the file): without it (no space), a report reads the samples. It covers the samples written:
   // those that could not be were not counted in the file either.
   CountPending();
-  if (aggregate_.stacks_over_budget() && !stacks_budget_told_) {
-    stacks_budget_told_ = true;
-    Log(LogLevel::kInfo,
-        "the session's distinct call stacks outgrew the {} MiB kept for them in memory: its aggregate keeps no "
-        "stacks, and stack views read them from {}",
-        store::AggregateBuilder::kDefaultStackBudgetBytes >> 20, store::kSamplesFile);
-  }
-  if (aggregate_.slices_over_budget() && !slices_budget_told_) {
-    slices_budget_told_ = true;
-    Log(LogLevel::kInfo,
-        "the session's counts per span of time outgrew the {} MiB kept for them in memory: its aggregate keeps no "
-        "time slices, and a diff of its time slices (--slices) reads {}",
-        store::AggregateBuilder::kDefaultSliceBudgetBytes >> 20, store::kSamplesFile);
-  }
+  // What outgrew its memory budget is said once: which part the aggregate no longer keeps, and
+  // which views read the samples instead.
+  const auto tell_budget = [](bool over, bool* told, std::string_view what, size_t budget, std::string_view instead) {
+    if (!over || *told) return;
+    *told = true;
+    Log(LogLevel::kInfo, "the session's {} outgrew the {} MiB kept for them in memory: its aggregate keeps none, and {} {}",
+        what, budget >> 20, instead, store::kSamplesFile);
+  };
+  tell_budget(aggregate_.stacks_over_budget(), &stacks_budget_told_, "distinct call stacks",
+              store::AggregateBuilder::kDefaultStackBudgetBytes, "stack views read them from");
+  tell_budget(aggregate_.slices_over_budget(), &slices_budget_told_, "counts per span of time",
+              store::AggregateBuilder::kDefaultSliceBudgetBytes, "a diff of its time slices (--slices) reads");
   const std::string aggregate_path = directory_ + "/" + store::kAggregateFile;
   struct stat st {};
   const uint64_t file_bytes =
