@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "hvprof/store/context_file.h"
@@ -243,6 +244,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       samples += stack.count;
     }
     Check(!a.has_stacks || (samples == a.samples && words == a.stack_words.size()));
+    // Regions: only in a table the flags grant, each a range of user space, in order.
+    Check(a.has_regions || a.regions.empty());
+    for (size_t i = 0; i < a.regions.size(); ++i) {
+      const store::AggregateRegion& r = a.regions[i];
+      Check(r.start < r.end && (r.end - 1) >> 47 == 0);
+      if (i != 0) {
+        const store::AggregateRegion& p = a.regions[i - 1];
+        Check(std::tie(p.domain, p.pid, p.start) < std::tie(r.domain, r.pid, r.start));
+      }
+      checksum += r.path.size();
+    }
   };
   read_aggregate(data, size);
   if (size >= 48) {

@@ -453,6 +453,12 @@ Result<void> SessionWriter::WriteMetadata() {
         writer_.last_failure() ? " (" + writer_.last_failure()->message() + ")" : std::string(), directory_));
   }
   out.sched = SchedMetadata(&out.incomplete);
+  // What context.hvc told (its index forgets processes, not their count): a report of the
+  // aggregate says it without reading the file. Not when the file could not be written: a report
+  // then reads what it holds.
+  if (context_writer_ && !context_failure_) {
+    out.context = store::ContextSummary{context_->processes(), context_->images().size(), context_->Domains()};
+  }
   const std::string path = directory_ + "/" + store::kMetadataFile;
   const std::string text = store::SerializeMetadata(out);
   auto written = WriteFileAtomically(path, text);
@@ -516,6 +522,12 @@ Result<void> SessionWriter::Dump() {
               store::AggregateBuilder::kDefaultStackBudgetBytes, "stack views read them from");
   tell_budget(aggregate_.slices_over_budget(), &slices_budget_told_, "counts per span of time",
               store::AggregateBuilder::kDefaultSliceBudgetBytes, "a diff of its time slices (--slices) reads");
+  if (aggregate_.regions_over_budget() && !regions_budget_told_) {
+    regions_budget_told_ = true;
+    Log(LogLevel::kInfo, "the session's addresses counted by process fell in more than {} mappings of no file: its "
+        "aggregate lists none of them, and a report reads {} to name them", store::AggregateBuilder::kMaxRegions,
+        store::kContextFile);
+  }
   const std::string aggregate_path = directory_ + "/" + store::kAggregateFile;
   struct stat st {};
   const uint64_t file_bytes =

@@ -139,6 +139,12 @@ class ProfileBuilder {
   // domain, mode and pid: all of them outside user space, else the mapping or the gap between
   // mappings that holds key.ip.
   std::pair<uint64_t, uint64_t> TargetRange(const store::AggregateKey& key) const;
+  // Whether the session's context told processes of the domain (a passive domain's user space is
+  // one bucket otherwise).
+  bool ContextKnows(uint16_t domain) const {
+    const std::vector<uint16_t>& domains = p_.context_summary_.domains;
+    return std::binary_search(domains.begin(), domains.end(), domain);
+  }
   std::string ResolvePath(const Target& target) const;
   // Replaces a missing (or different) image and missing debug info with debuginfod's.
   void AskDebuginfod(const Target& target, sym::ImageSpec& spec);
@@ -246,7 +252,7 @@ std::pair<uint64_t, uint64_t> ProfileBuilder::TargetRange(const store::Aggregate
   constexpr std::pair<uint64_t, uint64_t> kEverything{0, UINT64_MAX};
   const store::DomainRecord* record = FindDomain(key.domain);
   if (key.mode != kUser || key.domain == kIdleDomain || (record != nullptr && record->role == "passive" &&
-                                                         !p_.context_->HasDomain(key.domain))) {
+                                                         !ContextKnows(key.domain))) {
     return kEverything;
   }
   // User space the image path did not take (anonymous memory, a JIT's code, a process the
@@ -332,7 +338,7 @@ ProfileBuilder::Target& ProfileBuilder::TargetFor(const store::Aggregate& aggreg
   // User space the image path did not take: a passive domain's is one unresolvable bucket (as in
   // Xenoprof), unless the platform showed dom0 its processes (host processes on linux).
   const store::ContextIndex& context = *p_.context_;
-  if (passive && !context.HasDomain(domain)) {
+  if (passive && !ContextKnows(domain)) {
     Target& t = target(fmt::format("apps:{}", domain));
     t.name = fmt::format("domain{}-apps", domain);
     return t;
@@ -997,17 +1003,32 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
   const Stopwatch reading;
   // The processes the samples ran in: context.hvc, as hvprofd wrote it while profiling; in a
   // session from before it, the processes session.json lists (each alive the whole session).
-  // It is read on a thread of its own while the aggregate is read: after a long run both are tens
-  // of MB, and `hvprof run` prints this report as its run ends.
+  // A report counted from an aggregate that lists the regions its per-process addresses fell in
+  // needs none of it: user code is counted by image, the aggregate names the images and regions,
+  // and session.json counts the processes. After a day of a host that starts processes all day
+  // context.hvc is hundreds of megabytes, and `hvprof run` prints this report as its run ends.
+  // Otherwise it is read on a thread of its own while the aggregate is read.
   auto context = std::make_shared<store::ContextIndex>();
   const std::string context_path = profile.directory_ + "/" + store::kContextFile;
+  struct stat context_st {};
+  const bool may_skip_context = options.use_aggregate && have_samples && !options.processes &&
+                                profile.metadata_.context.has_value() && ::stat(context_path.c_str(), &context_st) == 0;
   std::optional<Result<store::ContextReadSummary>> context_read;
-  std::jthread context_reader([&context_read, &context, &context_path, &profile] {
-    context_read.emplace(store::ReadContextFile(context_path, profile.metadata_.session_id, *context));
-  });
+  std::jthread context_reader;
+  if (!may_skip_context) {
+    context_reader = std::jthread([&context_read, &context, &context_path, &profile] {
+      context_read.emplace(store::ReadContextFile(context_path, profile.metadata_.session_id, *context));
+    });
+  }
+  bool context_taken = false;
   const auto take_context = [&] {
-    if (!context_reader.joinable()) return;
-    context_reader.join();
+    if (context_taken) return;
+    context_taken = true;
+    if (context_reader.joinable()) {
+      context_reader.join();
+    } else {
+      context_read.emplace(store::ReadContextFile(context_path, profile.metadata_.session_id, *context));
+    }
     if (!context_read->has_value()) {
       profile.problems_.push_back(context_read->error().message() + "; user samples are shown by process and address");
     } else if (context_read->value().present) {
@@ -1019,6 +1040,38 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
       store::ContextFromMetadata(profile.metadata_, *context);
     }
     profile.context_ = context;
+    profile.context_summary_ = {context->processes(), context->images().size(), context->Domains()};
+  };
+  // The aggregate's images and regions: all the builder asks of the context (a view that needs
+  // the processes themselves makes Profile::context() read the file).
+  const auto take_regions = [&](const store::Aggregate& counted) {
+    context_taken = true;
+    for (const store::AggregateImage& image : counted.images) {
+      store::ContextEvent named;
+      named.kind = store::ContextKind::kImage;
+      named.image = image.id;
+      named.path = image.path;
+      named.build_id = image.build_id;
+      context->Apply(named);
+    }
+    std::vector<const store::AggregateRegion*> regions;
+    for (const store::AggregateRegion& region : counted.regions) regions.push_back(&region);
+    std::stable_sort(regions.begin(), regions.end(), [](auto* a, auto* b) { return a->time_ns < b->time_ns; });
+    for (const store::AggregateRegion* region : regions) {
+      store::ContextEvent mapped;
+      mapped.kind = store::ContextKind::kMapping;
+      mapped.domain = region->domain;
+      mapped.pid = region->pid;
+      mapped.time_ns = region->time_ns;
+      mapped.start = region->start;
+      mapped.end = region->end;
+      mapped.path = region->path;
+      context->Apply(mapped);
+    }
+    profile.has_context_file_ = true;
+    profile.context_ = context;
+    profile.context_summary_ = *profile.metadata_.context;
+    profile.whole_context_ = std::make_shared<Profile::WholeContext>();
   };
   profile.keeps_pids_ = options.processes;
   store::Aggregate aggregate;
@@ -1029,7 +1082,6 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
   if (options.use_aggregate && have_samples &&
       static_cast<uint64_t>(st.st_size) >= profile.metadata_.samples_file_bytes) {
     auto read = store::ReadAggregate(aggregate_path);
-    take_context();
     // Counted across processes (by image, and the kernel's and hypervisor's code), it cannot tell
     // processes apart; stacks merged across threads cannot give pprof its thread labels: those
     // views count the raw samples.
@@ -1075,6 +1127,7 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
       from_aggregate = false;
     }
   }
+  if (from_aggregate && may_skip_context && aggregate.has_regions) take_regions(aggregate);
   take_context();
   const store::Translation translation{profile.has_context_file_ ? profile.context_.get() : nullptr,
                                        options.processes};
@@ -1201,7 +1254,8 @@ Result<std::vector<uint32_t>> ProfileBuilder::Slice(const Profile& profile, uint
                               session));
       (void)scanned;
     }
-    const store::Translation translation{profile.has_context_file_ ? profile.context_.get() : nullptr,
+    // The whole context (a profile of an aggregate may hold only its regions).
+    const store::Translation translation{profile.has_context_file_ ? &profile.context() : nullptr,
                                          profile.keeps_pids_};
     HVPROF_TRY(counted, store::AggregateSamplesFile(path, nullptr, session, store::StackDetail::kNone,
                                                     {slices, first, last}, 0, translation));

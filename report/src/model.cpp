@@ -15,8 +15,32 @@ std::vector<std::string> Profile::Warnings() const {
     }
   }
   warnings.insert(warnings.end(), problems_.begin(), problems_.end());
+  if (whole_context_) {
+    const std::lock_guard lock(whole_context_->mutex);
+    warnings.insert(warnings.end(), whole_context_->problems.begin(), whole_context_->problems.end());
+  }
   warnings.insert(warnings.end(), stack_notes_.begin(), stack_notes_.end());
   return warnings;
+}
+
+const store::ContextIndex& Profile::context() const {
+  if (!whole_context_) return *context_;
+  WholeContext& whole = *whole_context_;
+  const std::lock_guard lock(whole.mutex);
+  if (!whole.index) {
+    auto index = std::make_shared<store::ContextIndex>();
+    const std::string path = loaded_directory_ + "/" + store::kContextFile;
+    auto read = store::ReadContextFile(path, metadata_.session_id, *index);
+    if (!read) {
+      whole.problems.push_back(read.error().message() + "; processes are shown by pid");
+    } else {
+      for (const store::FileProblem& problem : read.value().problems) {
+        whole.problems.push_back(fmt::format("{} at byte {}: {}", path, problem.offset, problem.description));
+      }
+    }
+    whole.index = std::move(index);
+  }
+  return *whole.index;
 }
 
 std::string Profile::DomainName(uint16_t domain) const {

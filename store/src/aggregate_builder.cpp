@@ -3,7 +3,11 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <map>
+#include <string>
 #include <thread>
+#include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "address_counter.h"
@@ -108,6 +112,24 @@ struct AggregateBuilder::State {
   detail::AddressCounter counter{1u << 14};
   StackCounter stack_counter;
   std::vector<detail::AddressCounter> buckets;  // the time spans, each counting its samples' keys
+  // The regions per-process addresses fell in, by (domain, pid, start): the latest mapped there.
+  struct Region {
+    uint64_t end;
+    uint64_t time_ns;
+    uint32_t path;  // into region_paths
+  };
+  std::map<std::tuple<uint16_t, uint32_t, uint64_t>, Region> regions;
+  std::vector<std::string> region_paths;
+  std::unordered_map<std::string, uint32_t> region_path_ids;
+  bool regions_over_budget = false;
+  // The last address found in no region or in one, to skip the lookup for its neighbours.
+  struct {
+    uint16_t domain = 0;
+    uint32_t pid = 0;
+    uint64_t start = 0, end = 0;
+    uint64_t time_ns = 0;
+    bool set = false;
+  } last_region;
   bool started = false;
   uint64_t origin_ns = 0;
   uint64_t width_ns = kFirstBucketNs;
@@ -126,6 +148,29 @@ struct AggregateBuilder::State {
     }
     buckets = std::move(wider);
     width_ns *= 2;
+  }
+
+  // Notes the region (a mapping that names no file) `address` of the sample's process is in, if any.
+  void NoteRegion(const StoredSample& sample, uint64_t address) {
+    const auto& last = last_region;
+    if (last.set && last.domain == sample.domain && last.pid == sample.pid && last.time_ns == sample.time_ns &&
+        address >= last.start && address < last.end) {
+      return;
+    }
+    const auto region = index->Region(sample.domain, sample.pid, sample.time_ns, address);
+    if (!region) return;
+    last_region = {sample.domain, sample.pid, region->start, region->end, sample.time_ns, true};
+    const auto [path, added] = region_path_ids.try_emplace(*region->path, static_cast<uint32_t>(region_paths.size()));
+    if (added) region_paths.push_back(*region->path);
+    auto [it, inserted] = regions.try_emplace({sample.domain, sample.pid, region->start},
+                                              Region{region->end, region->time_ns, path->second});
+    if (!inserted && region->time_ns >= it->second.time_ns) it->second = {region->end, region->time_ns, path->second};
+    if (regions.size() > AggregateBuilder::kMaxRegions) {
+      regions_over_budget = true;
+      decltype(regions)().swap(regions);
+      decltype(region_paths)().swap(region_paths);
+      decltype(region_path_ids)().swap(region_path_ids);
+    }
   }
 
   detail::AddressCounter& BucketOf(uint64_t time_ns) {
@@ -156,6 +201,7 @@ AggregateBuilder::AggregateBuilder(StackDetail stacks, const ContextIndex* index
 
 bool AggregateBuilder::stacks_over_budget() const { return state_->stacks_over_budget; }
 bool AggregateBuilder::slices_over_budget() const { return state_->slices_over_budget; }
+bool AggregateBuilder::regions_over_budget() const { return state_->regions_over_budget; }
 AggregateBuilder::~AggregateBuilder() = default;
 AggregateBuilder::AggregateBuilder(AggregateBuilder&&) noexcept = default;
 AggregateBuilder& AggregateBuilder::operator=(AggregateBuilder&&) noexcept = default;
@@ -166,6 +212,16 @@ void AggregateBuilder::Add(const StoredSample& sample) {
   StackKey stack;
   const size_t length = TranslateSample(sample, Translation{s.index, false}, s.stacks, &key, &stack, s.words);
   s.counter.Add(key);
+  // Addresses counted by process: the regions that name them (a report of the aggregate then
+  // needs nothing of context.hvc).
+  if (s.index != nullptr && !s.regions_over_budget) {
+    if (key.pid != kAnyProcess && IsUserAddress(key.ip)) s.NoteRegion(sample, key.ip);
+    if (length != 0 && stack.pid != kAnyProcess) {
+      for (size_t i = 1; i < length && !s.regions_over_budget; ++i) {
+        if (IsUserAddress(s.words[i])) s.NoteRegion(sample, s.words[i]);
+      }
+    }
+  }
   if (!s.slices_over_budget) {
     s.BucketOf(sample.time_ns).Add(key);
     // A span's table grows by doubling: looked at every 4,096 samples, the spans overshoot the
@@ -203,6 +259,14 @@ Aggregate AggregateBuilder::Snapshot(uint64_t source_bytes) {
   if (s.index != nullptr) {
     for (const ContextImage& image : s.index->images()) {
       aggregate.images.push_back({image.id, image.path, image.build_id});
+    }
+  }
+  aggregate.has_regions = s.index != nullptr && !s.regions_over_budget;
+  if (aggregate.has_regions) {
+    aggregate.regions.reserve(s.regions.size());
+    for (const auto& [where, region] : s.regions) {
+      const auto& [domain, pid, start] = where;
+      aggregate.regions.push_back({domain, pid, start, region.end, region.time_ns, s.region_paths[region.path]});
     }
   }
   aggregate.has_stacks = s.stacks != StackDetail::kNone && !s.stacks_over_budget;

@@ -61,6 +61,7 @@ ContextIndex::Applied ContextIndex::Apply(const ContextEvent& event) {
       auto at = std::upper_bound(list.begin(), list.end(), event.time_ns,
                                  [](uint64_t t, const Process& p) { return t < p.birth_ns; });
       list.insert(at, std::move(process));
+      ++domains_[event.domain].told;
       break;
     }
     case ContextKind::kMapping: {
@@ -165,6 +166,15 @@ const std::string* ContextIndex::MappingPath(uint16_t domain, uint32_t pid, uint
   return mapping->image != 0 ? &images_[mapping->image - 1].path : &other_paths_[mapping->other_path];
 }
 
+std::optional<ContextIndex::NamedRegion> ContextIndex::Region(uint16_t domain, uint32_t pid, uint64_t time_ns,
+                                                             uint64_t ip) const {
+  const Process* process = Find(domain, pid, time_ns);
+  if (process == nullptr) return std::nullopt;
+  const Mapping* mapping = FindMapping(*process, time_ns, ip);
+  if (mapping == nullptr || mapping->image != 0) return std::nullopt;
+  return NamedRegion{mapping->start, mapping->end, mapping->time_ns, &other_paths_[mapping->other_path]};
+}
+
 const std::string* ContextIndex::Comm(uint16_t domain, uint32_t pid, uint64_t time_ns) const {
   const Process* process = Find(domain, pid, time_ns);
   if (process == nullptr || process->comms.empty()) return nullptr;
@@ -177,7 +187,16 @@ const std::string* ContextIndex::Comm(uint16_t domain, uint32_t pid, uint64_t ti
 
 bool ContextIndex::HasDomain(uint16_t domain) const {
   auto d = domains_.find(domain);
-  return d != domains_.end() && !d->second.by_pid.empty();
+  return d != domains_.end() && d->second.told != 0;
+}
+
+std::vector<uint16_t> ContextIndex::Domains() const {
+  std::vector<uint16_t> out;
+  for (const auto& [id, domain] : domains_) {
+    if (domain.told != 0) out.push_back(id);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 std::vector<std::pair<uint32_t, std::string>> ContextIndex::Processes(uint16_t domain) const {
@@ -225,9 +244,7 @@ void ContextIndex::Prune(uint64_t before) {
 
 size_t ContextIndex::processes() const {
   size_t n = 0;
-  for (const auto& [id, domain] : domains_) {
-    for (const auto& [pid, list] : domain.by_pid) n += list.size();
-  }
+  for (const auto& [id, domain] : domains_) n += domain.told;
   return n;
 }
 

@@ -140,6 +140,10 @@ std::string SerializeMetadata(const SessionMetadata& m) {
                     {"lost", std::move(lost)},
                     {"file", {{"chunks", m.sched->file_chunks}, {"bytes", m.sched->file_bytes}}}};
   }
+  if (m.context) {
+    out["context"] = {{"processes", m.context->processes}, {"images", m.context->images},
+                      {"domains", m.context->domains}};
+  }
   return out.dump(1) + "\n";
 }
 
@@ -411,6 +415,22 @@ Result<SessionMetadata> ParseMetadata(std::string_view text, std::string_view or
     }
     m.sched = std::move(summary);
   }
+  if (const auto context = root.OptionalMember("context")) {
+    if (!context->IsObject()) return context->Fail("expected an object, got {}", context->Describe());
+    ContextSummary summary;
+    HVPROF_TRY(told_processes, context->Get<uint64_t>("processes"));
+    HVPROF_TRY(told_images, context->Get<uint64_t>("images"));
+    HVPROF_TRY(told_domains, context->Array("domains", kMaxList));
+    summary.processes = told_processes;
+    summary.images = told_images;
+    for (const auto& domain : told_domains) {
+      HVPROF_TRY(id, domain.As<uint16_t>());
+      summary.domains.push_back(id);
+    }
+    std::sort(summary.domains.begin(), summary.domains.end());
+    summary.domains.erase(std::unique(summary.domains.begin(), summary.domains.end()), summary.domains.end());
+    m.context = std::move(summary);
+  }
   return m;
 }
 
@@ -449,7 +469,9 @@ constexpr uint32_t kHasImages = 4;  // version 4
 // Version 4: after the header, a u64 (the size of the sections, inflated) and one zlib stream of
 // the sections; the header's crc is of the inflated sections.
 constexpr uint32_t kDeflated = 8;
-constexpr uint32_t kAggregateVersion = 4;
+// Version 5: the region table lists every region its per-process addresses fell in.
+constexpr uint32_t kHasRegions = 16;
+constexpr uint32_t kAggregateVersion = 5;
 
 // Version 4: after the slice section header, the image table's size. The table itself is the
 // file's last section: per image, u32 id, u16 path bytes, u16 build-id bytes, then both.
@@ -459,6 +481,23 @@ struct ImageSection {
 };
 static_assert(sizeof(ImageSection) == 8);
 constexpr size_t kMaxImageText = 4096;
+
+// Version 5: after the image section header, the region table's size. The table comes after the
+// image table, last: per region, PackedRegion, then its path.
+struct RegionSection {
+  uint32_t regions;
+  uint32_t bytes;
+};
+static_assert(sizeof(RegionSection) == 8);
+struct PackedRegion {
+  uint64_t start;
+  uint64_t end;
+  uint64_t time_ns;
+  uint32_t pid;
+  uint16_t domain;
+  uint16_t path_bytes;
+};
+static_assert(sizeof(PackedRegion) == 32);
 
 // Version 3: after the stack section header, the time slices' (zeros without them). `nonzero`:
 // version 4, the counts kept (the slices with samples, over all entries); 0 before.
@@ -626,12 +665,23 @@ Result<void> WriteAggregate(const std::string& path, const Aggregate& aggregate,
     image_table.append(image_path);
     image_table.append(build_id);
   }
+  std::string region_table;
+  if (aggregate.has_regions) {
+    for (const AggregateRegion& region : aggregate.regions) {
+      const std::string_view region_path = std::string_view(region.path).substr(0, kMaxImageText);
+      const PackedRegion record{region.start, region.end, region.time_ns, region.pid, region.domain,
+                                static_cast<uint16_t>(region_path.size())};
+      region_table.append(reinterpret_cast<const char*>(&record), sizeof record);
+      region_table.append(region_path);
+    }
+  }
   header.version = kAggregateVersion;
   header.entry_bytes = sizeof(PackedEntry);
   header.entries = packed.size();
   header.samples = aggregate.samples;
   header.source_bytes = aggregate.source_bytes;
-  header.flags = (stacks ? kHasStacks : 0) | (slices ? kHasSlices : 0) | (aggregate.images.empty() ? 0 : kHasImages);
+  header.flags = (stacks ? kHasStacks : 0) | (slices ? kHasSlices : 0) | (aggregate.images.empty() ? 0 : kHasImages) |
+                 (aggregate.has_regions ? kHasRegions : 0);
   std::string bytes(sizeof header, '\0');
   const StackSection section{stacks ? aggregate.stacks.size() : 0, stacks ? aggregate.stack_words.size() : 0};
   bytes.append(reinterpret_cast<const char*>(&section), sizeof section);
@@ -641,6 +691,9 @@ Result<void> WriteAggregate(const std::string& path, const Aggregate& aggregate,
   const ImageSection image_section{static_cast<uint32_t>(aggregate.images.size()),
                                    static_cast<uint32_t>(image_table.size())};
   bytes.append(reinterpret_cast<const char*>(&image_section), sizeof image_section);
+  const RegionSection region_section{aggregate.has_regions ? static_cast<uint32_t>(aggregate.regions.size()) : 0,
+                                     static_cast<uint32_t>(region_table.size())};
+  bytes.append(reinterpret_cast<const char*>(&region_section), sizeof region_section);
   bytes.append(reinterpret_cast<const char*>(packed.data()), packed.size() * sizeof(PackedEntry));
   if (stacks) {
     bytes.reserve(bytes.size() + section.stacks * sizeof(PackedStack) + section.words * sizeof(uint64_t));
@@ -664,6 +717,7 @@ Result<void> WriteAggregate(const std::string& path, const Aggregate& aggregate,
     }
   }
   bytes.append(image_table);
+  bytes.append(region_table);
   header.crc = static_cast<uint32_t>(::crc32_z(0, reinterpret_cast<const Bytef*>(bytes.data() + sizeof header),
                                                bytes.size() - sizeof header));
   if (compression == AggregateCompression::kPlain) {
@@ -734,7 +788,8 @@ Result<Aggregate> ReadAggregate(const std::string& path) {
       header.entry_bytes != sizeof(PackedEntry) || (header.version == 1 && header.flags != 0) ||
       (header.version == 2 && (header.flags & ~kHasStacks) != 0) ||
       (header.version == 3 && (header.flags & ~(kHasStacks | kHasSlices)) != 0) ||
-      (header.flags & ~(kHasStacks | kHasSlices | kHasImages | kDeflated)) != 0) {
+      (header.version == 4 && (header.flags & kHasRegions) != 0) ||
+      (header.flags & ~(kHasStacks | kHasSlices | kHasImages | kDeflated | kHasRegions)) != 0) {
     return invalid();
   }
   if ((header.flags & kDeflated) != 0) {
@@ -771,6 +826,15 @@ Result<Aggregate> ReadAggregate(const std::string& path) {
       return invalid();
     }
   }
+  RegionSection region_section{0, 0};
+  if (header.version >= 5) {
+    if (size - offset < sizeof region_section) return invalid();
+    HVPROF_TRYV(read_exact(&region_section, sizeof region_section, true));
+    if (((header.flags & kHasRegions) == 0 && (region_section.regions != 0 || region_section.bytes != 0)) ||
+        region_section.regions > region_section.bytes / sizeof(PackedRegion)) {
+      return invalid();
+    }
+  }
   const bool sparse = header.version >= 4;
   const uint64_t left = size - offset;
   if (header.entries > left / sizeof(PackedEntry)) return invalid();
@@ -781,8 +845,9 @@ Result<Aggregate> ReadAggregate(const std::string& path) {
   const uint64_t slice_bytes = sparse ? (slice_section.slices != 0 ? header.entries * sizeof(uint64_t) : 0) +
                                             uint64_t{slice_section.nonzero} * sizeof(uint32_t)
                                       : header.entries * slice_section.slices * sizeof(uint32_t);
-  if (slice_bytes > after_entries || image_section.bytes > after_entries - slice_bytes) return invalid();
-  const uint64_t stack_room = after_entries - slice_bytes - image_section.bytes;
+  const uint64_t table_bytes = uint64_t{image_section.bytes} + region_section.bytes;
+  if (slice_bytes > after_entries || table_bytes > after_entries - slice_bytes) return invalid();
+  const uint64_t stack_room = after_entries - slice_bytes - table_bytes;
   if (section.stacks > stack_room / sizeof(PackedStack) ||
       section.words != (stack_room - section.stacks * sizeof(PackedStack)) / sizeof(uint64_t) ||
       (stack_room - section.stacks * sizeof(PackedStack)) % sizeof(uint64_t) != 0) {
@@ -820,6 +885,8 @@ Result<Aggregate> ReadAggregate(const std::string& path) {
   }
   std::string image_table(image_section.bytes, '\0');
   HVPROF_TRYV(read_exact(image_table.data(), image_table.size(), true));
+  std::string region_table(region_section.bytes, '\0');
+  HVPROF_TRYV(read_exact(region_table.data(), region_table.size(), true));
   if (inflater && !inflater->AtEnd()) return invalid();  // more than the sections, or the stream not ended
   if (static_cast<uint32_t>(crc) != header.crc) {
     return MakeError(ErrorKind::kCorrupt, "{} fails its checksum (damaged)", path);
@@ -837,6 +904,30 @@ Result<Aggregate> ReadAggregate(const std::string& path) {
     at += size_t{path_bytes} + id_bytes;
     if (i + 1 == image_section.images && at != image_table.size()) return invalid();
   }
+  // Regions: each a range of user space with a path, in order of (domain, pid, start), one per
+  // start; the table holds them and nothing else.
+  aggregate.has_regions = (header.flags & kHasRegions) != 0;
+  for (size_t at = 0, i = 0; i < region_section.regions; ++i) {
+    PackedRegion record;
+    if (region_table.size() - at < sizeof record) return invalid();
+    std::memcpy(&record, region_table.data() + at, sizeof record);
+    at += sizeof record;
+    if (region_table.size() - at < record.path_bytes || record.start >= record.end || (record.end - 1) >> 47 != 0) {
+      return invalid();
+    }
+    AggregateRegion region{record.domain, record.pid, record.start, record.end, record.time_ns,
+                           region_table.substr(at, record.path_bytes)};
+    at += record.path_bytes;
+    if (!aggregate.regions.empty()) {
+      const AggregateRegion& last = aggregate.regions.back();
+      if (std::tie(last.domain, last.pid, last.start) >= std::tie(region.domain, region.pid, region.start)) {
+        return invalid();
+      }
+    }
+    aggregate.regions.push_back(std::move(region));
+    if (i + 1 == region_section.regions && at != region_table.size()) return invalid();
+  }
+  if (region_section.regions == 0 && !region_table.empty()) return invalid();
   for (uint64_t i = 0; i < header.entries; ++i) {
     const uint8_t mode = aggregate.entries[i].key.mode;
     if (mode > 2) return MakeError(ErrorKind::kCorrupt, "{}: entry {} has mode {}", path, i, mode);

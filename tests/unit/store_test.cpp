@@ -354,11 +354,11 @@ TEST_CASE("the aggregate's stacks count every sample's whole stack, and survive 
   REQUIRE(flat.has_value());
   CHECK_FALSE(flat.value().has_stacks);
   CHECK(flat.value().entries.size() == none.value().entries.size());
-  // Versions 1 (before stacks: no stack section), 2 (before time slices: no slice section) and
-  // 3 (before images: no image section, slices dense) still read.
-  for (const uint32_t version : {1u, 2u, 3u}) {
+  // Versions 1 (before stacks: no stack section), 2 (before time slices: no slice section), 3
+  // (before images: no image section, slices dense) and 4 (before regions) still read.
+  for (const uint32_t version : {1u, 2u, 3u, 4u}) {
     auto bytes = Bytes(dir.File("b.hva"));
-    bytes.erase(bytes.begin() + (version == 1 ? 48 : version == 2 ? 64 : 88), bytes.begin() + 96);
+    bytes.erase(bytes.begin() + (version == 1 ? 48 : version == 2 ? 64 : version == 3 ? 88 : 96), bytes.begin() + 104);
     std::memcpy(bytes.data() + 8, &version, sizeof version);
     const uint32_t crc = static_cast<uint32_t>(crc32(0, bytes.data() + 48, static_cast<uInt>(bytes.size() - 48)));
     std::memcpy(bytes.data() + 40, &crc, sizeof crc);
@@ -382,7 +382,7 @@ TEST_CASE("the aggregate's stacks count every sample's whole stack, and survive 
         .write(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
     return ReadAggregate(dir.File("forged.hva"));
   };
-  const size_t first_stack = 48 + 16 + 24 + 8 + 24 * threads.value().entries.size();
+  const size_t first_stack = 48 + 16 + 24 + 8 + 8 + 24 * threads.value().entries.size();
   CHECK(forge(first_stack + 24, 65536).error().kind() == ErrorKind::kCorrupt);   // its length
   CHECK(forge(first_stack + 24, 0).error().kind() == ErrorKind::kCorrupt);       // no address at all
   CHECK(forge(first_stack, 7777777).error().kind() == ErrorKind::kCorrupt);      // its count
@@ -437,6 +437,129 @@ TEST_CASE("a stack ends at a frame no call could have made, and its aggregate re
   REQUIRE(back.has_value());
   REQUIRE(back.value().stacks.size() == 1);
   CHECK(back.value().Addresses(back.value().stacks[0]).size() == 3);
+}
+
+TEST_CASE("the agent's aggregate names the regions of its per-process addresses, and reads them back", "[store][regions]") {
+  // A JIT's process: its binary, a memfd mapping of generated code (a region: no file to open), a
+  // heap the platform does not report; then its pid reused by a process whose memfd code sits at
+  // the same address under another name. A second process runs only the binary.
+  ContextIndex index;
+  auto map = [&index](uint32_t pid, uint64_t time, uint64_t start, const std::string& path) {
+    context::ContextEvent e;
+    e.kind = context::ContextKind::kMapping;
+    e.pid = pid;
+    e.time_ns = time;
+    e.start = start;
+    e.end = start + 0x10000;
+    e.bias = start;
+    e.path = path;
+    index.Apply(e);
+  };
+  auto born = [&index](uint32_t pid, uint64_t time) {
+    context::ContextEvent e;
+    e.kind = context::ContextKind::kProcess;
+    e.pid = pid;
+    e.time_ns = time;
+    e.comm = "java";
+    index.Apply(e);
+  };
+  born(10, 1);
+  map(10, 1, 0x400000, "/usr/bin/java");
+  map(10, 2, 0x7f0000000000, "/memfd:jit-code (deleted)");
+  born(11, 1);
+  map(11, 1, 0x400000, "/usr/bin/java");
+  AggregateBuilder builder(StackDetail::kStacksByCpu, &index);
+  auto sample = [&builder](uint32_t pid, uint64_t time, uint64_t ip, std::vector<uint64_t> frames) {
+    StoredSample s;
+    s.ip = ip;
+    s.time_ns = time;
+    s.pid = s.tid = pid;
+    s.SetPlace(0, 0, 1, 0, 0);
+    s.frames = frames;
+    builder.Add(s);
+  };
+  sample(10, 5, 0x7f0000001000, {0x401000});            // in the JIT's code
+  sample(10, 6, 0x401000, {0x7f0000002000, 0x402000});  // called from it
+  sample(10, 7, 0x5000000, {});                          // the heap: in no mapping told
+  sample(11, 8, 0x401000, {});                           // the binary only: nothing by process
+  born(10, 20);                                          // the pid reused
+  map(10, 20, 0x7f0000000000, "/memfd:other-jit");
+  sample(10, 21, 0x7f0000003000, {});
+
+  const Aggregate aggregate = builder.Snapshot(0);
+  CHECK_FALSE(builder.regions_over_budget());
+  REQUIRE(aggregate.has_regions);
+  // One region per (domain, pid, start): the latest, as a report's lookup of the pid finds.
+  REQUIRE(aggregate.regions.size() == 1);
+  CHECK(aggregate.regions[0] == AggregateRegion{0, 10, 0x7f0000000000, 0x7f0000010000, 20, "/memfd:other-jit"});
+
+  TempDir dir;
+  for (const auto compression : {AggregateCompression::kPlain, AggregateCompression::kDeflate}) {
+    REQUIRE(WriteAggregate(dir.File("r.hva"), aggregate, compression).has_value());
+    auto back = ReadAggregate(dir.File("r.hva"));
+    REQUIRE(back.has_value());
+    CHECK(back.value().has_regions);
+    CHECK(back.value().regions == aggregate.regions);
+    CHECK(back.value().entries.size() == aggregate.entries.size());
+  }
+  // An aggregate without a context lists none, and says so: a report reads context.hvc.
+  AggregateBuilder blind(StackDetail::kNone, nullptr);
+  REQUIRE(WriteAggregate(dir.File("n.hva"), blind.Snapshot(0), AggregateCompression::kPlain).has_value());
+  CHECK_FALSE(ReadAggregate(dir.File("n.hva")).value().has_regions);
+
+  // Forged tables are refused: out of order, empty ranges, beyond user space, a path past the end.
+  Aggregate two = aggregate;
+  two.regions.push_back({0, 12, 0x10000, 0x20000, 3, "/dev/zero"});
+  REQUIRE(WriteAggregate(dir.File("two.hva"), two, AggregateCompression::kPlain).has_value());
+  REQUIRE(ReadAggregate(dir.File("two.hva")).has_value());
+  const auto plain = Bytes(dir.File("two.hva"));
+  const size_t table = plain.size() - (32 + 16) - (32 + 9);  // the region table is last
+  auto forge = [&](size_t offset, uint64_t value, size_t bytes) {
+    auto forged = plain;
+    std::memcpy(forged.data() + offset, &value, bytes);
+    const uint32_t crc = static_cast<uint32_t>(crc32(0, forged.data() + 48, static_cast<uInt>(forged.size() - 48)));
+    std::memcpy(forged.data() + 40, &crc, sizeof crc);
+    std::ofstream(dir.File("forged.hva"), std::ios::binary)
+        .write(reinterpret_cast<char*>(forged.data()), static_cast<std::streamsize>(forged.size()));
+    return ReadAggregate(dir.File("forged.hva"));
+  };
+  CHECK(forge(table, 0x7f0000000000, 8).has_value());  // the first region's start, as it is
+  CHECK(forge(table + 24, 12, 4).error().kind() == ErrorKind::kCorrupt);  // pid 12 before 12: out of order
+  CHECK(forge(table + 8, 0x7f0000000000, 8).error().kind() == ErrorKind::kCorrupt);  // ends where it starts
+  CHECK(forge(table + 8, 0xffff800000000000, 8).error().kind() == ErrorKind::kCorrupt);  // past user space
+  CHECK(forge(table + 30, 200, 2).error().kind() == ErrorKind::kCorrupt);   // its path runs past the table
+  CHECK(forge(96, 3, 4).error().kind() == ErrorKind::kCorrupt);             // more regions than the table has
+  uint32_t flags = 0;
+  std::memcpy(&flags, plain.data() + 44, sizeof flags);
+  CHECK(forge(44, flags & ~16u, 4).error().kind() == ErrorKind::kCorrupt);  // a table the flags deny
+  CHECK(forge(8, 4, 4).error().kind() == ErrorKind::kCorrupt);              // regions in version 4
+}
+
+TEST_CASE("the agent's aggregate lists no regions past their budget, and a report then reads the context", "[store][regions]") {
+  // A host that starts short JIT processes all day: each one's memfd code is a region of its own.
+  ContextIndex index;
+  AggregateBuilder builder(StackDetail::kNone, &index);
+  for (uint32_t pid = 1; pid <= AggregateBuilder::kMaxRegions + 1; ++pid) {
+    context::ContextEvent e;
+    e.kind = context::ContextKind::kMapping;
+    e.pid = pid;
+    e.start = 0x7f0000000000;
+    e.end = 0x7f0000010000;
+    e.path = "/memfd:jit";
+    index.Apply(e);
+    StoredSample s;
+    s.ip = 0x7f0000000100;
+    s.time_ns = pid;
+    s.pid = s.tid = pid;
+    s.SetPlace(0, 0, 1, 0, 0);
+    builder.Add(s);
+    if (pid == AggregateBuilder::kMaxRegions) REQUIRE(builder.Snapshot(0).regions.size() == pid);
+  }
+  CHECK(builder.regions_over_budget());
+  const Aggregate aggregate = builder.Snapshot(0);
+  CHECK_FALSE(aggregate.has_regions);
+  CHECK(aggregate.regions.empty());
+  CHECK(aggregate.samples == AggregateBuilder::kMaxRegions + 1);
 }
 
 TEST_CASE("the agent's aggregate forgets its stacks past their memory budget, and keeps counting", "[store][stacks]") {
@@ -538,7 +661,7 @@ TEST_CASE("sessions on disk: absent, without metadata, or with a damaged aggrega
   CHECK(back.value().entries.size() == 2);
   CHECK(back.value().entries[1].count == 20);
   auto bytes = Bytes(dir.File("a.hva"));
-  bytes[48 + 16 + 24 + 8 + 6] ^= 1;  // in the first entry (after the header and three section headers)
+  bytes[48 + 16 + 24 + 8 + 8 + 6] ^= 1;  // in the first entry (after the header and four section headers)
   std::ofstream(dir.File("a.hva"), std::ios::binary).write(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   auto damaged = ReadAggregate(dir.File("a.hva"));
   REQUIRE_FALSE(damaged.has_value());
@@ -786,7 +909,7 @@ TEST_CASE("the aggregate's time slices: written, read back, and checked against 
   CHECK(back.value().slice_counts == aggregate.slice_counts);
   // Kept sparsely: a count of 0 takes no room, and reads back as 0.
   REQUIRE(WriteAggregate(dir.File("p.hva"), aggregate, AggregateCompression::kPlain).has_value());
-  CHECK(std::filesystem::file_size(dir.File("p.hva")) == 96 + 2 * 24 + 2 * 8 + 4 * 4);
+  CHECK(std::filesystem::file_size(dir.File("p.hva")) == 104 + 2 * 24 + 2 * 8 + 4 * 4);
   auto plain = ReadAggregate(dir.File("p.hva"));
   REQUIRE(plain.has_value());
   CHECK(plain.value().slice_counts == aggregate.slice_counts);

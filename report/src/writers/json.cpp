@@ -23,8 +23,8 @@ std::string FormatJson(const Profile& profile, const Table& table, const ReportO
                     {"cpus", m.num_cpus},
                     {"samples", profile.total_samples()},
                     {"sampled_ns", SampledNs(m)},
-                    {"processes", profile.context().processes()},
-                    {"images", profile.context().images().size()}};
+                    {"processes", profile.context_summary().processes},
+                    {"images", profile.context_summary().images}};
   static constexpr const char* kViews[] = {"image", "symbol", "details", "debug-info"};
   out["view"] = kViews[static_cast<int>(table.view)];
   out["by_domain"] = options.by_domain;

@@ -139,10 +139,12 @@ class SessionWriter {
   std::vector<Pending> pending_;
   std::vector<uint64_t> pending_frames_;
   uint64_t pruned_before_ = 0;
-  // What the aggregate on disk covers (samples.hvs's size, the samples counted): a dump with
-  // nothing new (the stop and then the shutdown of a run) does not write it again.
+  // Which of the aggregate's memory budgets the log has told were outgrown.
   bool stacks_budget_told_ = false;
   bool slices_budget_told_ = false;
+  bool regions_budget_told_ = false;
+  // What the aggregate on disk covers (samples.hvs's size, the samples counted): a dump with
+  // nothing new (the stop and then the shutdown of a run) does not write it again.
   uint64_t aggregate_file_bytes_ = UINT64_MAX;
   uint64_t aggregate_samples_ = 0;
   bool sched_open_waits_ = false;                // for the next flush before trying again

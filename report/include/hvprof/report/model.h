@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -154,8 +155,12 @@ class Profile {
  public:
   const store::SessionMetadata& metadata() const { return metadata_; }
   // The processes the session's samples ran in: context.hvc, or the processes session.json listed
-  // (sessions before it).
-  const store::ContextIndex& context() const { return *context_; }
+  // (sessions before it). A profile counted from the aggregate alone reads context.hvc on the
+  // first call (a view by process, -x): after a day of a host that starts processes all day it
+  // is hundreds of megabytes, which a flat report or a call graph does not need.
+  const store::ContextIndex& context() const;
+  // How many processes and images context.hvc told, and of which domains, without reading it.
+  const store::ContextSummary& context_summary() const { return context_summary_; }
   const std::string& directory() const { return directory_; }
   const std::vector<Image>& images() const { return images_; }
   const std::vector<Symbol>& symbols() const { return symbols_; }
@@ -189,7 +194,16 @@ class Profile {
 
  private:
   store::SessionMetadata metadata_;
+  // The index the profile was built with: the whole context, or, from an aggregate with regions,
+  // its images and regions only; then whole_context_ reads the file when a view asks for it.
   std::shared_ptr<const store::ContextIndex> context_ = std::make_shared<store::ContextIndex>();
+  struct WholeContext {
+    std::mutex mutex;
+    std::shared_ptr<const store::ContextIndex> index;  // read at the first context()
+    std::vector<std::string> problems;                 // what reading it found wrong
+  };
+  std::shared_ptr<WholeContext> whole_context_;
+  store::ContextSummary context_summary_;
   bool has_context_file_ = false;  // context.hvc: user code was counted by image as it came
   bool keeps_pids_ = false;        // loaded with LoadOptions::processes
   std::string directory_;

@@ -35,12 +35,17 @@ class AggregateBuilder {
   // aggregates have no time slices (a diff of time slices, --slices, then reads samples.hvs, as
   // for any aggregate without them).
   static constexpr size_t kDefaultSliceBudgetBytes = size_t{32} << 20;
+  // The regions that named per-process addresses (Aggregate::regions) are kept up to this many:
+  // past it the aggregate lists none, and a report reads context.hvc to name those addresses.
+  static constexpr size_t kMaxRegions = size_t{1} << 16;
   AggregateBuilder(StackDetail stacks, const ContextIndex* index, size_t stack_budget_bytes = kDefaultStackBudgetBytes,
                    size_t slice_budget_bytes = kDefaultSliceBudgetBytes);
   // Whether the stacks outgrew the budget and were forgotten.
   bool stacks_over_budget() const;
   // Whether the time spans outgrew theirs and were forgotten.
   bool slices_over_budget() const;
+  // Whether the regions outgrew kMaxRegions and were forgotten.
+  bool regions_over_budget() const;
   ~AggregateBuilder();
   AggregateBuilder(AggregateBuilder&&) noexcept;
   AggregateBuilder& operator=(AggregateBuilder&&) noexcept;

@@ -72,10 +72,22 @@ class ContextIndex {
   // The path of the mapping that holds `ip` then, whatever it is (a file, "[anon]", "//anon",
   // "/memfd:..."), or nothing.
   const std::string* MappingPath(uint16_t domain, uint32_t pid, uint64_t time_ns, uint64_t ip) const;
+  // The mapping that holds `ip` then when it names no file ("/memfd:...", a device, SysV shared
+  // memory: a JIT's code, often): its range and path. Nothing for a file's mapping or none.
+  struct NamedRegion {
+    uint64_t start = 0;
+    uint64_t end = 0;
+    uint64_t time_ns = 0;  // when it was mapped
+    const std::string* path = nullptr;
+  };
+  std::optional<NamedRegion> Region(uint16_t domain, uint32_t pid, uint64_t time_ns, uint64_t ip) const;
   // The name of (domain, pid)'s process at `time_ns` (its last name before then), or nothing.
   const std::string* Comm(uint16_t domain, uint32_t pid, uint64_t time_ns) const;
-  // Whether the domain has any process (a platform that knows none leaves user samples unresolved).
+  // Whether the stream told any process of the domain (a platform that knows none leaves user
+  // samples unresolved).
   bool HasDomain(uint16_t domain) const;
+  // The domains it told processes of, in order.
+  std::vector<uint16_t> Domains() const;
   // Every process of `domain` (pid and last name), in order of pid, each pid once: its latest.
   std::vector<std::pair<uint32_t, std::string>> Processes(uint16_t domain) const;
   // The executables of `domain`'s processes: each one's first file mapping (what it exec'd).
@@ -89,6 +101,7 @@ class ContextIndex {
   // Forgets the processes that exited before `before`: what a long run's agent no longer needs
   // once their samples are counted. (A live process keeps every mapping it made.)
   void Prune(uint64_t before);
+  // The processes the stream told, those pruned included.
   size_t processes() const;
   size_t mappings() const;
 
@@ -109,6 +122,7 @@ class ContextIndex {
   };
   struct Domain {
     std::unordered_map<uint32_t, std::vector<Process>> by_pid;  // each pid's processes by birth
+    size_t told = 0;  // processes added to by_pid, those Prune forgot included
     std::map<std::pair<uint32_t, uint32_t>, std::string> tasks;
   };
   const Process* Find(uint16_t domain, uint32_t pid, uint64_t time_ns) const;

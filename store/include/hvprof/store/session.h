@@ -173,6 +173,15 @@ struct SchedSummary {
   uint64_t file_bytes = 0;
 };
 
+// What context.hvc told, as hvprofd counted it while writing it: what a report of the aggregate
+// says of the session's processes without reading the file (after a day of a host that starts
+// processes all day, hundreds of megabytes). Absent in sessions before it.
+struct ContextSummary {
+  uint64_t processes = 0;
+  uint64_t images = 0;
+  std::vector<uint16_t> domains;  // the domains it told processes of, in order
+};
+
 struct ProfilingInterval {
   uint64_t start_ns = 0;  // wall clock (CLOCK_REALTIME)
   uint64_t stop_ns = 0;   // 0 while running
@@ -220,6 +229,8 @@ struct SessionMetadata {
   std::string platform_stats;
   // Only when the session recorded scheduling (sched.hvs); absent in older sessions.
   std::optional<SchedSummary> sched;
+  // Only when hvprofd wrote context.hvc; absent in older sessions.
+  std::optional<ContextSummary> context;
 };
 
 std::string SerializeMetadata(const SessionMetadata& metadata);
@@ -271,10 +282,28 @@ struct AggregateImage {
   bool operator==(const AggregateImage&) const = default;
 };
 
+// A mapping of a process that names no file ("/memfd:...", a device, SysV shared memory: a JIT's
+// code, often) and held addresses the aggregate counts by process (version 5): what a report
+// names their rows by.
+struct AggregateRegion {
+  uint16_t domain = 0;
+  uint32_t pid = 0;
+  uint64_t start = 0;
+  uint64_t end = 0;
+  uint64_t time_ns = 0;  // when it was mapped
+  std::string path;
+  bool operator==(const AggregateRegion&) const = default;
+};
+
 struct Aggregate {
   std::vector<AggregateEntry> entries;  // sorted by key, unique
   // The images image words name (version 4), by number: images[id - 1].id == id.
   std::vector<AggregateImage> images;
+  // Version 5, when has_regions: every region a per-process address (an entry's or a stack's)
+  // fell in, sorted by (domain, pid, start), one per start (the latest). With them and
+  // session.json's context summary a report of the aggregate needs nothing of context.hvc.
+  bool has_regions = false;
+  std::vector<AggregateRegion> regions;
   uint64_t samples = 0;
   uint64_t source_bytes = 0;  // how much of samples.hvs it covers
   // Every distinct stack with its samples, when counted (has_stacks): the addresses of each are
