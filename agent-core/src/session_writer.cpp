@@ -512,22 +512,25 @@ Result<void> SessionWriter::Dump() {
   CountPending();
   // What outgrew its memory budget is said once: which part the aggregate no longer keeps, and
   // which views read the samples instead.
-  const auto tell_budget = [](bool over, bool* told, std::string_view what, size_t budget, std::string_view instead) {
+  const auto tell_budget = [](bool over, bool* told, const std::string& message) {
     if (!over || *told) return;
     *told = true;
-    Log(LogLevel::kInfo, "the session's {} outgrew the {} MiB kept for them in memory: its aggregate keeps none, and {} {}",
-        what, budget >> 20, instead, store::kSamplesFile);
+    Log(LogLevel::kInfo, "{}", message);
   };
-  tell_budget(aggregate_.stacks_over_budget(), &stacks_budget_told_, "distinct call stacks",
-              store::AggregateBuilder::kDefaultStackBudgetBytes, "stack views read them from");
-  tell_budget(aggregate_.slices_over_budget(), &slices_budget_told_, "counts per span of time",
-              store::AggregateBuilder::kDefaultSliceBudgetBytes, "a diff of its time slices (--slices) reads");
-  if (aggregate_.regions_over_budget() && !regions_budget_told_) {
-    regions_budget_told_ = true;
-    Log(LogLevel::kInfo, "the session's addresses counted by process fell in more than {} mappings of no file: its "
-        "aggregate lists none of them, and a report reads {} to name them", store::AggregateBuilder::kMaxRegions,
-        store::kContextFile);
-  }
+  const auto outgrew = [](std::string_view what, size_t budget, std::string_view instead) {
+    return fmt::format("the session's {} outgrew the {} MiB kept for them in memory: its aggregate keeps none, and {} {}",
+                       what, budget >> 20, instead, store::kSamplesFile);
+  };
+  tell_budget(aggregate_.stacks_over_budget(), &stacks_budget_told_,
+              outgrew("distinct call stacks", store::AggregateBuilder::kDefaultStackBudgetBytes,
+                      "stack views read them from"));
+  tell_budget(aggregate_.slices_over_budget(), &slices_budget_told_,
+              outgrew("counts per span of time", store::AggregateBuilder::kDefaultSliceBudgetBytes,
+                      "a diff of its time slices (--slices) reads"));
+  tell_budget(aggregate_.regions_over_budget(), &regions_budget_told_,
+              fmt::format("the session's addresses counted by process fell in more than {} mappings of no file: its "
+                          "aggregate lists none of them, and a report reads {} to name them",
+                          store::AggregateBuilder::kMaxRegions, store::kContextFile));
   const std::string aggregate_path = directory_ + "/" + store::kAggregateFile;
   struct stat st {};
   const uint64_t file_bytes =

@@ -984,6 +984,37 @@ void ProfileBuilder::NoteShallowImages() {
   }
 }
 
+namespace {
+
+// What a report of an aggregate needs of the context, from the aggregate: its images, numbered as
+// context.hvc numbers them, and the regions its per-process addresses fell in, in time order.
+void ContextOfAggregate(const store::Aggregate& counted, store::ContextIndex& context) {
+  for (const store::AggregateImage& image : counted.images) {
+    store::ContextEvent named;
+    named.kind = store::ContextKind::kImage;
+    named.image = image.id;
+    named.path = image.path;
+    named.build_id = image.build_id;
+    context.Apply(named);
+  }
+  std::vector<const store::AggregateRegion*> regions;
+  for (const store::AggregateRegion& region : counted.regions) regions.push_back(&region);
+  std::stable_sort(regions.begin(), regions.end(), [](auto* a, auto* b) { return a->time_ns < b->time_ns; });
+  for (const store::AggregateRegion* region : regions) {
+    store::ContextEvent mapped;
+    mapped.kind = store::ContextKind::kMapping;
+    mapped.domain = region->domain;
+    mapped.pid = region->pid;
+    mapped.time_ns = region->time_ns;
+    mapped.start = region->start;
+    mapped.end = region->end;
+    mapped.path = region->path;
+    context.Apply(mapped);
+  }
+}
+
+}  // namespace
+
 Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOptions& options) {
   HVPROF_TRY(session, store::OpenSession(directory));
   Profile profile;
@@ -1046,28 +1077,7 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
   // the processes themselves makes Profile::context() read the file).
   const auto take_regions = [&](const store::Aggregate& counted) {
     context_taken = true;
-    for (const store::AggregateImage& image : counted.images) {
-      store::ContextEvent named;
-      named.kind = store::ContextKind::kImage;
-      named.image = image.id;
-      named.path = image.path;
-      named.build_id = image.build_id;
-      context->Apply(named);
-    }
-    std::vector<const store::AggregateRegion*> regions;
-    for (const store::AggregateRegion& region : counted.regions) regions.push_back(&region);
-    std::stable_sort(regions.begin(), regions.end(), [](auto* a, auto* b) { return a->time_ns < b->time_ns; });
-    for (const store::AggregateRegion* region : regions) {
-      store::ContextEvent mapped;
-      mapped.kind = store::ContextKind::kMapping;
-      mapped.domain = region->domain;
-      mapped.pid = region->pid;
-      mapped.time_ns = region->time_ns;
-      mapped.start = region->start;
-      mapped.end = region->end;
-      mapped.path = region->path;
-      context->Apply(mapped);
-    }
+    ContextOfAggregate(counted, *context);
     profile.has_context_file_ = true;
     profile.context_ = context;
     profile.context_summary_ = *profile.metadata_.context;

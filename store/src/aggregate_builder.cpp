@@ -73,12 +73,17 @@ size_t TranslateSample(const StoredSample& s, const Translation& translation, St
   bool all_resolved = true;  // no raw user address left: the stack is every process's
   auto resolve = [&](uint64_t address) -> uint64_t {
     if (!IsUserAddress(address)) return address;
-    const auto resolved = resolving ? index->Resolve(s.domain, s.pid, s.time_ns, address) : std::nullopt;
-    if (!resolved || resolved->image > kMaxImageWordImage || resolved->address > kImageAddressMask) {
+    // One lookup: the file's image, or the region a report names the address by.
+    const auto located = resolving ? index->Locate(s.domain, s.pid, s.time_ns, address) : std::nullopt;
+    if (!located || located->image == 0 || located->image > kMaxImageWordImage ||
+        located->address > kImageAddressMask) {
       all_resolved = false;
+      if (located && located->image == 0 && translation.regions != nullptr) {
+        translation.regions->Note(s.domain, s.pid, located->start, located->end, located->time_ns, *located->path);
+      }
       return address;
     }
-    return ImageWord(resolved->image, resolved->address);
+    return ImageWord(located->image, located->address);
   };
   const uint64_t ip = resolve(s.ip);
   // A kernel's or hypervisor's address, or an image's, is the same code in every process.
@@ -102,7 +107,7 @@ constexpr uint32_t kMaxBuckets = 64;
 constexpr uint64_t kFirstBucketNs = 1'000'000;  // 1 ms, doubled as the session grows
 }  // namespace
 
-struct AggregateBuilder::State {
+struct AggregateBuilder::State final : RegionSink {
   StackDetail stacks;
   const ContextIndex* index;
   size_t stack_budget_bytes = 0;
@@ -122,14 +127,6 @@ struct AggregateBuilder::State {
   std::vector<std::string> region_paths;
   std::unordered_map<std::string, uint32_t> region_path_ids;
   bool regions_over_budget = false;
-  // The last address found in no region or in one, to skip the lookup for its neighbours.
-  struct {
-    uint16_t domain = 0;
-    uint32_t pid = 0;
-    uint64_t start = 0, end = 0;
-    uint64_t time_ns = 0;
-    bool set = false;
-  } last_region;
   bool started = false;
   uint64_t origin_ns = 0;
   uint64_t width_ns = kFirstBucketNs;
@@ -150,21 +147,14 @@ struct AggregateBuilder::State {
     width_ns *= 2;
   }
 
-  // Notes the region (a mapping that names no file) `address` of the sample's process is in, if any.
-  void NoteRegion(const StoredSample& sample, uint64_t address) {
-    const auto& last = last_region;
-    if (last.set && last.domain == sample.domain && last.pid == sample.pid && last.time_ns == sample.time_ns &&
-        address >= last.start && address < last.end) {
-      return;
-    }
-    const auto region = index->Region(sample.domain, sample.pid, sample.time_ns, address);
-    if (!region) return;
-    last_region = {sample.domain, sample.pid, region->start, region->end, sample.time_ns, true};
-    const auto [path, added] = region_path_ids.try_emplace(*region->path, static_cast<uint32_t>(region_paths.size()));
-    if (added) region_paths.push_back(*region->path);
-    auto [it, inserted] = regions.try_emplace({sample.domain, sample.pid, region->start},
-                                              Region{region->end, region->time_ns, path->second});
-    if (!inserted && region->time_ns >= it->second.time_ns) it->second = {region->end, region->time_ns, path->second};
+  // A region an address counted by process fell in (TranslateSample's lookup found it).
+  void Note(uint16_t domain, uint32_t pid, uint64_t start, uint64_t end, uint64_t time_ns,
+            const std::string& path) override {
+    if (regions_over_budget) return;
+    const auto [id, added] = region_path_ids.try_emplace(path, static_cast<uint32_t>(region_paths.size()));
+    if (added) region_paths.push_back(path);
+    auto [it, inserted] = regions.try_emplace({domain, pid, start}, Region{end, time_ns, id->second});
+    if (!inserted && time_ns >= it->second.time_ns) it->second = {end, time_ns, id->second};
     if (regions.size() > AggregateBuilder::kMaxRegions) {
       regions_over_budget = true;
       decltype(regions)().swap(regions);
@@ -210,18 +200,10 @@ void AggregateBuilder::Add(const StoredSample& sample) {
   State& s = *state_;
   AggregateKey key;
   StackKey stack;
-  const size_t length = TranslateSample(sample, Translation{s.index, false}, s.stacks, &key, &stack, s.words);
+  // The regions of addresses counted by process are noted as they are looked up: a report of the
+  // aggregate then needs nothing of context.hvc.
+  const size_t length = TranslateSample(sample, Translation{s.index, false, &s}, s.stacks, &key, &stack, s.words);
   s.counter.Add(key);
-  // Addresses counted by process: the regions that name them (a report of the aggregate then
-  // needs nothing of context.hvc).
-  if (s.index != nullptr && !s.regions_over_budget) {
-    if (key.pid != kAnyProcess && IsUserAddress(key.ip)) s.NoteRegion(sample, key.ip);
-    if (length != 0 && stack.pid != kAnyProcess) {
-      for (size_t i = 1; i < length && !s.regions_over_budget; ++i) {
-        if (IsUserAddress(s.words[i])) s.NoteRegion(sample, s.words[i]);
-      }
-    }
-  }
   if (!s.slices_over_budget) {
     s.BucketOf(sample.time_ns).Add(key);
     // A span's table grows by doubling: looked at every 4,096 samples, the spans overshoot the

@@ -149,30 +149,30 @@ const ContextIndex::Mapping* ContextIndex::FindMapping(const Process& process, u
   return best != nullptr ? best : earliest;
 }
 
-std::optional<ResolvedAddress> ContextIndex::Resolve(uint16_t domain, uint32_t pid, uint64_t time_ns,
-                                                     uint64_t ip) const {
+std::optional<ContextIndex::Located> ContextIndex::Locate(uint16_t domain, uint32_t pid, uint64_t time_ns,
+                                                         uint64_t ip) const {
   const Process* process = Find(domain, pid, time_ns);
   if (process == nullptr) return std::nullopt;
   const Mapping* mapping = FindMapping(*process, time_ns, ip);
-  if (mapping == nullptr || mapping->image == 0) return std::nullopt;
-  return ResolvedAddress{mapping->image, ip - mapping->bias};
+  if (mapping == nullptr) return std::nullopt;
+  return Located{mapping->image,
+                 ip - mapping->bias,
+                 mapping->start,
+                 mapping->end,
+                 mapping->time_ns,
+                 mapping->image != 0 ? &images_[mapping->image - 1].path : &other_paths_[mapping->other_path]};
+}
+
+std::optional<ResolvedAddress> ContextIndex::Resolve(uint16_t domain, uint32_t pid, uint64_t time_ns,
+                                                     uint64_t ip) const {
+  const auto located = Locate(domain, pid, time_ns, ip);
+  if (!located || located->image == 0) return std::nullopt;
+  return ResolvedAddress{located->image, located->address};
 }
 
 const std::string* ContextIndex::MappingPath(uint16_t domain, uint32_t pid, uint64_t time_ns, uint64_t ip) const {
-  const Process* process = Find(domain, pid, time_ns);
-  if (process == nullptr) return nullptr;
-  const Mapping* mapping = FindMapping(*process, time_ns, ip);
-  if (mapping == nullptr) return nullptr;
-  return mapping->image != 0 ? &images_[mapping->image - 1].path : &other_paths_[mapping->other_path];
-}
-
-std::optional<ContextIndex::NamedRegion> ContextIndex::Region(uint16_t domain, uint32_t pid, uint64_t time_ns,
-                                                             uint64_t ip) const {
-  const Process* process = Find(domain, pid, time_ns);
-  if (process == nullptr) return std::nullopt;
-  const Mapping* mapping = FindMapping(*process, time_ns, ip);
-  if (mapping == nullptr || mapping->image != 0) return std::nullopt;
-  return NamedRegion{mapping->start, mapping->end, mapping->time_ns, &other_paths_[mapping->other_path]};
+  const auto located = Locate(domain, pid, time_ns, ip);
+  return located ? located->path : nullptr;
 }
 
 const std::string* ContextIndex::Comm(uint16_t domain, uint32_t pid, uint64_t time_ns) const {

@@ -72,15 +72,18 @@ class ContextIndex {
   // The path of the mapping that holds `ip` then, whatever it is (a file, "[anon]", "//anon",
   // "/memfd:..."), or nothing.
   const std::string* MappingPath(uint16_t domain, uint32_t pid, uint64_t time_ns, uint64_t ip) const;
-  // The mapping that holds `ip` then when it names no file ("/memfd:...", a device, SysV shared
-  // memory: a JIT's code, often): its range and path. Nothing for a file's mapping or none.
-  struct NamedRegion {
+  // The mapping that holds `ip` then, whatever it is: its file's image (0 when it names no file:
+  // "/memfd:...", a device, SysV shared memory, a JIT's code often) and the address in it, its
+  // range, when it was mapped and its path. Resolve and MappingPath are its two halves.
+  struct Located {
+    uint32_t image = 0;
+    uint64_t address = 0;  // ip - bias
     uint64_t start = 0;
     uint64_t end = 0;
-    uint64_t time_ns = 0;  // when it was mapped
+    uint64_t time_ns = 0;
     const std::string* path = nullptr;
   };
-  std::optional<NamedRegion> Region(uint16_t domain, uint32_t pid, uint64_t time_ns, uint64_t ip) const;
+  std::optional<Located> Locate(uint16_t domain, uint32_t pid, uint64_t time_ns, uint64_t ip) const;
   // The name of (domain, pid)'s process at `time_ns` (its last name before then), or nothing.
   const std::string* Comm(uint16_t domain, uint32_t pid, uint64_t time_ns) const;
   // Whether the stream told any process of the domain (a platform that knows none leaves user

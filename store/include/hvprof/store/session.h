@@ -372,9 +372,20 @@ std::string DomainName(uint16_t id, std::string_view name);
 // as in sessions before context.hvc), with the process kept in the key with `keep_pid` (views by
 // process). aggregate_builder.h has the rules.
 class ContextIndex;
+// Told of each user address the translation left to its process because it is in a mapping of no
+// file (a region: a JIT's code, often), with that mapping, as the sample is counted.
+class RegionSink {
+ public:
+  virtual void Note(uint16_t domain, uint32_t pid, uint64_t start, uint64_t end, uint64_t time_ns,
+                    const std::string& path) = 0;
+
+ protected:
+  ~RegionSink() = default;
+};
 struct Translation {
   const ContextIndex* index = nullptr;
   bool keep_pid = false;
+  RegionSink* regions = nullptr;
 };
 Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* summary = nullptr,
                                        std::optional<std::span<const uint8_t, 16>> session_id = std::nullopt,
