@@ -66,6 +66,9 @@ int main(int argc, char** argv) {
          "linux: domains for host processes and VMs: pid:PID=ID (that process and its descendants), "
          "cgroup:/PATH=ID, kvm:VMM_PID=ID, comma-separated")
         ("software-events", "linux: sample with the cpu-clock timer even where a hardware PMU exists")
+        ("sample-source", po::value(&options.sample_source)->default_value("auto"),
+         "sim: what samples, as Xen's hvprof= boot option chooses: auto (the scenario's PMU if it has one, "
+         "else the engine's timer: event TIMER, a period in ns), pmu, or timer")
         ("scenario", po::value(&options.scenario_path),
          "the simulated machine: a JSON scenario file (docs/sim-scenarios.md), or the NAME of one of hvprof's own "
          "(NAME.json in $HVPROF_SCENARIO_PATH, then in share/hvprof/scenarios beside this program's bin/); "
@@ -105,8 +108,14 @@ int main(int argc, char** argv) {
       for (const char* sim_only : {"scenario", "speed", "duration", "seed", "ground-truth"}) {
         if (values.count(sim_only) != 0) throw po::error(std::string("--") + sim_only + " is for --platform=sim");
       }
+      if (!values["sample-source"].defaulted()) {
+        throw po::error("--sample-source is for --platform=sim (on linux, --software-events samples with a timer)");
+      }
     } else if (values.count("domain-map") != 0 || options.force_software) {
       throw po::error("--domain-map and --software-events are for --platform=linux");
+    }
+    if (options.sample_source != "auto" && options.sample_source != "pmu" && options.sample_source != "timer") {
+      throw po::error("--sample-source must be auto, pmu or timer");
     }
     if (options.platform == "sim") {
       auto found = hvprof::sim::FindScenario(

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hvpmu/events.h"
 #include "hvprof/symbolizer/symbolizer.h"
 
 namespace hvprof::sim {
@@ -207,6 +208,7 @@ struct SimMachine::Cpu {
   uint64_t user_offset = 0;  // at a PMI: how far the interrupted run's mappings are shifted (churn)
   uint64_t carry[kQuantityCount] = {};
   uint64_t time = 0;  // cycles since boot on this CPU
+  uint64_t next_tick = 0;  // cycles: when the sampling timer fires next, while it runs
   InterruptedContext context{};
 };
 
@@ -882,12 +884,22 @@ void SimMachine::RunCpu(uint32_t cpu_index, uint64_t until) {
   Cpu& cpu = *cpus_[cpu_index];
   while (cpu.time < until) {
     if (cpu.burst_left == 0) StartBurst(cpu);
-    const uint64_t step = std::min(cpu.burst_left, until - cpu.time);
+    uint64_t step = std::min(cpu.burst_left, until - cpu.time);
+    if (tick_cycles_ != 0) step = std::min(step, cpu.next_tick - cpu.time);
     cpu.burst_left -= step;
+    const uint32_t row = cpu.truth_row;
     if (cpu.halted) {
       cpu.time += step;  // a halted CPU counts nothing
     } else {
       Execute(cpu, step);
+    }
+    if (tick_cycles_ == 0) continue;
+    // The timer's truth: this function's time, and the tick that ends it if one is due now.
+    truth_[row].timer_cycles += step;
+    if (cpu.time == cpu.next_tick) {
+      ++truth_[row].ticks;
+      cpu.next_tick += tick_cycles_;
+      DeliverTick(cpu);
     }
   }
 }
@@ -950,6 +962,25 @@ void SimMachine::DeliverPmi(Cpu& cpu) {
   if (!cpu.pmi_routed || cpu.pmi_masked || engine_ == nullptr) return;
   // Intel's LVT masks itself on delivery; the handler re-arms it.
   if (scenario_.machine.pmu == PmuModelKind::kIntelArchV4) cpu.pmi_masked = true;
+  CaptureContext(cpu);
+  nmi_cpu_ = static_cast<int>(cpu.index);
+  ++pmis_;
+  engine_->HandlePmi(cpu.index);
+  nmi_cpu_ = -1;
+}
+
+void SimMachine::DeliverTick(Cpu& cpu) {
+  if (engine_ == nullptr) return;
+  // As a host's timer interrupt does: the engine's handler runs with the interrupted context at
+  // hand, whatever the PMI routing (the timer needs none).
+  CaptureContext(cpu);
+  nmi_cpu_ = static_cast<int>(cpu.index);
+  ++ticks_;
+  engine_->HandlePmi(cpu.index);
+  nmi_cpu_ = -1;
+}
+
+void SimMachine::CaptureContext(Cpu& cpu) {
   const Function& function = *cpu.function;
   InterruptedContext& context = cpu.context;
   context = InterruptedContext{};
@@ -989,16 +1020,13 @@ void SimMachine::DeliverPmi(Cpu& cpu) {
     }
     if (cpu.mode != Mode::kHypervisor) context.pid = context.tid = pid;
   }
-  nmi_cpu_ = static_cast<int>(cpu.index);
-  ++pmis_;
-  engine_->HandlePmi(cpu.index);
-  nmi_cpu_ = -1;
 }
 
 // ---- reports
 
 void SimMachine::ResetGroundTruth() {
   for (TruthRow& row : truth_) row = TruthRow{};
+  timer_sampled_ = tick_cycles_ != 0;
   for (SchedTruth& truth : vcpu_truth_) truth = SchedTruth{};
   for (uint64_t& idle : idle_truth_) idle = 0;
   sched_accounted_to_ = sched_truth_since_ = now_;
@@ -1014,9 +1042,25 @@ std::string SimMachine::GroundTruthJson() const {
   out["cpus"] = cpus_.size();
   out["pmu"] = std::string(PmuModelName(scenario_.machine.pmu));
   out["pmis"] = pmis_;
+  out["ticks"] = ticks_;
+  out["source"] = timer_sampled_ ? "timer" : "pmu";
   Json counters = Json::array();
   const PmuModel& pmu = cpus_[0]->pmu;
-  for (uint32_t i = 0; i < pmu.num_counters(); ++i) {
+  // The timer's truth is one counter: ns of each function's time and the ticks due in it.
+  const uint32_t truth_counters = timer_sampled_ ? 1 : pmu.num_counters();
+  auto events_of = [&](const TruthRow& row, uint32_t i) { return timer_sampled_ ? NsOf(row.timer_cycles) : row.events[i]; };
+  auto overflows_of = [&](const TruthRow& row, uint32_t i) { return timer_sampled_ ? row.ticks : row.overflows[i]; };
+  if (timer_sampled_) {
+    counters.push_back({{"index", 0},
+                        {"enabled", tick_cycles_ != 0},
+                        {"event", fmt::format("{:#x}", hvpmu::kTimerEventCode)},
+                        {"unit_mask", "0x00"},
+                        {"os", true},
+                        {"usr", true},
+                        {"fixed", false},
+                        {"counts", "time_ns"}});
+  }
+  for (uint32_t i = 0; i < pmu.num_counters() && !timer_sampled_; ++i) {
     const PmuModel::CounterInfo info = pmu.Describe(i);
     counters.push_back({{"index", i},
                         {"enabled", info.enabled},
@@ -1032,14 +1076,14 @@ std::string SimMachine::GroundTruthJson() const {
   for (size_t r = 0; r < truth_.size(); ++r) {
     const TruthRow& row = truth_[r];
     bool any = false;
-    for (uint32_t i = 0; i < pmu.num_counters(); ++i) any |= row.events[i] != 0;
+    for (uint32_t i = 0; i < truth_counters; ++i) any |= events_of(row, i) != 0;
     if (!any) continue;
     const TruthKey& key = truth_keys_[r];
     Json events = Json::array();
     Json overflows = Json::array();
-    for (uint32_t i = 0; i < pmu.num_counters(); ++i) {
-      events.push_back(row.events[i]);
-      overflows.push_back(row.overflows[i]);
+    for (uint32_t i = 0; i < truth_counters; ++i) {
+      events.push_back(events_of(row, i));
+      overflows.push_back(overflows_of(row, i));
     }
     Json entry{{"domain", key.domain},
                {"vcpu", key.vcpu},
@@ -1214,7 +1258,8 @@ uint32_t SimPlatform::NumCpus() { return static_cast<uint32_t>(machine_.cpus_.si
 CpuidResult SimPlatform::Cpuid(uint32_t, uint32_t leaf, uint32_t subleaf) {
   static const hosted::CpuModel kModels[] = {CpuModelFor(PmuModelKind::kIntelArchV4),
                                              CpuModelFor(PmuModelKind::kAmdZen),
-                                             CpuModelFor(PmuModelKind::kAmdZen4)};
+                                             CpuModelFor(PmuModelKind::kAmdZen4),
+                                             CpuModelFor(PmuModelKind::kNone)};
   return kModels[static_cast<int>(machine_.scenario_.machine.pmu)].Cpuid(leaf, subleaf);
 }
 
@@ -1242,6 +1287,17 @@ uint64_t SimPlatform::NowNs() {
   const int cpu = machine_.nmi_cpu_;
   return machine_.NsOf(cpu >= 0 ? machine_.cpus_[cpu]->time : machine_.now_);
 }
+
+bool SimPlatform::StartSampleTimer(uint64_t period_ns) {
+  const uint64_t cycles =
+      static_cast<uint64_t>(static_cast<unsigned __int128>(period_ns) * machine_.scenario_.machine.mhz / 1000);
+  machine_.tick_cycles_ = std::max<uint64_t>(cycles, 1);
+  machine_.timer_sampled_ = true;
+  for (auto& cpu : machine_.cpus_) cpu->next_tick = cpu->time + machine_.tick_cycles_;
+  return true;
+}
+
+void SimPlatform::StopSampleTimer() { machine_.tick_cycles_ = 0; }
 
 bool SimPlatform::GetDomainInfo(DomainId domain, DomainInfo* info) {
   const SimMachine::Domain* found = machine_.FindDomain(domain);

@@ -61,13 +61,16 @@ hosted::CpuModel CpuModelFor(PmuModelKind kind) {
       return hosted::IntelArchPerfmonModel(4, kIntelGp, kIntelFixed, kWidth, true);
     case PmuModelKind::kAmdZen: return hosted::AmdModel(0x17);
     case PmuModelKind::kAmdZen4: return hosted::AmdModel(0x19);
+    case PmuModelKind::kNone: return hosted::IntelArchPerfmonModel(0, 0, 0);  // leaf 0xA: version 0
   }
   return hosted::UnknownVendorModel();
 }
 
 PmuModel::PmuModel(PmuModelKind kind) : kind_(kind) {
   mask_ = (uint64_t{1} << kWidth) - 1;
-  if (intel()) {
+  if (kind_ == PmuModelKind::kNone) {
+    num_gp_ = num_counters_ = 0;
+  } else if (intel()) {
     num_gp_ = kIntelGp;
     num_counters_ = kIntelGp + kIntelFixed;
     perf_capabilities_ = msr::kIntelPerfCapFullWidthWrite;
@@ -78,6 +81,7 @@ PmuModel::PmuModel(PmuModelKind kind) : kind_(kind) {
 }
 
 bool PmuModel::ReadMsr(uint32_t msr, uint64_t* value) const {
+  if (kind_ == PmuModelKind::kNone) return false;  // no PMU: every counter MSR faults
   if (intel()) {
     if (msr >= msr::kIntelPmc0 && msr < msr::kIntelPmc0 + num_gp_) {
       *value = counter_[msr - msr::kIntelPmc0];
@@ -117,6 +121,7 @@ bool PmuModel::ReadMsr(uint32_t msr, uint64_t* value) const {
 }
 
 bool PmuModel::WriteMsr(uint32_t msr, uint64_t value) {
+  if (kind_ == PmuModelKind::kNone) return false;
   if (intel()) {
     if (msr >= msr::kIntelPmc0 && msr < msr::kIntelPmc0 + num_gp_) {
       // The legacy address writes bits 31:0 and sign-extends bit 31.

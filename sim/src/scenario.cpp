@@ -29,6 +29,7 @@ std::string_view PmuModelName(PmuModelKind kind) {
     case PmuModelKind::kIntelArchV4: return "intel-arch-v4";
     case PmuModelKind::kAmdZen: return "amd-zen";
     case PmuModelKind::kAmdZen4: return "amd-zen4";
+    case PmuModelKind::kNone: return "none";
   }
   return "?";
 }
@@ -421,7 +422,8 @@ Result<Scenario> Parse(const Json& root, std::string_view origin) {
   if (pmu_text == "intel-arch-v4") scenario.machine.pmu = PmuModelKind::kIntelArchV4;
   else if (pmu_text == "amd-zen") scenario.machine.pmu = PmuModelKind::kAmdZen;
   else if (pmu_text == "amd-zen4") scenario.machine.pmu = PmuModelKind::kAmdZen4;
-  else return pmu.Fail("unknown PMU model '{}'; use intel-arch-v4, amd-zen or amd-zen4", pmu_text);
+  else if (pmu_text == "none") scenario.machine.pmu = PmuModelKind::kNone;
+  else return pmu.Fail("unknown PMU model '{}'; use intel-arch-v4, amd-zen, amd-zen4 or none", pmu_text);
   if (machine.Has("mhz")) {
     HVPROF_TRY(mhz, machine.Checked("mhz").Unsigned(100, 10000));
     scenario.machine.mhz = static_cast<uint32_t>(mhz);

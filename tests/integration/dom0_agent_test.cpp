@@ -136,6 +136,91 @@ TEST_CASE("dom0's session equals the ground truth for everything routed to dom0"
   CHECK(opened.value().metadata.losses.ring_full == 0);
 }
 
+TEST_CASE("a host without a PMU is sampled by the engine's timer, by default, and the report is its time",
+          "[agent][e2e][timer]") {
+  // The simulated CPU offers no counters (as QEMU's software CPU, or a VM without a vPMU):
+  // hvprof-hv's engine samples with its timer, as Xen with hvprof's engine does.
+  Host host(TestScenario("none", 23));
+  auto events = host.Hvprof({"--list-events"});
+  INFO(events.out << events.err);
+  REQUIRE(events.status == 0);
+  CHECK(events.out.find("TIMER") != std::string::npos);
+  CHECK(events.out.find("CPU_CLK_UNHALTED") == std::string::npos);
+  // No --event: the timer's own default, TIMER every 1 ms.
+  auto setup = host.Hvprof({"--start-daemon", "--passive-domains=2"});
+  INFO(setup.out << setup.err);
+  REQUIRE(setup.status == 0);
+  REQUIRE(host.Hvprof({"--start"}).status == 0);
+  (void)host.GroundTruth(true);
+  REQUIRE(host.Hvprof({"--run-sim=500ms"}).status == 0);
+  REQUIRE(host.Hvprof({"--stop"}).status == 0);
+
+  auto opened = store::OpenSession(host.current());
+  REQUIRE(opened.has_value());
+  const auto& metadata = opened.value().metadata;
+  REQUIRE(metadata.events.size() == 1);
+  CHECK(metadata.events[0].name == "TIMER");
+  CHECK(metadata.events[0].count == 1'000'000);
+  CHECK(metadata.events[0].sampled_by == "the engine's timer interrupt");
+  CHECK(metadata.losses.ring_full == 0);
+
+  // Every tick of dom0, the idle loop and the passive guest, where it came due.
+  const Json truth = host.GroundTruth(false);
+  CHECK(truth["source"] == "timer");
+  std::map<Key, uint64_t> expected;
+  uint64_t ticks = 0;
+  uint64_t time_ns = 0;
+  for (const Json& row : truth["rows"]) {
+    const auto domain = row["domain"].get<uint16_t>();
+    time_ns += row["events"][0].get<uint64_t>();
+    if (domain != 0 && domain != 2 && domain != 0x7FFF) continue;
+    const uint64_t count = row["overflows"][0].get<uint64_t>();
+    ticks += count;
+    if (count != 0) expected[{domain, row["mode"], domain == 2 ? std::string() : row["image"].get<std::string>()}] += count;
+  }
+  // 4 CPUs, 500 ms, 1 ms: every CPU ticked 500 times, whoever ran.
+  CHECK(time_ns <= 4 * 500'000'000ULL);
+  CHECK(time_ns + truth["rows"].size() >= 4 * 500'000'000ULL);  // a ns of rounding per row
+  CHECK(ticks > 0);
+  auto profile = report::LoadProfile(host.current(), {});
+  REQUIRE(profile.has_value());
+  CHECK(profile.value().problems().empty());
+  std::map<Key, uint64_t> seen;
+  for (const report::Entry& entry : profile.value().entries()) {
+    const std::string path = entry.domain == 2 ? std::string() : profile.value().images()[entry.image].path;
+    seen[{entry.domain, ModeName(entry.mode), path}] += entry.count;
+  }
+  CHECK(seen == expected);
+
+  // The report says what sampled, and its bias.
+  auto report = host.Report({"-l"});
+  INFO(report.out << report.err);
+  REQUIRE(report.status == 0);
+  CHECK(report.out.find("Sampled by the engine's timer interrupt, not a hardware counter: TIMER:1000000") !=
+        std::string::npos);
+  CHECK(report.out.find("interrupts") != std::string::npos);
+}
+
+TEST_CASE("hvprof-hv --sample-source: pmu is refused on a CPU without one, and the option is the sim's",
+          "[hv][timer]") {
+  testing::TempDir dir;
+  const std::string no_pmu = std::string(HVPROF_SOURCE_DIR) + "/examples/no-pmu.json";
+  auto refused = testing::RunProgram({testing::Binary("hvprof-hv"), "--platform=sim", "--scenario=" + no_pmu,
+                                      "--sample-source=pmu", "--run-dir=" + dir.File("run")});
+  INFO(refused.err);
+  CHECK(refused.status != 0);
+  CHECK(refused.err.find("--sample-source=pmu") != std::string::npos);
+  CHECK(refused.err.find("use --sample-source=auto or timer") != std::string::npos);
+  auto linux = testing::RunProgram({testing::Binary("hvprof-hv"), "--platform=linux", "--sample-source=timer",
+                                    "--run-dir=" + dir.File("run")});
+  INFO(linux.err);
+  CHECK(linux.status != 0);
+  CHECK(linux.err.find("--sample-source is for --platform=sim") != std::string::npos);
+  auto unknown = testing::RunProgram({testing::Binary("hvprof-hv"), "--sample-source=hpet", "--run-dir=" + dir.File("run")});
+  CHECK(unknown.status != 0);
+  CHECK(unknown.err.find("--sample-source must be auto, pmu or timer") != std::string::npos);
+}
+
 TEST_CASE("with tiny rings and a stalled agent, produced = stored + lost, per ring", "[agent][loss]") {
   Host host(TestScenario("intel-arch-v4", 22));
   REQUIRE(host.Hvprof({"--start-daemon", "--passive-domains=2,3", "--buffer-size=64",

@@ -59,7 +59,7 @@ TEST_CASE("the test scenario is valid and builds", "[sim][scenario]") {
 TEST_CASE("scenario errors name the field and the problem", "[sim][scenario]") {
   const std::vector<Case> cases = {
       {"unknown PMU", [](Json& j) { j["machine"]["pmu"] = "pentium4"; },
-       {"machine.pmu", "unknown PMU model 'pentium4'", "intel-arch-v4"}},
+       {"machine.pmu", "unknown PMU model 'pentium4'", "intel-arch-v4", "none"}},
       {"mode shares", [](Json& j) { j["domains"][1]["workload"]["kernel"]["share"] = 30; },
        {"domains[1].workload", "add up to 95, not 100"}},
       {"duplicate ids", [](Json& j) { j["domains"][2]["id"] = 1; },
@@ -128,11 +128,16 @@ TEST_CASE("an unusable kernel symbol source falls back, and says so", "[sim][sce
   CHECK(said);
 }
 
-TEST_CASE("the example scenario parses", "[sim][scenario]") {
+TEST_CASE("the example scenarios parse", "[sim][scenario]") {
   auto scenario = hvprof::sim::LoadScenario(std::string(HVPROF_SOURCE_DIR) + "/examples/default.json");
   REQUIRE(scenario.has_value());
   CHECK(scenario.value().domains.size() == 4);
   CHECK(scenario.value().machine.cpus == 4);
+  // no-pmu is the default host on a CPU without counters.
+  auto no_pmu = hvprof::sim::LoadScenario(std::string(HVPROF_SOURCE_DIR) + "/examples/no-pmu.json");
+  REQUIRE(no_pmu.has_value());
+  CHECK(no_pmu.value().machine.pmu == hvprof::sim::PmuModelKind::kNone);
+  CHECK(no_pmu.value().domains.size() == scenario.value().domains.size());
 }
 
 TEST_CASE("a scenario that asks for more than the limits is refused by name", "[sim][scenario][security]") {

@@ -56,7 +56,12 @@ std::unique_ptr<SimHost> SimHost::Create(const nlohmann::json& json, std::option
   if (!machine) FAIL(machine.error().message());
   host->machine = std::move(machine).value();
   host->drivers = std::make_unique<PmuDrivers>(host->machine->platform());
-  host->engine = std::make_unique<Engine>(host->machine->platform(), host->drivers->Detect());
+  hvpmu::PmuDriver* driver = host->drivers->Detect();
+  if (driver == nullptr) {  // a CPU without counters (pmu "none"): the engine's timer, as hvprof-hv
+    host->timer = std::make_unique<hvpmu::TimerSource>(host->machine->platform());
+    driver = host->timer.get();
+  }
+  host->engine = std::make_unique<Engine>(host->machine->platform(), driver);
   host->machine->AttachEngine(host->engine.get());
   return host;
 }

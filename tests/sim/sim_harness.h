@@ -14,6 +14,7 @@
 #include "hvprof/symbolizer/symbolizer.h"
 #include "hvpmu/engine.h"
 #include "hvpmu/pmu_drivers.h"
+#include "hvpmu/timer_source.h"
 #include "hvprof/sim/machine.h"
 #include "hvprof/sim/scenario.h"
 
@@ -67,6 +68,7 @@ class SimHost {
   symbolizer::Symbolizer symbolizer;
   std::unique_ptr<hvprof::sim::SimMachine> machine;
   std::unique_ptr<hvpmu::PmuDrivers> drivers;
+  std::unique_ptr<hvpmu::TimerSource> timer;  // when the CPU has no PMU
   std::unique_ptr<hvpmu::Engine> engine;
   std::vector<SampleSeen> samples;
   std::vector<hvpmu::ring::SchedRecord> sched;  // in drain order: per pCPU in time order

@@ -263,6 +263,87 @@ TEST_CASE("idle time is charged to the idle domain and halted time counts no cyc
   CHECK(counted > 200'000'000);
 }
 
+TEST_CASE("a CPU without a PMU is sampled by the engine's timer: a tick each period, where the time went",
+          "[sim][timer]") {
+  auto json = TestScenario("none", 13);
+  for (auto& domain : json["domains"]) domain["load"] = 0.6;  // idle and halted time too
+  auto host = SimHost::Create(json);
+  REQUIRE(host->timer != nullptr);  // the drivers found no PMU
+  constexpr uint64_t kPeriod = 100'000;  // ns: 10 kHz per CPU
+  constexpr uint64_t kRun = 1'000'000'000;
+  host->StartProfiling({1}, {2, 3}, {{0, kTimerEventCode, 0, kPeriod}});
+  host->Run(kRun);
+  host->StopProfiling();
+  const auto& machine = *host->machine;
+  const uint64_t cpus = host->scenario.machine.cpus;
+  CHECK(host->malformed == 0);
+  CHECK(machine.pmis_delivered() == 0);
+  // A tick every period of every CPU's time, busy, idle or halted; none made up, none missed.
+  CHECK(machine.ticks_delivered() == cpus * (kRun / kPeriod));
+  CHECK(host->samples.size() == machine.ticks_delivered());
+
+  // Each sample where its tick came due, exactly; and the time each function ran, in ns.
+  std::map<int64_t, uint64_t> seen;
+  std::map<FunctionKey, double> sampled;
+  for (const auto& sample : host->samples) {
+    CHECK(sample.record.event == 0);
+    const int64_t row = machine.TruthRowAt(sample.record.domain, sample.record.vcpu,
+                                           static_cast<sim::Mode>(sample.record.mode), sample.record.ip);
+    REQUIRE(row >= 0);
+    ++seen[row];
+    sampled[KeyOf(machine, static_cast<size_t>(row))] += 1.0 / static_cast<double>(host->samples.size());
+  }
+  uint64_t mismatches = 0;
+  uint64_t time_ns = 0;
+  std::map<FunctionKey, double> truth;
+  for (size_t row = 0; row < machine.truth_rows().size(); ++row) {
+    const sim::TruthRow& truth_row = machine.truth_rows()[row];
+    mismatches += seen[static_cast<int64_t>(row)] != truth_row.ticks;
+    time_ns += machine.NsOf(truth_row.timer_cycles);
+    truth[KeyOf(machine, row)] += static_cast<double>(machine.NsOf(truth_row.timer_cycles));
+  }
+  CHECK(mismatches == 0);
+  // Every CPU's whole time, up to a nanosecond of rounding per row.
+  CHECK(time_ns <= cpus * kRun);
+  CHECK(time_ns + machine.truth_rows().size() >= cpus * kRun);
+  // Each function's share of the samples is its share of the time, within a point.
+  uint64_t compared = 0;
+  double idle_truth = 0;
+  for (auto& [key, ns] : truth) {
+    const double share = ns / static_cast<double>(time_ns);
+    if (key.domain == kDomainIdle) idle_truth += share;
+    if (share < 0.01) continue;
+    ++compared;
+    INFO(machine.function_names()[key.function] << " (domain " << key.domain << ", " << sim::ModeName(key.mode)
+                                                 << "): time " << 100 * share << "%, samples "
+                                                 << 100 * sampled[key] << "%");
+    CHECK(std::fabs(sampled[key] - share) <= 0.01);
+  }
+  CHECK(compared >= 5);
+  CHECK(idle_truth > 0.05);
+
+  // The timer's time is the scheduler's: each domain's is its vCPUs' running time, and the idle
+  // loop's (halted time included, which no cycle counter sees) is the pCPUs' idle time.
+  const auto written = nlohmann::json::parse(machine.GroundTruthJson());
+  std::map<DomainId, double> running;
+  for (const auto& vcpu : written["sched"]["vcpus"]) running[vcpu["domain"].get<DomainId>()] += vcpu["running_ns"].get<double>();
+  for (const auto& cpu : written["sched"]["cpus"]) running[kDomainIdle] += cpu["idle_ns"].get<double>();
+  std::map<DomainId, double> timed;
+  for (const auto& [key, ns] : truth) timed[key.domain] += ns;
+  for (const auto& [domain, ns] : running) {
+    INFO("domain " << domain << ": running " << ns << " ns, timer's time " << timed[domain] << " ns");
+    CHECK(std::fabs(timed[domain] - ns) <= 1e-6 * static_cast<double>(cpus * kRun));
+  }
+
+  // The truth as hvprof-hv writes it: one counter, TIMER, in ns and ticks.
+  CHECK(written["source"] == "timer");
+  REQUIRE(written["counters"].size() == 1);
+  CHECK(written["counters"][0]["counts"] == "time_ns");
+  uint64_t written_ticks = 0;
+  for (const auto& row : written["rows"]) written_ticks += row["overflows"][0].get<uint64_t>();
+  CHECK(written_ticks == machine.ticks_delivered());
+}
+
 TEST_CASE("frame-pointer backtraces walk the simulated stacks", "[sim]") {
   auto json = TestScenario("intel-arch-v4", 4);
   json["domains"][1]["workload"]["hypervisor"]["functions"][0]["stack"] =

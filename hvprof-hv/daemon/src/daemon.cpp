@@ -174,10 +174,17 @@ Result<void> Daemon::StartSim() {
   machine_ = std::move(machine);
   for (const std::string& note : machine_->notes()) Log(LogLevel::kInfo, "{}", note);
   drivers_ = std::make_unique<PmuDrivers>(machine_->platform());
-  PmuDriver* driver = drivers_->Detect();
-  if (driver == nullptr) {
-    return MakeError(ErrorKind::kInternal, "the simulated {} PMU was not recognised by the drivers",
+  PmuDriver* driver = options_.sample_source == "timer" ? nullptr : drivers_->Detect();
+  if (driver == nullptr && options_.sample_source == "pmu") {
+    return MakeError(ErrorKind::kUnsupported,
+                     "the simulated CPU ({}) has no PMU the engine's drivers know, and --sample-source=pmu asks "
+                     "for one; use --sample-source=auto or timer to sample with the engine's timer",
                      sim::PmuModelName(scenario_.machine.pmu));
+  }
+  if (driver == nullptr) {
+    // As Xen with hvprof's engine does on a CPU whose counters do not count.
+    timer_ = std::make_unique<hvpmu::TimerSource>(machine_->platform());
+    driver = timer_.get();
   }
   engine_ = std::make_unique<Engine>(machine_->platform(), driver);
   machine_->AttachEngine(engine_.get());

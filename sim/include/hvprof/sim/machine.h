@@ -53,6 +53,11 @@ class SimPlatform final : public hosted::HostedPlatform {
   bool GetInterruptedContext(uint32_t cpu, InterruptedContext* context) override;
   bool ReadGuestMemory(DomainId domain, uint16_t vcpu, uint64_t address, void* buffer,
                        uint32_t bytes) override;
+  // The engine's sampling timer (TimerSource): a tick every `period_ns` of each CPU's
+  // simulated time, busy, idle or halted. Nothing in the simulation masks interrupts, so the
+  // timer here has none of the bias it has on real hardware (timer_source.h).
+  bool StartSampleTimer(uint64_t period_ns) override;
+  void StopSampleTimer() override;
 
  private:
   SimMachine& machine_;
@@ -62,6 +67,10 @@ class SimPlatform final : public hosted::HostedPlatform {
 struct TruthRow {
   uint64_t events[PmuModel::kMaxCounters] = {};
   uint64_t overflows[PmuModel::kMaxCounters] = {};
+  // While the engine's timer samples: the cycles this function ran (halted time included) and
+  // the ticks that came due in it.
+  uint64_t timer_cycles = 0;
+  uint64_t ticks = 0;
 };
 
 // Where a ground-truth row belongs.
@@ -100,9 +109,14 @@ class SimMachine {
   uint64_t NsOf(uint64_t cycles) const;  // simulated cycles as nanoseconds
   uint64_t now_cycles() const { return now_; }
   uint64_t pmis_delivered() const { return pmis_; }
+  uint64_t ticks_delivered() const { return ticks_; }
+  // Whether the engine's timer (rather than the PMU) sampled since the last reset of the ground
+  // truth: the truth is then in ns of time and ticks, as counter 0 (GroundTruthJson).
+  bool timer_sampled() const { return timer_sampled_; }
 
   // Ground truth: exact events and overflows per (domain, vCPU, mode, image, function) and
-  // counter, since boot or the last reset; and ("sched") the exact time every vCPU spent in
+  // counter, since boot or the last reset (when the engine's timer samples: one counter, TIMER,
+  // whose events are ns of the CPU's time and whose overflows are the timer's ticks); and ("sched") the exact time every vCPU spent in
   // each runstate, every pCPU idle and busy, and the wake-ups and migrations.
   std::string GroundTruthJson() const;
   void ResetGroundTruth();
@@ -169,6 +183,9 @@ class SimMachine {
   void StartBurst(Cpu& cpu);
   void Execute(Cpu& cpu, uint64_t cycles);
   void DeliverPmi(Cpu& cpu);
+  void DeliverTick(Cpu& cpu);
+  // The context of what `cpu` is running, as the engine reads it in its interrupt.
+  void CaptureContext(Cpu& cpu);
   Domain* FindDomain(DomainId id);
   const Domain* FindDomain(DomainId id) const;
 
@@ -181,6 +198,9 @@ class SimMachine {
   uint64_t slice_end_ = 0;
   uint32_t slices_ = 0;
   uint64_t pmis_ = 0;
+  uint64_t ticks_ = 0;
+  uint64_t tick_cycles_ = 0;  // the sampling timer's period while it runs, 0 when stopped
+  bool timer_sampled_ = false;
   std::vector<std::unique_ptr<Domain>> domains_;
   std::unique_ptr<Domain> idle_;
   std::vector<Vcpu> vcpus_;

@@ -31,7 +31,9 @@ inline constexpr size_t kMaxKernelFallbacks = 16;
 // chains of `stack`), then, above user space, the kernels' and the hypervisor's addresses.
 inline constexpr uint64_t kMappingsEnd = 0x00007FFF00000000;
 
-enum class PmuModelKind { kIntelArchV4, kAmdZen, kAmdZen4 };
+// kNone: a CPU whose CPUID offers no performance counters (a VM without a vPMU, QEMU's software
+// CPU); the engine then samples with its timer (hypervisor-pmu/timer_source.h).
+enum class PmuModelKind { kIntelArchV4, kAmdZen, kAmdZen4, kNone };
 std::string_view PmuModelName(PmuModelKind kind);
 
 // Event rates of a function, per thousand instructions except IPC.

@@ -24,6 +24,7 @@
 #include "hvprof/base/scoped_fd.h"
 #include "hvprof/symbolizer/symbolizer.h"
 #include "hvpmu/engine.h"
+#include "hvpmu/timer_source.h"
 #include "hvprof/hv/protocol.h"
 #include "hvprof/linux/linux_machine.h"
 #include "hvpmu/pmu_drivers.h"
@@ -41,6 +42,9 @@ struct DaemonOptions {
   std::string scenario_path;                  // sim
   std::string domain_map;                     // linux: --domain-map
   bool force_software = false;                // linux: cpu-clock even with a hardware PMU
+  // sim: what samples, as Xen's `hvprof=` boot option chooses (xen-engine/): auto (the PMU if
+  // the scenario's CPU has one the drivers know, else the engine's timer), pmu or timer.
+  std::string sample_source = "auto";
   std::string run_dir;                        // sockets and the pid file; see DefaultRunDir
   std::optional<sim::Speed> speed;            // overrides the scenario's run.speed
   std::optional<double> factor;               // with realtime speed
@@ -107,6 +111,7 @@ class Daemon {
                                hv::ContextEventsReply* reply);
   std::string DomainsFor(DomainId caller);
   std::unique_ptr<PmuDrivers> drivers_;
+  std::unique_ptr<hvpmu::TimerSource> timer_;  // sim: when the timer samples
   std::unique_ptr<Engine> engine_;
   // --platform=sim: Xen's trace buffers, once dom0 (the fake Xen) asks for them (kXenTrace).
   std::unique_ptr<SimXenTrace> xen_trace_;
