@@ -56,6 +56,9 @@ struct Checker final : RecordVisitor {
   void OnLostSamples(const PerfLostSamples& r) override {
     if (r.sid.has_time) Time(r.sid.time);
   }
+  void OnSwitch(const PerfSwitch& r) override {
+    if (r.sid.has_time) Time(r.sid.time);
+  }
 };
 
 }  // namespace

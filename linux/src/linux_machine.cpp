@@ -135,65 +135,6 @@ bool LinuxPlatform::ReadGuestMemory(DomainId, uint16_t, uint64_t address, void* 
 
 // ---- the machine
 
-namespace {
-
-// The time a record is ordered by in the merge, and the latest time seen.
-uint64_t OrderTime(const PerfSample& r) { return r.time; }
-uint64_t OrderTime(const PerfMmap2& r) { return r.sid.time; }
-uint64_t OrderTime(const PerfComm& r) { return r.sid.time; }
-uint64_t OrderTime(const PerfTask& r) { return r.sid.has_time ? r.sid.time : r.time; }
-uint64_t OrderTime(const PerfLost& r) { return r.sid.time; }
-uint64_t OrderTime(const PerfThrottle& r) { return r.time; }
-uint64_t OrderTime(const PerfLostSamples& r) { return r.sid.time; }
-
-}  // namespace
-
-// The next record of one ring, parsed in place: the merge in ApplyRecords applies the earliest
-// head of all rings, then reads that ring's next one.
-struct LinuxMachine::Collector final : RecordVisitor {
-  enum Kind : uint8_t { kNone, kSample, kMmap2, kComm, kTask, kLost, kThrottle, kLostSamples };
-  Kind kind = kNone;
-  uint64_t time = 0;
-  PerfSample sample;
-  PerfMmap2 mmap;
-  PerfComm comm;
-  PerfTask task;
-  PerfLost lost;
-  PerfThrottle throttle;
-  PerfLostSamples lost_samples;
-
-  void OnSample(const PerfSample& r) override { kind = kSample, time = OrderTime(r), sample = r; }
-  void OnMmap2(const PerfMmap2& r) override { kind = kMmap2, time = OrderTime(r), mmap = r; }
-  void OnComm(const PerfComm& r) override { kind = kComm, time = OrderTime(r), comm = r; }
-  void OnTask(const PerfTask& r) override { kind = kTask, time = OrderTime(r), task = r; }
-  void OnLost(const PerfLost& r) override { kind = kLost, time = OrderTime(r), lost = r; }
-  void OnThrottle(const PerfThrottle& r) override { kind = kThrottle, time = OrderTime(r), throttle = r; }
-  void OnLostSamples(const PerfLostSamples& r) override { kind = kLostSamples, time = OrderTime(r), lost_samples = r; }
-
-  // The record held, to `visitor` as the parser gave it.
-  void Replay(RecordVisitor& visitor) const {
-    switch (kind) {
-      case kNone: break;
-      case kSample: visitor.OnSample(sample); break;
-      case kMmap2: visitor.OnMmap2(mmap); break;
-      case kComm: visitor.OnComm(comm); break;
-      case kTask: visitor.OnTask(task); break;
-      case kLost: visitor.OnLost(lost); break;
-      case kThrottle: visitor.OnThrottle(throttle); break;
-      case kLostSamples: visitor.OnLostSamples(lost_samples); break;
-    }
-  }
-
-  // Reads the ring's next record that is one of the kinds above; false at its end.
-  bool Advance(RecordReader& reader) {
-    kind = kNone;
-    while (reader.Next(*this)) {
-      if (kind != kNone) return true;
-    }
-    return false;
-  }
-};
-
 LinuxMachine::LinuxMachine(const LinuxOptions& options) : options_(options) {}
 
 LinuxMachine::~LinuxMachine() {
@@ -454,7 +395,7 @@ DrainResult LinuxMachine::InjectRecords(uint32_t cpu, std::span<const uint8_t> b
 }
 
 // Applies each record of one ring to the machine: as the parser reads it (no copy) when the
-// ring's records need no other ring's first, else as the merge replays it (Collector::Replay).
+// ring's records need no other ring's first, else as the merge replays it (HeldRecord::Replay).
 struct LinuxMachine::Applier final : RecordVisitor {
   LinuxMachine& machine;
   DrainResult& result;
@@ -591,7 +532,7 @@ void LinuxMachine::ApplyMerged(const std::vector<std::span<const uint8_t>>& buff
   std::vector<RecordReader> readers;
   readers.reserve(n);
   std::vector<size_t> next_sorted(n, SIZE_MAX);  // SIZE_MAX: the ring is read in place
-  const auto advance = [&](uint32_t ring) -> const Collector* {
+  const auto advance = [&](uint32_t ring) -> const HeldRecord* {
     if (next_sorted[ring] == SIZE_MAX) return heads_[ring].Advance(readers[ring]) ? &heads_[ring] : nullptr;
     return next_sorted[ring] < sorted_[ring].size() ? &sorted_[ring][next_sorted[ring]++] : nullptr;
   };
@@ -600,7 +541,7 @@ void LinuxMachine::ApplyMerged(const std::vector<std::span<const uint8_t>>& buff
   const auto later = [](const std::pair<uint64_t, uint32_t>& a, const std::pair<uint64_t, uint32_t>& b) {
     return a > b;
   };
-  std::vector<const Collector*> current(n, nullptr);
+  std::vector<const HeldRecord*> current(n, nullptr);
   // Without side-band records anywhere, each ring is applied whole, one after the other.
   const bool side_band =
       std::any_of(scans.begin(), scans.end(), [](const RingScan& scan) { return scan.side_band; });
@@ -610,7 +551,7 @@ void LinuxMachine::ApplyMerged(const std::vector<std::span<const uint8_t>>& buff
       sorted_[i].clear();
       while (heads_[i].Advance(readers[i])) sorted_[i].push_back(heads_[i]);
       std::stable_sort(sorted_[i].begin(), sorted_[i].end(),
-                       [](const Collector& a, const Collector& b) { return a.time < b.time; });
+                       [](const HeldRecord& a, const HeldRecord& b) { return a.time < b.time; });
       next_sorted[i] = 0;
     }
     current[i] = advance(i);

@@ -20,6 +20,9 @@ static_assert(static_cast<uint32_t>(RecordType::kFork) == PERF_RECORD_FORK);
 static_assert(static_cast<uint32_t>(RecordType::kSample) == PERF_RECORD_SAMPLE);
 static_assert(static_cast<uint32_t>(RecordType::kMmap2) == PERF_RECORD_MMAP2);
 static_assert(static_cast<uint32_t>(RecordType::kLostSamples) == PERF_RECORD_LOST_SAMPLES);
+static_assert(static_cast<uint32_t>(RecordType::kSwitch) == PERF_RECORD_SWITCH);
+static_assert(static_cast<uint32_t>(RecordType::kSwitchCpuWide) == PERF_RECORD_SWITCH_CPU_WIDE);
+static_assert(kMiscSwitchOut == PERF_RECORD_MISC_SWITCH_OUT);
 static_assert(kSampleIp == PERF_SAMPLE_IP && kSampleTid == PERF_SAMPLE_TID);
 static_assert(kSampleTime == PERF_SAMPLE_TIME && kSampleAddr == PERF_SAMPLE_ADDR);
 static_assert(kSampleCallchain == PERF_SAMPLE_CALLCHAIN && kSampleId == PERF_SAMPLE_ID);
@@ -286,6 +289,20 @@ bool ParseOne(const RecordLayout& layout, uint32_t type, uint16_t misc, const ui
       visitor.OnLostSamples(record);
       return true;
     }
+    case RecordType::kSwitch:
+    case RecordType::kSwitchCpuWide: {
+      PerfSwitch record;
+      if (!ReadSampleId(layout, body, &size, &record.sid)) return false;
+      Cursor cursor(body, size);
+      record.out = (misc & kMiscSwitchOut) != 0;
+      if (type == static_cast<uint32_t>(RecordType::kSwitchCpuWide)) {
+        record.other_pid = cursor.Read<uint32_t>();
+        record.other_tid = cursor.Read<uint32_t>();
+      }
+      if (!cursor.ok() || cursor.left() != 0) return false;
+      visitor.OnSwitch(record);
+      return true;
+    }
     case RecordType::kMmap:
       break;  // not asked for (mmap2 is)
   }
@@ -328,7 +345,9 @@ bool TimeOf(const RecordLayout& layout, uint32_t type, const uint8_t* body, size
     case RecordType::kMmap2:
     case RecordType::kComm:
     case RecordType::kLost:
-    case RecordType::kLostSamples: {
+    case RecordType::kLostSamples:
+    case RecordType::kSwitch:
+    case RecordType::kSwitchCpuWide: {
       if (!(sample_type & kSampleTime) || !layout.sample_id_all) return false;
       const uint32_t trailer = layout.SampleIdBytes();
       if (size < trailer) return false;
@@ -344,6 +363,28 @@ bool TimeOf(const RecordLayout& layout, uint32_t type, const uint8_t* body, size
 }
 
 }  // namespace
+
+void HeldRecord::Replay(RecordVisitor& visitor) const {
+  switch (kind) {
+    case kNone: break;
+    case kSample: visitor.OnSample(sample); break;
+    case kMmap2: visitor.OnMmap2(mmap); break;
+    case kComm: visitor.OnComm(comm); break;
+    case kTask: visitor.OnTask(task); break;
+    case kLost: visitor.OnLost(lost); break;
+    case kThrottle: visitor.OnThrottle(throttle); break;
+    case kLostSamples: visitor.OnLostSamples(lost_samples); break;
+    case kSwitch: visitor.OnSwitch(context_switch); break;
+  }
+}
+
+bool HeldRecord::Advance(RecordReader& reader) {
+  kind = kNone;
+  while (reader.Next(*this)) {
+    if (kind != kNone) return true;
+  }
+  return false;
+}
 
 RingScan ScanRecords(std::span<const uint8_t> bytes, const RecordLayout& layout, bool check_order) {
   RingScan scan;

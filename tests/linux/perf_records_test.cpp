@@ -38,6 +38,7 @@ struct Recorder final : RecordVisitor {
   std::vector<PerfLost> losts;
   std::vector<PerfThrottle> throttles;
   std::vector<PerfLostSamples> lost_samples;
+  std::vector<PerfSwitch> switches;
   std::vector<std::string> order;
 
   void OnSample(const PerfSample& r) override {
@@ -71,6 +72,10 @@ struct Recorder final : RecordVisitor {
     lost_samples.push_back(r);
     order.push_back("lost_samples");
   }
+  void OnSwitch(const PerfSwitch& r) override {
+    switches.push_back(r);
+    order.push_back(r.out ? "switch_out" : "switch_in");
+  }
 };
 
 RecordBuilder::Sid Sid(uint32_t pid, uint64_t time, uint32_t cpu = 1, uint64_t id = 7) {
@@ -99,14 +104,24 @@ TEST_CASE("every record type parses with its sample_id trailer", "[linux][record
   b.Throttle(true, 5600, 42, Sid(0, 5600));
   b.Throttle(false, 5700, 42, Sid(0, 5700));
   b.LostSamples(3, Sid(0, 5800));
+  b.Switch(true, 200, 201, Sid(100, 5900));
+  b.Switch(false, 100, 100, Sid(200, 5901));
 
   Recorder r;
   const ParseStats stats = ParseRecords(b.bytes(), Layout(true), r);
-  CHECK(stats.records == 10);
+  CHECK(stats.records == 12);
   CHECK(stats.malformed == 0);
   CHECK(stats.unknown == 0);
-  CHECK(r.order == std::vector<std::string>{"sample", "mmap2", "mmap2", "comm", "fork", "exit",
-                                            "lost", "throttle", "unthrottle", "lost_samples"});
+  CHECK(r.order == std::vector<std::string>{"sample", "mmap2", "mmap2", "comm", "fork", "exit", "lost", "throttle",
+                                            "unthrottle", "lost_samples", "switch_out", "switch_in"});
+  REQUIRE(r.switches.size() == 2);
+  CHECK(r.switches[0].other_pid == 200);
+  CHECK(r.switches[0].other_tid == 201);
+  CHECK(r.switches[0].sid.pid == 100);
+  CHECK(r.switches[0].sid.time == 5900);
+  CHECK(r.switches[1].other_pid == 100);
+  CHECK(r.switches[1].sid.pid == 200);
+  CHECK(r.switches[1].sid.cpu == 1);
   REQUIRE(r.samples.size() == 1);
   const PerfSample& s = r.samples[0];
   CHECK(s.misc == kMiscUser);

@@ -185,6 +185,15 @@ RecordBuilder& RecordBuilder::LostSamples(uint64_t lost, Sid sid) {
   return *this;
 }
 
+RecordBuilder& RecordBuilder::Switch(bool out, uint32_t other_pid, uint32_t other_tid, Sid sid) {
+  Begin(static_cast<uint32_t>(RecordType::kSwitchCpuWide), out ? kMiscSwitchOut : 0);
+  U32(other_pid);
+  U32(other_tid);
+  Trailer(sid);
+  End();
+  return *this;
+}
+
 RecordBuilder& RecordBuilder::Raw(uint32_t type, uint16_t misc, const std::vector<uint8_t>& body,
                                   int size) {
   start_ = bytes_.size();

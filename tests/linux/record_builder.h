@@ -39,6 +39,9 @@ class RecordBuilder {
   RecordBuilder& Lost(uint64_t id, uint64_t lost, Sid sid);
   RecordBuilder& Throttle(bool throttle, uint64_t time, uint64_t id, Sid sid);
   RecordBuilder& LostSamples(uint64_t lost, Sid sid);
+  // A CPU-wide context switch (PERF_RECORD_SWITCH_CPU_WIDE): `sid` switches in (or out), the
+  // other task is the previous (or next) one.
+  RecordBuilder& Switch(bool out, uint32_t other_pid, uint32_t other_tid, Sid sid);
   // Any record: header + body as given (the size field is computed unless `size` is set).
   RecordBuilder& Raw(uint32_t type, uint16_t misc, const std::vector<uint8_t>& body,
                      int size = -1);

@@ -186,7 +186,6 @@ class LinuxMachine {
   double mhz() const { return frequency_.mhz; }
 
  private:
-  struct Collector;
   struct Applier;
 
   explicit LinuxMachine(const LinuxOptions& options);
@@ -228,8 +227,8 @@ class LinuxMachine {
   std::vector<std::string> notes_;
   std::vector<CpuRateStats> cpu_stats_;
   std::vector<std::vector<uint8_t>> buffers_;  // per ring, for records that wrap its end
-  std::vector<Collector> heads_;                // per ring, reused from drain to drain
-  std::vector<std::vector<Collector>> sorted_;  // per ring, the records of a ring out of order
+  std::vector<HeldRecord> heads_;                // per ring, reused from drain to drain
+  std::vector<std::vector<HeldRecord>> sorted_;  // per ring, the records of a ring out of order
   uint64_t last_id_ = 0;  // the event id of the last sample applied, and its counter
   int last_counter_ = 0;
   bool last_id_known_ = false;

@@ -24,6 +24,8 @@ enum class RecordType : uint32_t {
   kSample = 9,
   kMmap2 = 10,
   kLostSamples = 13,
+  kSwitch = 14,          // the task's own context switch (per-task events)
+  kSwitchCpuWide = 15,   // a CPU's context switch, naming the other task (per-CPU events)
 };
 
 // PERF_SAMPLE_* bits the parser understands.
@@ -52,6 +54,7 @@ inline constexpr uint16_t kMiscHypervisor = 3;
 inline constexpr uint16_t kMiscGuestKernel = 4;
 inline constexpr uint16_t kMiscGuestUser = 5;
 inline constexpr uint16_t kMiscCommExec = 1u << 13;
+inline constexpr uint16_t kMiscSwitchOut = 1u << 13;  // SWITCH records: the task leaves the CPU
 inline constexpr uint16_t kMiscMmapBuildId = 1u << 14;
 
 // PERF_CONTEXT_* markers inside a callchain (values >= kContextMax are markers).
@@ -148,6 +151,15 @@ struct PerfLostSamples {
   SampleId sid;
 };
 
+// A context switch (attr.context_switch). `sid` is the task switching in (out: false) or out
+// (true) at sid.time; a CPU-wide record also names the other task: the next one when switching
+// out, the previous one when switching in (kNoTask in a per-task SWITCH record).
+struct PerfSwitch {
+  bool out = false;
+  uint32_t other_pid = kNoTask, other_tid = kNoTask;
+  SampleId sid;
+};
+
 class RecordVisitor {
  public:
   virtual void OnSample(const PerfSample&) {}
@@ -157,6 +169,7 @@ class RecordVisitor {
   virtual void OnLost(const PerfLost&) {}
   virtual void OnThrottle(const PerfThrottle&) {}
   virtual void OnLostSamples(const PerfLostSamples&) {}
+  virtual void OnSwitch(const PerfSwitch&) {}
 
  protected:
   ~RecordVisitor() = default;
@@ -186,6 +199,48 @@ class RecordReader {
   std::vector<uint64_t> aligned_;  // a copy, only when `bytes` is not 8-byte aligned
   size_t pos_ = 0;
   ParseStats stats_;
+};
+
+// The time a merge of several rings orders a record by: a sample's TIME, a FORK/EXIT or
+// THROTTLE record's own time, others' sample_id time.
+inline uint64_t OrderTime(const PerfSample& r) { return r.time; }
+inline uint64_t OrderTime(const PerfMmap2& r) { return r.sid.time; }
+inline uint64_t OrderTime(const PerfComm& r) { return r.sid.time; }
+inline uint64_t OrderTime(const PerfTask& r) { return r.sid.has_time ? r.sid.time : r.time; }
+inline uint64_t OrderTime(const PerfLost& r) { return r.sid.time; }
+inline uint64_t OrderTime(const PerfThrottle& r) { return r.time; }
+inline uint64_t OrderTime(const PerfLostSamples& r) { return r.sid.time; }
+inline uint64_t OrderTime(const PerfSwitch& r) { return r.sid.time; }
+
+// One parsed record held by value, with its OrderTime: a merge
+// reads each ring one record ahead into one of these, applies the earliest, and reads on. Its
+// strings and callchain still point into the ring's bytes.
+struct HeldRecord final : RecordVisitor {
+  enum Kind : uint8_t { kNone, kSample, kMmap2, kComm, kTask, kLost, kThrottle, kLostSamples, kSwitch };
+  Kind kind = kNone;
+  uint64_t time = 0;
+  PerfSample sample;
+  PerfMmap2 mmap;
+  PerfComm comm;
+  PerfTask task;
+  PerfLost lost;
+  PerfThrottle throttle;
+  PerfLostSamples lost_samples;
+  PerfSwitch context_switch;
+
+  void OnSample(const PerfSample& r) override { kind = kSample, time = OrderTime(r), sample = r; }
+  void OnMmap2(const PerfMmap2& r) override { kind = kMmap2, time = OrderTime(r), mmap = r; }
+  void OnComm(const PerfComm& r) override { kind = kComm, time = OrderTime(r), comm = r; }
+  void OnTask(const PerfTask& r) override { kind = kTask, time = OrderTime(r), task = r; }
+  void OnLost(const PerfLost& r) override { kind = kLost, time = OrderTime(r), lost = r; }
+  void OnThrottle(const PerfThrottle& r) override { kind = kThrottle, time = OrderTime(r), throttle = r; }
+  void OnLostSamples(const PerfLostSamples& r) override { kind = kLostSamples, time = OrderTime(r), lost_samples = r; }
+  void OnSwitch(const PerfSwitch& r) override { kind = kSwitch, time = OrderTime(r), context_switch = r; }
+
+  // The record held, to `visitor` as the parser gave it.
+  void Replay(RecordVisitor& visitor) const;
+  // Reads the ring's next record of a kind above; false at its end.
+  bool Advance(RecordReader& reader);
 };
 
 // One quick walk over `bytes` (one field read per record): whether its records are in time
