@@ -241,7 +241,14 @@ void AgentDaemon::StopListening() {
 void AgentDaemon::DrainAll(bool final) {
   if (!session_) return;
   const uint16_t own_domain = link_->domain();
-  rings_.DrainAll([&](const ring::SampleRecord& record, std::span<const uint64_t> frames) {
+  link_->BeginTaskLookups();
+  rings_.DrainAll([&](const ring::SampleRecord& drained, std::span<const uint64_t> frames) {
+    ring::SampleRecord record = drained;
+    // The guest code of this domain whose task the hypervisor could not name: the link may.
+    if (record.pid == ring::kNoPid && record.domain == own_domain &&
+        record.mode != static_cast<uint8_t>(ring::Mode::kHypervisor)) {
+      link_->LookUpTask(record);
+    }
     session_->Add(record, frames);
     // Processes that run user code may run JIT code: their perf maps and jitdumps are copied.
     if (jit_ && record.mode == static_cast<uint8_t>(ring::Mode::kUser) && record.pid != ring::kNoPid &&

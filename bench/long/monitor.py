@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Watches processes while a benchmark runs: every INTERVAL seconds, the resident memory and the
 CPU time used so far of each process whose command line contains one of the PATTERNs, as one
-JSON line per process and tick ({"t", "pid", "name", "rss_kb", "cpu_s"}; t from the start).
+JSON line per process and tick ({"t", "pid", "name", "rss_kb", "cpu_s", "threads"}; t from the
+start; "threads": per thread id, its name, CPU seconds and voluntary context switches so far).
 
     monitor.py OUT INTERVAL PATTERN...        (until SIGTERM)
     monitor.py --summary OUT WINDOW_S END_S   (what a benchmark prints from OUT)
@@ -9,7 +10,9 @@ JSON line per process and tick ({"t", "pid", "name", "rss_kb", "cpu_s"}; t from 
 The summary is a JSON object: per name and for all processes together, the peak resident
 memory, the memory at WINDOW_S seconds and at END_S (the workload's end, seconds from the
 watch's start: before the session is written), and the CPU used in the first and the last
-WINDOW_S seconds before END_S (as a share of one CPU).
+WINDOW_S seconds before END_S (as a share of one CPU); and per name, per thread (by thread name
+and id) the same CPU shares and the thread's wake-ups per second in both windows, to say which
+thread changed when the CPU use does (a thread that waits in epoll_wait wakes once per switch).
 """
 import json
 import os
@@ -42,7 +45,28 @@ def sample(pid):
     name = stat[stat.index("(") + 1:stat.rindex(")")]
     fields = stat[stat.rindex(")") + 2:].split()
     cpu = (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
-    return name, int(statm[1]) * PAGE_KB, cpu
+    return name, int(statm[1]) * PAGE_KB, cpu, threads(pid)
+
+
+def threads(pid):
+    """{tid: [name, cpu_s, voluntary switches]} of the process's threads."""
+    found = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tids:
+        try:
+            stat = open(f"/proc/{pid}/task/{tid}/stat").read()
+            status = open(f"/proc/{pid}/task/{tid}/status").read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        switches = next((int(line.split()[1]) for line in status.splitlines()
+                         if line.startswith("voluntary_ctxt_switches")), 0)
+        found[tid] = [stat[stat.index("(") + 1:stat.rindex(")")],
+                      (int(fields[11]) + int(fields[12])) / TICKS, switches]
+    return found
 
 
 def watch(out, interval, patterns):
@@ -60,8 +84,9 @@ def watch(out, interval, patterns):
             for pid in matching(patterns):
                 got = sample(pid)
                 if got:
-                    name, rss, cpu = got
-                    f.write(json.dumps({"t": round(now, 2), "pid": pid, "name": name, "rss_kb": rss, "cpu_s": cpu}) + "\n")
+                    name, rss, cpu, tasks = got
+                    f.write(json.dumps({"t": round(now, 2), "pid": pid, "name": name, "rss_kb": rss, "cpu_s": cpu,
+                                        "threads": tasks}) + "\n")
             f.flush()
             time.sleep(interval)
 
@@ -105,10 +130,31 @@ def summary(out, window, workload_end):
             "watched_s": end,
         }
 
+    def per_thread(selected):  # "THREAD-NAME/TID": CPU and wake-ups per second, first and last window
+        span = min(window, end)
+        series = {}
+        for r in selected:
+            for tid, (thread, cpu, switches) in r.get("threads", {}).items():
+                series.setdefault(f"{thread}/{tid}", []).append((r["t"], cpu, switches))
+
+        def rate(points, a, b, field):
+            inside = [p for p in points if a <= p[0] <= b]
+            if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+                return None
+            return (inside[-1][field] - inside[0][field]) / (inside[-1][0] - inside[0][0])
+
+        result = {}
+        for key, points in sorted(series.items()):
+            result[key] = {"cpu_first": rate(points, 0, span, 1), "cpu_last": rate(points, end - span, end, 1),
+                           "wakeups_first": rate(points, 0, span, 2), "wakeups_last": rate(points, end - span, end, 2)}
+        return result
+
     names = sorted({r["name"] for r in rows})
     result = {"all": summarize(rows)}
     for name in names:
-        result[name] = summarize([r for r in rows if r["name"] == name])
+        selected = [r for r in rows if r["name"] == name]
+        result[name] = summarize(selected)
+        result[name]["threads"] = per_thread(selected)
     return result
 
 

@@ -112,6 +112,16 @@ for m in "${minutes[@]}"; do
    daemons (hvprof-hv + hvprofd): peak $(h peak_rss_mb) MiB; $(h rss_at_window_mb) MiB at ${window} s, $(h rss_at_end_mb) MiB at the workload's end; CPU $(h cpu_first) of a CPU in the first ${window} s, $(h cpu_last) in the last
    hvprof-report -l: $report_s s, peak $((report_kb / 1024)) MiB
 TEXT
+  # Per thread (CPU of a CPU, then wake-ups per second, first window -> last): the thread to look
+  # at when the daemons' CPU grows.
+  py "
+s = json.load(open('$run/hvprof.summary'))
+f = lambda v, d: '-' if v is None else f'{v:.{d}f}'
+for name in ('hvprof-hv', 'hvprofd'):
+    for thread, t in s.get(name, {}).get('threads', {}).items():
+        print(f'   thread {name}:{thread}: CPU {f(t[\"cpu_first\"], 3)} -> {f(t[\"cpu_last\"], 3)}, '
+              f'wake-ups {f(t[\"wakeups_first\"], 0)} -> {f(t[\"wakeups_last\"], 0)} per s')
+"
   sed 's/^/     /' "$run/hvprof.summary" | head -40 >"$run/summary.indented"
 
   perf_bytes=- perf_bps=- perf_delay=- perf_peak=- perf_report_s=- perf_report_mb=- perf_samples=-

@@ -468,6 +468,8 @@ ErrorCode Engine::OpStatus(DomainId caller, void* arg, uint32_t size) {
   status->primary = primary_;
   status->caller = caller;
   status->num_pcpus = num_cpus_;
+  status->now_ns = platform_.NowNs();
+  status->flags = platform_.NamesTasks() ? kStatusNamesTasks : 0u;
   status->backtrace_depth = LoadRelaxed(&backtrace_depth_);
   if (driver_ != nullptr) {
     status->pmu_kind = static_cast<uint32_t>(driver_->kind());

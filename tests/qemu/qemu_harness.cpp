@@ -351,7 +351,7 @@ std::optional<XenBoot> RunInDom0(const std::vector<std::string>& commands, const
     REQUIRE(path.find(',') == std::string::npos);  // QEMU's option syntax
   }
   const std::vector<std::string> argv = {
-      qemu, "-accel", options.accel, "-cpu", options.cpu, "-smp", "2", "-m", "2048",
+      qemu, "-accel", options.accel, "-cpu", options.cpu, "-smp", "2", "-m", std::to_string(options.memory_mb),
       "-display", "none", "-nodefaults", "-no-reboot", "-monitor", "none",
       "-serial", "file:" + console_log, "-serial", "file:" + results_log,
       "-kernel", options.xen.empty() ? cache + "/xen" : options.xen,

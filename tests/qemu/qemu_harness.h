@@ -63,6 +63,7 @@ struct Dom0Options {
   // /dev/kvm exists and KVM gives its guests a PMU, Xen's counters count and samples arrive).
   std::string accel = "tcg";
   int timeout_seconds = 240;          // the whole boot; QEMU is killed past it
+  int memory_mb = 2048;               // the machine's: Xen, dom0's 1 GiB, and the guests'
   int command_timeout_seconds = 60;   // each command; killed past it (status 137)
   // Extra files for the test archive: absolute path in dom0, contents (made executable).
   std::vector<std::pair<std::string, std::string>> files;

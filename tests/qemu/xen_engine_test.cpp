@@ -4,6 +4,9 @@
 // same boot, never against copied numbers: every hypervisor sample resolves in the xen-syms built
 // beside the image, Xen's call chains are deeper than one frame, and each domain's share of the
 // samples matches its running time in Xen's own trace buffers (--sched) within a few points.
+// Xen names no task in a sample: each Linux domain's agent finds them with its own kernel (the
+// task tracker), so a program that dom0 or the active guest g2 runs is reported by its functions,
+// in their designed shares, and g2's session holds only g2's samples.
 //
 // By hand: xen-engine/build-xen.sh build/xen-hypervisor, then
 //   build/tests/qemu_tests qemu_xen_engine -s
@@ -33,6 +36,29 @@ std::string ReadWhole(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// `listing` is hvprof-report -l's rows of the hotspots program ("COUNT PERCENT IMAGE SYMBOL"): its
+// three hot functions in the shares it was written to have (50, 30 and 20% of its loops).
+void CheckHotShares(const char* who, const std::string& listing) {
+  std::map<std::string, double> hot;
+  std::istringstream lines(listing);
+  for (std::string text; std::getline(lines, text);) {
+    std::istringstream fields(text);
+    double count = 0, percent = 0;
+    std::string image, symbol;
+    if (fields >> count >> percent >> image >> symbol && symbol.rfind("hot_", 0) == 0) hot[symbol] += count;
+  }
+  const double all = hot["hot_fifty"] + hot["hot_thirty"] + hot["hot_twenty"];
+  std::printf("qemu_xen_engine: %s's program: hot_fifty %.0f, hot_thirty %.0f, hot_twenty %.0f samples\n", who,
+              hot["hot_fifty"], hot["hot_thirty"], hot["hot_twenty"]);
+  INFO(who << "'s program:\n" << listing);
+  // 2 s of its time (a PV guest's kernel counts the time Xen ran another vCPU as its process's)
+  // at 1 kHz: a few hundred samples with three domains on two CPUs.
+  REQUIRE(all >= 200);
+  CHECK(std::abs(hot["hot_fifty"] / all - 0.5) <= 0.1);
+  CHECK(std::abs(hot["hot_thirty"] / all - 0.3) <= 0.1);
+  CHECK(std::abs(hot["hot_twenty"] / all - 0.2) <= 0.1);
+}
+
 TEST_CASE("qemu_xen_engine") {
   const auto xen = BuildEngineXen();
   if (!xen) return;
@@ -44,39 +70,73 @@ TEST_CASE("qemu_xen_engine") {
   const CommandResult stripped = RunProgram({"/usr/bin/objcopy", "--strip-debug", xen->xen_syms, syms});
   REQUIRE(stripped.status == 0);
 
-  const GuestOptions guest = SpinningGuest("g1", "profiling");
+  // g1 spins, profiled from dom0 (passive); g2 runs its own agent (active) and a program of its
+  // own, which only its report sees.
+  const GuestOptions passive = SpinningGuest("g1", "profiling");
+  const std::string self = "$(xenstore-read domid)";
+  GuestOptions active;
+  active.name = "g2";
+  active.command_timeout_seconds = 150;
+  active.commands = {
+      // Debian 12's guest kernel passes no hypercall through privcmd unless unrestricted=1.
+      "umount /proc/xen && rmmod xenfs && rmmod xen-privcmd && insmod /lib/modules/xen/xen-privcmd.ko unrestricted=1 "
+      "&& insmod /lib/modules/xen/xenfs.ko && mount -t xenfs xenfs /proc/xen",                        // 0
+      "hvprof --platform=xen --domain=" + self + " --start-daemon",                                     // 1
+      "hvprof --domain=" + self + " --start",                                                           // 2
+      "guest.sh post hvprof joined && guest.sh await dom0 profiling 120",                                // 3
+      "hotspots --seconds 2 >/dev/null && guest.sh post work done && guest.sh await dom0 stopped 120",   // 4
+      "hvprof --domain=" + self + " --shutdown",                                                        // 5
+      "hvprof-report -l --mode=user --threshold=0 --session-dir=/var/lib/hvprof/domain-" + self +
+          " 2>/dev/null | grep ' hot_'",                                                                // 6
+      "hvprof-report --by-domain --format=json --session-dir=/var/lib/hvprof/domain-" + self +
+          " 2>/dev/null | tr -d ' \\n' | grep -o '\"domains\":\\[[^]]*\\]'",                         // 7
+  };
   Dom0Options options;
   options.xen = xen->xen;
   options.xen_arguments = "hvprof=timer";
-  options.command_timeout_seconds = 150;
-  options.timeout_seconds = 480;
-  options.guests.push_back(guest);
+  options.command_timeout_seconds = 180;
+  options.timeout_seconds = 600;
+  options.memory_mb = 3072;  // Xen, dom0's 1 GiB and two guests of 512 MiB (their root is an initramfs)
+  options.guests.push_back(passive);
+  options.guests.push_back(active);
   options.files.emplace_back("/root/xen-syms", ReadWhole(syms));
+  // A program with hot functions of known shares (50, 30 and 20% of its loops), for dom0 and g2.
+  options.files.emplace_back("/usr/local/bin/hotspots", ReadWhole(HVPROF_LINUX_HOTSPOTS));
   const auto boot = RunInDom0({
       "xl dmesg | grep -m 1 'hvprof: engine ready'",                                                   // 0
-      "guest.sh create g1",                                                                             // 1
-      "hvprof --start-daemon --platform=xen --passive-domains=g1 --sched --callgraph=8 --xen=/root/xen-syms",  // 2
-      "hvprof --start",                                                                                 // 3
-      "xl unpause g1 && guest.sh tell g1 dom0 profiling",                                               // 4
-      // dom0's own work meanwhile: hypercalls (xenstore, event channels) from a shell loop.
+      "guest.sh create g1 && guest.sh create g2",                                                       // 1
+      "hvprof --start-daemon --platform=xen --passive-domains=g1 --active-domains=g2 --sched --callgraph=8 "
+      "--xen=/root/xen-syms",                                                                           // 2
+      "xl unpause g2 && guest.sh wait g2 hvprof joined 150 && hvprof --start",                         // 3
+      "xl unpause g1 && guest.sh tell g1 dom0 profiling && guest.sh tell g2 dom0 profiling",           // 4
+      // dom0's own work meanwhile: the program (2 s of its CPU time), and hypercalls (xenstore,
+      // event channels) from a shell loop.
+      "hotspots --seconds 2 >/dev/null && "
       "i=0; while [ $i -lt 300 ]; do xenstore-read domid >/dev/null; i=$((i+1)); done; "
-      "guest.sh wait g1 spin done 120",                                                                 // 5
+      "guest.sh wait g1 spin done 120 && guest.sh wait g2 work done 150",                              // 5
       "hvprof --status",                                                                                // 6
-      "hvprof --stop && guest.sh tell g1 dom0 stopped",                                                 // 7
+      "hvprof --stop && guest.sh tell g1 dom0 stopped && guest.sh tell g2 dom0 stopped",               // 7
       "guest.sh finish g1 120 >/dev/null",                                                              // 8
-      "hvprof --shutdown",                                                                              // 9
-      "hvprof-report | head -n 12",                                                                     // 10
-      "hvprof-report --by-domain --format=json | head -c 20000 | tr -d ' \\n' | "
-      "grep -o '\"domains\":\\[[^]]*\\]'",                                                             // 11
-      "hvprof-report --sched --format=json --top=1",                                                    // 12
+      "guest.sh finish g2 150",                                                                         // 9
+      "hvprof --shutdown",                                                                              // 10
+      "hvprof-report | head -n 12",                                                                     // 11
+      "hvprof-report --by-domain --format=json 2>/dev/null | head -c 20000 | tr -d ' \\n' | "
+      "grep -o '\"domains\":\\[[^]]*\\]'",                                                             // 12
+      "hvprof-report --sched --format=json --top=1",                                                    // 13
       // Xen's samples: resolved or not, and how deep their stacks are (folded: frames;...;leaf N).
       // A domain's name may hold spaces: the stack is the line less its count. An unresolved
       // frame is an address ("[unknown] IMAGE+0x...").
       "hvprof-report --format=folded 2>/dev/null | grep '\\[hypervisor\\]' | awk '{n=$NF; s=$0; sub(/ [0-9]+$/, \"\", s); "
       "d=split(s,f,\";\"); all+=n; if (f[d] ~ /0x[0-9a-f]+$/) unres+=n; if (d>4) deep+=n} "
-      "END {print \"hypervisor\", all+0, \"unresolved\", unres+0, \"deep\", deep+0}'",                 // 13
+      "END {print \"hypervisor\", all+0, \"unresolved\", unres+0, \"deep\", deep+0}'",                 // 14
       // Stacks through a PV guest's hypercall entry, in Xen's own frames (outermost first).
-      "hvprof-report --format=folded 2>/dev/null | grep -c ';\\[hypervisor\\];lstar_enter;pv_hypercall;'",  // 14
+      "hvprof-report --format=folded 2>/dev/null | grep -c ';\\[hypervisor\\];lstar_enter;pv_hypercall;'",  // 15
+      // dom0's program, by function and by process.
+      "hvprof-report -l --domain=0 --mode=user --threshold=0 2>/dev/null | grep ' hot_'",               // 16
+      "hvprof-report --by-process --domain=0 --mode=user 2>/dev/null | grep hotspots",                 // 17
+      // For the log: the images the report found a problem with (dom0's stripped programs).
+      "hvprof-report --format=json 2>/dev/null | tr -d '\\n' | grep -o '\"path\":\"[^\"]*\",\"problem\":\"[^\"]\\+\"' | "
+      "head -n 8; true",                                                                                // 18
   }, options);
   if (!boot) return;
   REQUIRE(boot->completed);
@@ -92,7 +152,7 @@ TEST_CASE("qemu_xen_engine") {
   CHECK(Contains(status, "machine: Xen 4.17 with hvprof's engine"));
   // Every sample the engine took reached a ring: no loss of any cause, in any ring.
   CHECK(Contains(status, "lost in the hypervisor: 0 ring full, 0 corrupt index, 0 no ring"));
-  const std::string& header = boot->at(10).output;
+  const std::string& header = boot->at(11).output;
   CHECK(Contains(header, "Platform: xen (Xen 4.17 with hvprof's engine); CPU: timer, 2 CPUs"));
   CHECK(Contains(header, "(v2 format)"));
   CHECK(Contains(header, "Sampled by the engine's timer interrupt, not a hardware counter: TIMER:1000000"));
@@ -100,12 +160,17 @@ TEST_CASE("qemu_xen_engine") {
   CHECK(Contains(header, "Lost samples: none"));
 
   // Samples of every domain in every mode: Xen's own code too.
-  const auto by_domain = nlohmann::json::parse("{" + boot->at(11).output + "}", nullptr, false);
+  const auto by_domain = nlohmann::json::parse("{" + boot->at(12).output + "}", nullptr, false);
   REQUIRE(!by_domain.is_discarded());
   std::map<int, double> samples;
   double hypervisor = 0;
   for (const nlohmann::json& domain : by_domain["domains"]) {
     const int id = domain["id"].get<int>();
+    if (id != 0 && domain.value("role", "") == "active") {
+      // g2's samples went to its own rings, none to dom0's session.
+      for (const char* mode : {"user", "kernel", "hypervisor"}) CHECK(domain["samples"].value(mode, 0) == 0);
+      continue;
+    }
     for (const char* mode : {"user", "kernel", "hypervisor"}) {
       INFO("dom" << id << " " << mode);
       CHECK(domain["samples"].value(mode, 0) > 100);
@@ -117,7 +182,7 @@ TEST_CASE("qemu_xen_engine") {
 
   // Each domain's share of the samples against its share of running time in Xen's trace
   // buffers, from the same run (idle left out of both).
-  const auto sched = nlohmann::json::parse(boot->at(12).output, nullptr, false);
+  const auto sched = nlohmann::json::parse(boot->at(13).output, nullptr, false);
   REQUIRE(!sched.is_discarded());
   std::map<int, double> running;
   for (const nlohmann::json& entity : sched["entities"]) {
@@ -137,7 +202,7 @@ TEST_CASE("qemu_xen_engine") {
   }
 
   // Xen's samples resolve in its xen-syms, and many have callers: frame pointers walked.
-  const std::string& summary = boot->at(13).output;
+  const std::string& summary = boot->at(14).output;
   const size_t line = summary.rfind("hypervisor ");
   REQUIRE(line != std::string::npos);
   std::istringstream counts(summary.substr(line));
@@ -151,7 +216,29 @@ TEST_CASE("qemu_xen_engine") {
   CHECK(deep >= 0.05 * folded_hypervisor);
   // Hypercalls (dom0's xenstore loop, the guest's kernel) through Xen's entry path, its handler
   // below: distinct stacks, each at least three of Xen's frames deep.
-  CHECK(std::atoi(boot->at(14).output.c_str()) >= 1);
+  CHECK(std::atoi(boot->at(15).output.c_str()) >= 1);
+
+  // dom0's program: its user samples found their process, so its functions are named, in the
+  // shares it was written to have.
+  CheckHotShares("dom0", boot->at(16).output);
+  CHECK(Contains(boot->at(17).output, "hotspots"));
+
+  // g2, the active guest: its own agent found its own program's process and functions too, and
+  // its session holds its own samples only.
+  const GuestRun run = ParseGuest(boot->at(9).output, active);
+  INFO("guest g2:\n" << run.Describe());
+  REQUIRE(run.completed);
+  for (size_t i = 0; i < active.commands.size(); ++i) {
+    INFO("guest command " << i + 1 << ": " << run.at(i).command);
+    CHECK(run.at(i).status == 0);
+  }
+  CHECK(Contains(run.at(2).output, "joined profiling"));
+  CheckHotShares("g2", run.at(6).output);
+  const auto own = nlohmann::json::parse("{" + run.at(7).output + "}", nullptr, false);
+  REQUIRE(!own.is_discarded());
+  REQUIRE(own["domains"].size() == 1);
+  CHECK(own["domains"][0]["id"].get<int>() == 2);
+  CHECK(own["domains"][0]["samples"].value("user", 0) > 100);
 }
 
 }  // namespace

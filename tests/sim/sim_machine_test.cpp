@@ -344,6 +344,23 @@ TEST_CASE("a CPU without a PMU is sampled by the engine's timer: a tick each per
   CHECK(written_ticks == machine.ticks_delivered());
 }
 
+TEST_CASE("the simulator names its processes in samples, and its status op says so", "[sim]") {
+  auto host = SimHost::Create(TestScenario("intel-arch-v4", 15));
+  auto status = std::make_unique<Status>();
+  status->struct_size = sizeof(Status);
+  status->abi_version = kAbiVersion;
+  REQUIRE(host->Op(0, kOpStatus, status.get(), sizeof(Status)) == ErrorCode::kOk);
+  CHECK((status->flags & kStatusNamesTasks) != 0);
+  host->StartProfiling({}, {1}, {{0, kCycles, 0, 20000}});
+  host->Run(10'000'000);
+  host->StopProfiling();
+  uint64_t named = 0;
+  for (const auto& seen : host->samples) named += seen.record.mode == static_cast<uint8_t>(ring::Mode::kUser) && seen.record.pid != ring::kNoPid;
+  CHECK(named > 0);
+  REQUIRE(host->Op(0, kOpStatus, status.get(), sizeof(Status)) == ErrorCode::kOk);
+  CHECK(status->now_ns == host->machine->now_ns());
+}
+
 TEST_CASE("frame-pointer backtraces walk the simulated stacks", "[sim]") {
   auto json = TestScenario("intel-arch-v4", 4);
   json["domains"][1]["workload"]["hypervisor"]["functions"][0]["stack"] =

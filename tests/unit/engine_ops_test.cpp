@@ -226,6 +226,19 @@ TEST_CASE("a guest learns the PMU from init but is never primary", "[ops]") {
   CHECK(status.total_samples == 0);
 }
 
+TEST_CASE("status gives the engine's clock, and says whether the host names the guests' tasks", "[ops]") {
+  EngineHarness h;
+  const hvpmu::Status first = h.Status(0);
+  REQUIRE(h.last_status_error == ErrorCode::kOk);
+  const hvpmu::Status second = h.Status(1);  // any caller
+  REQUIRE(h.last_status_error == ErrorCode::kOk);
+  // The samples' clock, read when the op ran: it moves on.
+  CHECK(first.now_ns != 0);
+  CHECK(second.now_ns > first.now_ns);
+  // A host like Xen (the fake's default) knows vCPUs, not tasks.
+  CHECK((first.flags & hvpmu::kStatusNamesTasks) == 0);
+}
+
 TEST_CASE("status tells every caller what the counters count, once they are set up", "[ops]") {
   auto h = InState(kC);
   // Reserved and programmed, not set up: nothing to tell yet.

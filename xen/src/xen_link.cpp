@@ -26,6 +26,8 @@ extern "C" {
 #include <nlohmann/json.hpp>
 
 #include "hvprof/base/files.h"
+#include "hvprof/base/log.h"
+#include "hvprof/linux/task_tracker.h"
 #include "trace_buffers.h"
 #include "xen_handles.h"
 #include "hvpmu/abi/ops.h"
@@ -167,6 +169,23 @@ class XenLink final : public agent::HypervisorLink {
     status->abi_version = hvpmu::kAbiVersion;
     auto answer = Op(hvpmu::kOpStatus, std::as_writable_bytes(std::span(status.get(), 1)));
     engine_ = answer && answer.value() == ErrorCode::kOk;
+    // The engine's samples carry this domain's vCPU and a time, and Xen names no task: this
+    // domain's kernel tells which task each vCPU ran when (linux/task_tracker.h). Xenoprof's
+    // samples have no time to look up.
+    if (engine_ && (status->flags & hvpmu::kStatusNamesTasks) == 0) {
+      linux_host::TaskTracker::Options options;
+      options.domain = domain_;
+      options.paths.proc = root_ + "/proc";
+      options.paths.sys = root_ + "/sys";
+      auto tracker = linux_host::TaskTracker::Open(options);
+      if (tracker) {
+        tasks_ = std::move(tracker).value();
+        status_ = std::move(status);
+      } else {
+        Log(LogLevel::kWarning, "this domain's tasks cannot be followed ({}): its user samples are shown by "
+            "address, without their processes", tracker.error().message());
+      }
+    }
   }
 
   hvpmu::DomainId domain() const override { return domain_; }
@@ -253,6 +272,41 @@ class XenLink final : public agent::HypervisorLink {
     return OpenXenTraceBuffers();
   }
 
+  // This domain's processes, from its own kernel (with hvprof's engine; xenoprof's samples
+  // cannot be matched to them): what is alive first, then every fork, exec, mmap and exit.
+  Result<ContextEvents> FetchContextEvents(uint64_t from, bool settle) override {
+    std::lock_guard lock(tasks_mutex_);
+    if (!tasks_) return ContextEvents{};
+    tasks_->Drain();
+    if (settle) tasks_->processes().WaitForImages(std::chrono::seconds(2));
+    tasks_->Acknowledge(from);  // this domain's only agent has what came before
+    auto taken = tasks_->TakeEvents(from, 4096);
+    // On the samples' clock, the engine's: a sample is looked up among the processes by time.
+    if (!clock_known_) SyncClock();
+    for (context::ContextEvent& event : taken.events) {
+      if (event.time_ns != 0) event.time_ns = static_cast<uint64_t>(static_cast<int64_t>(event.time_ns) + engine_minus_tracker_);
+    }
+    return ContextEvents{taken.first, taken.next, std::move(taken.events)};
+  }
+
+  void BeginTaskLookups() override {
+    std::lock_guard lock(tasks_mutex_);
+    if (!tasks_) return;
+    tasks_->Drain();
+    SyncClock();
+  }
+
+  bool LookUpTask(hvpmu::ring::SampleRecord& record) override {
+    std::lock_guard lock(tasks_mutex_);
+    if (!tasks_ || !clock_known_ || record.time_ns == 0) return false;
+    const auto task = tasks_->TaskAt(record.vcpu, static_cast<uint64_t>(static_cast<int64_t>(record.time_ns) -
+                                                                        engine_minus_tracker_));
+    if (!task || task->pid == 0) return false;  // unknown, or the idle task
+    record.pid = task->pid;
+    record.tid = task->tid;
+    return true;
+  }
+
   Result<std::string> Context() override {
     nlohmann::json context = {{"domain", domain_}, {"processes", nlohmann::json::array()}};
     return context.dump();
@@ -279,11 +333,40 @@ class XenLink final : public agent::HypervisorLink {
   }
 
  private:
+  // With tasks_mutex_ held.
+  void SyncClock() {
+    // The engine's clock (Xen's system time) against the tracker's: the status op, bracketed by
+    // two readings of the tracker's clock, three times; the narrowest bracket counts. Its error
+    // is at most half its width (microseconds): a sample that close to a context switch may be
+    // given the task on its other side.
+    uint64_t best_width = UINT64_MAX;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      status_->struct_size = sizeof(hvpmu::Status);
+      status_->abi_version = hvpmu::kAbiVersion;
+      const uint64_t before = tasks_->Now();
+      auto answer = Op(hvpmu::kOpStatus, std::as_writable_bytes(std::span(status_.get(), 1)));
+      const uint64_t after = tasks_->Now();
+      if (!answer || answer.value() != ErrorCode::kOk || status_->now_ns == 0) continue;
+      if (after - before < best_width) {
+        best_width = after - before;
+        engine_minus_tracker_ = static_cast<int64_t>(status_->now_ns - (before + (after - before) / 2));
+        clock_known_ = true;
+      }
+    }
+  }
+
+
   std::shared_ptr<Handles> handles_;
   hvpmu::DomainId domain_;
   std::string version_;
   std::string root_;  // where /sys, /proc and /run are ("" outside tests)
   bool engine_ = false;
+  // With hvprof's engine: this domain's tasks, and the engine's clock against theirs.
+  std::mutex tasks_mutex_;
+  std::unique_ptr<linux_host::TaskTracker> tasks_;
+  std::unique_ptr<hvpmu::Status> status_;  // the status op's argument, for the clock
+  int64_t engine_minus_tracker_ = 0;
+  bool clock_known_ = false;
   std::mutex mutex_;
   std::unique_ptr<VirqForwarder> virq_;
 };

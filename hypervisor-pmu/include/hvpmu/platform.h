@@ -98,6 +98,11 @@ class Platform {
   // Returns once no CPU is inside the sample path, so routing changes and frees are safe.
   virtual void QuiesceSamplers() = 0;
 
+  // Whether GetInterruptedContext names the guest's task (pid, tid) where there is one: a host
+  // that runs the guests' tasks itself (Linux, the simulator) does; Xen, which knows vCPUs and
+  // not the guest kernel's tasks, does not (the status op says which: kStatusNamesTasks).
+  virtual bool NamesTasks() { return false; }
+
   // --- the sampling timer (TimerSource, timer_source.h), for hosts without a usable PMU.
   // Never called from the sample path. Only a host that offers a TimerSource needs them.
   // Starts, on every CPU, an interrupt every `period_ns` of that CPU's time whose handler calls

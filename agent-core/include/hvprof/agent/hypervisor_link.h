@@ -16,6 +16,7 @@
 #include "hvprof/base/scoped_fd.h"
 #include "hvpmu/abi/errors.h"
 #include "hvpmu/abi/ops.h"
+#include "hvpmu/abi/ring.h"
 #include "hvprof/context/context_event.h"
 
 namespace hvprof::agent {
@@ -110,6 +111,17 @@ class HypervisorLink {
     std::vector<context::ContextEvent> events;
   };
   virtual Result<ContextEvents> FetchContextEvents(uint64_t from, bool settle);
+
+  // Where the hypervisor's samples of this domain carry no task (Xen knows vCPUs, not the guest
+  // kernel's tasks) and the link can find them itself: BeginTaskLookups before each drain of
+  // the rings (the link reads what it learned of its tasks since), then LookUpTask for each
+  // such sample of this domain fills record.pid and record.tid with the task its vCPU ran at
+  // record.time_ns. False where it cannot tell (the default: no such link).
+  virtual void BeginTaskLookups() {}
+  virtual bool LookUpTask(hvpmu::ring::SampleRecord& record) {
+    (void)record;
+    return false;
+  }
 
   // dom0: what the platform says of its own sampling, as JSON {"stats", "notes", "last_error"}.
   virtual Result<std::string> PlatformInfo();

@@ -34,6 +34,7 @@ class HostedPlatform : public Platform {
   bool ClaimPmu() override;
   void ReleasePmu() override;
   void Notify(DomainId consumer, DomainId owner, uint32_t ring_index) override;
+  bool NamesTasks() override { return true; }  // the sim's processes, the host's tasks
 
   // --- for the server
   // The memfd of region `handle` if it is shared with `requester` (the platform keeps

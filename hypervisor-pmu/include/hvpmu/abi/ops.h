@@ -131,6 +131,10 @@ static_assert(sizeof(DomainStatus) == 120);
 
 // Domains per status call: a caller pages through more with Status::from_domain.
 inline constexpr uint32_t kStatusMaxDomains = 64;
+// Status::flags: the host names the task (pid, tid) of every guest sample it can. Xen does not:
+// it knows vCPUs, not the guest kernel's tasks; the agent of a Linux domain then finds them
+// itself (docs/xen.md).
+inline constexpr uint32_t kStatusNamesTasks = 1u << 0;
 
 // A logical counter as set up by the primary (the counter op), so that an active guest knows
 // what its samples count.
@@ -168,7 +172,13 @@ struct Status {
   CounterStatus counters[kMaxCounters];  // valid once counters are set up (state ready or later)
   uint32_t from_domain;    // in: the lowest domain id to list (0 for the first page)
   uint32_t pad1;
-  uint64_t reserved[3];
+  // The engine's clock when it answered: the clock of the samples' `time` (Xen's system time
+  // under Xen). An agent brackets the op with its own clock to relate the two. 0 from an engine
+  // before the field.
+  uint64_t now_ns;
+  uint32_t flags;  // kStatus*
+  uint32_t pad2;
+  uint64_t reserved[1];
   DomainStatus domains[kStatusMaxDomains];
 };
 

@@ -98,7 +98,6 @@ class TaskTracker {
   std::unique_ptr<ProcessTable> processes_;
   std::vector<Ring> rings_;
   std::vector<CpuHistory> history_;  // by CPU number
-  uint64_t sample_type_ = 0;
   Stats stats_;
   std::vector<uint8_t> copy_;  // a wrapped ring's bytes, made contiguous
 };
