@@ -37,10 +37,12 @@ class TaskTracker::Visitor final : public RecordVisitor {
   }
   void OnLost(const PerfLost& r) override {
     tracker_.stats_.lost_records += r.lost;
-    // Switches of this CPU up to now are incomplete: nothing before is answered.
+    // This CPU's switches before now are incomplete: nothing before is answered, nor anything
+    // after until its next switch (which task the lost ones left running is unknown).
     const uint32_t cpu = r.sid.cpu != kNoTask ? r.sid.cpu : ring_cpu_;
     if (cpu < tracker_.history_.size() && r.sid.has_time) {
       tracker_.history_[cpu].lost_until = std::max(tracker_.history_[cpu].lost_until, r.sid.time);
+      tracker_.NoteSwitch(cpu, r.sid.time, kNoTask, kNoTask);
     }
   }
 
@@ -113,7 +115,7 @@ uint64_t TaskTracker::Now() const {
 
 void TaskTracker::NoteSwitch(uint32_t cpu, uint64_t time, uint32_t pid, uint32_t tid) {
   if (cpu >= history_.size()) return;
-  ++stats_.switches;
+  if (pid != kNoTask) ++stats_.switches;
   CpuHistory& history = history_[cpu];
   if (!history.switches.empty() && history.switches.back().pid == pid && history.switches.back().tid == tid) return;
   history.switches.push_back(Switch{time, pid, tid});
@@ -169,6 +171,7 @@ std::optional<TaskTracker::Task> TaskTracker::TaskAt(uint32_t cpu, uint64_t time
                                 [](uint64_t t, const Switch& s) { return t < s.time; });
   if (after == history.switches.begin()) return std::nullopt;
   const Switch& in_force = *(after - 1);
+  if (in_force.pid == kNoTask) return std::nullopt;  // after a loss, before the next switch
   return Task{in_force.pid, in_force.tid};
 }
 
