@@ -20,6 +20,8 @@
 //   guest-init              in a PV guest whose agent has joined: xen_version and init
 //   guest-refusals          in a PV guest whose agent has joined: init, get_buffer, the ops
 //                           only dom0 may run, and a mapping of dom0's memory
+//   hypercall-loop          not a probe: a workload of hypercalls (xen_version, as tightly as it
+//                           can) for 3 s of wall time; prints how many it made
 //
 // tests/qemu/xenoprof_probe_test.cpp runs all of them in one boot and asserts the answers.
 #include <signal.h>
@@ -40,6 +42,7 @@ extern "C" {
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -543,6 +546,25 @@ void GuestRefusals() {
   xen.MapForeign("map-dom0-page", 0, 0x100);
 }
 
+// A workload whose time in Xen is the hypercall path: xen_version, the cheapest hypercall, in a
+// tight loop for 3 s of wall time.
+void HypercallLoop() {
+  xencall_handle* call = xencall_open(nullptr, 0);
+  if (call == nullptr) {
+    Line("xencall_open: %d %s", -errno, std::strerror(errno));
+    return;
+  }
+  uint64_t made = 0, failed = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (std::chrono::steady_clock::now() < end) {
+    for (int i = 0; i < 1000; ++i) failed += xencall2(call, __HYPERVISOR_xen_version, XENVER_version, 0) < 0 ? 1 : 0;
+    made += 1000;
+  }
+  xencall_close(call);
+  Line("hypercall-loop: %llu hypercalls, %llu failed", static_cast<unsigned long long>(made),
+       static_cast<unsigned long long>(failed));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -555,6 +577,7 @@ int main(int argc, char** argv) {
       {"duplicate-enable-virq", DuplicateEnableVirq},
       {"guest-init", GuestInit},
       {"guest-refusals", GuestRefusals},
+      {"hypercall-loop", HypercallLoop},
   };
   if (argc == 2) {
     for (const auto& [name, run] : scenarios) {
