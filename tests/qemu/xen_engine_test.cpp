@@ -148,6 +148,11 @@ TEST_CASE("qemu_xen_engine") {
       "hvprof-report --format=folded --domain=0 2>/dev/null | grep ';\\[hypervisor\\];' | awk '{n=$NF; s=$0; "
       "sub(/ [0-9]+$/, \"\", s); i=index(s, \"[hypervisor];\"); split(substr(s, i+13), f, \";\"); "
       "c[f[1] \";\" f[2]]+=n} END {for (k in c) print c[k], k}' | sort -rn | head -n 3",                // 19
+      // Xen's stacks in the other formats: lstar_enter (the syscall entry, which calls the
+      // hypercall handler) is a frame of the flame graph's page and of the pprof profile.
+      "hvprof-report --format=html -o /tmp/flame.html 2>/dev/null; grep -c lstar_enter /tmp/flame.html; "
+      "hvprof-report --format=pprof -o /tmp/cpu.pb.gz 2>/dev/null; gzip -dc /tmp/cpu.pb.gz | strings | "
+      "grep -c lstar_enter",                                                                         // 20
   }, options);
   if (!boot) return;
   REQUIRE(boot->completed);
@@ -238,6 +243,12 @@ TEST_CASE("qemu_xen_engine") {
   INFO("dom0's hypervisor samples by Xen's first two frames:\n" << entries);
   CHECK(entries.find("lstar_enter;pv_hypercall") != std::string::npos);
   CHECK(entries.find("lstar_enter;pv_hypercall") < entries.find('\n'));
+  // The same stacks in the flame graph and in pprof: each holds that caller frame.
+  std::istringstream formats(boot->at(20).output);
+  int in_html = 0, in_pprof = 0;
+  formats >> in_html >> in_pprof;
+  CHECK(in_html >= 1);
+  CHECK(in_pprof >= 1);
 
   // Xen's samples resolve in its xen-syms, and many have callers: frame pointers walked.
   const std::string& summary = boot->at(14).output;
