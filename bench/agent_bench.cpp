@@ -36,9 +36,11 @@ struct SampleSource {
     // A few thousand hot addresses per ring, Zipf-like weights.
     std::uniform_int_distribution<uint64_t> offset(0, 1u << 22);
     for (int i = 0; i < 4000; ++i) {
-      const int mode = i % 10 < 5 ? 0 : i % 10 < 8 ? 1 : 2;
-      const uint64_t base = mode == 0 ? 0x7f0000000000 : mode == 1 ? 0xffffffff81000000 : 0xffff82d040200000;
-      addresses.push_back({base + (offset(random) & ~uint64_t{3}), static_cast<ring::Mode>(mode)});
+      const ring::Mode mode = i % 10 < 5 ? ring::Mode::kUser : i % 10 < 8 ? ring::Mode::kKernel : ring::Mode::kHypervisor;
+      const uint64_t base = mode == ring::Mode::kUser     ? 0x7f0000000000
+                            : mode == ring::Mode::kKernel ? 0xffffffff81000000
+                                                          : 0xffff82d040200000;
+      addresses.push_back({base + (offset(random) & ~uint64_t{3}), mode});
       weights.push_back(1.0 / (i + 1));
     }
     pick = std::discrete_distribution<size_t>(weights.begin(), weights.end());

@@ -13,7 +13,7 @@
 #include "hvprof/base/files.h"
 #include "hvprof/base/units.h"
 #include "hvprof/base/version.h"
-#include "hvprof/control/archive.h"
+#include "hvprof/control/archive_command.h"
 #include "hvprof/control/commands.h"
 #include "hvprof/control/hypervisor.h"
 #include "hvprof/control/run.h"

@@ -16,9 +16,9 @@
 #include "hvprof/base/version.h"
 #include "hvprof/push/profile.h"
 #include "hvprof/setup/setup.h"
-#include "hvprof/report/sched.h"
+#include "hvprof/report/sched_records.h"
 #include "hvprof/report/views/callgraph.h"
-#include "hvprof/report/views/sched.h"
+#include "hvprof/report/views/scheduling.h"
 #include "hvprof/report/views/stacks.h"
 #include "hvprof/report/views/timeline.h"
 #include "hvprof/report/writers/callgraph.h"
@@ -27,7 +27,7 @@
 #include "hvprof/report/writers/flamegraph.h"
 #include "hvprof/report/writers/folded.h"
 #include "hvprof/report/writers/pprof.h"
-#include "hvprof/report/writers/sched.h"
+#include "hvprof/report/writers/scheduling.h"
 #include "hvprof/report/writers/sessions.h"
 #include "hvprof/report/writers/json.h"
 #include "hvprof/report/writers/text.h"
@@ -134,9 +134,7 @@ Result<std::vector<uint8_t>> ParseModes(const std::string& text) {
   std::vector<uint8_t> modes;
   HVPROF_TRY(items, setup::SplitList(text, "mode"));
   for (const std::string& item : items) {
-    if (item == "user") modes.push_back(0);
-    else if (item == "kernel") modes.push_back(1);
-    else if (item == "hypervisor" || item == "xen") modes.push_back(2);
+    if (const std::optional<Mode> mode = sample_mode::FromName(item)) modes.push_back(sample_mode::Byte(*mode));
     else return MakeError(ErrorKind::kInvalidArgument, "--mode: '{}' is not user, kernel or hypervisor", item);
   }
   return modes;

@@ -18,8 +18,8 @@
 
 #include <boost/program_options.hpp>
 
-#include "hvprof/base/error.h"
 #include "hvprof/base/log.h"
+#include "hvprof/base/result.h"
 #include "hvprof/base/version.h"
 #include "hvprof/symbolizer/output.h"
 #include "hvprof/symbolizer/symbolizer.h"

@@ -19,7 +19,7 @@ void Require(bool holds) {
 }
 
 void CheckScenario(const hvprof::sim::Scenario& scenario) {
-  using hvprof::sim::kModeCount;
+  using hvprof::sample_mode::kCount;
   Require(scenario.machine.cpus >= 1);
   Require(!scenario.domains.empty());
   std::set<uint16_t> ids;
@@ -30,11 +30,11 @@ void CheckScenario(const hvprof::sim::Scenario& scenario) {
     double shares = 0;
     std::set<uint32_t> pids;
     for (const auto& process : domain.processes) Require(pids.insert(process.pid).second);
-    for (int mode = 0; mode < kModeCount; ++mode) {
+    for (int mode = 0; mode < kCount; ++mode) {
       const hvprof::sim::ModeWorkload& workload = domain.modes[mode];
       Require(workload.share >= 0.0);
       shares += workload.share;
-      if (static_cast<hvprof::sim::Mode>(mode) != hvprof::sim::Mode::kUser) continue;
+      if (static_cast<hvprof::Mode>(mode) != hvprof::Mode::kUser) continue;
       for (const auto& function : workload.functions) Require(pids.count(function.process) == 1);
     }
     Require(shares <= 100.0 + 1e-9);

@@ -63,7 +63,7 @@ store::SchedReadSummary ReadSchedChecked(std::span<const uint8_t> bytes,
     ++delivered;
     Check(r.type >= 1 && r.type <= store::kMaxStoredSchedType);
     Check(r.old_state <= store::kMaxStoredState && r.new_state <= store::kMaxStoredState);
-    Check((r.flags & store::kSchedFlagTask) != 0 || (r.pid == store::kSchedNoTask && r.tid == store::kSchedNoTask));
+    Check((r.flags & store::kSchedFlagTask) != 0 || (r.pid == hvprof::kNoPid && r.tid == hvprof::kNoPid));
     Check(r.type == store::kSchedLost || (r.count == 0 && r.aux == 0));
     *checksum += r.time_ns + r.domain + r.pid + r.other_tid + r.count;
   };

@@ -5,7 +5,9 @@
 #     beyond the <cstdint> class, user-space hvprof headers, exceptions, RTTI, the heap or the
 #     std:: library;
 #  2. every folder includes only from the folders below it, with no include circles
-#     (scripts/check_includes.py, which holds the table of who may use whom).
+#     (scripts/check_includes.py, which holds the table of who may use whom);
+#  3. the facts every sample carries (its mode, the idle domain, the unknown pid) are named from
+#     hvprof/facts/sample.h, never spelt as numbers (scripts/check-facts.sh).
 set -u
 cd "$(dirname "$0")/.."
 
@@ -43,4 +45,5 @@ if ! command -v python3 >/dev/null; then
   exit 1
 fi
 python3 scripts/check_includes.py || status=1
+bash scripts/check-facts.sh || status=1
 exit $status

@@ -17,15 +17,17 @@ import sys
 LAYERS = {
     "hypervisor-pmu": [],  # the freestanding engine (check-layering.sh checks it further)
     "base": [],
+    # What every sample says (mode, reserved domains, unknown pid), for user space: the ABI's values.
+    "facts": ["hypervisor-pmu"],
     "symbolizer": ["base"],
     # The processes samples run in, as the hosts tell them (context events and their encoding).
     "context": ["base"],
-    "store": ["context", "base"],
+    "store": ["context", "facts", "base"],
     # Statistics of comparisons: pure numbers, used by the report's diff.
     "stats": ["base"],
     "hosted": ["hypervisor-pmu", "base"],
-    "sim": ["hosted", "context", "hypervisor-pmu", "base", "symbolizer"],
-    "linux": ["hosted", "context", "hypervisor-pmu", "base"],
+    "sim": ["hosted", "context", "facts", "hypervisor-pmu", "base", "symbolizer"],
+    "linux": ["hosted", "context", "facts", "hypervisor-pmu", "base"],
     "hvprof-hv/protocol": ["context", "hypervisor-pmu", "base"],
     "hvprof-hv/daemon": ["hvprof-hv/protocol", "sim", "linux", "hosted", "context", "hypervisor-pmu", "base",
                          "symbolizer"],

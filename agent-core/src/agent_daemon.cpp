@@ -47,15 +47,6 @@ uint32_t PollIntervalFor(double samples_per_second, uint32_t capacity) {
   return static_cast<uint32_t>(std::clamp(1000.0 * capacity / samples_per_second / 4.0, 1.0, 250.0));
 }
 
-hvpmu::BufferV2 BufferRequest(hvpmu::DomainId domain, uint32_t capacity) {
-  hvpmu::BufferV2 buffer{};
-  buffer.struct_size = sizeof buffer;
-  buffer.abi_version = hvpmu::kAbiVersion;
-  buffer.domain = domain;
-  buffer.capacity = capacity;
-  return buffer;
-}
-
 const char* EngineStateName(uint32_t state) {
   switch (static_cast<hvpmu::EngineState>(state)) {
     case hvpmu::EngineState::kIdle: return "idle";
@@ -84,7 +75,10 @@ Json DomainStatusJson(const hvpmu::DomainStatus& d, const std::string& label) {
               {"rings", d.num_rings},
               {"capacity", d.capacity},
               {"max_fill", d.max_fill},
-              {"samples", {{"user", d.samples[0]}, {"kernel", d.samples[1]}, {"hypervisor", d.samples[2]}}},
+              {"samples",
+               {{"user", d.samples[sample_mode::kUser]},
+                {"kernel", d.samples[sample_mode::kKernel]},
+                {"hypervisor", d.samples[sample_mode::kHypervisor]}}},
               {"lost", {{"ring_full", d.lost[0]}, {"corrupt_index", d.lost[1]}, {"no_ring", d.lost[2]}}}};
 }
 
@@ -93,9 +87,7 @@ int32_t LegacyMaxSamples(uint32_t capacity) {
 }
 
 hvpmu::InitV2 FromLegacyInit(const hvpmu::legacy::Init& legacy_init, uint32_t cpus) {
-  hvpmu::InitV2 init{};
-  init.struct_size = sizeof init;
-  init.abi_version = hvpmu::kAbiVersion;
+  hvpmu::InitV2 init = InitRequest();
   init.is_primary = legacy_init.is_primary == 1 ? 1 : 0;
   init.num_counters = init.num_gp_counters = static_cast<uint32_t>(std::clamp(legacy_init.num_events, 0, 8));
   init.gp_counter_width = 32;
@@ -139,23 +131,17 @@ Result<void> AgentDaemon::Op(uint32_t op, std::span<std::byte> argument, bool to
 }
 
 Result<hvpmu::Status> AgentDaemon::EngineStatus() {
-  auto status = std::make_unique<hvpmu::Status>();
-  std::memset(status.get(), 0, sizeof *status);
-  status->struct_size = sizeof(hvpmu::Status);
-  status->abi_version = hvpmu::kAbiVersion;
+  std::unique_ptr<hvpmu::Status> status = StatusRequest();
   HVPROF_TRYV(Op(hvpmu::kOpStatus, status.get()));
   return *status;
 }
 
 Result<std::vector<hvpmu::DomainStatus>> AgentDaemon::ListedDomains() {
   std::vector<hvpmu::DomainStatus> domains;
-  auto status = std::make_unique<hvpmu::Status>();
+  std::unique_ptr<hvpmu::Status> status = StatusRequest();
   uint32_t from = 0;
   while (from <= hvpmu::kMaxDomainId) {
-    std::memset(status.get(), 0, sizeof *status);
-    status->struct_size = sizeof(hvpmu::Status);
-    status->abi_version = hvpmu::kAbiVersion;
-    status->from_domain = from;
+    StatusRequest(status.get(), from);
     HVPROF_TRYV(Op(hvpmu::kOpStatus, status.get()));
     const uint32_t count = std::min(status->num_domains, hvpmu::kStatusMaxDomains);
     domains.insert(domains.end(), status->domains, status->domains + count);
@@ -576,34 +562,24 @@ Result<Json> AgentDaemon::Reset() {
 Result<Json> AgentDaemon::Save(const std::string& name, bool allow_empty) {
   HVPROF_TRYV(store::ValidateSessionName(name));
   if (!session_) return MakeError(ErrorKind::kBadState, "there is no session to save yet");
-  const std::string target = paths_.Saved(name);
-  std::error_code ec;
-  if (std::filesystem::exists(target, ec)) {
-    return MakeError(ErrorKind::kBadState, "a session named '{}' exists already ({}); pick another name",
-                     name, target);
-  }
   const bool was_profiling = profiling_;
   if (was_profiling) MarkProfiling(false);
   HVPROF_TRYV(Dump());
   // What the session holds, as a report would read it (Dump wrote it).
-  auto written = store::OpenSession(session_->directory());
-  if (!allow_empty && written && written.value().metadata.samples_stored == 0) {
-    // A saved session is kept to be read or compared against: one without samples would make a
-    // diff against it compare nothing.
-    if (was_profiling) MarkProfiling(true);
-    return MakeError(ErrorKind::kEmpty,
-                     "the current session ({}) has no samples: nothing was saved. Profile first (--start, the "
-                     "workload, --stop), then --save; `hvprof run` saves each run itself (hvprof-report --list "
-                     "names them)",
-                     session_->directory());
-  }
   const std::string directory = session_->directory();
+  auto target = store::CheckSave(paths_, directory, name, allow_empty);
+  if (!target) {
+    if (was_profiling) MarkProfiling(true);
+    return target.error();
+  }
   session_.reset();
-  std::filesystem::rename(directory, target, ec);
-  if (ec) return ErrnoError(ec.value(), fmt::format("cannot rename {} to {}", directory, target));
+  auto moved = store::MoveSession(directory, target.value());
+  // A new current session, or, when the move failed, the same one continued: either way the
+  // daemon goes on writing one.
   HVPROF_TRYV(OpenSession(base_metadata_));
   if (was_profiling) MarkProfiling(true);
-  return Json{{"message", fmt::format("saved as {}", target)}, {"saved", target}};
+  HVPROF_TRYV(moved);
+  return Json{{"message", fmt::format("saved as {}", target.value())}, {"saved", target.value()}};
 }
 
 }  // namespace hvprof::agent

@@ -44,6 +44,35 @@ Result<std::vector<PublishedProfile>> HypervisorLink::FetchPublished(uint64_t) {
   return MakeError(ErrorKind::kUnsupported, "{} cannot carry profiles between domains", platform_name());
 }
 
+hvpmu::InitV2 InitRequest() {
+  hvpmu::InitV2 init{};
+  init.struct_size = sizeof init;
+  init.abi_version = hvpmu::kAbiVersion;
+  return init;
+}
+
+hvpmu::BufferV2 BufferRequest(hvpmu::DomainId domain, uint32_t capacity) {
+  hvpmu::BufferV2 buffer{};
+  buffer.struct_size = sizeof buffer;
+  buffer.abi_version = hvpmu::kAbiVersion;
+  buffer.domain = domain;
+  buffer.capacity = capacity;
+  return buffer;
+}
+
+void StatusRequest(hvpmu::Status* status, uint32_t from_domain) {
+  std::memset(status, 0, sizeof *status);
+  status->struct_size = sizeof *status;
+  status->abi_version = hvpmu::kAbiVersion;
+  status->from_domain = from_domain;
+}
+
+std::unique_ptr<hvpmu::Status> StatusRequest(uint32_t from_domain) {
+  auto status = std::make_unique<hvpmu::Status>();
+  StatusRequest(status.get(), from_domain);
+  return status;
+}
+
 const char* OpName(uint32_t op) {
   switch (op) {
     case hvpmu::legacy::kOpInit: return "init";

@@ -46,7 +46,7 @@ static_assert(store::kSchedRunstate == static_cast<uint8_t>(hvpmu::ring::SchedTy
               store::kMaxStoredSchedType == hvpmu::ring::kMaxSchedType);
 static_assert(store::kSchedFlagTask == hvpmu::ring::kSchedPidValid &&
               store::kSchedFlagOther == hvpmu::ring::kSchedOtherValid);
-static_assert(store::kSchedNoTask == hvpmu::ring::kNoPid && store::kSchedNoPcpu == hvpmu::ring::kUnknownPcpu);
+static_assert(hvprof::kNoPid == hvpmu::ring::kNoPid && hvprof::kUnknownPcpu == hvpmu::ring::kUnknownPcpu);
 
 bool SameEvents(const store::SessionMetadata& a, const store::SessionMetadata& b) {
   if (a.events.size() != b.events.size()) return false;
@@ -230,10 +230,10 @@ Result<SessionWriter> SessionWriter::Open(const std::string& directory, store::S
         store::kContextFile, opened.error().message());
   }
   store::AggregateBuilder aggregate(store::StackDetail::kStacksByCpu, context.get());
-  std::vector<std::array<uint64_t, 3>> existing(size_t{hvpmu::kDomainIdle} + 1);
+  std::vector<std::array<uint64_t, sample_mode::kCount>> existing(size_t{kIdleDomain} + 1);
   uint64_t first_ns = 0, last_ns = 0;
   auto count_existing = [&](const store::StoredSample& sample) {
-    if (sample.domain < existing.size() && sample.mode < 3) ++existing[sample.domain][sample.mode];
+    if (sample.domain < existing.size() && sample_mode::IsValid(sample.mode)) ++existing[sample.domain][sample.mode];
     if (first_ns == 0 || sample.time_ns < first_ns) first_ns = sample.time_ns;
     last_ns = std::max(last_ns, sample.time_ns);
     aggregate.Add(sample);
@@ -280,7 +280,7 @@ void SessionWriter::Add(const hvpmu::ring::SampleRecord& record, std::span<const
   sample.period = record.period;
   sample.pid = record.pid;
   sample.tid = record.tid;
-  const uint8_t mode = record.mode <= 2 ? record.mode : 2;
+  const uint8_t mode = sample_mode::Byte(sample_mode::Of(record.mode));
   sample.SetPlace(record.domain, record.vcpu, record.pcpu, mode, record.event);
   sample.flags = record.flags;
   sample.frames = frames;
@@ -410,7 +410,7 @@ store::SchedSummary SessionWriter::WithSchedFile(store::SchedSummary out) const 
 }
 
 uint64_t SessionWriter::samples(uint16_t domain, uint8_t mode) const {
-  return domain < by_domain_mode_.size() && mode < 3 ? by_domain_mode_[domain][mode] : 0;
+  return domain < by_domain_mode_.size() && sample_mode::IsValid(mode) ? by_domain_mode_[domain][mode] : 0;
 }
 
 void SessionWriter::AddIncomplete(std::string reason) {
@@ -420,13 +420,12 @@ void SessionWriter::AddIncomplete(std::string reason) {
 }
 
 Result<void> SessionWriter::WriteMetadata() {
-  static constexpr const char* kModes[] = {"user", "kernel", "hypervisor"};
   store::SessionMetadata out = metadata_;
   out.samples_by_domain_mode.clear();
   for (size_t domain = 0; domain < by_domain_mode_.size(); ++domain) {
-    for (int mode = 0; mode < 3; ++mode) {
+    for (uint8_t mode = 0; mode < sample_mode::kCount; ++mode) {
       if (by_domain_mode_[domain][mode] == 0) continue;
-      out.samples_by_domain_mode[fmt::format("{}/{}", domain, kModes[mode])] = by_domain_mode_[domain][mode];
+      out.samples_by_domain_mode[fmt::format("{}/{}", domain, sample_mode::Name(mode))] = by_domain_mode_[domain][mode];
     }
   }
   const store::WriterStats& stats = writer_.stats();

@@ -32,8 +32,8 @@ namespace sym = hvprof::symbolizer;
 
 namespace {
 
-constexpr uint8_t kKernel = 1;
-constexpr uint8_t kHypervisor = 2;
+using sample_mode::kHypervisor;
+using sample_mode::kKernel;
 
 void FreeWriter(struct archive* writer) { archive_write_free(writer); }
 using Writer = UniqueResource<struct archive*, &FreeWriter, nullptr>;
@@ -93,7 +93,7 @@ class Needs {
   explicit Needs(const store::SessionMetadata& m) : m_(m) {}
 
   void Visit(uint16_t domain, uint8_t mode, uint64_t ip) {
-    if (mode == kHypervisor || domain == store::kIdleDomain) {
+    if (mode == kHypervisor || domain == hvprof::kIdleDomain) {
       if (hypervisor_done_) return;
       hypervisor_done_ = true;
       for (const store::ImageRecord& image : m_.images) {

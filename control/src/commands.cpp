@@ -519,26 +519,10 @@ Result<Outcome> Save(const store::SessionPaths& paths, const std::string& name, 
   HVPROF_TRYV(store::ValidateSessionName(name));
   HVPROF_TRY(reply, Ask(paths, Json{{"action", "save"}, {"name", name}, {"allow_empty", allow_empty}}));
   if (reply) return Outcome{reply->value("message", "saved")};
-  std::error_code ec;
-  if (!std::filesystem::exists(paths.current(), ec)) {
-    return MakeError(ErrorKind::kNotFound, "nothing to save: {} does not exist", paths.current());
-  }
-  if (std::filesystem::exists(paths.Saved(name), ec)) {
-    return MakeError(ErrorKind::kBadState, "a session named '{}' exists already ({})", name, paths.Saved(name));
-  }
-  if (!allow_empty) {
-    auto session = store::OpenSession(paths.current());
-    if (session && session.value().metadata.samples_stored == 0) {
-      return MakeError(ErrorKind::kEmpty,
-                       "the current session ({}) has no samples: nothing was saved. Profile first (--start, the "
-                       "workload, --stop), then --save; `hvprof run` saves each run itself (hvprof-report --list "
-                       "names them)",
-                       paths.current());
-    }
-  }
-  std::filesystem::rename(paths.current(), paths.Saved(name), ec);
-  if (ec) return ErrnoError(ec.value(), "rename");
-  return Outcome{fmt::format("saved as {}", paths.Saved(name))};
+  // No hvprofd: the session on disk is saved as the daemon would save it.
+  HVPROF_TRY(target, store::CheckSave(paths, paths.current(), name, allow_empty));
+  HVPROF_TRYV(store::MoveSession(paths.current(), target));
+  return Outcome{fmt::format("saved as {}", target)};
 }
 
 Result<Outcome> Publish(const store::SessionPaths& paths) {
@@ -615,10 +599,7 @@ Result<Outcome> ListEvents(const std::string& cpu_type, const std::string& hv_ru
                        "{}.\nWithout a running hypervisor, name the CPU type: --cpu-type=TYPE, one of {}",
                        link.error().message(), known);
     }
-    auto status = std::make_unique<hvpmu::Status>();
-    std::memset(status.get(), 0, sizeof *status);
-    status->struct_size = sizeof(hvpmu::Status);
-    status->abi_version = hvpmu::kAbiVersion;
+    std::unique_ptr<hvpmu::Status> status = agent::StatusRequest();
     HVPROF_TRY(code, agent::RunOp(*link.value(), hvpmu::kOpStatus, status.get()));
     if (code != hvpmu::ErrorCode::kOk) return agent::RefusalError(hvpmu::kOpStatus, code);
     type = status->cpu_type;

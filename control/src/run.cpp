@@ -119,7 +119,8 @@ Result<RunResult> Summarize(const std::string& session, uint32_t top, std::strin
   Json domains = Json::array();
   for (const report::DomainSummary& d : table.domains) {
     domains.push_back({{"id", d.domain}, {"name", d.name}, {"role", d.role},
-                       {"user", d.samples[0]}, {"kernel", d.samples[1]}, {"hypervisor", d.samples[2]}});
+                       {"user", d.samples[sample_mode::kUser]}, {"kernel", d.samples[sample_mode::kKernel]},
+                       {"hypervisor", d.samples[sample_mode::kHypervisor]}});
   }
   Json losses = Json::object();
   for (const store::LossField& field : store::kLossFields) losses[field.name] = profile.metadata().losses.*field.member;

@@ -143,9 +143,7 @@ Result<Dom0Agent::Unwound> Dom0Agent::UnwindXenoprof() {
 }
 
 Result<hvpmu::InitV2> Dom0Agent::Identify() {
-  hvpmu::InitV2 init{};
-  init.struct_size = sizeof init;
-  init.abi_version = hvpmu::kAbiVersion;
+  hvpmu::InitV2 init = agent::InitRequest();
   if (!link_->legacy_only()) {
     HVPROF_TRYV(Op(hvpmu::kOpInitV2, &init));
     return init;

@@ -177,9 +177,7 @@ Result<Json> GuestAgent::Start() {
   HVPROF_TRYV(CheckJoinable(status));
 
   // Xen's sequence for an active domain: init, get_buffer, enable_virq.
-  hvpmu::InitV2 init{};
-  init.struct_size = sizeof init;
-  init.abi_version = hvpmu::kAbiVersion;
+  hvpmu::InitV2 init = agent::InitRequest();
   HVPROF_TRYV(Op(hvpmu::kOpInitV2, &init));
   hvpmu::BufferV2 buffer =
       agent::BufferRequest(setup_.domain, setup_.buffer_size != 0 ? setup_.buffer_size : agent::kDefaultRingCapacity);

@@ -1,5 +1,6 @@
 #include "hvprof/linux/linux_machine.h"
 
+#include <limits>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
@@ -46,7 +47,7 @@ using Json = nlohmann::json;
 
 namespace {
 
-constexpr uint32_t kWakeToken = 0xFFFFFFFFu;
+constexpr uint32_t kWakeToken = std::numeric_limits<uint32_t>::max();  // beyond any CPU's
 constexpr uint64_t kPruneAfterNs = 2'000'000'000;
 // The kernel unthrottles at the next timer tick: 10 ms at HZ=100, sooner at higher HZ. A
 // throttle that lasted longer spanned an idle stretch without ticks (NOHZ).

@@ -17,7 +17,7 @@ std::string Environment(const char* name) {
 
 // The domain's own name, without the number DomainName puts before a guest's.
 std::string DomainLabel(const report::Profile& profile, uint16_t domain) {
-  if (domain == report::kIdleDomain) return "idle";
+  if (domain == hvprof::kIdleDomain) return "idle";
   for (const store::DomainRecord& record : profile.metadata().domains) {
     if (record.id == domain && !record.name.empty()) return record.name;
   }

@@ -26,9 +26,9 @@ namespace sym = hvprof::symbolizer;
 
 namespace {
 
-constexpr uint8_t kUser = 0;
-constexpr uint8_t kKernel = 1;
-constexpr uint8_t kHypervisor = 2;
+using sample_mode::kHypervisor;
+using sample_mode::kKernel;
+using sample_mode::kUser;
 
 class Stopwatch {
  public:
@@ -357,14 +357,14 @@ ProfileBuilder::Target& ProfileBuilder::TargetFor(const store::Aggregate& aggreg
     t.name = mapped->empty() || (*mapped)[0] != '/' ? *mapped : mapped->substr(1);
     return t;
   }
-  if (const sym::JitTable* jit = entry.key.pid != 0xFFFFFFFF ? JitTableOf(domain, entry.key.pid) : nullptr) {
+  if (const sym::JitTable* jit = entry.key.pid != kNoPid ? JitTableOf(domain, entry.key.pid) : nullptr) {
     Target& t = target(fmt::format("jit:{}:{}", domain, entry.key.pid));
     t.name = fmt::format("jit (pid {})", entry.key.pid);
     t.jit = jit;
     return t;
   }
   Target& t = target(fmt::format("anon:{}:{}", domain, entry.key.pid));
-  t.name = entry.key.pid == 0xFFFFFFFF ? fmt::format("anon (domain {})", domain)
+  t.name = entry.key.pid == kNoPid ? fmt::format("anon (domain {})", domain)
                                        : fmt::format("anon (pid {})", entry.key.pid);
   return t;
 }
@@ -756,7 +756,7 @@ void ProfileBuilder::AddPublishedSymbols(const std::vector<PublishedProfile>& pu
                                           row.resolved ? "" : "not resolved by the guest");
       for (size_t c = 0; c < row.samples.size(); ++c) {
         if (row.samples[c] == 0) continue;
-        p_.entries_.push_back({guest.domain, row.mode, static_cast<uint8_t>(guest.events[c].counter), 0xFFFFFFFF,
+        p_.entries_.push_back({guest.domain, row.mode, static_cast<uint8_t>(guest.events[c].counter), kNoPid,
                                row.address, row.address, row.samples[c], image, symbol, kNoIndex});
         p_.total_ += row.samples[c];
       }
@@ -812,7 +812,7 @@ std::vector<PublishedProfile> ProfileBuilder::ReadPublished(Profile& profile, st
     for (const PublishedAddress& address : guest.hypervisor) {
       for (size_t c = 0; c < address.samples.size(); ++c) {
         if (address.samples[c] == 0) continue;
-        aggregate->entries.push_back({{address.ip, 0xFFFFFFFF, domain, kHypervisor,
+        aggregate->entries.push_back({{address.ip, kNoPid, domain, kHypervisor,
                                        static_cast<uint8_t>(guest.events[c].counter)},
                                       address.samples[c]});
       }
@@ -850,8 +850,8 @@ CollectedStacks CollectStacks(store::Aggregate& aggregate, bool by_thread) {
     for (const store::CountedStack& stack : aggregate.stacks) {
       store::StackKey key = stack.key;
       if (!by_thread) {
-        key.vcpu = key.pcpu = store::kUnknownCpu;
-        key.tid = store::kUnknownThread;
+        key.vcpu = key.pcpu = hvprof::kUnknownPcpu;
+        key.tid = hvprof::kNoTid;
       }
       counter.Add(key, aggregate.Addresses(stack).first(kept(stack)), stack.count);
     }
@@ -871,7 +871,7 @@ Result<void> ProfileBuilder::BuildStacks(const CollectedStacks& collected) {
     // A caller's frame is a return address: the call that made it is the byte before.
     // Only user space is told apart by process: a kernel address is looked up once.
     const uint64_t address = collected.Addresses(s)[i];
-    return store::AggregateKey{i == 0 ? address : address - 1, s.key.mode == 0 ? s.key.pid : 0xFFFFFFFFu,
+    return store::AggregateKey{i == 0 ? address : address - 1, s.key.mode == kUser ? s.key.pid : kNoPid,
                                s.key.domain, s.key.mode, 0};
   };
   // Distinct keys found through a hash (stacks share most of their frames), then sorted.
@@ -931,7 +931,7 @@ void ProfileBuilder::MarkIdle(const store::Aggregate& aggregate) {
   // The stacks' sampled addresses, found among the entries (both keyed alike, the entries sorted).
   std::map<std::pair<uint16_t, uint8_t>, CpuIdle> per_cpu;
   for (const store::CountedStack& stack : aggregate.stacks) {
-    if (stack.key.pcpu == store::kUnknownCpu || stack.length == 0) continue;
+    if (stack.key.pcpu == hvprof::kUnknownPcpu || stack.length == 0) continue;
     const store::AggregateKey key{aggregate.Addresses(stack)[0], stack.key.pid, stack.key.domain, stack.key.mode,
                                   stack.key.event};
     const auto it = std::lower_bound(aggregate.entries.begin(), aggregate.entries.end(), key,
@@ -1101,7 +1101,7 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
     };
     const auto by_thread = [](const store::Aggregate& a) {
       return std::any_of(a.stacks.begin(), a.stacks.end(),
-                         [](const store::CountedStack& stack) { return stack.key.tid != store::kUnknownThread; });
+                         [](const store::CountedStack& stack) { return stack.key.tid != hvprof::kNoTid; });
     };
     if (read && read.value().source_bytes == static_cast<uint64_t>(st.st_size) &&
         (!options.stacks || read.value().has_stacks) && (!options.processes || !by_image(read.value())) &&

@@ -77,7 +77,7 @@ bool IsIdleFunction(std::string_view name) {
 
 bool IsIdleSample(uint16_t domain, uint8_t mode, std::string_view symbol) {
   if (domain == kIdleDomain) return true;
-  return mode != 0 && IsIdleFunction(symbol);
+  return mode != sample_mode::kUser && IsIdleFunction(symbol);
 }
 
 }  // namespace hvprof::report

@@ -62,7 +62,7 @@ PublishedProfile BuildPublished(const Profile& profile) {
     const auto it = column.find(entry.event);
     if (it == column.end() || entry.domain != out.domain) continue;
     out.samples += entry.count;
-    if (entry.mode == 2) {
+    if (entry.mode == sample_mode::kHypervisor) {
       auto [row, added] = address_rows.emplace(entry.ip, out.hypervisor.size());
       if (added) out.hypervisor.push_back({entry.ip, std::vector<uint64_t>(nevents, 0)});
       out.hypervisor[row->second].samples[it->second] += entry.count;
@@ -86,7 +86,7 @@ std::string SerializePublished(const PublishedProfile& p) {
   }
   Json symbols = Json::array();
   for (const PublishedSymbol& s : p.symbols) {
-    symbols.push_back({{"mode", s.mode == 0 ? "user" : "kernel"},
+    symbols.push_back({{"mode", sample_mode::Name(s.mode)},
                        {"image", s.image},
                        {"symbol", s.symbol},
                        {"address", Hex(s.address)},
@@ -176,7 +176,7 @@ Result<PublishedProfile> ParsePublished(std::string_view text, uint16_t expected
     HVPROF_TRY(mode_node, s.Member("mode"));
     HVPROF_TRY(mode, mode_node.String());
     if (mode != "user" && mode != "kernel") return mode_node.Fail("expected \"user\" or \"kernel\", got '{}'", mode);
-    symbol.mode = mode == "kernel" ? 1 : 0;
+    symbol.mode = mode == "kernel" ? sample_mode::kKernel : sample_mode::kUser;
     HVPROF_TRY(image, s.Get<std::string>("image"));
     HVPROF_TRY(symbol_name, s.Get<std::string>("symbol"));
     HVPROF_TRY(address_node, s.Member("address"));

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -32,7 +33,7 @@ namespace symbolizer = hvprof::symbolizer;
 
 namespace {
 
-constexpr uint32_t kNone = 0xFFFFFFFF;
+constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();  // no process index
 constexpr uint64_t kPerMillion = 1000000;
 constexpr uint64_t kMaxSampledSize = 64 * 1024;  // for kallsyms' inferred sizes
 constexpr uint64_t kStackRegion = kMappingsEnd;  // user stacks, above every mapping
@@ -171,7 +172,7 @@ struct SimMachine::Domain {
   uint16_t vcpus = 0;
   uint32_t weight = 0;
   double load = 1.0;
-  ModeTable modes[kModeCount];
+  ModeTable modes[sample_mode::kCount];
   AliasTable mode_picker;
   std::vector<Mode> picker_modes;
   std::vector<Process> processes;
@@ -481,7 +482,7 @@ Result<void> SimMachine::AddFunctions(BuildContext& context, const DomainSpec& s
   ModeTable& table = domain->modes[static_cast<int>(mode)];
   std::vector<double> weights;
   const std::string field = fmt::format("domain {} ({}) workload.{}", spec.id, spec.name,
-                                        ModeName(mode));
+                                        sample_mode::Name(mode));
 
   // The bias of the image source_for chose last (a process's mapping; 0 for the hypervisor and
   // kernels, whose addresses are their images').
@@ -1087,7 +1088,7 @@ std::string SimMachine::GroundTruthJson() const {
     }
     Json entry{{"domain", key.domain},
                {"vcpu", key.vcpu},
-               {"mode", std::string(ModeName(key.mode))},
+               {"mode", std::string(sample_mode::Name(key.mode))},
                {"image", image_names_[key.image]},
                {"function", function_names_[key.function]},
                {"start", fmt::format("{:#x}", key.start)},

@@ -125,7 +125,7 @@ bool PmuModel::WriteMsr(uint32_t msr, uint64_t value) {
   if (intel()) {
     if (msr >= msr::kIntelPmc0 && msr < msr::kIntelPmc0 + num_gp_) {
       // The legacy address writes bits 31:0 and sign-extends bit 31.
-      const auto low = static_cast<int64_t>(static_cast<int32_t>(value & 0xFFFFFFFFu));
+      const auto low = static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(value)));
       counter_[msr - msr::kIntelPmc0] = static_cast<uint64_t>(low) & mask_;
       return true;  // counter values do not change what counts
     } else if (msr >= msr::kIntelFullPmc0 && msr < msr::kIntelFullPmc0 + num_gp_) {

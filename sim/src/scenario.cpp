@@ -34,15 +34,6 @@ std::string_view PmuModelName(PmuModelKind kind) {
   return "?";
 }
 
-std::string_view ModeName(Mode mode) {
-  switch (mode) {
-    case Mode::kUser: return "user";
-    case Mode::kKernel: return "kernel";
-    case Mode::kHypervisor: return "hypervisor";
-  }
-  return "?";
-}
-
 const DomainSpec* Scenario::FindDomain(uint16_t id) const {
   for (const DomainSpec& domain : domains) {
     if (domain.id == id) return &domain;
@@ -358,7 +349,7 @@ Result<DomainSpec> ParseDomain(const Node& node) {
   HVPROF_TRY(workload, node.Member("workload"));
   double total = 0.0;
   for (Mode mode : {Mode::kUser, Mode::kKernel, Mode::kHypervisor}) {
-    const std::string key(ModeName(mode));
+    const std::string key(sample_mode::Name(mode));
     if (!workload.Has(key)) continue;
     HVPROF_TRY(mode_workload, ParseModeWorkload(workload.Checked(key), mode));
     total += mode_workload.share;

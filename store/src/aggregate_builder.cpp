@@ -95,8 +95,8 @@ size_t TranslateSample(const StoredSample& s, const Translation& translation, St
   // A stack whose every user address is an image's is every process's that ran that code.
   const bool shared = all_resolved && !translation.keep_pid && !by_thread;
   *stack = by_thread ? StackKey{s.pid, s.tid, s.domain, s.mode, s.event, s.vcpu, s.pcpu}
-                     : StackKey{shared ? kAnyProcess : s.pid, kUnknownThread, s.domain, s.mode, s.event, kUnknownCpu,
-                                stacks == StackDetail::kStacksByCpu ? s.pcpu : kUnknownCpu};
+                     : StackKey{shared ? kAnyProcess : s.pid, kNoTid, s.domain, s.mode, s.event, kUnknownPcpu,
+                                stacks == StackDetail::kStacksByCpu ? s.pcpu : kUnknownPcpu};
   return length + 1;
 }
 

@@ -55,7 +55,7 @@ bool DecodeChunk(std::span<const uint8_t> payload, uint32_t records, OnSample& o
       sample.mode = in.Byte();
       sample.event = in.Byte();
       const uint64_t flags = in.Varint();
-      if (sample.mode > 2 || flags > 0xFFFF) return false;
+      if (!sample_mode::IsValid(sample.mode) || flags > 0xFFFF) return false;
       sample.flags = static_cast<uint16_t>(flags);
     }
     if (tag & kNewPeriod) sample.period = in.Varint();

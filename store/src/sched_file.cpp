@@ -1,5 +1,6 @@
 #include "hvprof/store/sched_file.h"
 
+#include <limits>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -25,7 +26,7 @@ constexpr uint8_t kWhole = kNewFlags | kNewPcpu | kNewSubject;  // the first rec
 constexpr ChunkFormat kSchedFormat{kSchedFileMagic, kSchedFileVersion, 0, kSchedChunkMagic,
                                    kSchedFile,      "sched.hvs file",  "scheduling records"};
 
-// A pid or tid is kept plus one modulo 2^32, so "none" (kSchedNoTask) takes one byte.
+// A pid or tid is kept plus one modulo 2^32, so "none" (kNoPid) takes one byte.
 uint64_t TaskCode(uint32_t id) { return static_cast<uint32_t>(id + 1); }
 
 bool DecodeRecord(Cursor& in, bool first, StoredSched* record) {
@@ -38,9 +39,9 @@ bool DecodeRecord(Cursor& in, bool first, StoredSched* record) {
   const uint64_t previous_time = first ? 0 : r.time_ns;
   // Fields not carried forward: what this record's type and flags say.
   r.type = type;
-  r.pid = r.tid = r.other_pid = r.other_tid = kSchedNoTask;
+  r.pid = r.tid = r.other_pid = r.other_tid = kNoPid;
   r.other_domain = r.other_vcpu = 0;
-  r.from_pcpu = r.to_pcpu = kSchedNoPcpu;
+  r.from_pcpu = r.to_pcpu = kUnknownPcpu;
   r.count = r.aux = 0;
   r.time_ns = previous_time + static_cast<uint64_t>(UnZigZag(in.Varint()));
   const uint8_t states = in.Byte();
@@ -55,7 +56,7 @@ bool DecodeRecord(Cursor& in, bool first, StoredSched* record) {
   auto task = [&in](uint32_t* out) {
     const uint64_t value = in.Varint();
     *out = static_cast<uint32_t>(value - 1);
-    return value <= 0xFFFFFFFF;
+    return value <= std::numeric_limits<uint32_t>::max();
   };
   // One field after the other (a cursor that ran out reads 0s, and fails the record at the end).
   bool ok = true;
@@ -140,7 +141,7 @@ void SchedWriter::Add(const StoredSched& record) {
   if (first || record.flags != p.flags) tag |= kNewFlags;
   if (first || record.pcpu != p.pcpu) tag |= kNewPcpu;
   if (first || record.domain != p.domain || record.vcpu != p.vcpu) tag |= kNewSubject;
-  if (record.from_pcpu != kSchedNoPcpu || record.to_pcpu != kSchedNoPcpu) tag |= kHasPcpus;
+  if (record.from_pcpu != kUnknownPcpu || record.to_pcpu != kUnknownPcpu) tag |= kHasPcpus;
   // Encoded in place, at the end of the chunk in progress: room for the largest record (tag,
   // states, flags, 13 varints).
   uint8_t* out = chunks_.Reserve(3 + 13 * kMaxVarint);

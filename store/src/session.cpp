@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -930,7 +932,7 @@ Result<Aggregate> ReadAggregate(const std::string& path) {
   if (region_section.regions == 0 && !region_table.empty()) return invalid();
   for (uint64_t i = 0; i < header.entries; ++i) {
     const uint8_t mode = aggregate.entries[i].key.mode;
-    if (mode > 2) return MakeError(ErrorKind::kCorrupt, "{}: entry {} has mode {}", path, i, mode);
+    if (!sample_mode::IsValid(mode)) return MakeError(ErrorKind::kCorrupt, "{}: entry {} has mode {}", path, i, mode);
   }
   if ((!sparse && slice_section.nonzero != 0) || ((header.flags & kHasSlices) != 0) != (slice_section.slices != 0)) {
     return invalid();
@@ -976,7 +978,7 @@ Result<Aggregate> ReadAggregate(const std::string& path) {
   uint64_t words = 0, samples = 0;
   for (uint64_t i = 0; i < section.stacks; ++i) {
     const PackedStack& record = packed[i];
-    if (record.mode > 2 || record.length == 0 || record.length > kMaxFrames + 1 || record.reserved != 0 ||
+    if (!sample_mode::IsValid(record.mode) || record.length == 0 || record.length > kMaxFrames + 1 || record.reserved != 0 ||
         __builtin_add_overflow(samples, record.count, &samples)) {
       return MakeError(ErrorKind::kCorrupt, "{}: stack {} is damaged", path, i);
     }
@@ -1036,6 +1038,45 @@ Result<void> ValidateSessionName(const std::string& name) {
                      name);
   }
   return Ok();
+}
+
+namespace {
+
+Error NameTaken(const std::string& name, const std::string& target) {
+  return MakeError(ErrorKind::kBadState, "a session named '{}' exists already ({}); pick another name", name,
+                   target);
+}
+
+}  // namespace
+
+Result<std::string> CheckSave(const SessionPaths& paths, const std::string& directory, const std::string& name,
+                              bool allow_empty) {
+  HVPROF_TRYV(ValidateSessionName(name));
+  const std::string target = paths.Saved(name);
+  std::error_code ec;
+  if (std::filesystem::exists(target, ec)) return NameTaken(name, target);
+  if (!std::filesystem::exists(directory, ec)) {
+    return MakeError(ErrorKind::kNotFound, "nothing to save: {} does not exist", directory);
+  }
+  if (!allow_empty) {
+    auto session = OpenSession(directory);
+    if (session && session.value().metadata.samples_stored == 0) {
+      return MakeError(ErrorKind::kEmpty,
+                       "the current session ({}) has no samples: nothing was saved. Profile first (--start, the "
+                       "workload, --stop), then --save; `hvprof run` saves each run itself (hvprof-report --list "
+                       "names them)",
+                       directory);
+    }
+  }
+  return target;
+}
+
+Result<void> MoveSession(const std::string& from, const std::string& to) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return Ok();
+  if (errno == EEXIST || errno == ENOTEMPTY) {
+    return NameTaken(std::filesystem::path(to).filename().string(), to);
+  }
+  return ErrnoError(errno, fmt::format("cannot move {} to {}", from, to));
 }
 
 Result<void> CheckSessionDirectories(const SessionPaths& paths) {

@@ -12,7 +12,7 @@
 
 #include <boost/outcome/result.hpp>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/symbolizer/symbolizer.h"
 #include "hvprof/symbolizer/types.h"
 

@@ -75,7 +75,7 @@ TEST_CASE("hvprof run --platform=sim starts its own simulated machine and ends i
   for (const Json& domain : summary["runs"][0]["domains"]) {
     const uint64_t samples = domain["user"].get<uint64_t>() + domain["kernel"].get<uint64_t>() +
                              domain["hypervisor"].get<uint64_t>();
-    if (samples > 0 && domain["id"].get<uint16_t>() != store::kIdleDomain) sampled.insert(domain["id"].get<uint16_t>());
+    if (samples > 0 && domain["id"].get<uint16_t>() != hvprof::kIdleDomain) sampled.insert(domain["id"].get<uint16_t>());
   }
   CHECK(sampled == ScenarioDomains(scenario));
   // Its machine ran in a directory of its own, gone with it.
@@ -134,7 +134,7 @@ TEST_CASE("hvprof run finds the named default scenario", "[run][first-hour]") {
   const Json summary = ReadJson(dir.File("summary.json"));
   std::set<uint16_t> seen;
   for (const Json& domain : summary["runs"][0]["domains"]) {
-    if (domain["id"].get<uint16_t>() != store::kIdleDomain) seen.insert(domain["id"].get<uint16_t>());
+    if (domain["id"].get<uint16_t>() != hvprof::kIdleDomain) seen.insert(domain["id"].get<uint16_t>());
   }
   CHECK(seen == ScenarioDomains(scenario));
 

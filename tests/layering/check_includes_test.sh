@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The include check must fail on what it exists to catch: copies of the tree, each with one
+# The layering check must fail on what it exists to catch: copies of the tree, each with one
 # planted fault (an upward include, a component circle, a library folder missing from the
-# table, user-space code in the engine's folder), must each be refused with a message naming it.
+# table, user-space code in the engine's folder, a mode, the idle domain or the unknown pid
+# spelt as a number), must each be refused with a message naming it.
 set -u
 source_dir=${1:?usage: check_includes_test.sh SOURCE_DIR}
 # It copies the files git tracks; a source tree without git cannot be copied that way.
@@ -59,5 +60,17 @@ fresh_copy
 mkdir -p "$work/tree/hypervisor-pmu/hosted/src"
 printf '#include <vector>\nstd::vector<int> v;\n' >"$work/tree/hypervisor-pmu/hosted/src/host.cpp"
 expect_refusal "user-space code inside the engine's folder" 'hypervisor-pmu/hosted/src/host.cpp:1: includes <vector>'
+
+fresh_copy
+sed -i '$a bool IsHypervisorMode(unsigned mode) { return mode == 2; }' "$work/tree/report/src/model.cpp"
+expect_refusal "a mode spelt as a number" 'report/src/model.cpp:.*a mode as a number'
+
+fresh_copy
+sed -i '$a inline constexpr unsigned kIdle = 0x7FFF;' "$work/tree/store/include/hvprof/store/session.h"
+expect_refusal "the idle domain spelt as a number" 'store/include/hvprof/store/session.h:.*the idle domain'
+
+fresh_copy
+sed -i '$a inline constexpr unsigned kUnknown = 0xFFFFFFFF;' "$work/tree/linux/src/process_table.cpp"
+expect_refusal "the unknown pid spelt as a number" 'linux/src/process_table.cpp:.*the unknown pid'
 
 exit $((failures > 0))

@@ -76,7 +76,7 @@ Drawn Draw(const nlohmann::json& scenario, uint64_t run_seed) {
   }
   for (const auto& seen : host->samples) {
     const int64_t row = machine.TruthRowAt(seen.record.domain, seen.record.vcpu,
-                                           static_cast<hvprof::sim::Mode>(seen.record.mode), seen.record.ip);
+                                           static_cast<hvprof::Mode>(seen.record.mode), seen.record.ip);
     const FunctionKey key = row < 0 ? FunctionKey{0xFFFF, 0, "[unattributed]"}
                                     : FunctionKey{machine.truth_keys()[row].domain,
                                                   static_cast<int>(machine.truth_keys()[row].mode),
@@ -159,7 +159,7 @@ TEST_CASE("diff statistics: a 2-point move of one function is found in 95% of pa
     const std::vector<FunctionKey> keys = KeysOf(base, next);
     const stats::Comparison comparison = stats::Compare({{ToRun(base, keys)}}, {{ToRun(next, keys)}}, keys.size(), {});
     for (size_t k = 0; k < keys.size(); ++k) {
-      if (std::get<0>(keys[k]) != 1 || std::get<1>(keys[k]) != static_cast<int>(hvprof::sim::Mode::kHypervisor) ||
+      if (std::get<0>(keys[k]) != 1 || std::get<1>(keys[k]) != static_cast<int>(hvprof::Mode::kHypervisor) ||
           std::get<2>(keys[k]) != "do_mmu_update") {
         continue;
       }

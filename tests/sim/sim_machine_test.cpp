@@ -21,7 +21,7 @@ constexpr uint16_t kInstructions = 0xC0;
 
 struct FunctionKey {
   DomainId domain;
-  sim::Mode mode;
+  hvprof::Mode mode;
   uint32_t image;
   uint32_t function;
   auto operator<=>(const FunctionKey&) const = default;
@@ -55,7 +55,7 @@ Shares Compare(const SimHost& host, uint32_t counter) {
     if (seen.record.event != counter) continue;
     ++shares.samples;
     const int64_t row = machine.TruthRowAt(seen.record.domain, seen.record.vcpu,
-                                           static_cast<sim::Mode>(seen.record.mode),
+                                           static_cast<hvprof::Mode>(seen.record.mode),
                                            seen.record.ip);
     if (row < 0) {
       ++shares.unattributed;
@@ -80,7 +80,7 @@ void CheckTopShares(const SimHost& host, uint32_t counter, uint64_t min_samples)
     const double sampled = shares.sampled[key];
     INFO(host.machine->function_names()[key.function] << " in "
          << host.machine->image_names()[key.image] << " (domain " << key.domain << ", "
-         << sim::ModeName(key.mode) << "): truth " << 100 * truth << "% sampled "
+         << hvprof::sample_mode::Name(key.mode) << "): truth " << 100 * truth << "% sampled "
          << 100 * sampled << "%");
     CHECK(std::fabs(sampled - truth) <= 0.01);
   }
@@ -93,7 +93,7 @@ void CheckExactOverflows(const SimHost& host) {
   std::map<std::pair<int64_t, uint8_t>, uint64_t> seen;
   for (const auto& sample : host.samples) {
     const int64_t row = machine.TruthRowAt(sample.record.domain, sample.record.vcpu,
-                                           static_cast<sim::Mode>(sample.record.mode),
+                                           static_cast<hvprof::Mode>(sample.record.mode),
                                            sample.record.ip);
     ++seen[{row, sample.record.event}];
   }
@@ -288,7 +288,7 @@ TEST_CASE("a CPU without a PMU is sampled by the engine's timer: a tick each per
   for (const auto& sample : host->samples) {
     CHECK(sample.record.event == 0);
     const int64_t row = machine.TruthRowAt(sample.record.domain, sample.record.vcpu,
-                                           static_cast<sim::Mode>(sample.record.mode), sample.record.ip);
+                                           static_cast<hvprof::Mode>(sample.record.mode), sample.record.ip);
     REQUIRE(row >= 0);
     ++seen[row];
     sampled[KeyOf(machine, static_cast<size_t>(row))] += 1.0 / static_cast<double>(host->samples.size());
@@ -314,7 +314,7 @@ TEST_CASE("a CPU without a PMU is sampled by the engine's timer: a tick each per
     if (key.domain == kDomainIdle) idle_truth += share;
     if (share < 0.01) continue;
     ++compared;
-    INFO(machine.function_names()[key.function] << " (domain " << key.domain << ", " << sim::ModeName(key.mode)
+    INFO(machine.function_names()[key.function] << " (domain " << key.domain << ", " << hvprof::sample_mode::Name(key.mode)
                                                  << "): time " << 100 * share << "%, samples "
                                                  << 100 * sampled[key] << "%");
     CHECK(std::fabs(sampled[key] - share) <= 0.01);

@@ -56,7 +56,7 @@ std::vector<StoredSched> EveryKind() {
   task.tid = 4243;
   out.push_back(task);
   StoredSched no_pid = task;  // a task whose pid is unknown: kept as such
-  no_pid.pid = kSchedNoTask;
+  no_pid.pid = kNoPid;
   no_pid.tid = 0;
   no_pid.time_ns = 1'000'400;
   out.push_back(no_pid);
@@ -71,7 +71,7 @@ std::vector<StoredSched> EveryKind() {
   wakeup.tid = 1;
   wakeup.other_domain = 0xFFFF;
   wakeup.other_vcpu = 0xFFFF;
-  wakeup.other_pid = kSchedNoTask;
+  wakeup.other_pid = kNoPid;
   wakeup.other_tid = 77;
   wakeup.old_state = 2;
   wakeup.new_state = 1;
@@ -79,9 +79,9 @@ std::vector<StoredSched> EveryKind() {
   out.push_back(wakeup);
   StoredSched waker_only = wakeup;  // a waker, no subject task
   waker_only.flags = kSchedFlagOther;
-  waker_only.pid = waker_only.tid = kSchedNoTask;
+  waker_only.pid = waker_only.tid = kNoPid;
   waker_only.time_ns = 1'000'601;
-  waker_only.to_pcpu = kSchedNoPcpu;
+  waker_only.to_pcpu = kUnknownPcpu;
   out.push_back(waker_only);
   StoredSched migrate;
   migrate.type = kSchedMigrate;
@@ -131,7 +131,7 @@ std::vector<StoredSched> Random(size_t count, uint64_t seed) {
     if (r.flags & kSchedFlagOther) {
       r.other_domain = static_cast<uint16_t>(random() % 6);
       r.other_vcpu = static_cast<uint16_t>(random() % 4);
-      r.other_pid = random() % 2 == 0 ? kSchedNoTask : static_cast<uint32_t>(random() % 100000);
+      r.other_pid = random() % 2 == 0 ? kNoPid : static_cast<uint32_t>(random() % 100000);
       r.other_tid = r.other_pid;
     }
     if (r.type == kSchedMigrate || (r.type == kSchedWakeup && random() % 2 == 0)) {

@@ -1,4 +1,4 @@
-// The scheduling analysis (report/views/sched.h), its time line and its formats, over record
+// The scheduling analysis (report/views/scheduling.h), its time line and its formats, over record
 // streams made here whose answers are known exactly: each test says the schedule in words and
 // checks the numbers that follow from it.
 #include <algorithm>
@@ -12,10 +12,10 @@
 
 #include "hvpmu/abi/ops.h"
 #include "hvpmu/abi/ring.h"
-#include "hvprof/report/sched.h"
-#include "hvprof/report/views/sched.h"
+#include "hvprof/report/sched_records.h"
+#include "hvprof/report/views/scheduling.h"
 #include "hvprof/report/views/timeline.h"
-#include "hvprof/report/writers/sched.h"
+#include "hvprof/report/writers/scheduling.h"
 #include "hvprof/report/writers/timeline.h"
 #include "synthetic_session.h"
 #include "temp_dir.h"
@@ -34,9 +34,9 @@ static_assert(sched::kTypeMigrate == static_cast<uint8_t>(SchedType::kMigrate));
 static_assert(sched::kTypeLost == static_cast<uint8_t>(SchedType::kLost));
 static_assert(sched::kTypeLost == hvpmu::ring::kMaxSchedType);
 static_assert(sched::kFlagPidValid == hvpmu::ring::kSchedPidValid);
-static_assert(sched::kUnknownPcpu == hvpmu::ring::kUnknownPcpu);
-static_assert(sched::kNoPid == hvpmu::ring::kNoPid);
-static_assert(sched::kIdleDomain == hvpmu::kDomainIdle);
+static_assert(hvprof::kUnknownPcpu == hvpmu::ring::kUnknownPcpu);
+static_assert(hvprof::kNoPid == hvpmu::ring::kNoPid);
+static_assert(hvprof::kIdleDomain == hvpmu::kDomainIdle);
 static_assert(static_cast<uint8_t>(SchedState::kRunning) == static_cast<uint8_t>(Runstate::kRunning));
 static_assert(static_cast<uint8_t>(SchedState::kRunnable) == static_cast<uint8_t>(Runstate::kRunnable));
 static_assert(static_cast<uint8_t>(SchedState::kBlocked) == static_cast<uint8_t>(Runstate::kBlocked));

@@ -134,7 +134,7 @@ TEST_CASE("scheduling records go to sched.hvs, made at the first, written at eac
   CHECK(back[0].other_pid == 12);
   CHECK(back[0].other_tid == 13);
   CHECK(back[0].to_pcpu == 0);
-  CHECK(back[0].from_pcpu == store::kSchedNoPcpu);
+  CHECK(back[0].from_pcpu == hvprof::kUnknownPcpu);
   CHECK(back[0].old_state == 2);
   CHECK(back[0].new_state == 1);
   CHECK(back[0].pcpu == 1);
@@ -142,7 +142,7 @@ TEST_CASE("scheduling records go to sched.hvs, made at the first, written at eac
   CHECK(back[1].count == 17);
   CHECK(back[1].aux == 1500);
   CHECK(back[1].domain == hvpmu::kDomainInvalid);
-  CHECK(back[2].pid == store::kSchedNoTask);
+  CHECK(back[2].pid == hvprof::kNoPid);
   CHECK(back[2].time_ns == 2100);
 
   for (uint64_t i = 0; i < 1000; ++i) session.AddSched(Nth(i));

@@ -315,7 +315,7 @@ TEST_CASE("the aggregate's stacks count every sample's whole stack, and survive 
     ++by_thread[{s.domain, s.mode, s.event, s.pid, s.tid, s.vcpu, s.pcpu, words}];
     // Merged, a stack with no user address is every process's.
     const bool user = std::any_of(words.begin(), words.end(), [](uint64_t w) { return (w >> 47) == 0; });
-    ++merged[{s.domain, s.mode, s.event, user ? s.pid : kAnyProcess, kUnknownThread, kUnknownCpu, kUnknownCpu, words}];
+    ++merged[{s.domain, s.mode, s.event, user ? s.pid : kAnyProcess, kNoTid, kUnknownPcpu, kUnknownPcpu, words}];
   }
   auto as_map = [](const Aggregate& aggregate) {
     std::map<Key, uint64_t> out;
@@ -678,6 +678,82 @@ TEST_CASE("session names for --save", "[store]") {
 
 namespace {
 
+// A session directory whose metadata says it holds `samples`.
+void MakeSessionDirectory(const std::string& directory, uint64_t samples) {
+  std::filesystem::create_directories(directory);
+  SessionMetadata metadata;
+  metadata.samples_stored = samples;
+  std::ofstream(directory + "/" + kMetadataFile) << SerializeMetadata(metadata);
+}
+
+}  // namespace
+
+TEST_CASE("saving a session: where it goes, why it cannot, and never over another", "[store]") {
+  TempDir dir;
+  const SessionPaths paths{dir.File("root")};
+  MakeSessionDirectory(paths.current(), 7);
+
+  SECTION("a session with samples moves under its name") {
+    auto target = CheckSave(paths, paths.current(), "before", false);
+    REQUIRE(target.has_value());
+    CHECK(target.value() == paths.Saved("before"));
+    REQUIRE(MoveSession(paths.current(), target.value()).has_value());
+    CHECK_FALSE(std::filesystem::exists(paths.current()));
+    auto saved = OpenSession(paths.Saved("before"));
+    REQUIRE(saved.has_value());
+    CHECK(saved.value().metadata.samples_stored == 7);
+  }
+  SECTION("refusals, each of its kind, and nothing moves") {
+    CHECK(CheckSave(paths, paths.current(), "../x", false).error().kind() == ErrorKind::kInvalidArgument);
+    CHECK(CheckSave(paths, dir.File("nowhere"), "x", false).error().kind() == ErrorKind::kNotFound);
+    MakeSessionDirectory(paths.Saved("taken"), 1);
+    auto taken = CheckSave(paths, paths.current(), "taken", false);
+    REQUIRE_FALSE(taken.has_value());
+    CHECK(taken.error().kind() == ErrorKind::kBadState);
+    CHECK(taken.error().message().find("pick another name") != std::string::npos);
+    CHECK(OpenSession(paths.current()).value().metadata.samples_stored == 7);
+  }
+  SECTION("an empty session is kept only when asked") {
+    MakeSessionDirectory(dir.File("empty"), 0);
+    auto refused = CheckSave(paths, dir.File("empty"), "e", false);
+    REQUIRE_FALSE(refused.has_value());
+    CHECK(refused.error().kind() == ErrorKind::kEmpty);
+    CHECK(refused.error().message().find("has no samples: nothing was saved") != std::string::npos);
+    CHECK(CheckSave(paths, dir.File("empty"), "e", true).has_value());
+  }
+  SECTION("a name taken between the check and the move: the move refuses, and both stay") {
+    auto target = CheckSave(paths, paths.current(), "raced", false);
+    REQUIRE(target.has_value());
+    MakeSessionDirectory(target.value(), 3);  // another saver got there first
+    auto moved = MoveSession(paths.current(), target.value());
+    REQUIRE_FALSE(moved.has_value());
+    CHECK(moved.error().kind() == ErrorKind::kBadState);
+    CHECK(OpenSession(paths.current()).value().metadata.samples_stored == 7);
+    CHECK(OpenSession(target.value()).value().metadata.samples_stored == 3);
+    // Not even over an empty directory, which a plain rename(2) would replace.
+    std::filesystem::create_directories(dir.File("root/samples/hollow"));
+    CHECK(MoveSession(paths.current(), paths.Saved("hollow")).error().kind() == ErrorKind::kBadState);
+    CHECK(std::filesystem::exists(paths.current()));
+  }
+}
+
+TEST_CASE("the facts samples carry: one definition, the ring ABI's values, names both ways", "[store]") {
+  static_assert(sample_mode::kUser == static_cast<uint8_t>(hvpmu::ring::Mode::kUser));
+  static_assert(sample_mode::kHypervisor == static_cast<uint8_t>(hvpmu::ring::Mode::kHypervisor));
+  static_assert(kIdleDomain == hvpmu::kDomainIdle && kNoPid == hvpmu::ring::kNoPid);
+  for (uint8_t byte = 0; byte < sample_mode::kCount; ++byte) {
+    const std::optional<Mode> back = sample_mode::FromName(sample_mode::Name(byte));
+    REQUIRE(back.has_value());
+    CHECK(sample_mode::Byte(*back) == byte);
+  }
+  CHECK(sample_mode::FromName("xen") == Mode::kHypervisor);
+  CHECK_FALSE(sample_mode::FromName("guest").has_value());
+  CHECK_FALSE(sample_mode::IsValid(sample_mode::kCount));
+  CHECK(sample_mode::Of(200) == Mode::kHypervisor);  // damage is read as the mode with no process
+}
+
+namespace {
+
 uint64_t CountSamples(const std::vector<uint8_t>& bytes, ReadSummary* summary = nullptr) {
   uint64_t count = 0;
   ReadSummary read = ReadSamples(bytes, [&](const StoredSample&) { ++count; });
@@ -965,7 +1041,7 @@ TEST_CASE("the aggregate deflated: the same aggregate read back, smaller, and da
     const uint32_t first = static_cast<uint32_t>(aggregate.stack_words.size());
     aggregate.stack_words.push_back(entry.key.ip);
     aggregate.stack_words.push_back(0xffffffff81000000 + entry.key.ip % 4096);
-    aggregate.stacks.push_back({{kAnyProcess, kUnknownThread, 0, 0, 0, kUnknownCpu, 1}, first, 2, entry.count});
+    aggregate.stacks.push_back({{kAnyProcess, kNoTid, 0, 0, 0, kUnknownPcpu, 1}, first, 2, entry.count});
   }
   aggregate.source_bytes = 1 << 20;
   REQUIRE(WriteAggregate(dir.File("plain.hva"), aggregate, AggregateCompression::kPlain).has_value());

@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "hvprof/agent/sched_source.h"
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 
 namespace hvprof::xen {
 

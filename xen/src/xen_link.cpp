@@ -164,9 +164,7 @@ class XenLink final : public agent::HypervisorLink {
     // Who serves hypercall 31: hvprof's engine answers its status op (any caller; nothing
     // changes); Xen 4.17's xenoprof refuses every op above 17 (EINVAL), a Xen without a
     // profiler every op (ENOSYS).
-    auto status = std::make_unique<hvpmu::Status>();
-    status->struct_size = sizeof(hvpmu::Status);
-    status->abi_version = hvpmu::kAbiVersion;
+    std::unique_ptr<hvpmu::Status> status = agent::StatusRequest();
     auto answer = Op(hvpmu::kOpStatus, std::as_writable_bytes(std::span(status.get(), 1)));
     engine_ = answer && answer.value() == ErrorCode::kOk;
     // The engine's samples carry this domain's vCPU and a time, and Xen names no task: this
@@ -341,8 +339,7 @@ class XenLink final : public agent::HypervisorLink {
     // given the task on its other side.
     uint64_t best_width = UINT64_MAX;
     for (int attempt = 0; attempt < 3; ++attempt) {
-      status_->struct_size = sizeof(hvpmu::Status);
-      status_->abi_version = hvpmu::kAbiVersion;
+      agent::StatusRequest(status_.get());
       const uint64_t before = tasks_->Now();
       auto answer = Op(hvpmu::kOpStatus, std::as_writable_bytes(std::span(status_.get(), 1)));
       const uint64_t after = tasks_->Now();

@@ -9,7 +9,7 @@
 #include <memory>
 #include <optional>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/base/scoped_fd.h"
 #include "hvprof/hv/protocol.h"
 #include "hvprof/sim/machine.h"

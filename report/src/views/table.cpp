@@ -193,7 +193,7 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, s
     }
     const Image& image = profile.images()[entry.image];
     if (!options.images.empty() && !Matches(options.images, image)) continue;
-    if (options.exclude_dependent && (entry.mode != 0 || main_images.count(image.path) == 0)) continue;
+    if (options.exclude_dependent && (entry.mode != sample_mode::kUser || main_images.count(image.path) == 0)) continue;
     const size_t column = static_cast<size_t>(column_of[entry.event]);
     if (entry.idle && !keep_idle) {
       table.columns[column].idle += entry.count;

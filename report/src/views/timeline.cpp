@@ -40,7 +40,7 @@ Result<Timeline> BuildTimeline(const SchedRecords& records, const SchedOptions& 
       last_slice.resize(interval.pcpu + 1, SIZE_MAX);
     }
     const uint16_t domain = interval.entity == kSchedNobody ? kTimelineUnknown
-                            : entities[interval.entity].idle ? sched::kIdleDomain
+                            : entities[interval.entity].idle ? hvprof::kIdleDomain
                                                              : entities[interval.entity].domain;
     for (uint64_t b = bucket_of(interval.start_ns); b < n && bucket_start(b) < interval.end_ns; ++b) {
       const uint64_t to = b + 1 < n ? std::min(interval.end_ns, bucket_start(b + 1)) : interval.end_ns;
@@ -53,7 +53,7 @@ Result<Timeline> BuildTimeline(const SchedRecords& records, const SchedOptions& 
         it->second += overlap;
       }
     }
-    if (!options.slices || domain == kTimelineUnknown || domain == sched::kIdleDomain) return;
+    if (!options.slices || domain == kTimelineUnknown || domain == hvprof::kIdleDomain) return;
     size_t& last = last_slice[interval.pcpu];
     if (last != SIZE_MAX && slices[last].entity == interval.entity && slices[last].end_ns == interval.start_ns) {
       slices[last].end_ns = interval.end_ns;
@@ -90,7 +90,7 @@ Result<Timeline> BuildTimeline(const SchedRecords& records, const SchedOptions& 
   for (const SchedDomainStats* d : by_running) {
     if (used[d->domain]) timeline.legend.push_back(d->domain);
   }
-  for (uint16_t special : {sched::kIdleDomain, kTimelineUnknown}) {
+  for (uint16_t special : {hvprof::kIdleDomain, kTimelineUnknown}) {
     if (used[special]) timeline.legend.push_back(special);
   }
   std::sort(slices.begin(), slices.end(), [](const TimelineSlice& a, const TimelineSlice& b) {

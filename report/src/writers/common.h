@@ -9,12 +9,10 @@
 
 #include "hvprof/base/escape.h"
 #include "hvprof/report/model.h"
-#include "hvprof/report/views/sched.h"
+#include "hvprof/report/views/scheduling.h"
 #include "hvprof/report/views/table.h"
 
 namespace hvprof::report {
-
-inline constexpr const char* kModeNames[] = {"user", "kernel", "hypervisor"};
 
 double Percent(uint64_t part, uint64_t whole);
 // Every name from a profile (symbols, images, comms, domains, paths, problems that quote them)

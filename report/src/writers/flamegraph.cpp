@@ -46,7 +46,7 @@ nlohmann::json Facts(const Profile& profile, const NamedStacks& stacks, const St
   }
   if (!filter.modes.empty()) {
     std::vector<std::string> names;
-    for (uint8_t mode : filter.modes) names.push_back(kModeNames[mode < 3 ? mode : 2]);
+    for (uint8_t mode : filter.modes) names.emplace_back(sample_mode::Name(mode));
     shown += fmt::format("; modes {}", fmt::join(names, ", "));
   }
   add("Shown", shown);

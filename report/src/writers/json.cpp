@@ -50,8 +50,9 @@ std::string FormatJson(const Profile& profile, const Table& table, const ReportO
   out["idle"] = {{"included", KeepsIdle(options)}, {"events", idle_events}};
   Json domains = Json::array();
   for (const DomainSummary& d : table.domains) {
-    domains.push_back({{"id", d.domain}, {"name", d.name}, {"role", d.role},
-                       {"samples", {{kModeNames[0], d.samples[0]}, {kModeNames[1], d.samples[1]}, {kModeNames[2], d.samples[2]}}}});
+    Json samples = Json::object();
+    for (uint8_t mode = 0; mode < sample_mode::kCount; ++mode) samples[sample_mode::Name(mode)] = d.samples[mode];
+    domains.push_back({{"id", d.domain}, {"name", d.name}, {"role", d.role}, {"samples", std::move(samples)}});
   }
   out["domains"] = domains;
   Json losses = Json::array();

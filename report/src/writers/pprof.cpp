@@ -181,15 +181,15 @@ Result<std::string> FormatPprof(const Profile& profile, const StackFilter& filte
   std::vector<Pending> pending;
   std::vector<uint64_t> location_ids;
   std::unordered_map<uint16_t, int64_t> domain_names;
-  int64_t mode_names[3];
-  for (uint8_t mode = 0; mode < 3; ++mode) mode_names[mode] = strings.Index(kModeNames[mode]);
+  int64_t mode_names[sample_mode::kCount];
+  for (uint8_t mode = 0; mode < sample_mode::kCount; ++mode) mode_names[mode] = strings.Index(std::string(sample_mode::Name(mode)));
   for (const Stack& stack : profile.stacks()) {
     if (!filter.Selects(stack)) continue;
     auto known = domain_names.find(stack.domain);
     if (known == domain_names.end()) {
       known = domain_names.emplace(stack.domain, strings.Index(profile.DomainName(stack.domain))).first;
     }
-    pending.push_back({&stack, location_ids.size(), known->second, mode_names[std::min<uint8_t>(stack.mode, 2)]});
+    pending.push_back({&stack, location_ids.size(), known->second, mode_names[sample_mode::Byte(sample_mode::Of(stack.mode))]});
     for (uint32_t frame : stack.frames) location_ids.push_back(location_of(frame));
   }
   std::string bytes;
@@ -219,9 +219,9 @@ Result<std::string> FormatPprof(const Profile& profile, const StackFilter& filte
       labels[label_count++] = {key_mode, p.mode, 0, 0};
       // A stack counted across processes has no pid to label.
       if (stack.pid != kNoPid && stack.pid != store::kAnyProcess) labels[label_count++] = {key_pid, 0, stack.pid, unit_id};
-      if (stack.tid != Stack::kUnknownThread) labels[label_count++] = {key_tid, 0, stack.tid, unit_id};
-      if (stack.vcpu != Stack::kUnknownCpu) labels[label_count++] = {key_vcpu, 0, stack.vcpu, unit_id};
-      if (stack.pcpu != Stack::kUnknownCpu) labels[label_count++] = {key_pcpu, 0, stack.pcpu, unit_id};
+      if (stack.tid != kNoTid) labels[label_count++] = {key_tid, 0, stack.tid, unit_id};
+      if (stack.vcpu != kUnknownPcpu) labels[label_count++] = {key_vcpu, 0, stack.vcpu, unit_id};
+      if (stack.pcpu != kUnknownPcpu) labels[label_count++] = {key_pcpu, 0, stack.pcpu, unit_id};
       const int64_t samples = static_cast<int64_t>(std::min<uint64_t>(stack.count, INT64_MAX));
       int64_t values[2] = {samples, 0};
       size_t value_count = 1;

@@ -91,10 +91,13 @@ std::string FormatHeader(const Profile& profile, const Table& table, const Repor
       names.push_back(Safe(d.name + (d.role.empty() ? "" : " [" + d.role + "]")));
       width = std::max(width, names.back().size());
     }
-    out += fmt::format("  {:<{}} {:>10} {:>10} {:>10}\n", "domain", width, "user", "kernel", "hypervisor");
+    out += fmt::format("  {:<{}}", "domain", width);
+    for (uint8_t mode = 0; mode < sample_mode::kCount; ++mode) out += fmt::format(" {:>10}", sample_mode::Name(mode));
+    out += '\n';
     for (size_t i = 0; i < table.domains.size(); ++i) {
-      const DomainSummary& d = table.domains[i];
-      out += fmt::format("  {:<{}} {:>10} {:>10} {:>10}\n", names[i], width, d.samples[0], d.samples[1], d.samples[2]);
+      out += fmt::format("  {:<{}}", names[i], width);
+      for (uint64_t samples : table.domains[i].samples) out += fmt::format(" {:>10}", samples);
+      out += '\n';
     }
   }
   for (const PublishedSource& guest : profile.published()) {

@@ -21,7 +21,7 @@ std::map<uint16_t, char> Characters(const Timeline& timeline) {
   std::map<uint16_t, char> chars;
   size_t next = 0;
   for (uint16_t domain : timeline.legend) {
-    if (domain == sched::kIdleDomain) chars[domain] = '.';
+    if (domain == hvprof::kIdleDomain) chars[domain] = '.';
     else if (domain == kTimelineUnknown) chars[domain] = '?';
     else chars[domain] = next < kLetters.size() ? kLetters[next++] : '#';
   }
@@ -136,7 +136,7 @@ std::string FormatTimelineHtml(const Timeline& timeline, const std::string& sess
   data["pcpus"] = report.pcpus;
   Json domains = Json::array();
   for (uint16_t domain : timeline.legend) {
-    if (domain == sched::kIdleDomain || domain == kTimelineUnknown) continue;
+    if (domain == hvprof::kIdleDomain || domain == kTimelineUnknown) continue;
     domains.push_back({domain, report.DomainName(domain)});
   }
   data["domains"] = std::move(domains);

@@ -15,7 +15,7 @@
 #include "hvprof/agent/jit_snapshots.h"
 #include "hvprof/agent/ring_set.h"
 #include "hvprof/agent/session_writer.h"
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/base/scoped_fd.h"
 #include "hvprof/store/session.h"
 
@@ -154,7 +154,6 @@ inline constexpr uint32_t kDefaultRingCapacity = 16384;
 // how much. hvprofd passes it on to the `hvprof --start-daemon` that waits.
 using SetupProgress = std::function<void(std::string_view what, uint64_t done, uint64_t total)>;
 // A get_buffer_v2 / set_passive_v2 argument for `domain`'s rings of `capacity` slots.
-hvpmu::BufferV2 BufferRequest(hvpmu::DomainId domain, uint32_t capacity);
 
 // get_buffer's / set_passive's max_samples for rings of `capacity` samples (Xen keeps one
 // record empty, and caps the buffer at 32 pages a domain).

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/base/scoped_fd.h"
 
 namespace hvprof::agent {

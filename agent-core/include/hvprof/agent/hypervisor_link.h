@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "hvprof/agent/sched_source.h"
-#include "hvprof/base/error.h"
-#include "hvprof/base/scoped_fd.h"
 #include "hvpmu/abi/errors.h"
 #include "hvpmu/abi/ops.h"
 #include "hvpmu/abi/ring.h"
+#include "hvprof/agent/sched_source.h"
+#include "hvprof/base/result.h"
+#include "hvprof/base/scoped_fd.h"
 #include "hvprof/context/context_event.h"
 
 namespace hvprof::agent {
@@ -161,6 +161,18 @@ Result<hvpmu::ErrorCode> RunOp(HypervisorLink& link, uint32_t op, T* argument) {
 inline Result<hvpmu::ErrorCode> RunOp(HypervisorLink& link, uint32_t op) {
   return link.Op(op, {});
 }
+
+// The extension ops' arguments, built in one place each: zeroed (the engine refuses reserved
+// words that are not), with their size and the ABI version this side speaks (docs/abi.md,
+// "Operations").
+hvpmu::InitV2 InitRequest();
+// get_buffer_v2 (`domain` is then the engine's answer) and set_passive_v2: `capacity` slots per
+// ring.
+hvpmu::BufferV2 BufferRequest(hvpmu::DomainId domain, uint32_t capacity);
+// The status op's argument, from `from_domain` on (a page of the domain list). Status is large
+// (its domain list): it lives on the heap, and StatusRequest re-arms one for another call.
+std::unique_ptr<hvpmu::Status> StatusRequest(uint32_t from_domain = 0);
+void StatusRequest(hvpmu::Status* status, uint32_t from_domain = 0);
 
 // "get_buffer", "enable_virq"... for messages.
 const char* OpName(uint32_t op);

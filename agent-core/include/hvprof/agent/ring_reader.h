@@ -7,9 +7,9 @@
 #include <span>
 #include <utility>
 
-#include "hvprof/base/error.h"
 #include "hvpmu/abi/ring.h"
 #include "hvpmu/abi/xenoprof_legacy.h"
+#include "hvprof/base/result.h"
 
 namespace hvprof::agent {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "hvprof/base/error.h"
 #include "hvpmu/abi/ring.h"
+#include "hvprof/base/result.h"
 
 namespace hvprof::agent {
 

@@ -12,14 +12,14 @@
 #include <string>
 #include <vector>
 
-#include "hvprof/base/error.h"
+#include "hvpmu/abi/ops.h"
+#include "hvpmu/abi/ring.h"
+#include "hvprof/base/result.h"
 #include "hvprof/store/aggregate_builder.h"
 #include "hvprof/store/context_file.h"
 #include "hvprof/store/samples_file.h"
 #include "hvprof/store/sched_file.h"
 #include "hvprof/store/session.h"
-#include "hvpmu/abi/ops.h"
-#include "hvpmu/abi/ring.h"
 
 namespace hvprof::agent {
 
@@ -118,7 +118,7 @@ class SessionWriter {
   uint64_t carried_idle_ = 0;
   store::SessionMetadata metadata_;
   store::SamplesWriter writer_;
-  std::vector<std::array<uint64_t, 3>> by_domain_mode_;  // indexed by domain id
+  std::vector<std::array<uint64_t, sample_mode::kCount>> by_domain_mode_;  // indexed by domain id
   std::array<uint8_t, 16> id_{};
   uint64_t keep_free_ = 0;                       // what the writers leave free on the disk
   std::optional<store::SchedWriter> sched_;      // once there is a sched.hvs

@@ -13,7 +13,7 @@
 #include <span>
 #include <string>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 
 namespace hvprof::archive {
 

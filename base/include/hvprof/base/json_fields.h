@@ -25,7 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 
 namespace hvprof::json {
 

@@ -6,7 +6,7 @@
 #include <span>
 #include <utility>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/base/unique_resource.h"
 
 namespace hvprof {

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/base/scoped_fd.h"
 
 namespace hvprof {

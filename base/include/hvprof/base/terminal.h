@@ -4,7 +4,7 @@
 
 #include <string_view>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 
 namespace hvprof {
 

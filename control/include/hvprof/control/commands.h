@@ -5,8 +5,8 @@
 #include <optional>
 #include <string>
 
-#include "hvprof/base/error.h"
 #include "hvprof/agent/control_channel.h"
+#include "hvprof/base/result.h"
 #include "hvprof/control/hypervisor.h"
 #include "hvprof/setup/setup.h"
 #include "hvprof/store/session.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/store/session.h"
 
 namespace hvprof::control {

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/control/commands.h"
 #include "hvprof/setup/setup.h"
 

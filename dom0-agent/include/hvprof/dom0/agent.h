@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "hvprof/agent/agent_daemon.h"
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/setup/setup.h"
 
 namespace hvprof::dom0 {

@@ -12,9 +12,9 @@
 #include <set>
 #include <vector>
 
-#include "hvprof/base/error.h"
-#include "hvprof/base/scoped_fd.h"
 #include "hvpmu/platform.h"
+#include "hvprof/base/result.h"
+#include "hvprof/base/scoped_fd.h"
 
 namespace hvprof::hosted {
 

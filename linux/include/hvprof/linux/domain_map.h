@@ -20,8 +20,8 @@
 #include <string_view>
 #include <vector>
 
-#include "hvprof/base/error.h"
 #include "hvpmu/abi/ops.h"
+#include "hvprof/base/result.h"
 
 namespace hvprof::linux_host {
 

@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-#include "hvprof/base/error.h"
-#include "hvprof/base/scoped_fd.h"
 #include "hvpmu/engine.h"
+#include "hvprof/base/result.h"
+#include "hvprof/base/scoped_fd.h"
 #include "hvprof/hosted/hosted_platform.h"
 #include "hvprof/linux/domain_map.h"
 #include "hvprof/linux/perf_driver.h"

@@ -65,7 +65,8 @@ inline constexpr uint64_t kContextGuestKernel = static_cast<uint64_t>(-2176);
 inline constexpr uint64_t kContextGuestUser = static_cast<uint64_t>(-2560);
 inline constexpr uint64_t kContextMax = static_cast<uint64_t>(-4095);
 
-inline constexpr uint32_t kNoTask = 0xFFFFFFFFu;
+// perf writes -1 as a record's pid, tid or cpu it does not know.
+inline constexpr uint32_t kNoTask = static_cast<uint32_t>(-1);
 
 // How the records of one ring are laid out: the attr's sample_type and sample_id_all.
 //

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <span>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 
 namespace hvprof::linux_host {
 

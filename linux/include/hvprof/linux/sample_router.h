@@ -22,6 +22,7 @@
 #include <span>
 
 #include "hvpmu/platform.h"
+#include "hvprof/facts/sample.h"
 #include "hvprof/linux/domain_map.h"
 #include "hvprof/linux/perf_records.h"
 #include "hvprof/linux/process_table.h"
@@ -43,8 +44,8 @@ struct RoutedSample {
 struct SchedSubject {
   hvpmu::DomainId domain = 0;
   uint16_t vcpu = 0;
-  uint32_t pid = 0xFFFFFFFFu;  // hvpmu::ring::kNoPid unless `task`
-  uint32_t tid = 0xFFFFFFFFu;
+  uint32_t pid = kNoPid;  // unless `task`
+  uint32_t tid = kNoTid;
   bool task = false;
 };
 

@@ -19,7 +19,7 @@
 #include <optional>
 #include <vector>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/base/scoped_fd.h"
 #include "hvprof/linux/domain_map.h"
 #include "hvprof/linux/perf_events.h"

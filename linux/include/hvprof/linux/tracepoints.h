@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/linux/perf_events.h"
 
 namespace hvprof::linux_host {

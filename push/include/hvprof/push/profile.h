@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/push/pyroscope.h"
 #include "hvprof/report/model.h"
 #include "hvprof/report/views/stacks.h"

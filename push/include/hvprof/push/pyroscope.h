@@ -54,7 +54,7 @@
 #include <utility>
 #include <vector>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 
 namespace hvprof::push {
 

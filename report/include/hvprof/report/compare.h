@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/report/load.h"
 #include "hvprof/report/source.h"
 #include "hvprof/report/views/diff.h"

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/report/model.h"
 
 namespace hvprof::report {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -13,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/store/context_file.h"
 #include "hvprof/store/session.h"
 
@@ -23,11 +24,7 @@ class Symbolizer;
 
 namespace hvprof::report {
 
-inline constexpr uint32_t kNoIndex = 0xFFFFFFFF;
-// Entry::pid of a sample whose process is unknown (the hypervisor's own, Xen's guests' kernels).
-inline constexpr uint32_t kNoPid = 0xFFFFFFFF;
-// The domain id samples of idle CPUs are recorded under (the hypervisor's idle domain).
-inline constexpr uint16_t kIdleDomain = store::kIdleDomain;
+inline constexpr uint32_t kNoIndex = std::numeric_limits<uint32_t>::max();
 
 struct Image {
   std::string name;       // as reports show it: xen-syms-4.17-amd64, libc.so.6, domain3-kernel
@@ -93,17 +90,15 @@ struct InlineChain {
 // then its callers, innermost first; each is an index into Profile::frames(). A caller's
 // return address is attributed one byte back, to the call that made it.
 struct Stack {
-  static constexpr uint16_t kUnknownCpu = store::kUnknownCpu;
-  static constexpr uint32_t kUnknownThread = store::kUnknownThread;
   uint16_t domain = 0;
-  uint8_t mode = 0;
+  uint8_t mode = sample_mode::kUser;  // sample_mode::
   uint8_t event = 0;
   uint32_t pid = 0;
   // With LoadOptions::stack_threads (pprof's labels): where it ran; unknown otherwise, and
   // then stacks of every CPU and thread are counted together.
-  uint16_t vcpu = kUnknownCpu;
-  uint16_t pcpu = kUnknownCpu;
-  uint32_t tid = kUnknownThread;
+  uint16_t vcpu = kUnknownPcpu;
+  uint16_t pcpu = kUnknownPcpu;
+  uint32_t tid = kNoTid;
   uint64_t count = 0;
   std::vector<uint32_t> frames;
   bool idle = false;  // sampled in the idle loop (IsIdleSample of its first frame)

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/report/model.h"
 #include "hvprof/store/session.h"
 
@@ -28,7 +28,7 @@ struct PublishedEvent {
 
 // Samples of one symbol, resolved by the guest.
 struct PublishedSymbol {
-  uint8_t mode = 0;  // 0 user, 1 kernel
+  uint8_t mode = sample_mode::kUser;  // user or kernel: the hypervisor's are addresses
   std::string image;
   std::string symbol;
   uint64_t address = 0;  // the symbol's start, or the address when unresolved

@@ -12,10 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "hvprof/base/error.h"
-#include "hvprof/store/session.h"
 #include "hvpmu/abi/ops.h"
 #include "hvpmu/events.h"
+#include "hvprof/base/result.h"
+#include "hvprof/store/session.h"
 
 namespace hvprof::setup {
 

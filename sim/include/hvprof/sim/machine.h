@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "hvprof/base/error.h"
 #include "hvpmu/engine.h"
+#include "hvprof/base/result.h"
 #include "hvprof/context/context_event.h"
 #include "hvprof/hosted/hosted_platform.h"
 #include "hvprof/sim/pmu_model.h"

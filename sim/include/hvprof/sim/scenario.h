@@ -11,8 +11,9 @@
 #include <string_view>
 #include <vector>
 
-#include "hvprof/base/error.h"
 #include "hvpmu/platform.h"
+#include "hvprof/base/result.h"
+#include "hvprof/facts/sample.h"
 
 namespace hvprof::sim {
 
@@ -64,9 +65,7 @@ struct AutoPick {
   std::string image;     // user mode
 };
 
-enum class Mode { kUser = 0, kKernel = 1, kHypervisor = 2 };
-inline constexpr int kModeCount = 3;
-std::string_view ModeName(Mode mode);
+// Modes are hvprof::Mode (hvprof/facts/sample.h); a table per mode is indexed by its byte.
 
 struct ModeWorkload {
   double share = 0.0;  // percent of the vCPU's busy time
@@ -125,7 +124,7 @@ struct DomainSpec {
   std::optional<uint32_t> socket_uid;  // uid allowed on this domain's socket
   KernelSpec kernel;
   std::vector<ProcessSpec> processes;
-  ModeWorkload modes[kModeCount];
+  ModeWorkload modes[sample_mode::kCount];
 };
 
 struct MachineSpec {

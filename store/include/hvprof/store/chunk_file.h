@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/base/scoped_fd.h"
 
 namespace hvprof::store {

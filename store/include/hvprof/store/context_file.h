@@ -25,7 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/context/context_event.h"
 #include "hvprof/store/chunk_file.h"
 

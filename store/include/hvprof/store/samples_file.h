@@ -13,7 +13,8 @@
 #include <span>
 #include <string>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
+#include "hvprof/facts/sample.h"
 #include "hvprof/store/chunk_file.h"
 
 namespace hvprof::store {
@@ -29,12 +30,12 @@ struct StoredSample {
   uint64_t ip = 0;
   uint64_t time_ns = 0;
   uint64_t period = 0;
-  uint32_t pid = 0xFFFFFFFF;  // ring::kNoPid when unknown
-  uint32_t tid = 0xFFFFFFFF;
+  uint32_t pid = kNoPid;
+  uint32_t tid = kNoTid;
   uint16_t domain = 0;
   uint16_t vcpu = 0;
   uint16_t pcpu = 0;
-  uint8_t mode = 0;
+  uint8_t mode = sample_mode::kUser;  // sample_mode::
   uint8_t event = 0;
   uint16_t flags = 0;
   std::span<const uint64_t> frames;  // innermost first

@@ -12,7 +12,8 @@
 #include <string>
 #include <string_view>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
+#include "hvprof/facts/sample.h"
 #include "hvprof/store/chunk_file.h"
 
 namespace hvprof::store {
@@ -32,8 +33,6 @@ inline constexpr uint8_t kMaxStoredSchedType = 4;
 inline constexpr uint8_t kSchedFlagTask = 1u << 0;   // pid/tid name the subject
 inline constexpr uint8_t kSchedFlagOther = 1u << 1;  // other_* name someone (the waker)
 inline constexpr uint8_t kMaxStoredState = 15;       // states above are kept as 15 (unknown)
-inline constexpr uint32_t kSchedNoTask = 0xFFFFFFFF;  // ring::kNoPid
-inline constexpr uint16_t kSchedNoPcpu = 0xFFFF;      // ring::kUnknownPcpu
 
 // One scheduling record as the store keeps it: the fields of a ring's SchedRecord that carry
 // meaning. What a record's flags and type say is not there is not kept, and reads back as the
@@ -48,14 +47,14 @@ struct StoredSched {
   uint64_t time_ns = 0;
   uint16_t domain = 0;
   uint16_t vcpu = 0;
-  uint32_t pid = kSchedNoTask;
-  uint32_t tid = kSchedNoTask;
+  uint32_t pid = kNoPid;
+  uint32_t tid = kNoPid;
   uint16_t other_domain = 0;
   uint16_t other_vcpu = 0;
-  uint32_t other_pid = kSchedNoTask;
-  uint32_t other_tid = kSchedNoTask;
-  uint16_t from_pcpu = kSchedNoPcpu;
-  uint16_t to_pcpu = kSchedNoPcpu;
+  uint32_t other_pid = kNoPid;
+  uint32_t other_tid = kNoPid;
+  uint16_t from_pcpu = kUnknownPcpu;
+  uint16_t to_pcpu = kUnknownPcpu;
   uint64_t count = 0;  // kSchedLost: records lost
   uint64_t aux = 0;    // kSchedLost: the time of the first of them
   bool operator==(const StoredSched&) const = default;

@@ -10,7 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
+#include "hvprof/facts/sample.h"
 #include "hvprof/store/samples_file.h"
 #include "hvprof/store/sched_file.h"
 #include "hvprof/store/stack_counter.h"
@@ -352,10 +353,6 @@ enum class StackDetail {
                     // by how many processes and threads ran it
   kStacksByThread,  // the stacks of each thread on each vCPU and pCPU
 };
-inline constexpr uint16_t kUnknownCpu = 0xFFFF;
-// The domain samples of idle CPUs are recorded under (the hypervisor's idle domain, DOMID_IDLE).
-inline constexpr uint16_t kIdleDomain = 0x7FFF;
-inline constexpr uint32_t kUnknownThread = 0xFFFFFFFF;
 
 // The one name of a domain that every command prints (reports, --status, the agents' notes):
 // "dom0" for domain 0 whatever its own name (Xen's "Domain-0"), "domN (NAME)" for another with a
@@ -419,6 +416,18 @@ Result<void> CheckSessionDirectories(const SessionPaths& paths);
 
 // Checks a --save name: letters, digits, '-', '_' and '.', not "current", not starting with '.'.
 Result<void> ValidateSessionName(const std::string& name);
+
+// Saving a session as NAME (`hvprof --save`), in two steps so that its writer can close it
+// between them. CheckSave says where `directory` (the current session, whose metadata says what
+// it holds) goes, or why it cannot: a bad name (kInvalidArgument), a name taken (kBadState), no
+// session (kNotFound), or, unless `allow_empty`, no samples in it (kEmpty: a saved session is
+// kept to compare against, and an empty one would compare nothing). hvprofd and, with no hvprofd
+// running, hvprof itself both save through these.
+Result<std::string> CheckSave(const SessionPaths& paths, const std::string& directory, const std::string& name,
+                              bool allow_empty);
+// Moves a session directory to `to` (CheckSave's answer), never over another: a name taken
+// meanwhile is kBadState, and nothing moves.
+Result<void> MoveSession(const std::string& from, const std::string& to);
 
 // The name of the most recently written saved session under `paths` (by its metadata's
 // modification time), or nothing when there is none.

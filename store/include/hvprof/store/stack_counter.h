@@ -9,13 +9,15 @@
 #include <span>
 #include <vector>
 
+#include "hvprof/facts/sample.h"
+
 namespace hvprof::store {
 
 struct StackKey {
   uint32_t pid = 0;
   uint32_t tid = 0;
   uint16_t domain = 0;
-  uint8_t mode = 0;
+  uint8_t mode = sample_mode::kUser;  // sample_mode::
   uint8_t event = 0;
   uint16_t vcpu = 0;
   uint16_t pcpu = 0;

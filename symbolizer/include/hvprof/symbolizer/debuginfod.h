@@ -16,7 +16,7 @@
 #include <string>
 #include <string_view>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/base/unique_resource.h"
 
 struct debuginfod_client;

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/symbolizer/types.h"
 
 namespace hvprof::symbolizer {

@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/symbolizer/symbolizer.h"
 #include "hvprof/symbolizer/types.h"
 

@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/symbolizer/types.h"
 
 namespace hvprof::symbolizer {

@@ -20,16 +20,16 @@
 #include <thread>
 #include <vector>
 
-#include "hvprof/base/error.h"
-#include "hvprof/base/scoped_fd.h"
-#include "hvprof/symbolizer/symbolizer.h"
 #include "hvpmu/engine.h"
+#include "hvpmu/pmu_drivers.h"
 #include "hvpmu/timer_source.h"
+#include "hvprof/base/result.h"
+#include "hvprof/base/scoped_fd.h"
 #include "hvprof/hv/protocol.h"
 #include "hvprof/linux/linux_machine.h"
-#include "hvpmu/pmu_drivers.h"
 #include "hvprof/sim/machine.h"
 #include "hvprof/sim/scenario.h"
+#include "hvprof/symbolizer/symbolizer.h"
 
 namespace hvprof::hv {
 

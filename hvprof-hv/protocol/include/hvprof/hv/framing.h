@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/base/scoped_fd.h"
 #include "hvprof/hv/protocol.h"
 

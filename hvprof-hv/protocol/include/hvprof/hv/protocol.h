@@ -45,7 +45,7 @@ enum class MessageType : uint16_t {
                          // exist (primary only, sim only): Xen's trace buffers, for the fake Xen
   kContextEvents = 13,   // ContextEventsRequest -> ContextEventsReply + encoded context events
                          // (hvprof/context/context_event.h) of the domains the caller may know of
-  kError = 0x7FFF,   // reply to a request that could not be understood: StatusReply + text
+  kError = 0x7FFF,   // literal: a message type, the last; reply to a request that could not be understood: StatusReply + text
 };
 
 // Errors of the protocol layer itself; engine refusals travel as hvpmu::ErrorCode in OpReply.

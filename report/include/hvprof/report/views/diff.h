@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/report/model.h"
 #include "hvprof/report/views/stacks.h"
 #include "hvprof/report/views/table.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/report/model.h"
 
 namespace hvprof::report {
@@ -97,7 +97,7 @@ struct DomainSummary {
   uint16_t domain;
   std::string name;
   std::string role;
-  uint64_t samples[3] = {};  // per mode, first column
+  uint64_t samples[sample_mode::kCount] = {};  // per mode (sample_mode::), first column
 };
 
 struct Table {

@@ -1,15 +1,15 @@
 // The scheduling time line (hvprof-report --timeline): per pCPU, who ran when. Cut into
 // buckets (the text rows: per bucket the domain that ran most of it), and, for the trace
 // formats, every stretch a non-idle entity ran (a slice). Built in the scheduling view's one
-// pass (views/sched.h), whose report comes with it.
+// pass (views/scheduling.h), whose report comes with it.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "hvprof/base/error.h"
-#include "hvprof/report/sched.h"
-#include "hvprof/report/views/sched.h"
+#include "hvprof/base/result.h"
+#include "hvprof/report/sched_records.h"
+#include "hvprof/report/views/scheduling.h"
 
 namespace hvprof::report {
 
@@ -37,7 +37,7 @@ struct Timeline {
   uint32_t buckets = 0;
   // Bucket b of the window is [start + window * b / buckets, start + window * (b + 1) / buckets).
   uint64_t BucketStart(uint32_t bucket) const;
-  // [pcpu][bucket]: the domain that ran most of the bucket: a domain id, sched::kIdleDomain
+  // [pcpu][bucket]: the domain that ran most of the bucket: a domain id, hvprof::kIdleDomain
   // for the idle vCPU, kTimelineUnknown for time no record accounts for (ties: the lower id).
   std::vector<std::vector<uint16_t>> cells;
   // The domains in the cells, those that ran most first (by report.domains' running time),

@@ -11,7 +11,7 @@
 
 #include <string>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/report/model.h"
 #include "hvprof/report/views/stacks.h"
 

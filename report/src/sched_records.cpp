@@ -1,5 +1,5 @@
 // The scheduling records, kept per pCPU in 16 bytes each, and read back merged in time order.
-#include "hvprof/report/sched.h"
+#include "hvprof/report/sched_records.h"
 
 #include "hvprof/store/context_file.h"
 
@@ -31,7 +31,7 @@ uint32_t SchedRecords::Intern(const SchedEvent& event) {
   SchedEntity entity;
   entity.domain = event.domain;
   entity.vcpu = event.vcpu;
-  entity.idle = event.domain == sched::kIdleDomain;
+  entity.idle = event.domain == hvprof::kIdleDomain;
   entity.task = !entity.idle && (event.flags & sched::kFlagPidValid) != 0;
   Key key{uint64_t{event.domain} | uint64_t{entity.task} << 16, 0};
   if (entity.task) {

@@ -1,4 +1,4 @@
-#include "hvprof/report/writers/sched.h"
+#include "hvprof/report/writers/scheduling.h"
 
 #include <algorithm>
 #include <map>
@@ -200,7 +200,7 @@ std::string FormatSchedText(const SchedReport& report, bool no_header, const Sch
     for (const SchedWait& w : report.longest_waits) {
       out += fmt::format("{:>12} {:>12}  {:<{}} {:<13} {}\n", Millis(w.ns), Seconds(w.start_ns - report.start_ns),
                          Safe(report.entities[w.entity].label), width,
-                         w.pcpu == kSchedNoPcpu ? std::string("-") : fmt::format("pCPU {}", w.pcpu),
+                         w.pcpu == kUnknownPcpu ? std::string("-") : fmt::format("pCPU {}", w.pcpu),
                          WaitBegan(w, report.start_ns));
     }
   }
@@ -423,7 +423,7 @@ std::string FormatSchedJson(const SchedReport& report, const SchedShares* shares
   for (const SchedWait& w : report.longest_waits) {
     Json row = EntityJson(report.entities[w.entity].entity);
     row.update({{"label", report.entities[w.entity].label}, {"start_ns", w.start_ns}, {"ns", w.ns},
-                {"pcpu", w.pcpu == kSchedNoPcpu ? Json(nullptr) : Json(w.pcpu)},
+                {"pcpu", w.pcpu == kUnknownPcpu ? Json(nullptr) : Json(w.pcpu)},
                 {"began_with", WaitBegan(w, report.start_ns)}});
     waits.push_back(std::move(row));
   }

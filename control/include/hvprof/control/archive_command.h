@@ -5,7 +5,7 @@
 #include <string>
 
 #include "hvprof/archive/writer.h"
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/control/commands.h"
 
 namespace hvprof::control {

@@ -1,4 +1,4 @@
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 
 #include <cerrno>
 #include <cstring>

@@ -1,4 +1,4 @@
-// The scheduling view (views/sched.h) printed: aligned text tables as opreport lays them out
+// The scheduling view (views/scheduling.h) printed: aligned text tables as opreport lays them out
 // (pCPUs, domains, vCPUs or tasks, wake-up latency, longest waits, migrations, preemptors),
 // CSV (one table: a row per pCPU, domain and vCPU or task, after a header row), and versioned
 // JSON ("schema": "hvprof-sched", docs/report-json.md). Names are escaped for terminals in text
@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "hvprof/report/views/sched.h"
+#include "hvprof/report/views/scheduling.h"
 
 namespace hvprof::report {
 

@@ -12,16 +12,15 @@
 #include <string>
 #include <vector>
 
-#include "hvprof/base/error.h"
-#include "hvprof/report/sched.h"
+#include "hvprof/base/result.h"
+#include "hvprof/report/sched_records.h"
 
 namespace hvprof::report {
 
 // Preemptor and interval ids beside entity indexes.
-inline constexpr uint32_t kSchedNobody = 0xFFFFFFFF;   // no entity known on the pCPU
-inline constexpr uint32_t kSchedNotKept = 0xFFFFFFFE;  // preemptors: before the switches kept per pCPU
-inline constexpr uint32_t kSchedIdle = 0xFFFFFFFD;     // preemptors: the pCPU's idle vCPU (any pCPU's)
-inline constexpr uint16_t kSchedNoPcpu = 0xFFFF;
+inline constexpr uint32_t kSchedNobody = ~uint32_t{0};       // no entity known on the pCPU
+inline constexpr uint32_t kSchedNotKept = kSchedNobody - 1;  // preemptors: before the switches kept per pCPU
+inline constexpr uint32_t kSchedIdle = kSchedNobody - 2;     // preemptors: the pCPU's idle vCPU (any pCPU's)
 // Switches kept per pCPU for the preemptors of waits still open (docs/sched.md).
 inline constexpr size_t kSchedHistory = 4096;
 
@@ -83,7 +82,7 @@ struct SchedWait {
   uint32_t entity = 0;  // index into SchedReport::entities
   uint64_t start_ns = 0;
   uint64_t ns = 0;
-  uint16_t pcpu = kSchedNoPcpu;  // where it then ran; kSchedNoPcpu: it did not (blocked, window end)
+  uint16_t pcpu = kUnknownPcpu;  // where it then ran; kUnknownPcpu: it did not (blocked, window end)
   bool woken = false;            // the wait began with a wake-up (else a preemption or the window start)
 };
 

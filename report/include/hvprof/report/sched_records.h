@@ -1,7 +1,7 @@
 // The scheduling records of a session (issue 21), as the report takes them: every record the
 // pCPUs' schedulers wrote (hvpmu/abi/ring.h's SchedRecord, docs/abi.md "Scheduling rings"),
 // kept compactly (16 bytes a record) per pCPU, with the entities they name interned once.
-// views/sched.h analyses them and views/timeline.h draws them; docs/sched.md says what the
+// views/scheduling.h analyses them and views/timeline.h draws them; docs/sched.md says what the
 // numbers mean.
 //
 // Records may come in any order across pCPUs; those of one pCPU must come in the order its
@@ -19,7 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "hvprof/base/error.h"
+#include "hvprof/base/result.h"
 #include "hvprof/store/sched_file.h"
 
 namespace hvprof::report {
@@ -32,9 +32,6 @@ inline constexpr uint8_t kTypeWakeup = store::kSchedWakeup;
 inline constexpr uint8_t kTypeMigrate = store::kSchedMigrate;
 inline constexpr uint8_t kTypeLost = store::kSchedLost;
 inline constexpr uint8_t kFlagPidValid = store::kSchedFlagTask;
-inline constexpr uint16_t kUnknownPcpu = store::kSchedNoPcpu;
-inline constexpr uint32_t kNoPid = store::kSchedNoTask;
-inline constexpr uint16_t kIdleDomain = 0x7FFF;  // the idle vCPU's domain; its vcpu is the pCPU
 // pCPUs above this are taken for damage (the engine has 256; Linux hosts up to 8192).
 inline constexpr uint32_t kMaxPcpus = 8192;
 }  // namespace sched
@@ -56,10 +53,10 @@ struct SchedEvent {
   uint64_t time_ns = 0;
   uint16_t domain = 0;
   uint16_t vcpu = 0;
-  uint32_t pid = sched::kNoPid;
-  uint32_t tid = sched::kNoPid;
-  uint16_t from_pcpu = sched::kUnknownPcpu;
-  uint16_t to_pcpu = sched::kUnknownPcpu;
+  uint32_t pid = hvprof::kNoPid;
+  uint32_t tid = hvprof::kNoPid;
+  uint16_t from_pcpu = hvprof::kUnknownPcpu;
+  uint16_t to_pcpu = hvprof::kUnknownPcpu;
   uint64_t count = 0;
   uint64_t aux = 0;
 };
@@ -92,8 +89,8 @@ SchedEvent ToSchedEvent(const Record& r) {
 struct SchedEntity {
   uint16_t domain = 0;
   uint16_t vcpu = 0;  // a task's: the vCPU of its first record
-  uint32_t pid = sched::kNoPid;
-  uint32_t tid = sched::kNoPid;
+  uint32_t pid = hvprof::kNoPid;
+  uint32_t tid = hvprof::kNoPid;
   bool task = false;
   bool idle = false;
 };
@@ -106,7 +103,7 @@ struct SchedStep {
   uint8_t type = 0;
   uint8_t old_state = 0;
   uint8_t new_state = 0;
-  uint16_t to_pcpu = sched::kUnknownPcpu;  // kTypeMigrate
+  uint16_t to_pcpu = hvprof::kUnknownPcpu;  // kTypeMigrate
   uint64_t lost = 0;                       // kTypeLost: records lost
   uint64_t lost_first_ns = 0;              // kTypeLost: the time of the first (0: unknown)
 };

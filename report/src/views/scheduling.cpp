@@ -1,6 +1,6 @@
 // The scheduling view: one state machine per entity and one per pCPU, fed the records in time
 // order. docs/sched.md is the specification of every rule here.
-#include "hvprof/report/views/sched.h"
+#include "hvprof/report/views/scheduling.h"
 
 #include <algorithm>
 #include <bit>
@@ -150,8 +150,8 @@ struct EntityRun {
   bool wait_woken = false;    // runnable because of a wake-up (not a preemption)
   bool wake_pending = false;  // woken inside the window, not yet run: its latency is open
   bool migrate_seen = false;  // a migration record since it last ran
-  uint16_t pcpu = kSchedNoPcpu;       // running: where
-  uint16_t last_pcpu = kSchedNoPcpu;  // where it ran last
+  uint16_t pcpu = kUnknownPcpu;       // running: where
+  uint16_t last_pcpu = kUnknownPcpu;  // where it ran last
 };
 
 struct Occupancy {
@@ -221,7 +221,7 @@ class Analyzer {
         continue;
       }
       st.ns[r.state] += end_ - r.since;
-      if (r.state == kRunnable) EndWait(e, end_, kSchedNoPcpu);
+      if (r.state == kRunnable) EndWait(e, end_, kUnknownPcpu);
     }
     for (uint32_t c = 0; c < pcpus_.size(); ++c) SetOccupant(static_cast<uint16_t>(c), kSchedNobody, end_);
     Summarize();
@@ -278,7 +278,7 @@ class Analyzer {
         // around it may be missing too (seen on linux, against the tracepoints read by BPF: a
         // thread's running or runnable time fell outside what the report claimed). The whole
         // stretch is unknown for it, not its tracked state.
-        if (r.since < t) Move(e, kUnknown, r.since, kSchedNoPcpu, false);
+        if (r.since < t) Move(e, kUnknown, r.since, kUnknownPcpu, false);
       }
     }
     if (new_state == r.state && (new_state != kRunning || r.pcpu == pcpu)) return;
@@ -294,7 +294,7 @@ class Analyzer {
       if (!(r.state == kRunnable && r.wait_woken && r.wait_start == t)) ++report_.counters.redundant_wakeups;
       return;
     }
-    Move(e, kRunnable, t, kSchedNoPcpu, true);
+    Move(e, kRunnable, t, kUnknownPcpu, true);
   }
 
   void OnMigrate(uint32_t e) {
@@ -312,7 +312,7 @@ class Analyzer {
     if (first == 0 || first > t || first < p.last_event) first = p.last_event;
     const uint64_t gap = std::max(first, p.since);
     if (p.occupant != kSchedNobody) {
-      Move(p.occupant, kUnknown, gap, kSchedNoPcpu, false);
+      Move(p.occupant, kUnknown, gap, kUnknownPcpu, false);
     } else {
       SetOccupant(pcpu, kSchedNobody, gap);
     }
@@ -326,9 +326,9 @@ class Analyzer {
     st.ns[r.state] += t - r.since;
     if (r.state == kRunning) {
       if (pcpus_[r.pcpu].occupant == e) SetOccupant(r.pcpu, kSchedNobody, t);
-      r.pcpu = kSchedNoPcpu;
+      r.pcpu = kUnknownPcpu;
     }
-    if (r.state == kRunnable) EndWait(e, t, state == kRunning ? pcpu : kSchedNoPcpu);
+    if (r.state == kRunnable) EndWait(e, t, state == kRunning ? pcpu : kUnknownPcpu);
     r.state = state;
     r.since = t;
     if (state == kRunning) {
@@ -337,13 +337,13 @@ class Analyzer {
         // Its record of leaving is missing: it is no longer known to run anywhere.
         ++report_.counters.inconsistent;
         ++report_.counters.displaced;
-        Move(there, kUnknown, t, kSchedNoPcpu, false);
+        Move(there, kUnknown, t, kUnknownPcpu, false);
       }
       SetOccupant(pcpu, e, t);
       r.pcpu = pcpu;
       if (counting_) {
         ++st.switches_in;
-        if (r.last_pcpu != kSchedNoPcpu && r.last_pcpu != pcpu && !r.migrate_seen) ++st.migrations_derived;
+        if (r.last_pcpu != kUnknownPcpu && r.last_pcpu != pcpu && !r.migrate_seen) ++st.migrations_derived;
         if (wake) {
           ++st.wakeups;
           latencies_[e].Add(0);
@@ -403,7 +403,7 @@ class Analyzer {
     ++st.waits;
     st.longest_wait_ns = std::max(st.longest_wait_ns, wait.ns);
     KeepLongest(wait);
-    if (pcpu != kSchedNoPcpu) Blame(e, pcpu, r.wait_start, t);
+    if (pcpu != kUnknownPcpu) Blame(e, pcpu, r.wait_start, t);
   }
 
   static bool Longer(const SchedWait& a, const SchedWait& b) {
@@ -504,7 +504,7 @@ class Analyzer {
       const uint32_t victim = static_cast<uint32_t>(key >> 32);
       const uint32_t who = static_cast<uint32_t>(key);
       per_entity[victim].push_back({who, PreemptorLabel(who), ns});
-      const uint16_t domain = who == kSchedIdle      ? sched::kIdleDomain
+      const uint16_t domain = who == kSchedIdle      ? hvprof::kIdleDomain
                               : who >= kSchedNotKept ? kSchedNobodyDomain
                                                      : entities_[who].domain;
       by_domains[{entities_[victim].domain, domain}] += ns;
@@ -581,7 +581,7 @@ SchedShares SharesBesideSamples(const SchedReport& report, const std::map<uint16
     shares.running_ns += d.ns[static_cast<size_t>(SchedState::kRunning)];
   }
   for (const auto& [domain, count] : samples) {
-    if (domain == sched::kIdleDomain || count == 0) continue;
+    if (domain == hvprof::kIdleDomain || count == 0) continue;
     rows[domain].samples = count;
     shares.samples += count;
   }

@@ -1,4 +1,4 @@
-#include "hvprof/control/archive.h"
+#include "hvprof/control/archive_command.h"
 
 #include "hvprof/report/source.h"
 
