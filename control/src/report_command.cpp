@@ -1,0 +1,309 @@
+#include "hvprof/control/report_command.h"
+
+#include <signal.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "hvprof/base/escape.h"
+#include "hvprof/push/profile.h"
+#include "hvprof/report/compare.h"
+#include "hvprof/report/load.h"
+#include "hvprof/report/sched_records.h"
+#include "hvprof/report/source.h"
+#include "hvprof/report/views/callgraph.h"
+#include "hvprof/report/views/scheduling.h"
+#include "hvprof/report/views/stacks.h"
+#include "hvprof/report/views/timeline.h"
+#include "hvprof/report/writers/callgraph.h"
+#include "hvprof/report/writers/csv.h"
+#include "hvprof/report/writers/diff.h"
+#include "hvprof/report/writers/flamegraph.h"
+#include "hvprof/report/writers/folded.h"
+#include "hvprof/report/writers/json.h"
+#include "hvprof/report/writers/pprof.h"
+#include "hvprof/report/writers/scheduling.h"
+#include "hvprof/report/writers/sessions.h"
+#include "hvprof/report/writers/text.h"
+#include "hvprof/report/writers/timeline.h"
+
+namespace hvprof::control {
+
+namespace {
+
+// What a run of hvprof-report says besides the report: each line prefixed with the program.
+class Say {
+ public:
+  explicit Say(std::ostream& err) : err_(err) {}
+  void Note(std::string_view text) const { err_ << "hvprof-report: " << EscapeForTerminal(text) << "\n"; }
+  void Warning(std::string_view text) const { err_ << "hvprof-report: warning: " << EscapeForTerminal(text) << "\n"; }
+  int Fail(const Error& error, int status) const {
+    err_ << "hvprof-report: " << error.message() << "\n";
+    return status;
+  }
+  std::ostream& stream() const { return err_; }
+
+ private:
+  std::ostream& err_;
+};
+
+// Emits the report; a file that cannot be written is a report not made.
+int Emit(const ReportSink& sink, const Say& say, std::string_view text, int status) {
+  if (auto written = sink.emit(text); !written) return say.Fail(written.error(), 1);
+  return status;
+}
+
+int RunList(const ReportRequest& request, const ReportSink& sink, const Say& say) {
+  const auto sessions = report::ListSessions(request.session_root);
+  const std::string text = request.format == ReportFormat::kJson
+                               ? report::FormatSessionListJson(request.session_root, sessions)
+                               : report::FormatSessionList(request.session_root, sessions, request.table.color);
+  return Emit(sink, say, text, 0);
+}
+
+std::string WriteDiff(const report::Diff& diff, ReportFormat format, double fail_points, bool no_header) {
+  switch (format) {
+    case ReportFormat::kJson: return report::FormatDiffJson(diff, fail_points);
+    case ReportFormat::kCsv: return report::FormatDiffCsv(diff);
+    case ReportFormat::kFolded: return report::FormatDiffFolded(diff);
+    case ReportFormat::kHtml: return report::FormatDiffFlameGraph(diff);
+    default: return report::FormatDiffText(diff, no_header);
+  }
+}
+
+int RunDiff(const ReportRequest& request, const ReportSink& sink, const Say& say) {
+  auto compared = report::DiffSessions(request.diff);
+  if (!compared) {
+    const ErrorKind kind = compared.error().kind();
+    return say.Fail(compared.error(), kind == ErrorKind::kInvalidArgument ? 2
+                                      : kind == ErrorKind::kEmpty         ? kReportEmptySide
+                                                                          : 1);
+  }
+  const report::Diff& diff = compared.value().diff;
+  if (int status = Emit(sink, say, WriteDiff(diff, request.format, request.fail_points, request.table.no_header), 0);
+      status != 0) {
+    return status;
+  }
+  if (request.format != ReportFormat::kText) {
+    for (const std::string& note : diff.notes) say.Note(note);
+    for (const std::string& warning : diff.warnings) say.Warning(warning);
+  }
+  if (request.fail_points >= 0) {
+    const auto regressions = report::Regressions(diff, request.fail_points);
+    if (!regressions.empty()) {
+      say.stream() << fmt::format("hvprof-report: {} significant regression{} of at least {} points:\n",
+                                  regressions.size(), regressions.size() == 1 ? "" : "s", request.fail_points);
+      for (const report::DiffRow* row : regressions) {
+        say.stream() << fmt::format("  {:+.2f} points ({:.2f}% -> {:.2f}%, p adj {:.2g})  {}\n", 100 * row->c.delta,
+                                    100 * row->c.base_share, 100 * row->c.new_share, row->c.p_adjusted,
+                                    EscapeForTerminal(report::DiffRowName(*row)));
+      }
+      return kReportRegression;
+    }
+  }
+  return diff.warnings.empty() ? 0 : kReportIncomplete;
+}
+
+struct SchedOutput {
+  std::string text;
+  std::vector<std::string> warnings;  // the report is incomplete: exit 3
+};
+
+// --sched -l: each domain's CPU time beside its share of the samples.
+Result<report::SchedShares> SharesOfSamples(const std::string& directory, const ReportRequest& request,
+                                            const report::LoadOptions& load, const report::SchedReport& analysis,
+                                            const report::SchedSession& session, SchedOutput& out) {
+  HVPROF_TRY(profile, report::LoadProfile(directory, load));
+  HVPROF_TRY(table, report::BuildTable(profile, request.table));
+  std::map<uint16_t, uint64_t> samples;
+  for (const report::DomainSummary& d : table.domains) {
+    for (uint64_t count : d.samples) samples[d.domain] += count;
+  }
+  const auto warnings = profile.Warnings();
+  out.warnings.insert(out.warnings.end(), warnings.begin(), warnings.end());
+  return report::SharesBesideSamples(analysis, samples, session.options);
+}
+
+Result<SchedOutput> MakeSchedReport(const std::string& directory, const ReportRequest& request,
+                                    const report::LoadOptions& load) {
+  const SchedRequest& sched = request.sched;
+  const ReportFormat format = request.format;
+  HVPROF_TRY(session, report::LoadSchedRecords(directory));
+  session.options.top = sched.top;
+  SchedOutput out;
+  out.warnings = session.problems;
+  // The time line's pass is the analysis too: one pass when both are asked for.
+  std::optional<report::Timeline> timeline;
+  if (sched.timeline) {
+    report::TimelineOptions timeline_options;
+    timeline_options.buckets = sched.buckets;
+    timeline_options.slices = format == ReportFormat::kPerfetto || format == ReportFormat::kHtml;
+    HVPROF_TRY(built, report::BuildTimeline(session.records, session.options, timeline_options));
+    timeline = std::move(built);
+  }
+  if (sched.sched) {
+    std::optional<report::SchedReport> analysed;
+    if (!timeline) {
+      HVPROF_TRY(analysis, report::AnalyzeSched(session.records, session.options));
+      analysed = std::move(analysis);
+    }
+    const report::SchedReport& analysis = timeline ? timeline->report : *analysed;
+    std::optional<report::SchedShares> shares;
+    if (sched.samples) {
+      HVPROF_TRY(beside, SharesOfSamples(directory, request, load, analysis, session, out));
+      shares = std::move(beside);
+    }
+    const report::SchedShares* beside = shares ? &*shares : nullptr;
+    out.text = format == ReportFormat::kJson  ? report::FormatSchedJson(analysis, beside)
+               : format == ReportFormat::kCsv ? report::FormatSchedCsv(analysis, beside)
+                                              : report::FormatSchedText(analysis, request.table.no_header, beside);
+  }
+  if (timeline) {
+    if (!out.text.empty()) out.text += "\n";
+    switch (format) {
+      case ReportFormat::kText: out.text += report::FormatTimelineText(*timeline); break;
+      case ReportFormat::kCsv: out.text += report::FormatTimelineCsv(*timeline); break;
+      case ReportFormat::kHtml: out.text += report::FormatTimelineHtml(*timeline, directory); break;
+      default: out.text += report::FormatChromeTrace(*timeline); break;
+    }
+  }
+  return out;
+}
+
+int RunSched(const ReportRequest& request, const report::SessionSource& source, const report::LoadOptions& load,
+             const ReportSink& sink, const Say& say) {
+  auto made = MakeSchedReport(source.directory, request, load);
+  if (!made) return say.Fail(made.error(), 1);
+  std::string text = std::move(made.value().text);
+  if (request.format == ReportFormat::kText) {
+    for (const std::string& warning : made.value().warnings) text += "Warning: " + EscapeForTerminal(warning) + "\n";
+  } else {
+    for (const std::string& warning : made.value().warnings) say.Warning(warning);
+  }
+  return Emit(sink, say, text, made.value().warnings.empty() ? 0 : kReportIncomplete);
+}
+
+// The samples' views of one profile: the call graph, whole stacks, or a table.
+Result<std::string> WriteProfile(const ReportRequest& request, const report::Profile& profile,
+                                 const report::ReportOptions& options, const report::StackFilter& filter,
+                                 const Say& say) {
+  const ReportFormat format = request.format;
+  if (request.kind == ReportKind::kCallgraph) {
+    report::CallgraphOptions graph_options;
+    graph_options.filter = filter;
+    graph_options.by_domain = options.by_domain;
+    graph_options.children = request.children;
+    graph_options.threshold = options.threshold;
+    const report::Callgraph graph = report::BuildCallgraph(profile, graph_options);
+    if (format == ReportFormat::kJson) return report::FormatCallgraphJson(profile, graph, graph_options, options);
+    if (format == ReportFormat::kCsv) return report::FormatCallgraphCsv(profile, graph, graph_options, options);
+    std::string text = report::FormatCallgraphText(profile, graph, graph_options, options);
+    for (const std::string& warning : profile.Warnings()) text += "Warning: " + EscapeForTerminal(warning) + "\n";
+    return text;
+  }
+  if (request.kind == ReportKind::kStacks) {
+    if (profile.metadata().backtrace_depth == 0) {
+      say.Note("no sample has a call chain: every stack is one frame deep (profile with "
+               "`hvprof --start-daemon --callgraph=16` to record chains)");
+    }
+    for (const std::string& warning : profile.Warnings()) say.Warning(warning);
+    if (format == ReportFormat::kPprof) return report::FormatPprof(profile, filter);
+    report::StackOptions stack_options;
+    stack_options.root = request.root;
+    stack_options.filter = filter;
+    if (format == ReportFormat::kHtml) {
+      return report::FormatFlameGraph(profile, report::NameStacks(profile, stack_options), filter);
+    }
+    return report::FormatFolded(report::NameStacks(profile, stack_options));
+  }
+  HVPROF_TRY(table, report::BuildTable(profile, options));
+  if (format == ReportFormat::kJson) return report::FormatJson(profile, table, options);
+  if (format == ReportFormat::kCsv) return report::FormatCsv(profile, table, options);
+  return report::FormatText(profile, table, options);
+}
+
+void PrintTiming(const report::Profile& profile, std::chrono::steady_clock::time_point started, const Say& say) {
+  const report::LoadTimings& t = profile.timings();
+  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  say.stream() << fmt::format(
+      "timing: {} samples, {} distinct addresses, {} distinct stacks\n"
+      "  read samples ({}): {:.3f} s\n  symbol tables: {:.3f} s\n  attribute: {:.3f} s\n"
+      "  resolve: {:.3f} s\n  table and output: {:.3f} s\n  total: {:.3f} s; without symbol tables: {:.3f} s\n",
+      profile.total_samples(), t.distinct_addresses, t.distinct_stacks, t.from_aggregate ? "aggregate" : "raw",
+      t.read_seconds, t.symbol_tables_seconds, t.attribute_seconds, t.resolve_seconds,
+      total - t.read_seconds - t.symbol_tables_seconds - t.attribute_seconds - t.resolve_seconds, total,
+      total - t.symbol_tables_seconds);
+}
+
+int RunProfile(const ReportRequest& request, const report::SessionSource& source, const report::LoadOptions& load,
+               const ReportSink& sink, const Say& say) {
+  const auto started = std::chrono::steady_clock::now();
+  auto profile = report::LoadProfile(source.directory, load);
+  if (!profile) return say.Fail(profile.error(), 1);
+  // Filters that need the session: domains by name, events by name.
+  report::ReportOptions options = request.table;
+  if (auto resolved = report::ResolveNamedFilters(profile.value(), request.domains, request.events, &options);
+      !resolved) {
+    return say.Fail(resolved.error(), 2);
+  }
+  report::StackFilter filter;
+  if (load.stacks) {
+    auto counted = report::SelectStackEvents(profile.value(), options.events, options.merge_unit_masks, options.merge_all);
+    if (!counted) return say.Fail(counted.error(), 2);
+    filter.events = std::move(counted).value();
+  }
+  filter.domains = options.domains;
+  filter.modes = options.modes;
+  filter.include_idle = options.include_idle;
+  auto text = WriteProfile(request, profile.value(), options, filter, say);
+  if (!text) return say.Fail(text.error(), 1);
+  if (int status = Emit(sink, say, text.value(), 0); status != 0) return status;
+  if (request.timing) PrintTiming(profile.value(), started, say);
+  if (!request.push.url.empty()) {
+    // An https server closing early must not kill the report with SIGPIPE.
+    ::signal(SIGPIPE, SIG_IGN);
+    auto pushed = push::PushProfile(profile.value(), filter,
+                                    push::PushFromCommandLine(request.push.url, request.push.tenant, request.push.app));
+    if (!pushed) {
+      say.Note(pushed.error().message());
+      return kReportPushFailed;
+    }
+    say.stream() << fmt::format("hvprof-report: pushed {} series ({} bytes of pprof) to Pyroscope\n",
+                                pushed.value().series, pushed.value().bytes);
+  }
+  bool incomplete = !profile.value().problems().empty();
+  for (const report::Image& image : profile.value().images()) incomplete |= !image.problem.empty() && !image.path.empty();
+  if (incomplete && request.format != ReportFormat::kText) {
+    say.stream() << "hvprof-report: the report is incomplete; see its problems and images\n";
+  }
+  return incomplete ? kReportIncomplete : 0;
+}
+
+}  // namespace
+
+int RunReport(const ReportRequest& request, const ReportSink& sink) {
+  const Say say(*sink.err);
+  if (request.kind == ReportKind::kList) return RunList(request, sink, say);
+  if (request.kind == ReportKind::kDiff) return RunDiff(request, sink, say);
+  // The session: a directory, a saved name, or (none named) the one with samples.
+  Result<report::SessionSource> source = Error(ErrorKind::kNotFound, "no session");
+  if (request.session.empty()) {
+    auto chosen = report::ChooseSession(request.session_root);
+    if (!chosen) return say.Fail(chosen.error(), 1);
+    if (!chosen.value().note.empty()) say.Note(chosen.value().note);
+    source = std::move(chosen.value().source);
+  } else {
+    source = report::OpenSessionSource(request.session, request.session_root);
+  }
+  if (!source) return say.Fail(source.error(), 1);
+  report::LoadOptions load = request.load;
+  load.build_id_roots = source.value().build_id_roots;
+  load.shown_directory = source.value().shown_directory;
+  if (request.kind == ReportKind::kSched) return RunSched(request, source.value(), load, sink, say);
+  return RunProfile(request, source.value(), load, sink, say);
+}
+
+}  // namespace hvprof::control
