@@ -1,0 +1,442 @@
+#include "hvprof/control/hvprof_request.h"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+#include <boost/program_options.hpp>
+
+#include "hvprof/base/units.h"
+#include "hvprof/control/hypervisor.h"
+#include "hvprof/store/session.h"
+
+namespace hvprof::control {
+
+namespace po = boost::program_options;
+
+namespace {
+
+constexpr const char* kUsage = R"(Usage: hvprof ACTION [options]
+       hvprof run [setup options] [--duration=T] [--repeat=N] [--json=FILE]
+                  [--baseline=SESSION [--fail-on-regression[=POINTS]]] -- [CMD ...]
+       hvprof archive [--session-dir=DIR] [SESSION] -o FILE.tar   (hvprof archive --help)
+
+System-wide profiling of a virtualized host: the hypervisor, dom0 and every guest.
+One action per call; every action is safe to repeat. The Xenoprof workflow:
+
+  in dom0:   hvprof --start-daemon --active-domains=1,2 --passive-domains=3
+  in each active guest: hvprof --start-daemon && hvprof --start
+             (on the sim, a guest's commands say which domain they run in: --domain=1;
+              on Xen, add --platform=xen to --start-daemon everywhere, and --domain=ID in guests)
+  in dom0:   hvprof --start
+             ... the workload runs ...
+  in dom0:   hvprof --stop          (samples are written; profiling can start again)
+             hvprof --shutdown      (releases the hypervisor's profiler)
+             hvprof-report -l       (the report, by symbol)
+  in a guest: hvprof --publish      (its symbolized profile, for dom0's `hvprof-report --all-domains`)
+
+`hvprof run` does all of that for one workload, saves the session and prints the report;
+its exit status is CMD's. `hvprof run --platform=sim` simulates the machine of --scenario for
+--duration (its guests profiled from dom0). On this host (as root):
+`hvprof run --platform=linux --session-dir=DIR -- CMD ARGS...`.
+As a gate in benchmark scripts: `hvprof run --repeat=5 --baseline=before --fail-on-regression=1
+-- CMD` diffs the runs against the saved session `before` (hvprof-report --diff) and exits 5
+when a symbol's share grew significantly by 1 point or more, or 6 when `before` or a run has no
+samples, so nothing was compared (CMD's own failure wins). `hvprof --save` refuses to save a
+session without samples.
+
+The sim and linux platforms run under hvprof-hv (hvprof-hv --help): dom0's --start-daemon and
+`hvprof run` start one when none serves --run-dir, and --shutdown (or the run's end) ends it.
+
+Exit status: 0 done; 1 failed (the message says why and what to do); 2 bad usage; 3 done, but
+samples were lost on the way (a full disk, a peer that died; --stop, --dump and --shutdown
+print a warning saying which). --shutdown always finishes: an hvprofd that does not answer
+within 5 s is ended (SIGTERM, then SIGKILL) and the next --start-daemon recovers.
+If hvprof-hv goes away, hvprofd writes the session, marks it incomplete and exits by itself.
+The session directory must be changeable only by root and you (it is refused otherwise).
+
+Actions)";
+
+constexpr const char* kArchiveUsage = R"(Usage: hvprof archive [--session-dir=DIR] [SESSION] -o FILE.tar
+
+Writes one tar file holding a session (SESSION: a saved session's name or a session directory;
+by default the current one) and every image and separate debug file its samples need, stored by
+the build-id the session recorded (.build-id/xx/rest and .build-id/xx/rest.debug, the layout of
+gdb and debuginfod); images recorded without a build-id (kallsyms, System.map) are stored by
+their path under by-path/. `hvprof-report archive:FILE.tar ...` then reports it on any machine,
+without the original files, as the session was reported here.
+
+An image that is gone, or whose build-id is not the one recorded (rebuilt or upgraded since),
+is refused, and the archive is not written: the message names each file, the build-id expected
+and the one found. Put the profiled files back, set DEBUGINFOD_URLS to a debuginfod server that
+has them (asked by build-id), or give --partial to archive without them. The format is in
+docs/session-format.md (Archives).
+
+Exit status: 0 written; 1 not written (the message says why); 2 bad usage.
+
+Options)";
+
+// The options' words as given, before they are checked.
+struct Words {
+  setup::SetupOptions setup;
+  std::string save_name;
+  std::string run_sim;
+  std::string cpu_type;
+  std::string scenario;
+  std::string active, passive, passive_images;
+  // Read wide, so that a negative or huge value is refused with its range, not wrapped.
+  std::map<std::string, int64_t> numbers{{"buffer-size", 0}, {"callgraph", 0}, {"poll-interval", 0}, {"rate", 0}};
+  RunOptions run;
+  std::string duration;
+};
+
+void Describe(Words& w, po::options_description& all) {
+  po::options_description actions(kUsage);
+  actions.add_options()
+      ("start-daemon", "check the setup options below, start hvprofd and set up the "
+                       "hypervisor's profiler (counters stay off). Again with the same options: nothing to do "
+                       "(exit 0); with others: refused until --shutdown. Other events than the current "
+                       "session's are refused unless it recorded nothing (--save or --reset it first)")
+      ("start,s", "start profiling (in dom0: once every active guest has started)")
+      ("stop,t", "stop profiling and write the samples; the daemon stays up")
+      ("dump,d", "write the samples collected so far (fails when no hvprofd runs: there is nothing to write)")
+      ("shutdown", "stop, write the samples, release the profiler and end the daemon, then the hvprof-hv its "
+                   "--start-daemon started, if any, even if another session root's daemon uses it too "
+                   "(opcontrol's -h is help here)")
+      ("reset", "empty the current session (samples/current)")
+      ("save", po::value(&w.save_name), "keep the current session as samples/NAME and carry on in a fresh one; a session without samples is not "
+                                          "saved (`hvprof run` saves each of its runs itself)")
+      ("status", "the daemon, the hypervisor's profiler, every domain's role and rings, losses; with --sched, the scheduling records stored and lost")
+      ("list-events,l", "the events of this machine's CPU and their unit masks")
+      ("publish", "in an active guest: hand this domain's symbolized profile to dom0 for its whole-host report "
+                  "(hvprof-report --all-domains)")
+      ("run-sim", po::value(&w.run_sim), "simulated machines: advance the clock by DURATION (e.g. 2s) while draining")
+      ("help,h", "show this help")
+      ("version", "print hvprof's version");
+  po::options_description options("Setup options (with --start-daemon)");
+  options.add_options()
+      ("platform", po::value(&w.setup.platform),
+       "sim (a simulated machine), linux (this host through perf_event_open) or xen (Xen 4.17's xenoprof, from a "
+       "PV dom0 or PV guest as root; docs/xen.md). sim and linux run under hvprof-hv: dom0's --start-daemon and "
+       "`hvprof run` start one when none serves --run-dir (--start-daemon's ends at --shutdown, run's with the "
+       "run). Default: the platform of the hvprof-hv serving --run-dir, else xen on a Xen host, else linux; "
+       "the choice is printed")
+      ("scenario", po::value(&w.scenario), "sim: the simulated machine of the hvprof-hv started for it, a scenario "
+                   "file or the name of one of hvprof's own (hvprof-hv --help; default: default)")
+      ("xen", po::value(&w.setup.xen_image), "the hypervisor image (xen-syms) to symbolize hypervisor samples with; default: what the platform reports")
+      ("vmlinux", po::value(&w.setup.vmlinux), "dom0's kernel image (vmlinux, System.map); default: what the platform reports, else /proc/kallsyms")
+      ("no-vmlinux", "do not symbolize dom0's kernel samples")
+      ("active-domains", po::value(&w.active), "domains (ids or names, comma-separated) that run their own agent; dom0 always does")
+      ("passive-domains", po::value(&w.passive), "domains profiled from dom0 without an agent inside (e.g. HVM guests); all: every domain but dom0 and the active ones")
+      ("passive-images", po::value(&w.passive_images), "kernel images of the passive domains, in the same order")
+      ("event,e", po::value(&w.setup.events), "NAME:COUNT[:UNITMASK[:KERNEL[:USER]]], NAME alone (its count from -F), or 'default'; repeat for more counters")
+      ("buffer-size", po::value(&w.numbers["buffer-size"]), "samples per ring (a power of two from 64 to 1048576, default 16384; on xen any size Xen allows)")
+      ("callgraph,c", po::value(&w.numbers["callgraph"]), "record call chains this deep (frame pointers; 0-64)")
+      ("poll-interval", po::value(&w.numbers["poll-interval"]), "drain every N ms, 1-60000 (default: sized from the buffer and the sample rate)")
+      ("rate,F", po::value(&w.numbers["rate"]), "sample N times a second per CPU, as perf record -F: sets the count of "
+                 "the default event and of events given without one (-e CPU_CLOCK, -e CPU_CLK_UNHALTED at the "
+                 "nominal clock); default on linux 4000, elsewhere the event's count")
+      ("jit", po::value(&w.setup.jit), "name JIT-compiled code (Node, Java, Python -X perf) from the perf maps and "
+              "jitdumps of sampled processes, which hvprofd copies into the session as they grow and when the "
+              "process ends: auto (the default: on for linux and xen, off for the sim's made-up processes), on, off")
+      ("sched", "also record scheduling: each vCPU's runstate changes (running, runnable, blocked, offline), "
+                "wake-ups and migrations, per pCPU, beside the samples (hvprof-report --sched, --timeline). "
+                "sim: from its scheduler; linux: from the sched_switch, sched_waking, sched_wakeup_new and "
+                "sched_migrate_task tracepoints (root, tracefs), a KVM guest's vCPU threads as its vCPUs and "
+                "other threads as tasks; xen: from Xen's trace buffers, as xentrace reads them (hvprof sets "
+                "Xen's global trace mask; no xentrace may run meanwhile)")
+      ("verbose,V", "log more in hvprofd.log");
+  po::options_description general("General options");
+  general.add_options()
+      ("domain", po::value(&w.setup.domain), "the domain this command runs in: 0 (the default) is dom0; on the sim, "
+                 "a guest's commands give its id (e.g. --domain=1)")
+      ("session-dir", po::value(&w.setup.session_root)->default_value(store::kDefaultSessionRoot),
+       "where sessions, the lock and the log live (a guest on the sim defaults to its own: "
+       "/var/lib/hvprof/domain-ID)")
+      ("run-dir", po::value(&w.setup.hv_run_dir), "where hvprof-hv's domain sockets are (default: its default); "
+                  "on xen, where dom0's agent keeps its lock (default /run/hvprof)")
+      ("session-group", po::value(&w.setup.session_group),
+       "with --start-daemon: let GROUP read the sessions (directories 2750, files 0640); without it they are "
+       "their owner's alone (0700, 0600), since they say which processes ran, what they mapped and their stacks")
+      ("cpu-type", po::value(&w.cpu_type), "with --list-events: list this CPU type's events offline");
+  po::options_description run_described("Options of `hvprof run`");
+  run_described.add_options()
+      ("duration", po::value(&w.duration), "how long to run a simulated machine, or to profile a real one "
+                                         "when no command is given (default 1s)")
+      ("domain-map", po::value(&w.run.domain_map), "linux: domains for process trees, cgroups and VMs "
+                                                         "(hvprof-hv --help), for the hvprof-hv that `hvprof run` "
+                                                         "or --start-daemon starts")
+      ("repeat", po::value(&w.run.repeat)->default_value(1), "profile the workload N times and report the spread of each symbol's share")
+      ("json", po::value(&w.run.json_path), "write a JSON summary here (samples, losses, top symbols, wall time, exit status)")
+      ("baseline", po::value(&w.run.baseline),
+       "run: afterwards, diff the runs against this session (a saved name, a directory or archive:FILE), symbol by "
+       "symbol with the tests of hvprof-report --diff, and print the significant changes (also in --json)")
+      ("fail-on-regression", po::value(&w.run.fail_points)->implicit_value(0.0),
+       "run, with --baseline: exit 5 when a symbol's share grew significantly by at least POINTS percentage points "
+       "(default: any significant growth); the rows that did are printed")
+      ("top", po::value(&w.run.top)->default_value(20), "symbols in the summaries")
+      ("push", po::value(&w.run.push_url),
+       "at the end, send each run's stacks to the Grafana Pyroscope server at this base URL (e.g. "
+       "http://127.0.0.1:4040), one pprof series per domain; credentials in the URL or in HVPROF_PUSH_USER and "
+       "HVPROF_PUSH_PASSWORD. A failed push is a warning (the summary's \"push\" says why); the sessions stay")
+      ("push-app", po::value(&w.run.push_app)->default_value("hvprof"), "--push: Pyroscope's application name")
+      ("push-tenant", po::value(&w.run.push_tenant), "--push: the tenant (X-Scope-OrgID)");
+  all.add(actions).add(options).add(general).add(run_described);
+}
+
+void DescribeArchive(ArchiveRequest& request, po::options_description& described) {
+  described.add_options()
+      ("help,h", "show this help")
+      ("session-dir", po::value(&request.session_root)->default_value(request.session_root),
+       "the session root given to hvprof")
+      ("output,o", po::value(&request.output), "the tar file to write (replaced only once it is whole; - for "
+                                               "standard output)")
+      ("partial", "archive without the images that are missing or not the ones profiled (their samples are then "
+                  "reported as (no symbols)), saying which")
+      ("no-debuginfod", "do not ask the debuginfod servers of DEBUGINFOD_URLS for missing images and debug info");;
+}
+
+constexpr HvprofAction kActions[] = {HvprofAction::kStartDaemon, HvprofAction::kStart,      HvprofAction::kStop,
+                                     HvprofAction::kDump,        HvprofAction::kShutdown,   HvprofAction::kReset,
+                                     HvprofAction::kSave,        HvprofAction::kStatus,     HvprofAction::kListEvents,
+                                     HvprofAction::kRunSim,      HvprofAction::kPublish};
+
+Error Refuse(std::string message) { return Error(ErrorKind::kInvalidArgument, std::move(message)); }
+
+Result<HvprofRequest> ParseArchive(const std::vector<std::string>& args) {
+  HvprofRequest request;
+  request.kind = HvprofKind::kArchive;
+  ArchiveRequest& archive = request.archive;
+  archive.session_root = store::kDefaultSessionRoot;
+  po::options_description described(kArchiveUsage);
+  DescribeArchive(archive, described);
+  po::options_description hidden;
+  hidden.add_options()("session", po::value(&archive.session));
+  po::positional_options_description positional;
+  positional.add("session", 1);
+  po::options_description all;
+  all.add(described).add(hidden);
+  po::variables_map values;
+  try {
+    po::store(po::command_line_parser(args).options(all).positional(positional).run(), values);
+    po::notify(values);
+  } catch (const po::error& error) {
+    return MakeError(ErrorKind::kInvalidArgument, "{}\nTry 'hvprof archive --help'.", error.what());
+  }
+  if (values.count("help") != 0) {
+    request.kind = HvprofKind::kArchiveHelp;
+    return request;
+  }
+  if (archive.output.empty()) {
+    return Refuse("name the archive to write with -o FILE.tar\nTry 'hvprof archive --help'.");
+  }
+  archive.options.partial = values.count("partial") != 0;
+  archive.options.debuginfod = values.count("no-debuginfod") == 0;
+  return request;
+}
+
+// The comma-separated lists of domains and images.
+Result<void> SplitDomainLists(const Words& w, setup::SetupOptions& setup) {
+  for (auto [text, option, target] : {std::tuple{&w.active, "active-domains", &setup.active_domains},
+                                      std::tuple{&w.passive, "passive-domains", &setup.passive_domains},
+                                      std::tuple{&w.passive_images, "passive-images", &setup.passive_images}}) {
+    if (text->empty()) continue;
+    HVPROF_TRY(items, setup::SplitList(*text, option));
+    *target = std::move(items);
+  }
+  return Ok();
+}
+
+// The setup every kind shares: the platform, the numbers in their ranges, the session root.
+Result<void> ReadSetup(const po::variables_map& values, Words& w, bool run, const HvprofEnvironment& environment) {
+  setup::SetupOptions& setup = w.setup;
+  // Which platform, for the actions that set one up; the others do not need it.
+  if ((run || values.count("start-daemon") != 0) && values.count("help") == 0 && values.count("platform") == 0) {
+    const PlatformChoice chosen =
+        ChoosePlatform(setup.hv_run_dir, static_cast<uint16_t>(setup.domain), environment.xen_host);
+    setup.platform = chosen.platform;
+    if (environment.say) environment.say("--platform=" + chosen.platform + ": " + chosen.why);
+  }
+  if (values.count("scenario") != 0 && setup.platform != "sim") return Refuse("--scenario is for --platform=sim");
+  for (auto [option, field] : {std::pair{"buffer-size", &setup.buffer_size}, std::pair{"callgraph", &setup.callgraph},
+                               std::pair{"poll-interval", &setup.poll_interval_ms}, std::pair{"rate", &setup.rate}}) {
+    HVPROF_TRY(checked, setup::CheckNumber(option, w.numbers[option], setup.platform));
+    *field = checked;
+  }
+  // On the sim every domain's commands run on one host: keep each guest's sessions apart.
+  if (setup.domain != 0 && values["session-dir"].defaulted()) {
+    setup.session_root = std::string(store::kDefaultSessionRoot) + "/domain-" + std::to_string(setup.domain);
+  }
+  setup.no_vmlinux = values.count("no-vmlinux") != 0;
+  setup.verbose = values.count("verbose") != 0;
+  setup.sched = values.count("sched") != 0;
+  return Ok();
+}
+
+// hvprof run [options] -- CMD...: the whole sequence for one workload.
+Result<void> ReadRun(const po::variables_map& values, Words& w, const std::vector<std::string>& command,
+                     const HvprofEnvironment& environment, HvprofRequest& request) {
+  if (w.setup.domain != 0) {
+    return Refuse("runs in dom0 (it drives the whole host); in a guest use --start-daemon, --start, --stop and "
+                  "--publish");
+  }
+  for (HvprofAction action : kActions) {
+    const std::string_view option = HvprofActionOption(action);
+    if (values.count(std::string(option.substr(2))) != 0) {
+      return MakeError(ErrorKind::kInvalidArgument, "{} is an action of its own; `hvprof run` does them all", option);
+    }
+  }
+  HVPROF_TRYV(SplitDomainLists(w, w.setup));
+  RunOptions& run = w.run;
+  if (!w.duration.empty()) {
+    auto parsed = ParseDurationNs(w.duration);
+    if (!parsed) return MakeError(ErrorKind::kInvalidArgument, "--duration: {}", parsed.error().message());
+    run.duration_ns = parsed.value();
+  }
+  if (run.repeat == 0) return Refuse("--repeat must be at least 1");
+  if (values.count("fail-on-regression") != 0 && run.baseline.empty()) {
+    return Refuse("--fail-on-regression compares against --baseline=SESSION: name one");
+  }
+  run.setup = w.setup;
+  run.scenario = w.scenario;
+  run.command = command;
+  run.hvprofd_path = environment.program_dir + "/hvprofd";
+  run.hv_path = environment.program_dir + "/hvprof-hv";
+  request.kind = HvprofKind::kRun;
+  request.run = run;
+  return Ok();
+}
+
+// One action, and only the options that go with it.
+Result<void> ReadAction(const po::variables_map& values, Words& w, HvprofRequest& request) {
+  for (const char* run_only : {"baseline", "fail-on-regression"}) {
+    if (values.count(run_only) != 0) {
+      return MakeError(ErrorKind::kInvalidArgument, "--{} goes with `hvprof run`", run_only);
+    }
+  }
+  std::vector<HvprofAction> chosen;
+  for (HvprofAction action : kActions) {
+    if (values.count(std::string(HvprofActionOption(action).substr(2))) != 0) chosen.push_back(action);
+  }
+  if (chosen.empty()) return Refuse("no action given\nTry 'hvprof --help'.");
+  if (chosen.size() > 1) {
+    return MakeError(ErrorKind::kInvalidArgument, "one action per call; you gave {} and {}\nTry 'hvprof --help'.",
+                     HvprofActionOption(chosen[0]), HvprofActionOption(chosen[1]));
+  }
+  request.action = chosen[0];
+  for (const char* setup_only : {"xen", "vmlinux", "no-vmlinux", "active-domains", "passive-domains",
+                                 "passive-images", "event", "buffer-size", "callgraph", "poll-interval", "rate", "jit",
+                                 "sched", "verbose", "scenario"}) {
+    if (values.count(setup_only) != 0 && request.action != HvprofAction::kStartDaemon) {
+      return MakeError(ErrorKind::kInvalidArgument, "--{} is a setup option; it only goes with --start-daemon",
+                       setup_only);
+    }
+  }
+  HVPROF_TRYV(SplitDomainLists(w, w.setup));
+  if (request.action == HvprofAction::kRunSim) {
+    auto sim_time = ParseDurationNs(w.run_sim);
+    if (!sim_time) return MakeError(ErrorKind::kInvalidArgument, "--run-sim: {}", sim_time.error().message());
+    request.run_sim_ns = sim_time.value();
+  }
+  request.kind = HvprofKind::kAction;
+  return Ok();
+}
+
+}  // namespace
+
+std::string_view HvprofActionOption(HvprofAction action) {
+  switch (action) {
+    case HvprofAction::kStartDaemon: return "--start-daemon";
+    case HvprofAction::kStart: return "--start";
+    case HvprofAction::kStop: return "--stop";
+    case HvprofAction::kDump: return "--dump";
+    case HvprofAction::kShutdown: return "--shutdown";
+    case HvprofAction::kReset: return "--reset";
+    case HvprofAction::kSave: return "--save";
+    case HvprofAction::kStatus: return "--status";
+    case HvprofAction::kListEvents: return "--list-events";
+    case HvprofAction::kRunSim: return "--run-sim";
+    case HvprofAction::kPublish: return "--publish";
+  }
+  return "--status";
+}
+
+std::string HvprofUsage() {
+  Words w;
+  po::options_description all;
+  Describe(w, all);
+  std::ostringstream out;
+  out << all;
+  return out.str();
+}
+
+std::string HvprofArchiveUsage() {
+  ArchiveRequest request;
+  po::options_description described(kArchiveUsage);
+  DescribeArchive(request, described);
+  std::ostringstream out;
+  out << described;
+  return out.str();
+}
+
+Result<HvprofRequest> ParseHvprofRequest(const std::vector<std::string>& arguments,
+                                         const HvprofEnvironment& environment) {
+  if (!arguments.empty() && arguments[0] == "archive") {
+    return ParseArchive(std::vector<std::string>(arguments.begin() + 1, arguments.end()));
+  }
+  HvprofRequest request;
+  if (arguments.empty()) {
+    request.kind = HvprofKind::kUsage;
+    return request;
+  }
+  // hvprof run [options] -- CMD...: the options are read here, CMD is kept as it is.
+  const bool run = arguments[0] == "run";
+  std::vector<std::string> args(arguments.begin() + (run ? 1 : 0), arguments.end());
+  std::vector<std::string> command;
+  if (run) {
+    if (auto dashes = std::find(args.begin(), args.end(), "--"); dashes != args.end()) {
+      command.assign(dashes + 1, args.end());
+      args.erase(dashes, args.end());
+    }
+  }
+  Words w;
+  po::options_description all;
+  Describe(w, all);
+  po::variables_map values;
+  try {
+    po::store(po::command_line_parser(args).options(all).run(), values);
+    po::notify(values);
+  } catch (const po::error& error) {
+    return MakeError(ErrorKind::kInvalidArgument, "{}\nTry 'hvprof --help'.", error.what());
+  }
+  HVPROF_TRYV(ReadSetup(values, w, run, environment));
+  if (values.count("version") != 0) {
+    request.kind = HvprofKind::kVersion;
+    return request;
+  }
+  if (values.count("help") != 0) {
+    request.kind = HvprofKind::kHelp;
+    return request;
+  }
+  // Commands find their agent by domain; in a Xen guest that must be said.
+  if (w.setup.platform == "xen" && values.count("domain") == 0 && environment.xen_guest) {
+    return Refuse("this is a Xen guest: give its domain id with --domain=ID on every command (`xenstore-read domid` "
+                  "here, or `xl domid NAME` in dom0, prints it)");
+  }
+  if (run) {
+    HVPROF_TRYV(ReadRun(values, w, command, environment, request));
+  } else {
+    HVPROF_TRYV(ReadAction(values, w, request));
+  }
+  request.setup = w.setup;
+  request.run.hvprofd_path = environment.program_dir + "/hvprofd";
+  request.run.hv_path = environment.program_dir + "/hvprof-hv";
+  request.scenario = w.scenario;
+  request.domain_map = w.run.domain_map;
+  request.save_name = w.save_name;
+  request.cpu_type = w.cpu_type;
+  return request;
+}
+
+}  // namespace hvprof::control

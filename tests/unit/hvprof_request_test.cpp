@@ -1,0 +1,170 @@
+// hvprof's command line as a typed request (control/hvprof_request.h): every refusal rule, each
+// with the words its message must carry, and what accepted commands ask for.
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "hvprof/control/hvprof_request.h"
+#include "temp_dir.h"
+
+using namespace hvprof;
+using control::HvprofAction;
+using control::HvprofKind;
+using control::HvprofRequest;
+
+namespace {
+
+control::HvprofEnvironment Machine(bool xen_guest = false) {
+  control::HvprofEnvironment environment;
+  environment.xen_host = xen_guest;
+  environment.xen_guest = xen_guest;
+  environment.program_dir = "/opt/hvprof/bin";
+  return environment;
+}
+
+void RequireRefusal(const std::vector<std::string>& args, const std::string& words, bool xen_guest = false) {
+  std::string shown;
+  for (const std::string& arg : args) shown += arg + " ";
+  INFO("hvprof " << shown);
+  auto request = control::ParseHvprofRequest(args, Machine(xen_guest));
+  REQUIRE_FALSE(request.has_value());
+  CHECK(request.error().kind() == ErrorKind::kInvalidArgument);
+  INFO("message: " << request.error().message());
+  CHECK(request.error().message().find(words) != std::string::npos);
+}
+
+HvprofRequest Accept(const std::vector<std::string>& args, const control::HvprofEnvironment& environment = Machine()) {
+  auto request = control::ParseHvprofRequest(args, environment);
+  if (!request) FAIL("refused: " << request.error().message());
+  return request.value();
+}
+
+}  // namespace
+
+TEST_CASE("hvprof refuses what it cannot honour: actions and their options", "[cli]") {
+  RequireRefusal({"--no-such-option"}, "Try 'hvprof --help'");
+  RequireRefusal({"--domain=1", "--domain=2", "--status"}, "Try 'hvprof --help'");
+  RequireRefusal({"--session-dir=/tmp/x"}, "no action given");
+  RequireRefusal({"--start", "--stop"}, "one action per call; you gave --start and --stop");
+  RequireRefusal({"--save=a", "--reset"}, "one action per call");
+  RequireRefusal({"--start-daemon", "--platform=linux", "--scenario=default"}, "--scenario is for --platform=sim");
+  RequireRefusal({"--start-daemon", "--platform=sim", "--callgraph=65"}, "callgraph");
+  RequireRefusal({"--start-daemon", "--platform=sim", "--buffer-size=100"}, "buffer-size");
+  RequireRefusal({"--start-daemon", "--platform=sim", "--poll-interval=60001"}, "poll-interval");
+  RequireRefusal({"--start-daemon", "--platform=sim", "--rate=-5"}, "rate");
+  RequireRefusal({"--status", "--platform=xen"}, "this is a Xen guest: give its domain id with --domain=ID", true);
+  for (const char* run_only : {"--baseline=before", "--fail-on-regression"}) {
+    RequireRefusal({"--status", run_only}, "goes with `hvprof run`");
+  }
+  const std::vector<std::string> setup_only = {
+      "--xen=/boot/xen-syms", "--vmlinux=/boot/vmlinux", "--no-vmlinux",    "--active-domains=1",
+      "--passive-domains=2",  "--passive-images=/k",     "--event=CYCLES",  "--buffer-size=1024",
+      "--callgraph=8",        "--poll-interval=10",      "--rate=99",       "--jit=on",
+      "--sched",              "--verbose",               "--scenario=default"};
+  for (const std::string& option : setup_only) {
+    RequireRefusal({"--start", "--platform=sim", option},
+                   "--" + option.substr(2, option.find('=') - 2) + " is a setup option; it only goes with --start-daemon");
+  }
+  RequireRefusal({"--start-daemon", "--platform=sim", "--active-domains=1,,2"}, "empty item in the list");
+  RequireRefusal({"--start-daemon", "--platform=sim", "--passive-domains=,"}, "empty item in the list");
+  RequireRefusal({"--start-daemon", "--platform=sim", "--passive-images=a,"}, "empty item in the list");
+  RequireRefusal({"--run-sim=soon"}, "--run-sim: 'soon' is not a duration");
+}
+
+TEST_CASE("hvprof refuses what it cannot honour: hvprof run", "[cli]") {
+  RequireRefusal({"run", "--platform=sim", "--domain=1"}, "runs in dom0 (it drives the whole host)");
+  for (const char* action : {"--start-daemon", "--start", "--stop", "--dump", "--shutdown", "--reset", "--save=x",
+                             "--status", "--list-events", "--run-sim=1s", "--publish"}) {
+    const std::string option(action);
+    RequireRefusal({"run", "--platform=sim", option},
+                   option.substr(0, option.find('=')) + " is an action of its own; `hvprof run` does them all");
+  }
+  RequireRefusal({"run", "--platform=sim", "--active-domains=1,,2"}, "empty item in the list");
+  RequireRefusal({"run", "--platform=sim", "--duration=forever"}, "--duration: 'forever' is not a duration");
+  RequireRefusal({"run", "--platform=sim", "--repeat=0"}, "--repeat must be at least 1");
+  RequireRefusal({"run", "--platform=sim", "--fail-on-regression=1"},
+                 "--fail-on-regression compares against --baseline=SESSION: name one");
+  RequireRefusal({"run", "--platform=sim", "--bogus", "--", "true"}, "Try 'hvprof --help'");
+}
+
+TEST_CASE("hvprof refuses what it cannot honour: hvprof archive", "[cli]") {
+  RequireRefusal({"archive", "before"}, "name the archive to write with -o FILE.tar");
+  RequireRefusal({"archive", "before", "extra", "-o", "x.tar"}, "Try 'hvprof archive --help'");
+  RequireRefusal({"archive", "--start"}, "Try 'hvprof archive --help'");
+}
+
+TEST_CASE("hvprof's accepted commands, as typed requests", "[cli]") {
+  SECTION("no arguments: the usage, as bad usage; --help and --version") {
+    CHECK(Accept({}).kind == HvprofKind::kUsage);
+    CHECK(Accept({"--help"}).kind == HvprofKind::kHelp);
+    CHECK(Accept({"--version"}).kind == HvprofKind::kVersion);
+    CHECK(Accept({"archive", "--help"}).kind == HvprofKind::kArchiveHelp);
+    CHECK(control::HvprofUsage().find("Setup options (with --start-daemon)") != std::string::npos);
+    CHECK(control::HvprofArchiveUsage().find("Usage: hvprof archive") != std::string::npos);
+  }
+  SECTION("--start-daemon with its setup") {
+    const HvprofRequest r = Accept({"--start-daemon", "--platform=sim", "--scenario=two-guests", "-e", "CYCLES:100000",
+                                    "-e", "LLC_MISSES", "--active-domains=1,web", "--passive-domains=all",
+                                    "--callgraph=16", "-F", "997", "--sched", "--session-dir=/tmp/s"});
+    CHECK(r.kind == HvprofKind::kAction);
+    CHECK(r.action == HvprofAction::kStartDaemon);
+    CHECK(r.setup.platform == "sim");
+    CHECK(r.scenario == "two-guests");
+    CHECK(r.setup.events == std::vector<std::string>{"CYCLES:100000", "LLC_MISSES"});
+    CHECK(r.setup.active_domains == std::vector<std::string>{"1", "web"});
+    CHECK(r.setup.passive_domains == std::vector<std::string>{"all"});
+    CHECK(r.setup.callgraph == 16);
+    CHECK(r.setup.rate == 997);
+    CHECK(r.setup.sched);
+    CHECK(r.setup.session_root == "/tmp/s");
+    CHECK(r.run.hvprofd_path == "/opt/hvprof/bin/hvprofd");
+    CHECK(r.run.hv_path == "/opt/hvprof/bin/hvprof-hv");
+  }
+  SECTION("a guest's commands on the sim keep their own session root") {
+    const HvprofRequest r = Accept({"--start", "--domain=2"});
+    CHECK(r.action == HvprofAction::kStart);
+    CHECK(r.setup.domain == 2);
+    CHECK(r.setup.session_root == "/var/lib/hvprof/domain-2");
+    CHECK(Accept({"--start", "--domain=2", "--session-dir=/s"}).setup.session_root == "/s");
+  }
+  SECTION("the other actions") {
+    CHECK(Accept({"--save=before"}).save_name == "before");
+    CHECK(Accept({"--run-sim=250ms"}).run_sim_ns == 250'000'000);
+    CHECK(Accept({"--list-events", "--cpu-type=i386/arch_perfmon"}).cpu_type == "i386/arch_perfmon");
+    CHECK(Accept({"-t"}).action == HvprofAction::kStop);
+    CHECK(Accept({"--status", "--platform=xen", "--domain=3"}, Machine(true)).setup.domain == 3);
+  }
+  SECTION("hvprof run: the options before --, the workload after it untouched") {
+    const HvprofRequest r = Accept({"run", "--platform=sim", "--duration=2s", "--repeat=3", "--baseline=before",
+                                    "--fail-on-regression", "--json=out.json", "--", "make", "--jobs=2", "--"});
+    CHECK(r.kind == HvprofKind::kRun);
+    CHECK(r.run.duration_ns == 2'000'000'000);
+    CHECK(r.run.repeat == 3);
+    CHECK(r.run.baseline == "before");
+    CHECK(r.run.fail_points == 0);
+    CHECK(r.run.json_path == "out.json");
+    CHECK(r.run.command == std::vector<std::string>{"make", "--jobs=2", "--"});
+    CHECK(r.run.setup.platform == "sim");
+    CHECK(r.run.hvprofd_path == "/opt/hvprof/bin/hvprofd");
+  }
+  SECTION("the platform chosen for the user is said before anything is refused") {
+    hvprof::testing::TempDir dir;
+    control::HvprofEnvironment xen = Machine(true);
+    std::vector<std::string> said;
+    xen.say = [&said](const std::string& text) { said.push_back(text); };
+    auto refused = control::ParseHvprofRequest({"--start-daemon", "--run-dir=" + dir.File("run")}, xen);
+    REQUIRE_FALSE(refused.has_value());  // a Xen guest without --domain
+    REQUIRE(said.size() == 1);
+    CHECK(said[0].rfind("--platform=xen: ", 0) == 0);
+  }
+  SECTION("hvprof archive") {
+    const HvprofRequest r = Accept({"archive", "before", "-o", "before.tar", "--partial", "--session-dir=/s"});
+    CHECK(r.kind == HvprofKind::kArchive);
+    CHECK(r.archive.session == "before");
+    CHECK(r.archive.output == "before.tar");
+    CHECK(r.archive.session_root == "/s");
+    CHECK(r.archive.options.partial);
+    CHECK(r.archive.options.debuginfod);
+  }
+}
