@@ -149,13 +149,14 @@ std::string SerializeMetadata(const SessionMetadata& m) {
   return out.dump(1) + "\n";
 }
 
-Result<SessionMetadata> ParseMetadata(std::string_view text, std::string_view origin) {
-  // Bounds on lists: far above any real host, low enough that a damaged file cannot make the
-  // reader allocate without end.
-  constexpr size_t kMaxList = 1u << 20;
-  HVPROF_TRY(root, json::Node::Parse(text, std::string(origin), ErrorKind::kCorrupt));
-  if (!root.IsObject()) return root.Fail("not an hvprof session (expected a JSON object)");
-  SessionMetadata m;
+namespace {
+
+// Bounds on lists: far above any real host, low enough that a damaged file cannot make the
+// reader allocate without end.
+constexpr size_t kMaxList = 1u << 20;
+
+// What was profiled, where, by which hvprof.
+Result<void> ParseIdentity(const json::Node& root, std::string_view origin, SessionMetadata& m) {
   HVPROF_TRY(format, root.Get<std::string>("format"));
   if (format != "hvprof-session") {
     return MakeError(ErrorKind::kCorrupt, "{}: not an hvprof session (format '{}')", origin, format);
@@ -187,6 +188,11 @@ Result<SessionMetadata> ParseMetadata(std::string_view text, std::string_view or
   m.agent_domain = agent_domain;
   HVPROF_TRY(created, root.Get<uint64_t>("created_ns", 0));
   m.created_ns = created;
+  return Ok();
+}
+
+// The profiling intervals and the events counted.
+Result<void> ParseEvents(const json::Node& root, SessionMetadata& m) {
   HVPROF_TRY(intervals, root.OptionalArray("profiling", kMaxList));
   for (const json::Node& interval : intervals) {
     HVPROF_TRY(start, interval.Get<uint64_t>("start_ns"));
@@ -219,6 +225,11 @@ Result<SessionMetadata> ParseMetadata(std::string_view text, std::string_view or
     event.sampled_by = sampled_by;
     m.events.push_back(event);
   }
+  return Ok();
+}
+
+// The domains, with the processes, mappings and tasks older sessions list.
+Result<void> ParseDomains(const json::Node& root, SessionMetadata& m) {
   HVPROF_TRY(domains, root.Array("domains", kMaxList));
   for (const json::Node& d : domains) {
     DomainRecord domain;
@@ -267,6 +278,11 @@ Result<SessionMetadata> ParseMetadata(std::string_view text, std::string_view or
     }
     m.domains.push_back(std::move(domain));
   }
+  return Ok();
+}
+
+// The images to symbolize with, and the JIT files copied into the session.
+Result<void> ParseImages(const json::Node& root, std::string_view origin, SessionMetadata& m) {
   HVPROF_TRY(images, root.OptionalArray("images", kMaxList));
   for (const json::Node& im : images) {
     ImageRecord image;
@@ -315,6 +331,11 @@ Result<SessionMetadata> ParseMetadata(std::string_view text, std::string_view or
     jit.problem = problem;
     m.jit.push_back(std::move(jit));
   }
+  return Ok();
+}
+
+// The rings and their buffers.
+Result<void> ParseRings(const json::Node& root, SessionMetadata& m) {
   if (const auto b = root.OptionalMember("buffers")) {
     HVPROF_TRY(ring_format, b->Get("format", ""));
     HVPROF_TRY(capacity, b->Get<uint32_t>("capacity", 0));
@@ -353,6 +374,11 @@ Result<SessionMetadata> ParseMetadata(std::string_view text, std::string_view or
     ring.max_fill = max_fill;
     m.rings.push_back(ring);
   }
+  return Ok();
+}
+
+// What was stored and lost, and the notes.
+Result<void> ParseCounts(const json::Node& root, SessionMetadata& m) {
   if (const auto l = root.OptionalMember("losses")) {
     if (!l->IsObject()) return l->Fail("expected an object of loss counts, got {}", l->Describe());
     for (const LossField& field : kLossFields) {
@@ -391,6 +417,11 @@ Result<SessionMetadata> ParseMetadata(std::string_view text, std::string_view or
     m.samples_file_chunks = chunks;
     m.samples_file_bytes = bytes;
   }
+  return Ok();
+}
+
+// The platform's statistics and the scheduling and context summaries.
+Result<void> ParseSummaries(const json::Node& root, SessionMetadata& m) {
   if (const auto stats = root.OptionalMember("platform_stats")) {
     if (!stats->IsObject()) return stats->Fail("expected an object, got {}", stats->Describe());
     m.platform_stats = stats->value().dump();
@@ -433,6 +464,22 @@ Result<SessionMetadata> ParseMetadata(std::string_view text, std::string_view or
     summary.domains.erase(std::unique(summary.domains.begin(), summary.domains.end()), summary.domains.end());
     m.context = std::move(summary);
   }
+  return Ok();
+}
+
+}  // namespace
+
+Result<SessionMetadata> ParseMetadata(std::string_view text, std::string_view origin) {
+  HVPROF_TRY(root, json::Node::Parse(text, std::string(origin), ErrorKind::kCorrupt));
+  if (!root.IsObject()) return root.Fail("not an hvprof session (expected a JSON object)");
+  SessionMetadata m;
+  HVPROF_TRYV(ParseIdentity(root, origin, m));
+  HVPROF_TRYV(ParseEvents(root, m));
+  HVPROF_TRYV(ParseDomains(root, m));
+  HVPROF_TRYV(ParseImages(root, origin, m));
+  HVPROF_TRYV(ParseRings(root, m));
+  HVPROF_TRYV(ParseCounts(root, m));
+  HVPROF_TRYV(ParseSummaries(root, m));
   return m;
 }
 
@@ -740,6 +787,195 @@ Result<void> WriteAggregate(const std::string& path, const Aggregate& aggregate,
   return WriteFileAtomically(path, file);
 }
 
+namespace {
+
+// The header of an aggregate of a version this reader knows, with the flags that version has.
+bool HeaderValid(const AggregateHeader& header) {
+  return std::memcmp(header.magic, kAggregateMagic, 8) == 0 && header.version >= 1 &&
+         header.version <= kAggregateVersion && header.entry_bytes == sizeof(PackedEntry) &&
+         !(header.version == 1 && header.flags != 0) && !(header.version == 2 && (header.flags & ~kHasStacks) != 0) &&
+         !(header.version == 3 && (header.flags & ~(kHasStacks | kHasSlices)) != 0) &&
+         !(header.version == 4 && (header.flags & kHasRegions) != 0) &&
+         (header.flags & ~(kHasStacks | kHasSlices | kHasImages | kDeflated | kHasRegions)) == 0;
+}
+
+// The sections' headers agree with the flags: stacks, images and regions only where flagged, no
+// more slices than kMaxTimeSlices, tables large enough for their records.
+bool SectionsValid(const AggregateHeader& header, const StackSection& section, const SliceSection& slices,
+                   const ImageSection& images, const RegionSection& regions) {
+  if ((header.flags & kHasStacks) == 0 && (section.stacks != 0 || section.words != 0)) return false;
+  if (slices.slices > kMaxTimeSlices) return false;
+  if (header.version >= 4 && (((header.flags & kHasImages) != 0) != (images.images != 0) ||
+                              images.images > images.bytes / 8)) {
+    return false;
+  }
+  return !(((header.flags & kHasRegions) == 0 && (regions.regions != 0 || regions.bytes != 0)) ||
+           regions.regions > regions.bytes / sizeof(PackedRegion));
+}
+
+// The sections fill the `left` bytes after their headers exactly: the entries, the slice counts
+// (entries x slices u32, at most 64 x the entries, which fit the file; version 4: a mask per
+// entry, then the counts the masks have bits for), the tables, then the stacks and their words.
+// Says how many bytes the slice counts take.
+bool SectionsFit(const AggregateHeader& header, const StackSection& section, const SliceSection& slices,
+                 const ImageSection& images, const RegionSection& regions, uint64_t left, uint64_t* slice_bytes) {
+  const bool sparse = header.version >= 4;
+  if (header.entries > left / sizeof(PackedEntry)) return false;
+  const uint64_t after_entries = left - header.entries * sizeof(PackedEntry);
+  if (sparse && slices.slices == 0 && slices.nonzero != 0) return false;
+  *slice_bytes = sparse ? (slices.slices != 0 ? header.entries * sizeof(uint64_t) : 0) +
+                              uint64_t{slices.nonzero} * sizeof(uint32_t)
+                        : header.entries * slices.slices * sizeof(uint32_t);
+  const uint64_t table_bytes = uint64_t{images.bytes} + regions.bytes;
+  if (*slice_bytes > after_entries || table_bytes > after_entries - *slice_bytes) return false;
+  const uint64_t stack_room = after_entries - *slice_bytes - table_bytes;
+  return section.stacks <= stack_room / sizeof(PackedStack) &&
+         section.words == (stack_room - section.stacks * sizeof(PackedStack)) / sizeof(uint64_t) &&
+         (stack_room - section.stacks * sizeof(PackedStack)) % sizeof(uint64_t) == 0;
+}
+
+// Version 4's sparse time slices: a mask per entry of the slices it has counts in, then those
+// counts, none zero; into `slice_counts` (entries x slices). False when they do not fit.
+bool UnpackSlices(const std::vector<uint64_t>& masks, const std::vector<uint32_t>& counts, uint32_t n,
+                  std::vector<uint32_t>& slice_counts) {
+  const uint64_t valid = n == 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
+  size_t next = 0;
+  for (size_t e = 0; e < masks.size(); ++e) {
+    if ((masks[e] & ~valid) != 0) return false;
+    for (uint32_t k = 0; k < n; ++k) {
+      if ((masks[e] >> k & 1) == 0) continue;
+      if (next == counts.size() || counts[next] == 0) return false;
+      slice_counts[e * n + k] = counts[next++];
+    }
+  }
+  return next == counts.size();
+}
+
+// The image table: each image's id (1, 2, ...), path and build-id, and nothing else. False when
+// it is damaged.
+bool ReadImageTable(const std::string& image_table, uint64_t images, Aggregate& aggregate) {
+  for (size_t at = 0, i = 0; i < images; ++i) {
+    uint32_t id = 0;
+    uint16_t path_bytes = 0, id_bytes = 0;
+    if (image_table.size() - at < 8) return false;
+    std::memcpy(&id, image_table.data() + at, 4);
+    std::memcpy(&path_bytes, image_table.data() + at + 4, 2);
+    std::memcpy(&id_bytes, image_table.data() + at + 6, 2);
+    at += 8;
+    if (id != i + 1 || image_table.size() - at < size_t{path_bytes} + id_bytes) return false;
+    aggregate.images.push_back({id, image_table.substr(at, path_bytes), image_table.substr(at + path_bytes, id_bytes)});
+    at += size_t{path_bytes} + id_bytes;
+    if (i + 1 == images && at != image_table.size()) return false;
+  }
+  return true;
+}
+
+// Regions: each a range of user space with a path, in order of (domain, pid, start), one per
+// start; the table holds them and nothing else. False when it is damaged.
+bool ReadRegionTable(const std::string& region_table, uint64_t regions, Aggregate& aggregate) {
+  for (size_t at = 0, i = 0; i < regions; ++i) {
+    PackedRegion record;
+    if (region_table.size() - at < sizeof record) return false;
+    std::memcpy(&record, region_table.data() + at, sizeof record);
+    at += sizeof record;
+    if (region_table.size() - at < record.path_bytes || record.start >= record.end || (record.end - 1) >> 47 != 0) {
+      return false;
+    }
+    AggregateRegion region{record.domain, record.pid, record.start, record.end, record.time_ns,
+                           region_table.substr(at, record.path_bytes)};
+    at += record.path_bytes;
+    if (!aggregate.regions.empty()) {
+      const AggregateRegion& last = aggregate.regions.back();
+      if (std::tie(last.domain, last.pid, last.start) >= std::tie(region.domain, region.pid, region.start)) {
+        return false;
+      }
+    }
+    aggregate.regions.push_back(std::move(region));
+    if (i + 1 == regions && at != region_table.size()) return false;
+  }
+  if (regions == 0 && !region_table.empty()) return false;
+  return true;
+}
+
+// Every entry's mode is one, an image word names an image of the table, and only an entry across
+// processes has one; such an entry's other addresses are the kernel's or the hypervisor's.
+Result<void> CheckEntries(const std::string& path, const Aggregate& aggregate) {
+  for (uint64_t i = 0; i < aggregate.entries.size(); ++i) {
+    const uint8_t mode = aggregate.entries[i].key.mode;
+    if (!sample_mode::IsValid(mode)) return MakeError(ErrorKind::kCorrupt, "{}: entry {} has mode {}", path, i, mode);
+  }
+  for (const AggregateEntry& entry : aggregate.entries) {
+    const bool word = IsImageWord(entry.key.ip);
+    if (entry.key.pid == kAnyProcess && !word && (entry.key.ip >> 47) == 0) {
+      return MakeError(ErrorKind::kCorrupt,
+                       "{}: an entry counted across processes has user address {:#x}, which names no image", path,
+                       entry.key.ip);
+    }
+    if (word && entry.key.pid != kAnyProcess) {
+      return MakeError(ErrorKind::kCorrupt, "{}: an entry of pid {} has address {:#x}, at which no CPU runs", path,
+                       entry.key.pid, entry.key.ip);
+    }
+    if (word && ImageOfWord(entry.key.ip) > aggregate.images.size()) {
+      return MakeError(ErrorKind::kCorrupt, "{}: an entry names image {}, which it does not list", path,
+                       ImageOfWord(entry.key.ip));
+    }
+  }
+  return Ok();
+}
+
+// Each entry's slices add up to its count: the slices are the entries, cut by time.
+Result<void> CheckSlices(const std::string& path, const SliceSection& slice_section, Aggregate& aggregate) {
+  if (slice_section.slices != 0) {
+    const uint32_t n = slice_section.slices;
+    for (uint64_t i = 0; i < aggregate.entries.size(); ++i) {
+      uint64_t sum = 0;
+      for (uint32_t k = 0; k < n; ++k) sum += aggregate.slice_counts[i * n + k];
+      if (sum != aggregate.entries[i].count) {
+        return MakeError(ErrorKind::kCorrupt, "{}: entry {}'s time slices count {} samples where it counts {}", path, i,
+                         sum, aggregate.entries[i].count);
+      }
+    }
+    aggregate.time_slices = n;
+    aggregate.slices_first_ns = slice_section.first_ns;
+    aggregate.slices_last_ns = slice_section.last_ns;
+  }
+  return Ok();
+}
+
+// Every stack has the sampled address and at most the deepest chain; together they hold the
+// words and count the samples, no more.
+Result<void> UnpackStacks(const std::string& path, uint64_t header_samples, uint64_t section_words,
+                          const std::vector<PackedStack>& packed, Aggregate& aggregate) {
+  aggregate.has_stacks = true;
+  aggregate.stacks.resize(packed.size());
+  uint64_t words = 0, samples = 0;
+  for (uint64_t i = 0; i < packed.size(); ++i) {
+    const PackedStack& record = packed[i];
+    if (!sample_mode::IsValid(record.mode) || record.length == 0 || record.length > kMaxFrames + 1 || record.reserved != 0 ||
+        __builtin_add_overflow(samples, record.count, &samples)) {
+      return MakeError(ErrorKind::kCorrupt, "{}: stack {} is damaged", path, i);
+    }
+    aggregate.stacks[i] = {{record.pid, record.tid, record.domain, record.mode, record.event, record.vcpu, record.pcpu},
+                           static_cast<uint32_t>(words),
+                           record.length,
+                           record.count};
+    words += record.length;
+  }
+  for (uint64_t word : aggregate.stack_words) {
+    if (IsImageWord(word) && (ImageOfWord(word) == 0 || ImageOfWord(word) > aggregate.images.size())) {
+      return MakeError(ErrorKind::kCorrupt, "{}: a stack names image {}, which it does not list", path,
+                       ImageOfWord(word));
+    }
+  }
+  if (words != section_words || samples != header_samples) {
+    return MakeError(ErrorKind::kCorrupt, "{}: its stacks hold {} words and {} samples where it says {} and {}", path,
+                     words, samples, section_words, header_samples);
+  }
+  return Ok();
+}
+
+}  // namespace
+
 Result<Aggregate> ReadAggregate(const std::string& path) {
   // Each section is read straight into where it is kept (the entries' layout in memory is the
   // file's), the checksum taken as it goes: an aggregate holds tens of megabytes of stacks, and
@@ -786,14 +1022,7 @@ Result<Aggregate> ReadAggregate(const std::string& path) {
   auto invalid = [&path] {
     return MakeError(ErrorKind::kCorrupt, "{} is not a valid aggregate (damaged or truncated)", path);
   };
-  if (std::memcmp(header.magic, kAggregateMagic, 8) != 0 || header.version < 1 || header.version > kAggregateVersion ||
-      header.entry_bytes != sizeof(PackedEntry) || (header.version == 1 && header.flags != 0) ||
-      (header.version == 2 && (header.flags & ~kHasStacks) != 0) ||
-      (header.version == 3 && (header.flags & ~(kHasStacks | kHasSlices)) != 0) ||
-      (header.version == 4 && (header.flags & kHasRegions) != 0) ||
-      (header.flags & ~(kHasStacks | kHasSlices | kHasImages | kDeflated | kHasRegions)) != 0) {
-    return invalid();
-  }
+  if (!HeaderValid(header)) return invalid();
   if ((header.flags & kDeflated) != 0) {
     uint64_t inflated = 0;
     if (size - offset < sizeof inflated) return invalid();
@@ -806,53 +1035,24 @@ Result<Aggregate> ReadAggregate(const std::string& path) {
     HVPROF_TRYV(inflater->Init(path));
     size = sizeof header + inflated;
   }
-  // The sections' sizes, each checked against what is left of the file before it is used.
+  // The sections' headers (as many as the version has), each checked against what is left of the
+  // file before it is read.
   StackSection section{0, 0};
   SliceSection slice_section{0, 0, 0, 0};
-  if (header.version >= 2) {
-    if (size - offset < sizeof section) return invalid();
-    HVPROF_TRYV(read_exact(&section, sizeof section, true));
-    if ((header.flags & kHasStacks) == 0 && (section.stacks != 0 || section.words != 0)) return invalid();
-  }
-  if (header.version >= 3) {
-    if (size - offset < sizeof slice_section) return invalid();
-    HVPROF_TRYV(read_exact(&slice_section, sizeof slice_section, true));
-    if (slice_section.slices > kMaxTimeSlices) return invalid();
-  }
   ImageSection image_section{0, 0};
-  if (header.version >= 4) {
-    if (size - offset < sizeof image_section) return invalid();
-    HVPROF_TRYV(read_exact(&image_section, sizeof image_section, true));
-    if (((header.flags & kHasImages) != 0) != (image_section.images != 0) ||
-        image_section.images > image_section.bytes / 8) {
-      return invalid();
-    }
-  }
   RegionSection region_section{0, 0};
-  if (header.version >= 5) {
-    if (size - offset < sizeof region_section) return invalid();
-    HVPROF_TRYV(read_exact(&region_section, sizeof region_section, true));
-    if (((header.flags & kHasRegions) == 0 && (region_section.regions != 0 || region_section.bytes != 0)) ||
-        region_section.regions > region_section.bytes / sizeof(PackedRegion)) {
-      return invalid();
-    }
+  for (const auto& [version, into, bytes] : {std::tuple{2u, static_cast<void*>(&section), sizeof section},
+                                             std::tuple{3u, static_cast<void*>(&slice_section), sizeof slice_section},
+                                             std::tuple{4u, static_cast<void*>(&image_section), sizeof image_section},
+                                             std::tuple{5u, static_cast<void*>(&region_section), sizeof region_section}}) {
+    if (header.version < version) break;
+    if (size - offset < bytes) return invalid();
+    HVPROF_TRYV(read_exact(into, bytes, true));
   }
   const bool sparse = header.version >= 4;
-  const uint64_t left = size - offset;
-  if (header.entries > left / sizeof(PackedEntry)) return invalid();
-  const uint64_t after_entries = left - header.entries * sizeof(PackedEntry);
-  // Slice counts: entries x slices u32 (at most 64 x the entries, which fit the file); version 4:
-  // a mask per entry, then the counts the masks have bits for.
-  if (sparse && slice_section.slices == 0 && slice_section.nonzero != 0) return invalid();
-  const uint64_t slice_bytes = sparse ? (slice_section.slices != 0 ? header.entries * sizeof(uint64_t) : 0) +
-                                            uint64_t{slice_section.nonzero} * sizeof(uint32_t)
-                                      : header.entries * slice_section.slices * sizeof(uint32_t);
-  const uint64_t table_bytes = uint64_t{image_section.bytes} + region_section.bytes;
-  if (slice_bytes > after_entries || table_bytes > after_entries - slice_bytes) return invalid();
-  const uint64_t stack_room = after_entries - slice_bytes - table_bytes;
-  if (section.stacks > stack_room / sizeof(PackedStack) ||
-      section.words != (stack_room - section.stacks * sizeof(PackedStack)) / sizeof(uint64_t) ||
-      (stack_room - section.stacks * sizeof(PackedStack)) % sizeof(uint64_t) != 0) {
+  uint64_t slice_bytes = 0;
+  if (!SectionsValid(header, section, slice_section, image_section, region_section) ||
+      !SectionsFit(header, section, slice_section, image_section, region_section, size - offset, &slice_bytes)) {
     return invalid();
   }
   Aggregate aggregate;
@@ -872,18 +1072,7 @@ Result<Aggregate> ReadAggregate(const std::string& path) {
     HVPROF_TRYV(read_exact(masks.data(), masks.size() * sizeof(uint64_t), true));
     std::vector<uint32_t> counts(slice_section.nonzero);
     HVPROF_TRYV(read_exact(counts.data(), counts.size() * sizeof(uint32_t), true));
-    const uint32_t n = slice_section.slices;
-    const uint64_t valid = n == 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
-    size_t next = 0;
-    for (uint64_t e = 0; e < header.entries; ++e) {
-      if ((masks[e] & ~valid) != 0) return invalid();
-      for (uint32_t k = 0; k < n; ++k) {
-        if ((masks[e] >> k & 1) == 0) continue;
-        if (next == counts.size() || counts[next] == 0) return invalid();
-        aggregate.slice_counts[e * n + k] = counts[next++];
-      }
-    }
-    if (next != counts.size()) return invalid();
+    if (!UnpackSlices(masks, counts, slice_section.slices, aggregate.slice_counts)) return invalid();
   }
   std::string image_table(image_section.bytes, '\0');
   HVPROF_TRYV(read_exact(image_table.data(), image_table.size(), true));
@@ -893,111 +1082,18 @@ Result<Aggregate> ReadAggregate(const std::string& path) {
   if (static_cast<uint32_t>(crc) != header.crc) {
     return MakeError(ErrorKind::kCorrupt, "{} fails its checksum (damaged)", path);
   }
-  for (size_t at = 0, i = 0; i < image_section.images; ++i) {
-    uint32_t id = 0;
-    uint16_t path_bytes = 0, id_bytes = 0;
-    if (image_table.size() - at < 8) return invalid();
-    std::memcpy(&id, image_table.data() + at, 4);
-    std::memcpy(&path_bytes, image_table.data() + at + 4, 2);
-    std::memcpy(&id_bytes, image_table.data() + at + 6, 2);
-    at += 8;
-    if (id != i + 1 || image_table.size() - at < size_t{path_bytes} + id_bytes) return invalid();
-    aggregate.images.push_back({id, image_table.substr(at, path_bytes), image_table.substr(at + path_bytes, id_bytes)});
-    at += size_t{path_bytes} + id_bytes;
-    if (i + 1 == image_section.images && at != image_table.size()) return invalid();
-  }
-  // Regions: each a range of user space with a path, in order of (domain, pid, start), one per
-  // start; the table holds them and nothing else.
   aggregate.has_regions = (header.flags & kHasRegions) != 0;
-  for (size_t at = 0, i = 0; i < region_section.regions; ++i) {
-    PackedRegion record;
-    if (region_table.size() - at < sizeof record) return invalid();
-    std::memcpy(&record, region_table.data() + at, sizeof record);
-    at += sizeof record;
-    if (region_table.size() - at < record.path_bytes || record.start >= record.end || (record.end - 1) >> 47 != 0) {
-      return invalid();
-    }
-    AggregateRegion region{record.domain, record.pid, record.start, record.end, record.time_ns,
-                           region_table.substr(at, record.path_bytes)};
-    at += record.path_bytes;
-    if (!aggregate.regions.empty()) {
-      const AggregateRegion& last = aggregate.regions.back();
-      if (std::tie(last.domain, last.pid, last.start) >= std::tie(region.domain, region.pid, region.start)) {
-        return invalid();
-      }
-    }
-    aggregate.regions.push_back(std::move(region));
-    if (i + 1 == region_section.regions && at != region_table.size()) return invalid();
-  }
-  if (region_section.regions == 0 && !region_table.empty()) return invalid();
-  for (uint64_t i = 0; i < header.entries; ++i) {
-    const uint8_t mode = aggregate.entries[i].key.mode;
-    if (!sample_mode::IsValid(mode)) return MakeError(ErrorKind::kCorrupt, "{}: entry {} has mode {}", path, i, mode);
+  if (!ReadImageTable(image_table, image_section.images, aggregate) ||
+      !ReadRegionTable(region_table, region_section.regions, aggregate)) {
+    return invalid();
   }
   if ((!sparse && slice_section.nonzero != 0) || ((header.flags & kHasSlices) != 0) != (slice_section.slices != 0)) {
     return invalid();
   }
-  // An image word names an image of the table, and only an entry across processes has one; such an
-  // entry's other addresses are the kernel's or the hypervisor's.
-  for (const AggregateEntry& entry : aggregate.entries) {
-    const bool word = IsImageWord(entry.key.ip);
-    if (entry.key.pid == kAnyProcess && !word && (entry.key.ip >> 47) == 0) {
-      return MakeError(ErrorKind::kCorrupt,
-                       "{}: an entry counted across processes has user address {:#x}, which names no image", path,
-                       entry.key.ip);
-    }
-    if (word && entry.key.pid != kAnyProcess) {
-      return MakeError(ErrorKind::kCorrupt, "{}: an entry of pid {} has address {:#x}, at which no CPU runs", path,
-                       entry.key.pid, entry.key.ip);
-    }
-    if (word && ImageOfWord(entry.key.ip) > aggregate.images.size()) {
-      return MakeError(ErrorKind::kCorrupt, "{}: an entry names image {}, which it does not list", path,
-                       ImageOfWord(entry.key.ip));
-    }
-  }
-  if (slice_section.slices != 0) {
-    // Each entry's slices add up to its count: the slices are the entries, cut by time.
-    const uint32_t n = slice_section.slices;
-    for (uint64_t i = 0; i < header.entries; ++i) {
-      uint64_t sum = 0;
-      for (uint32_t k = 0; k < n; ++k) sum += aggregate.slice_counts[i * n + k];
-      if (sum != aggregate.entries[i].count) {
-        return MakeError(ErrorKind::kCorrupt, "{}: entry {}'s time slices count {} samples where it counts {}", path, i,
-                         sum, aggregate.entries[i].count);
-      }
-    }
-    aggregate.time_slices = n;
-    aggregate.slices_first_ns = slice_section.first_ns;
-    aggregate.slices_last_ns = slice_section.last_ns;
-  }
+  HVPROF_TRYV(CheckEntries(path, aggregate));
+  HVPROF_TRYV(CheckSlices(path, slice_section, aggregate));
   if ((header.flags & kHasStacks) == 0) return aggregate;
-  // Every stack has the sampled address and at most the deepest chain; together they hold the
-  // words and count the samples, no more.
-  aggregate.has_stacks = true;
-  aggregate.stacks.resize(section.stacks);
-  uint64_t words = 0, samples = 0;
-  for (uint64_t i = 0; i < section.stacks; ++i) {
-    const PackedStack& record = packed[i];
-    if (!sample_mode::IsValid(record.mode) || record.length == 0 || record.length > kMaxFrames + 1 || record.reserved != 0 ||
-        __builtin_add_overflow(samples, record.count, &samples)) {
-      return MakeError(ErrorKind::kCorrupt, "{}: stack {} is damaged", path, i);
-    }
-    aggregate.stacks[i] = {{record.pid, record.tid, record.domain, record.mode, record.event, record.vcpu, record.pcpu},
-                           static_cast<uint32_t>(words),
-                           record.length,
-                           record.count};
-    words += record.length;
-  }
-  for (uint64_t word : aggregate.stack_words) {
-    if (IsImageWord(word) && (ImageOfWord(word) == 0 || ImageOfWord(word) > aggregate.images.size())) {
-      return MakeError(ErrorKind::kCorrupt, "{}: a stack names image {}, which it does not list", path,
-                       ImageOfWord(word));
-    }
-  }
-  if (words != section.words || samples != header.samples) {
-    return MakeError(ErrorKind::kCorrupt, "{}: its stacks hold {} words and {} samples where it says {} and {}", path,
-                     words, samples, section.words, header.samples);
-  }
+  HVPROF_TRYV(UnpackStacks(path, header.samples, section.words, packed, aggregate));
   return aggregate;
 }
 

@@ -73,15 +73,14 @@ uint64_t DropRowsBelow(uint64_t first_total, double threshold, std::vector<Row>&
   });
 }
 
-Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, std::vector<uint32_t>* row_of_entry) {
-  const store::SessionMetadata& m = profile.metadata();
-  Table table;
-  table.view = options.view;
+namespace {
 
-  // Columns: one per event, or merged. A session that names no event (a Xen guest's agent
-  // started without dom0's --event: Xen does not tell a guest, and the session's notes say so)
-  // gets one unnamed column per counter its samples used; counter 0 if none, as the stack views
-  // take it.
+// The table's columns: one per event, or merged. A session that names no event (a Xen guest's
+// agent started without dom0's --event: Xen does not tell a guest, and the session's notes say
+// so) gets one unnamed column per counter its samples used; counter 0 if none, as the stack
+// views take it. Returns each counter's column (-1: not shown).
+Result<std::vector<int>> MakeColumns(const Profile& profile, const ReportOptions& options, Table& table) {
+  const store::SessionMetadata& m = profile.metadata();
   std::vector<store::EventRecord> unnamed;
   if (m.events.empty()) {
     std::set<uint32_t> counters;
@@ -125,6 +124,154 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, s
   if (table.columns.empty()) {
     return MakeError(ErrorKind::kInvalidArgument, "--event selects none of the session's events");
   }
+  return column_of;
+}
+
+// -d: each row's addresses, in address order.
+void AttachDetails(std::vector<std::unordered_map<uint64_t, std::vector<uint64_t>>>& details, std::vector<Row>& rows) {
+  for (size_t r = 0; r < rows.size(); ++r) {
+    for (const auto& [address, samples] : details[r]) {
+      Row detail;
+      detail.address = address;
+      detail.samples = samples;
+      rows[r].details.push_back(std::move(detail));
+    }
+    std::sort(rows[r].details.begin(), rows[r].details.end(),
+              [](const Row& a, const Row& b) { return a.address < b.address; });
+  }
+}
+
+// Sorts by the keys in order; samples sort descending, names ascending; -r reverses it all.
+// --by-process puts each process's rows together, processes by their samples; --by-domain
+// each domain's.
+void SortRows(const Profile& profile, const ReportOptions& options,
+              std::map<std::pair<uint16_t, uint32_t>, uint64_t>& process_samples, std::vector<Row>& rows) {
+  auto name_of_image = [&](const Row& row) -> const std::string& {
+    const Image& image = profile.images()[row.image];
+    return options.long_filenames ? image.long_name : image.name;
+  };
+  auto symbol_name = [&](const Row& row) -> std::string {
+    return row.symbol == kNoIndex ? std::string() : profile.symbols()[row.symbol].name;
+  };
+  auto line_of = [&](const Row& row) -> std::pair<std::string, uint32_t> {
+    if (row.line == kNoIndex) return {"", 0};
+    return {profile.lines()[row.line].file, profile.lines()[row.line].line};
+  };
+  auto less = [&](const Row& a, const Row& b) {
+    for (SortKey key : options.sort) {
+      switch (key) {
+        case SortKey::kSamples:
+          if (a.samples[0] != b.samples[0]) return a.samples[0] > b.samples[0];
+          break;
+        case SortKey::kImage:
+          if (name_of_image(a) != name_of_image(b)) return name_of_image(a) < name_of_image(b);
+          break;
+        case SortKey::kSymbol:
+          if (symbol_name(a) != symbol_name(b)) return symbol_name(a) < symbol_name(b);
+          break;
+        case SortKey::kDebug:
+          if (line_of(a) != line_of(b)) return line_of(a) < line_of(b);
+          break;
+        case SortKey::kVma:
+          if (a.address != b.address) return a.address < b.address;
+          break;
+        case SortKey::kDomain:
+          if (a.domain_id != b.domain_id) return a.domain_id < b.domain_id;
+          break;
+      }
+    }
+    // A stable, total order: the rest of the key.
+    return std::tie(a.domain_id, a.pid, a.image, a.symbol, a.line) < std::tie(b.domain_id, b.pid, b.image, b.symbol, b.line);
+  };
+  std::sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) {
+    return options.reverse ? less(b, a) : less(a, b);
+  });
+  if (options.by_process) {
+    // Processes by their samples, most first (-r: fewest), each process's rows together.
+    auto samples_of = [&](const Row& row) { return process_samples[{row.domain_id, row.pid}]; };
+    std::stable_sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) {
+      const uint64_t sa = samples_of(a), sb = samples_of(b);
+      if (sa != sb) return options.reverse ? sa < sb : sa > sb;
+      return std::tie(a.domain_id, a.pid) < std::tie(b.domain_id, b.pid);
+    });
+  }
+  if (options.by_domain) {
+    std::stable_sort(rows.begin(), rows.end(),
+                     [](const Row& a, const Row& b) { return a.domain_id < b.domain_id; });
+  }
+}
+
+// Whether --domain, --mode, --image and -x keep an entry.
+bool Selected(const Profile& profile, const ReportOptions& options, const std::set<std::string>& main_images,
+              const Entry& entry) {
+  if (!options.domains.empty() &&
+      std::find(options.domains.begin(), options.domains.end(), entry.domain) == options.domains.end()) {
+    return false;
+  }
+  if (!options.modes.empty() && std::find(options.modes.begin(), options.modes.end(), entry.mode) == options.modes.end()) {
+    return false;
+  }
+  const Image& image = profile.images()[entry.image];
+  if (!options.images.empty() && !Matches(options.images, image)) return false;
+  return !options.exclude_dependent || (entry.mode == sample_mode::kUser && main_images.count(image.path) != 0);
+}
+
+// A row of no samples yet, for `key` (whose pid is kNoPid unless the rows are per process).
+Row NewRow(const Profile& profile, const RowKey& key, size_t ncolumns, bool per_domain) {
+  Row row;
+  if (per_domain) {
+    row.domain = profile.DomainName(key.domain);
+    row.domain_id = key.domain;
+  }
+  row.pid = key.pid;
+  row.image = key.image;
+  row.symbol = key.symbol;
+  row.line = key.line;
+  if (key.symbol != kNoIndex) row.address = profile.symbols()[key.symbol].start;
+  row.samples.assign(ncolumns, 0);
+  return row;
+}
+
+// Each entry's row in the finished table, from the row it was first counted in (`first_row`,
+// before the threshold and the sort): each row found again by its key.
+std::vector<uint32_t> FinalRows(const std::vector<Row>& rows, const std::unordered_map<RowKey, size_t, RowKeyHash>& index,
+                                const std::vector<uint32_t>& first_row, const ReportOptions& options) {
+  const bool per_domain = options.by_domain || options.by_process;
+  std::vector<uint32_t> final_row(index.size(), kNoIndex);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const Row& row = rows[r];
+    const RowKey key{per_domain ? row.domain_id : uint16_t{0}, options.by_process ? row.pid : kNoPid, row.image,
+                     row.symbol, row.line};
+    final_row[index.at(key)] = static_cast<uint32_t>(r);
+  }
+  std::vector<uint32_t> out(first_row.size(), kNoIndex);
+  for (size_t e = 0; e < first_row.size(); ++e) {
+    if (first_row[e] != kNoIndex) out[e] = final_row[first_row[e]];
+  }
+  return out;
+}
+
+// Each domain's samples per mode, named, with its role.
+void FillDomains(const Profile& profile, std::map<uint16_t, DomainSummary>& domains, Table& table) {
+  const store::SessionMetadata& m = profile.metadata();
+  for (auto& [id, summary] : domains) {
+    summary.name = profile.DomainName(id);
+    for (const auto& record : m.domains) {
+      if (record.id == id) summary.role = record.role;
+    }
+    if (id == kIdleDomain) summary.role = "idle";
+    table.domains.push_back(summary);
+  }
+}
+
+}  // namespace
+
+Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, std::vector<uint32_t>* row_of_entry) {
+  const store::SessionMetadata& m = profile.metadata();
+  Table table;
+  table.view = options.view;
+
+  HVPROF_TRY(column_of, MakeColumns(profile, options, table));
   const size_t ncolumns = table.columns.size();
 
   // -x: only samples in the applications' own executables.
@@ -183,17 +330,7 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, s
   for (size_t e = 0; e < profile.entries().size(); ++e) {
     const Entry& entry = profile.entries()[e];
     if (entry.event >= column_of.size() || column_of[entry.event] < 0) continue;
-    if (!options.domains.empty() &&
-        std::find(options.domains.begin(), options.domains.end(), entry.domain) == options.domains.end()) {
-      continue;
-    }
-    if (!options.modes.empty() &&
-        std::find(options.modes.begin(), options.modes.end(), entry.mode) == options.modes.end()) {
-      continue;
-    }
-    const Image& image = profile.images()[entry.image];
-    if (!options.images.empty() && !Matches(options.images, image)) continue;
-    if (options.exclude_dependent && (entry.mode != sample_mode::kUser || main_images.count(image.path) == 0)) continue;
+    if (!Selected(profile, options, main_images, entry)) continue;
     const size_t column = static_cast<size_t>(column_of[entry.event]);
     if (entry.idle && !keep_idle) {
       table.columns[column].idle += entry.count;
@@ -219,21 +356,8 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, s
       last_row = static_cast<uint32_t>(it->second);
     }
     if (added) {
-      Row row;
-      if (per_domain) {
-        row.domain = profile.DomainName(entry.domain);
-        row.domain_id = entry.domain;
-      }
-      if (per_process) {
-        row.pid = entry.pid;
-        row.process = process_name(entry.domain, entry.pid);
-      }
-      row.image = entry.image;
-      row.symbol = key.symbol;
-      row.line = key.line;
-      if (key.symbol != kNoIndex) row.address = profile.symbols()[key.symbol].start;
-      row.samples.assign(ncolumns, 0);
-      rows.push_back(std::move(row));
+      rows.push_back(NewRow(profile, key, ncolumns, per_domain));
+      if (per_process) rows.back().process = process_name(entry.domain, entry.pid);
       if (options.view == View::kDetails) details.emplace_back();
     }
     rows[last_row].samples[column] += entry.count;
@@ -244,100 +368,16 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, s
       per_address[column] += entry.count;
     }
   }
-  if (options.view == View::kDetails) {
-    for (size_t r = 0; r < rows.size(); ++r) {
-      for (const auto& [address, samples] : details[r]) {
-        Row detail;
-        detail.address = address;
-        detail.samples = samples;
-        rows[r].details.push_back(std::move(detail));
-      }
-      std::sort(rows[r].details.begin(), rows[r].details.end(),
-                [](const Row& a, const Row& b) { return a.address < b.address; });
-    }
-  }
+  if (options.view == View::kDetails) AttachDetails(details, rows);
 
   // Threshold on the first column.
   table.hidden_rows += DropRowsBelow(table.columns[0].total, options.threshold, rows);
 
-  // Sort by the keys in order; samples sort descending, names ascending; -r reverses it all.
-  auto name_of_image = [&](const Row& row) -> const std::string& {
-    const Image& image = profile.images()[row.image];
-    return options.long_filenames ? image.long_name : image.name;
-  };
-  auto symbol_name = [&](const Row& row) -> std::string {
-    return row.symbol == kNoIndex ? std::string() : profile.symbols()[row.symbol].name;
-  };
-  auto line_of = [&](const Row& row) -> std::pair<std::string, uint32_t> {
-    if (row.line == kNoIndex) return {"", 0};
-    return {profile.lines()[row.line].file, profile.lines()[row.line].line};
-  };
-  auto less = [&](const Row& a, const Row& b) {
-    for (SortKey key : options.sort) {
-      switch (key) {
-        case SortKey::kSamples:
-          if (a.samples[0] != b.samples[0]) return a.samples[0] > b.samples[0];
-          break;
-        case SortKey::kImage:
-          if (name_of_image(a) != name_of_image(b)) return name_of_image(a) < name_of_image(b);
-          break;
-        case SortKey::kSymbol:
-          if (symbol_name(a) != symbol_name(b)) return symbol_name(a) < symbol_name(b);
-          break;
-        case SortKey::kDebug:
-          if (line_of(a) != line_of(b)) return line_of(a) < line_of(b);
-          break;
-        case SortKey::kVma:
-          if (a.address != b.address) return a.address < b.address;
-          break;
-        case SortKey::kDomain:
-          if (a.domain_id != b.domain_id) return a.domain_id < b.domain_id;
-          break;
-      }
-    }
-    // A stable, total order: the rest of the key.
-    return std::tie(a.domain_id, a.pid, a.image, a.symbol, a.line) < std::tie(b.domain_id, b.pid, b.image, b.symbol, b.line);
-  };
-  std::sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) {
-    return options.reverse ? less(b, a) : less(a, b);
-  });
-  if (per_process) {
-    // Processes by their samples, most first (-r: fewest), each process's rows together.
-    auto samples_of = [&](const Row& row) { return process_samples[{row.domain_id, row.pid}]; };
-    std::stable_sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) {
-      const uint64_t sa = samples_of(a), sb = samples_of(b);
-      if (sa != sb) return options.reverse ? sa < sb : sa > sb;
-      return std::tie(a.domain_id, a.pid) < std::tie(b.domain_id, b.pid);
-    });
-  }
-  if (options.by_domain) {
-    std::stable_sort(rows.begin(), rows.end(),
-                     [](const Row& a, const Row& b) { return a.domain_id < b.domain_id; });
-  }
+  SortRows(profile, options, process_samples, rows);
   table.rows = std::move(rows);
-  if (row_of_entry != nullptr) {
-    // Each row found again by its key: where it was first made, and where it ended up.
-    std::vector<uint32_t> final_row(index.size(), kNoIndex);
-    for (size_t r = 0; r < table.rows.size(); ++r) {
-      const Row& row = table.rows[r];
-      const RowKey key{per_domain ? row.domain_id : uint16_t{0}, per_process ? row.pid : kNoPid, row.image,
-                       row.symbol, row.line};
-      final_row[index.at(key)] = static_cast<uint32_t>(r);
-    }
-    row_of_entry->assign(profile.entries().size(), kNoIndex);
-    for (size_t e = 0; e < first_row.size(); ++e) {
-      if (first_row[e] != kNoIndex) (*row_of_entry)[e] = final_row[first_row[e]];
-    }
-  }
+  if (row_of_entry != nullptr) *row_of_entry = FinalRows(table.rows, index, first_row, options);
 
-  for (auto& [id, summary] : domains) {
-    summary.name = profile.DomainName(id);
-    for (const auto& record : m.domains) {
-      if (record.id == id) summary.role = record.role;
-    }
-    if (id == kIdleDomain) summary.role = "idle";
-    table.domains.push_back(summary);
-  }
+  FillDomains(profile, domains, table);
   return table;
 }
 
