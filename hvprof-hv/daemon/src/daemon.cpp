@@ -562,276 +562,321 @@ void Daemon::ReplyStatus(Connection& connection, uint32_t sequence, MessageType 
   Reply(connection, sequence, type, hv::Pack(status, hv::AsBytes(text)));
 }
 
+void Daemon::Malformed(Connection& connection, uint32_t sequence, std::string_view what) {
+  ReplyStatus(connection, sequence, MessageType::kError, ProtocolError::kMalformed, what);
+}
+
+// The first message of a connection: versions agreed, the platform described.
+void Daemon::HandleHello(Connection& connection, uint32_t sequence, std::span<const std::byte> payload) {
+  hv::HelloRequest request;
+  if (!hv::Unpack(payload, &request)) return Malformed(connection, sequence, "hello of the wrong size");
+  hv::HelloReply reply{};
+  reply.error = static_cast<int32_t>(request.client_version == hv::kProtocolVersion
+                                         ? ProtocolError::kOk
+                                         : ProtocolError::kBadVersion);
+  reply.domain = connection.domain;
+  reply.primary_socket = connection.domain == 0;
+  reply.platform = static_cast<uint32_t>(linux_ ? hv::PlatformKind::kLinux : hv::PlatformKind::kSim);
+  reply.num_cpus = linux_ ? linux_->platform().NumCpus() : scenario_.machine.cpus;
+  CopyName(reply.platform_name, sizeof reply.platform_name, linux_ ? "linux" : "sim");
+  CopyName(reply.machine_name, sizeof reply.machine_name, scenario_.name);
+  return Reply(connection, sequence, MessageType::kHello, hv::Pack(reply));
+}
+
+// An engine operation, run for the connection's domain; its argument goes back with the answer.
+void Daemon::HandleOp(Connection& connection, uint32_t sequence, std::span<const std::byte> payload) {
+  hv::OpRequest request;
+  std::span<const std::byte> argument;
+  if (!hv::Unpack(payload, &request, &argument) || argument.size() != request.arg_size ||
+      request.arg_size > kMaxOpArgument) {
+    return Malformed(connection, sequence, "operation argument does not match its declared size");
+  }
+  alignas(16) std::byte buffer[kMaxOpArgument];
+  std::memcpy(buffer, argument.data(), argument.size());
+  ErrorCode error;
+  {
+    auto lock = LockMachine();
+    if (linux_ && request.op == legacy::kOpSetBacktrace && request.arg_size == sizeof(legacy::BacktraceDepthArg)) {
+      legacy::BacktraceDepthArg depth;
+      std::memcpy(&depth, buffer, sizeof depth);
+      linux_->set_callchain_depth(static_cast<uint32_t>(std::min<uint64_t>(depth, ring::kMaxBacktraceDepth)));
+    }
+    error = engine_->DoOp(connection.domain, request.op, request.arg_size ? buffer : nullptr,
+                          request.arg_size);
+    if (linux_ && error != ErrorCode::kOk && !linux_->last_error().empty() &&
+        (request.op == legacy::kOpReserveCounters || request.op == legacy::kOpSetupEvents ||
+         request.op == legacy::kOpStart)) {
+      Log(LogLevel::kError, "{}", linux_->last_error());
+    }
+    if (error == ErrorCode::kOk && request.op == legacy::kOpStart && machine_ &&
+        scenario_.run.speed == sim::Speed::kMax && scenario_.run.duration_ns != 0) {
+      run_target_ns_ = std::max(run_target_ns_, scenario_.run.duration_ns);
+    }
+  }
+  machine_wake_.notify_all();
+  if (error != ErrorCode::kOk) {
+    HVPROF_PROBE(op__refused, connection.domain, request.op, static_cast<int>(error), ErrorName(error));
+    Log(LogLevel::kDebug, "domain {}: op {:#x} refused: {}", connection.domain, request.op,
+        ErrorName(error));
+  }
+  hv::OpReply reply{static_cast<int32_t>(error), request.arg_size};
+  return Reply(connection, sequence, MessageType::kOp,
+               hv::Pack(reply, std::span<const std::byte>(buffer, request.arg_size)));
+}
+
+// A shared region (rings, buffers) as an fd, to the domains it is shared with.
+void Daemon::HandleMapRegion(Connection& connection, uint32_t sequence, std::span<const std::byte> payload) {
+  hv::MapRequest request;
+  if (!hv::Unpack(payload, &request)) return Malformed(connection, sequence, "map request of the wrong size");
+  uint64_t bytes = 0;
+  auto lock = LockMachine();
+  auto fd = platform().RegionFd(request.handle, connection.domain, &bytes);
+  lock.unlock();
+  hv::MapReply reply{};
+  if (!fd) {
+    Log(LogLevel::kWarning, "domain {} asked to map region {:#x}, which is not shared with it",
+        connection.domain, request.handle);
+    reply.error = static_cast<int32_t>(ProtocolError::kNoSuchRegion);
+    return Reply(connection, sequence, MessageType::kMapRegion, hv::Pack(reply));
+  }
+  reply.bytes = bytes;
+  const int descriptor = fd.value();
+  return Reply(connection, sequence, MessageType::kMapRegion, hv::Pack(reply), std::span(&descriptor, 1));
+}
+
+// The eventfds that say a ring filled, for rings of a region shared with the domain.
+void Daemon::HandleNotifyFds(Connection& connection, uint32_t sequence, std::span<const std::byte> payload) {
+  hv::NotifyRequest request;
+  if (!hv::Unpack(payload, &request) || request.count == 0 ||
+      request.count > hv::kMaxFdsPerMessage) {
+    return Malformed(connection, sequence, "notification request must ask for 1 to 250 rings");
+  }
+  auto lock = LockMachine();
+  auto fds = platform().NotificationFds(request.handle, connection.domain, request.first_ring, request.count);
+  lock.unlock();
+  hv::NotifyReply reply{};
+  if (!fds) {
+    reply.error = static_cast<int32_t>(ProtocolError::kNoSuchRegion);
+    return Reply(connection, sequence, MessageType::kNotifyFds, hv::Pack(reply));
+  }
+  reply.count = static_cast<uint32_t>(fds.value().size());
+  return Reply(connection, sequence, MessageType::kNotifyFds, hv::Pack(reply), fds.value());
+}
+
+// A domain's processes and mappings, as JSON (older agents).
+void Daemon::HandleContext(Connection& connection, uint32_t sequence, std::span<const std::byte> payload) {
+  DomainId domain = connection.domain;
+  if (!payload.empty()) {
+    hv::ContextRequest request;
+    if (!hv::Unpack(payload, &request)) return Malformed(connection, sequence, "context request of the wrong size");
+    if (request.domain != connection.domain && connection.domain != 0) {
+      return ReplyStatus(connection, sequence, MessageType::kContext, ProtocolError::kDenied,
+                         "only dom0 may ask about another domain's processes");
+    }
+    domain = request.domain;
+  }
+  // On the sim, as on Xen, a guest's user space is its own: dom0 learns nothing of it.
+  const std::string json = domain != connection.domain && machine_
+                               ? nlohmann::json{{"domain", domain}, {"processes", nlohmann::json::array()}}.dump()
+                               : ContextFor(domain);
+  hv::StatusReply reply{0, 0};
+  return Reply(connection, sequence, MessageType::kContext, hv::Pack(reply, hv::AsBytes(json)));
+}
+
+// The context events of the caller's domain from a point on, encoded.
+void Daemon::HandleContextEvents(Connection& connection, uint32_t sequence, std::span<const std::byte> payload) {
+  hv::ContextEventsRequest request;
+  if (!hv::Unpack(payload, &request))
+    return Malformed(connection, sequence, "context events request of the wrong size");
+  constexpr uint32_t kMaxEventsPerReply = 65536;
+  const uint32_t max = request.max_events == 0 ? kMaxEventsPerReply : std::min(request.max_events, kMaxEventsPerReply);
+  hv::ContextEventsReply reply{};
+  const std::string encoded = ContextEventsFor(connection.domain, request.from, max, request.flags, &reply);
+  return Reply(connection, sequence, MessageType::kContextEvents, hv::Pack(reply, hv::AsBytes(encoded)));
+}
+
+// dom0 on the sim: the simulated clock read, or run for a time (answered when it gets there).
+void Daemon::HandleSimControl(Connection& connection, uint32_t sequence, std::span<const std::byte> payload) {
+  hv::SimControlRequest request;
+  if (!hv::Unpack(payload, &request)) return Malformed(connection, sequence, "sim control of the wrong size");
+  hv::SimControlReply reply{};
+  if (connection.domain != 0 || !machine_) {
+    reply.error = static_cast<int32_t>(machine_ ? ProtocolError::kDenied : ProtocolError::kUnsupported);
+    return Reply(connection, sequence, MessageType::kSimControl, hv::Pack(reply));
+  }
+  if (request.command != static_cast<uint32_t>(hv::SimCommand::kQuery) &&
+      request.command != static_cast<uint32_t>(hv::SimCommand::kRunFor)) {
+    return Malformed(connection, sequence,
+                     fmt::format("unknown sim control command {}: use 0 (query the clock) or 1 (run for "
+                                 "ARGUMENT ns)",
+                                 request.command));
+  }
+  const bool run = request.command == static_cast<uint32_t>(hv::SimCommand::kRunFor);
+  if (run && request.argument > hv::kMaxSimRunNs) {
+    return Malformed(connection, sequence,
+                     fmt::format("run-for of {} ns is longer than the {} ns (one hour of simulated time) "
+                                 "one request may ask for: ask in steps",
+                                 request.argument, hv::kMaxSimRunNs));
+  }
+  auto lock = LockMachine();
+  const uint64_t now = machine_->now_ns();
+  // A run of 0 ns, or on a halted machine, is answered at once, as a query.
+  if (run && request.argument != 0 && !halted_) {
+    if (request.argument > UINT64_MAX - now) {
+      lock.unlock();
+      return Malformed(
+          connection, sequence,
+          fmt::format("run-for of {} ns would take the simulated clock past its end at {} ns", request.argument, now));
+    }
+    const int fd = connection.fd.get();
+    const auto mine = std::find_if(pending_runs_.begin(), pending_runs_.end(),
+                                   [fd](const PendingRun& pending) { return pending.fd == fd; });
+    std::string busy;
+    if (mine != pending_runs_.end()) {
+      busy = fmt::format("a run-for is already waiting on this connection (until {} ns); wait for its "
+                         "reply before asking for another",
+                         mine->target_ns);
+    } else if (pending_runs_.size() >= hv::kMaxPendingSimRuns) {
+      busy = fmt::format("{} run-for requests are already waiting, the most hvprof-hv keeps; retry once "
+                         "one is answered",
+                         pending_runs_.size());
+    }
+    if (!busy.empty()) {
+      lock.unlock();  // a reply that fails closes the connection, which takes the lock
+      return ReplyStatus(connection, sequence, MessageType::kError, ProtocolError::kBusy, busy);
+    }
+    const uint64_t target = now + request.argument;
+    run_target_ns_ = std::max(run_target_ns_, target);
+    pending_runs_.push_back({fd, sequence, target});
+    lock.unlock();
+    machine_wake_.notify_all();
+    return;  // answered by FinishRuns when the clock gets there
+  }
+  reply.sim_time_ns = now;
+  reply.halted = halted_;
+  reply.pmis = machine_->pmis_delivered();
+  lock.unlock();
+  return Reply(connection, sequence, MessageType::kSimControl, hv::Pack(reply));
+}
+
+// dom0 on the sim: what really ran.
+void Daemon::HandleGroundTruth(Connection& connection, uint32_t sequence, std::span<const std::byte> payload) {
+  hv::GroundTruthRequest request;
+  if (!hv::Unpack(payload, &request)) return Malformed(connection, sequence, "ground truth request of the wrong size");
+  if (connection.domain != 0) {
+    return ReplyStatus(connection, sequence, MessageType::kGroundTruth, ProtocolError::kDenied,
+                       "only dom0 may read the ground truth");
+  }
+  if (!machine_) {
+    return ReplyStatus(connection, sequence, MessageType::kGroundTruth, ProtocolError::kUnsupported,
+                       "a real machine has no ground truth; only the simulated one does");
+  }
+  std::string json;
+  {
+    auto lock = LockMachine();
+    json = machine_->GroundTruthJson();
+    if (request.reset != 0) machine_->ResetGroundTruth();
+  }
+  return ReplyStatus(connection, sequence, MessageType::kGroundTruth, ProtocolError::kOk, json);
+}
+
+// dom0 on the sim: the machine's Xen trace buffers.
+void Daemon::HandleXenTrace(Connection& connection, uint32_t sequence, std::span<const std::byte> payload) {
+  hv::XenTraceRequest request;
+  if (!hv::Unpack(payload, &request)) return Malformed(connection, sequence, "Xen trace request of the wrong size");
+  hv::XenTraceReply reply{};
+  if (connection.domain != 0 || !machine_) {
+    reply.error = static_cast<int32_t>(machine_ ? ProtocolError::kDenied : ProtocolError::kUnsupported);
+    return Reply(connection, sequence, MessageType::kXenTrace, hv::Pack(reply));
+  }
+  std::array<int, 2> fds{-1, -1};
+  {
+    auto lock = LockMachine();
+    if (!xen_trace_) xen_trace_ = std::make_unique<SimXenTrace>(*machine_);
+    reply = xen_trace_->Command(request);
+    fds = {xen_trace_->memory_fd(), xen_trace_->notify_fd()};
+  }
+  if (reply.bytes == 0) return Reply(connection, sequence, MessageType::kXenTrace, hv::Pack(reply));
+  return Reply(connection, sequence, MessageType::kXenTrace, hv::Pack(reply), fds);
+}
+
+// dom0: the platform's statistics and notes.
+void Daemon::HandlePlatformInfo(Connection& connection, uint32_t sequence, std::span<const std::byte>) {
+  if (connection.domain != 0) {
+    return ReplyStatus(connection, sequence, MessageType::kPlatformInfo, ProtocolError::kDenied,
+                       "only dom0 may read the platform's state");
+  }
+  nlohmann::json info = nlohmann::json::object();
+  {
+    auto lock = LockMachine();
+    if (linux_) {
+      info["stats"] = nlohmann::json::parse(linux_->StatsJson(), nullptr, false);
+      info["notes"] = linux_->notes();
+      info["last_error"] = linux_->last_error();
+    } else {
+      info["notes"] = machine_->notes();
+      // The simulated CPUs' clock: what a rate (-F) turns into cycle counts with.
+      info["nominal_mhz"] = scenario_.machine.mhz;
+    }
+  }
+  return ReplyStatus(connection, sequence, MessageType::kPlatformInfo, ProtocolError::kOk, info.dump());
+}
+
+// A guest hands its own profile to dom0; the bytes are the guest's, never interpreted here.
+void Daemon::HandlePublish(Connection& connection, uint32_t sequence, std::span<const std::byte> payload) {
+  if (connection.domain == 0) {
+    return ReplyStatus(connection, sequence, MessageType::kPublish, ProtocolError::kDenied,
+                       "dom0 does not publish to itself");
+  }
+  Published& entry = published_[connection.domain];
+  entry.bytes.assign(payload.begin(), payload.end());
+  entry.sequence = ++publish_sequence_;
+  hvprof::Log(hvprof::LogLevel::kInfo, "domain {} published its profile ({} bytes)", connection.domain,
+              payload.size());
+  return ReplyStatus(connection, sequence, MessageType::kPublish, ProtocolError::kOk);
+}
+
+// dom0: the profiles guests published since a sequence number.
+void Daemon::HandleFetchPublished(Connection& connection, uint32_t sequence, std::span<const std::byte> payload) {
+  hv::FetchPublishedRequest request;
+  if (!hv::Unpack(payload, &request)) return Malformed(connection, sequence, "fetch-published of the wrong size");
+  if (connection.domain != 0) {
+    return ReplyStatus(connection, sequence, MessageType::kFetchPublished, ProtocolError::kDenied,
+                       "only dom0 may read the profiles guests published");
+  }
+  std::vector<std::byte> out(sizeof(hv::StatusReply));
+  for (const auto& [domain, entry] : published_) {
+    if (entry.sequence <= request.after_sequence) continue;
+    const hv::PublishedEntry head{domain, 0, static_cast<uint32_t>(entry.bytes.size()), entry.sequence};
+    const auto* raw = reinterpret_cast<const std::byte*>(&head);
+    out.insert(out.end(), raw, raw + sizeof head);
+    out.insert(out.end(), entry.bytes.begin(), entry.bytes.end());
+  }
+  return Reply(connection, sequence, MessageType::kFetchPublished, out);
+}
+
 void Daemon::Handle(Connection& connection, const hv::MessageHeader& header,
                     std::span<const std::byte> payload) {
-  const auto type = static_cast<MessageType>(header.type);
   const uint32_t sequence = header.sequence;
-  auto malformed = [&](std::string_view what) {
-    ReplyStatus(connection, sequence, MessageType::kError, ProtocolError::kMalformed, what);
-  };
-  switch (type) {
-    case MessageType::kHello: {
-      hv::HelloRequest request;
-      if (!hv::Unpack(payload, &request)) return malformed("hello of the wrong size");
-      hv::HelloReply reply{};
-      reply.error = static_cast<int32_t>(request.client_version == hv::kProtocolVersion
-                                             ? ProtocolError::kOk
-                                             : ProtocolError::kBadVersion);
-      reply.domain = connection.domain;
-      reply.primary_socket = connection.domain == 0;
-      reply.platform = static_cast<uint32_t>(linux_ ? hv::PlatformKind::kLinux : hv::PlatformKind::kSim);
-      reply.num_cpus = linux_ ? linux_->platform().NumCpus() : scenario_.machine.cpus;
-      CopyName(reply.platform_name, sizeof reply.platform_name, linux_ ? "linux" : "sim");
-      CopyName(reply.machine_name, sizeof reply.machine_name, scenario_.name);
-      return Reply(connection, sequence, type, hv::Pack(reply));
-    }
-    case MessageType::kOp: {
-      hv::OpRequest request;
-      std::span<const std::byte> argument;
-      if (!hv::Unpack(payload, &request, &argument) || argument.size() != request.arg_size ||
-          request.arg_size > kMaxOpArgument) {
-        return malformed("operation argument does not match its declared size");
-      }
-      alignas(16) std::byte buffer[kMaxOpArgument];
-      std::memcpy(buffer, argument.data(), argument.size());
-      ErrorCode error;
-      {
-        auto lock = LockMachine();
-        if (linux_ && request.op == legacy::kOpSetBacktrace && request.arg_size == sizeof(legacy::BacktraceDepthArg)) {
-          legacy::BacktraceDepthArg depth;
-          std::memcpy(&depth, buffer, sizeof depth);
-          linux_->set_callchain_depth(static_cast<uint32_t>(std::min<uint64_t>(depth, ring::kMaxBacktraceDepth)));
-        }
-        error = engine_->DoOp(connection.domain, request.op, request.arg_size ? buffer : nullptr,
-                              request.arg_size);
-        if (linux_ && error != ErrorCode::kOk && !linux_->last_error().empty() &&
-            (request.op == legacy::kOpReserveCounters || request.op == legacy::kOpSetupEvents ||
-             request.op == legacy::kOpStart)) {
-          Log(LogLevel::kError, "{}", linux_->last_error());
-        }
-        if (error == ErrorCode::kOk && request.op == legacy::kOpStart && machine_ &&
-            scenario_.run.speed == sim::Speed::kMax && scenario_.run.duration_ns != 0) {
-          run_target_ns_ = std::max(run_target_ns_, scenario_.run.duration_ns);
-        }
-      }
-      machine_wake_.notify_all();
-      if (error != ErrorCode::kOk) {
-        HVPROF_PROBE(op__refused, connection.domain, request.op, static_cast<int>(error), ErrorName(error));
-        Log(LogLevel::kDebug, "domain {}: op {:#x} refused: {}", connection.domain, request.op,
-            ErrorName(error));
-      }
-      hv::OpReply reply{static_cast<int32_t>(error), request.arg_size};
-      return Reply(connection, sequence, type,
-                   hv::Pack(reply, std::span<const std::byte>(buffer, request.arg_size)));
-    }
-    case MessageType::kMapRegion: {
-      hv::MapRequest request;
-      if (!hv::Unpack(payload, &request)) return malformed("map request of the wrong size");
-      uint64_t bytes = 0;
-      auto lock = LockMachine();
-      auto fd = platform().RegionFd(request.handle, connection.domain, &bytes);
-      lock.unlock();
-      hv::MapReply reply{};
-      if (!fd) {
-        Log(LogLevel::kWarning, "domain {} asked to map region {:#x}, which is not shared with it",
-            connection.domain, request.handle);
-        reply.error = static_cast<int32_t>(ProtocolError::kNoSuchRegion);
-        return Reply(connection, sequence, type, hv::Pack(reply));
-      }
-      reply.bytes = bytes;
-      const int descriptor = fd.value();
-      return Reply(connection, sequence, type, hv::Pack(reply), std::span(&descriptor, 1));
-    }
-    case MessageType::kNotifyFds: {
-      hv::NotifyRequest request;
-      if (!hv::Unpack(payload, &request) || request.count == 0 ||
-          request.count > hv::kMaxFdsPerMessage) {
-        return malformed("notification request must ask for 1 to 250 rings");
-      }
-      auto lock = LockMachine();
-      auto fds = platform().NotificationFds(request.handle, connection.domain, request.first_ring, request.count);
-      lock.unlock();
-      hv::NotifyReply reply{};
-      if (!fds) {
-        reply.error = static_cast<int32_t>(ProtocolError::kNoSuchRegion);
-        return Reply(connection, sequence, type, hv::Pack(reply));
-      }
-      reply.count = static_cast<uint32_t>(fds.value().size());
-      return Reply(connection, sequence, type, hv::Pack(reply), fds.value());
-    }
-    case MessageType::kContext: {
-      DomainId domain = connection.domain;
-      if (!payload.empty()) {
-        hv::ContextRequest request;
-        if (!hv::Unpack(payload, &request)) return malformed("context request of the wrong size");
-        if (request.domain != connection.domain && connection.domain != 0) {
-          return ReplyStatus(connection, sequence, type, ProtocolError::kDenied,
-                             "only dom0 may ask about another domain's processes");
-        }
-        domain = request.domain;
-      }
-      // On the sim, as on Xen, a guest's user space is its own: dom0 learns nothing of it.
-      const std::string json = domain != connection.domain && machine_
-                                   ? nlohmann::json{{"domain", domain}, {"processes", nlohmann::json::array()}}.dump()
-                                   : ContextFor(domain);
-      hv::StatusReply reply{0, 0};
-      return Reply(connection, sequence, type, hv::Pack(reply, hv::AsBytes(json)));
-    }
-    case MessageType::kContextEvents: {
-      hv::ContextEventsRequest request;
-      if (!hv::Unpack(payload, &request)) return malformed("context events request of the wrong size");
-      constexpr uint32_t kMaxEventsPerReply = 65536;
-      const uint32_t max = request.max_events == 0 ? kMaxEventsPerReply : std::min(request.max_events, kMaxEventsPerReply);
-      hv::ContextEventsReply reply{};
-      const std::string encoded = ContextEventsFor(connection.domain, request.from, max, request.flags, &reply);
-      return Reply(connection, sequence, type, hv::Pack(reply, hv::AsBytes(encoded)));
-    }
-    case MessageType::kSimControl: {
-      hv::SimControlRequest request;
-      if (!hv::Unpack(payload, &request)) return malformed("sim control of the wrong size");
-      hv::SimControlReply reply{};
-      if (connection.domain != 0 || !machine_) {
-        reply.error = static_cast<int32_t>(machine_ ? ProtocolError::kDenied : ProtocolError::kUnsupported);
-        return Reply(connection, sequence, type, hv::Pack(reply));
-      }
-      if (request.command != static_cast<uint32_t>(hv::SimCommand::kQuery) &&
-          request.command != static_cast<uint32_t>(hv::SimCommand::kRunFor)) {
-        return malformed(fmt::format("unknown sim control command {}: use 0 (query the clock) or 1 (run for "
-                                     "ARGUMENT ns)",
-                                     request.command));
-      }
-      const bool run = request.command == static_cast<uint32_t>(hv::SimCommand::kRunFor);
-      if (run && request.argument > hv::kMaxSimRunNs) {
-        return malformed(fmt::format("run-for of {} ns is longer than the {} ns (one hour of simulated time) "
-                                     "one request may ask for: ask in steps",
-                                     request.argument, hv::kMaxSimRunNs));
-      }
-      auto lock = LockMachine();
-      const uint64_t now = machine_->now_ns();
-      // A run of 0 ns, or on a halted machine, is answered at once, as a query.
-      if (run && request.argument != 0 && !halted_) {
-        if (request.argument > UINT64_MAX - now) {
-          lock.unlock();
-          return malformed(fmt::format("run-for of {} ns would take the simulated clock past its end at {} ns",
-                                       request.argument, now));
-        }
-        const int fd = connection.fd.get();
-        const auto mine = std::find_if(pending_runs_.begin(), pending_runs_.end(),
-                                       [fd](const PendingRun& pending) { return pending.fd == fd; });
-        std::string busy;
-        if (mine != pending_runs_.end()) {
-          busy = fmt::format("a run-for is already waiting on this connection (until {} ns); wait for its "
-                             "reply before asking for another",
-                             mine->target_ns);
-        } else if (pending_runs_.size() >= hv::kMaxPendingSimRuns) {
-          busy = fmt::format("{} run-for requests are already waiting, the most hvprof-hv keeps; retry once "
-                             "one is answered",
-                             pending_runs_.size());
-        }
-        if (!busy.empty()) {
-          lock.unlock();  // a reply that fails closes the connection, which takes the lock
-          return ReplyStatus(connection, sequence, MessageType::kError, ProtocolError::kBusy, busy);
-        }
-        const uint64_t target = now + request.argument;
-        run_target_ns_ = std::max(run_target_ns_, target);
-        pending_runs_.push_back({fd, sequence, target});
-        lock.unlock();
-        machine_wake_.notify_all();
-        return;  // answered by FinishRuns when the clock gets there
-      }
-      reply.sim_time_ns = now;
-      reply.halted = halted_;
-      reply.pmis = machine_->pmis_delivered();
-      lock.unlock();
-      return Reply(connection, sequence, type, hv::Pack(reply));
-    }
-    case MessageType::kGroundTruth: {
-      hv::GroundTruthRequest request;
-      if (!hv::Unpack(payload, &request)) return malformed("ground truth request of the wrong size");
-      if (connection.domain != 0) {
-        return ReplyStatus(connection, sequence, type, ProtocolError::kDenied,
-                           "only dom0 may read the ground truth");
-      }
-      if (!machine_) {
-        return ReplyStatus(connection, sequence, type, ProtocolError::kUnsupported,
-                           "a real machine has no ground truth; only the simulated one does");
-      }
-      std::string json;
-      {
-        auto lock = LockMachine();
-        json = machine_->GroundTruthJson();
-        if (request.reset != 0) machine_->ResetGroundTruth();
-      }
-      return ReplyStatus(connection, sequence, type, ProtocolError::kOk, json);
-    }
-    case MessageType::kXenTrace: {
-      hv::XenTraceRequest request;
-      if (!hv::Unpack(payload, &request)) return malformed("Xen trace request of the wrong size");
-      hv::XenTraceReply reply{};
-      if (connection.domain != 0 || !machine_) {
-        reply.error = static_cast<int32_t>(machine_ ? ProtocolError::kDenied : ProtocolError::kUnsupported);
-        return Reply(connection, sequence, type, hv::Pack(reply));
-      }
-      std::array<int, 2> fds{-1, -1};
-      {
-        auto lock = LockMachine();
-        if (!xen_trace_) xen_trace_ = std::make_unique<SimXenTrace>(*machine_);
-        reply = xen_trace_->Command(request);
-        fds = {xen_trace_->memory_fd(), xen_trace_->notify_fd()};
-      }
-      if (reply.bytes == 0) return Reply(connection, sequence, type, hv::Pack(reply));
-      return Reply(connection, sequence, type, hv::Pack(reply), fds);
-    }
+  switch (static_cast<MessageType>(header.type)) {
+    case MessageType::kHello: return HandleHello(connection, sequence, payload);
+    case MessageType::kOp: return HandleOp(connection, sequence, payload);
+    case MessageType::kMapRegion: return HandleMapRegion(connection, sequence, payload);
+    case MessageType::kNotifyFds: return HandleNotifyFds(connection, sequence, payload);
+    case MessageType::kContext: return HandleContext(connection, sequence, payload);
+    case MessageType::kContextEvents: return HandleContextEvents(connection, sequence, payload);
+    case MessageType::kSimControl: return HandleSimControl(connection, sequence, payload);
+    case MessageType::kGroundTruth: return HandleGroundTruth(connection, sequence, payload);
+    case MessageType::kXenTrace:
+      return HandleXenTrace(connection, sequence, payload);
     case MessageType::kDomains:
-      return ReplyStatus(connection, sequence, type, ProtocolError::kOk, DomainsFor(connection.domain));
-    case MessageType::kPlatformInfo: {
-      if (connection.domain != 0) {
-        return ReplyStatus(connection, sequence, type, ProtocolError::kDenied, "only dom0 may read the platform's state");
-      }
-      nlohmann::json info = nlohmann::json::object();
-      {
-        auto lock = LockMachine();
-        if (linux_) {
-          info["stats"] = nlohmann::json::parse(linux_->StatsJson(), nullptr, false);
-          info["notes"] = linux_->notes();
-          info["last_error"] = linux_->last_error();
-        } else {
-          info["notes"] = machine_->notes();
-          // The simulated CPUs' clock: what a rate (-F) turns into cycle counts with.
-          info["nominal_mhz"] = scenario_.machine.mhz;
-        }
-      }
-      return ReplyStatus(connection, sequence, type, ProtocolError::kOk, info.dump());
-    }
-    case MessageType::kPublish: {
-      // A guest hands its own profile to dom0; the bytes are the guest's, never interpreted here.
-      if (connection.domain == 0) {
-        return ReplyStatus(connection, sequence, type, ProtocolError::kDenied, "dom0 does not publish to itself");
-      }
-      Published& entry = published_[connection.domain];
-      entry.bytes.assign(payload.begin(), payload.end());
-      entry.sequence = ++publish_sequence_;
-      hvprof::Log(hvprof::LogLevel::kInfo, "domain {} published its profile ({} bytes)", connection.domain,
-                  payload.size());
-      return ReplyStatus(connection, sequence, type, ProtocolError::kOk);
-    }
-    case MessageType::kFetchPublished: {
-      hv::FetchPublishedRequest request;
-      if (!hv::Unpack(payload, &request)) return malformed("fetch-published of the wrong size");
-      if (connection.domain != 0) {
-        return ReplyStatus(connection, sequence, type, ProtocolError::kDenied,
-                           "only dom0 may read the profiles guests published");
-      }
-      std::vector<std::byte> out(sizeof(hv::StatusReply));
-      for (const auto& [domain, entry] : published_) {
-        if (entry.sequence <= request.after_sequence) continue;
-        const hv::PublishedEntry head{domain, 0, static_cast<uint32_t>(entry.bytes.size()), entry.sequence};
-        const auto* raw = reinterpret_cast<const std::byte*>(&head);
-        out.insert(out.end(), raw, raw + sizeof head);
-        out.insert(out.end(), entry.bytes.begin(), entry.bytes.end());
-      }
-      return Reply(connection, sequence, type, out);
-    }
+      return ReplyStatus(connection, sequence, MessageType::kDomains, ProtocolError::kOk,
+                         DomainsFor(connection.domain));
+    case MessageType::kPlatformInfo:
+      return HandlePlatformInfo(connection, sequence, payload);
+    case MessageType::kPublish:
+      return HandlePublish(connection, sequence, payload);
+    case MessageType::kFetchPublished: return HandleFetchPublished(connection, sequence, payload);
     default:
       return ReplyStatus(connection, sequence, MessageType::kError, ProtocolError::kUnknownType,
                          fmt::format("unknown message type {}", header.type));

@@ -85,6 +85,21 @@ class Daemon {
   void ReadFrom(Connection& connection);
   void Handle(Connection& connection, const hv::MessageHeader& header,
               std::span<const std::byte> payload);
+  // One handler per message type.
+  void HandleHello(Connection& connection, uint32_t sequence, std::span<const std::byte> payload);
+  void HandleOp(Connection& connection, uint32_t sequence, std::span<const std::byte> payload);
+  void HandleMapRegion(Connection& connection, uint32_t sequence, std::span<const std::byte> payload);
+  void HandleNotifyFds(Connection& connection, uint32_t sequence, std::span<const std::byte> payload);
+  void HandleContext(Connection& connection, uint32_t sequence, std::span<const std::byte> payload);
+  void HandleContextEvents(Connection& connection, uint32_t sequence, std::span<const std::byte> payload);
+  void HandleSimControl(Connection& connection, uint32_t sequence, std::span<const std::byte> payload);
+  void HandleGroundTruth(Connection& connection, uint32_t sequence, std::span<const std::byte> payload);
+  void HandleXenTrace(Connection& connection, uint32_t sequence, std::span<const std::byte> payload);
+  void HandlePlatformInfo(Connection& connection, uint32_t sequence, std::span<const std::byte> payload);
+  void HandlePublish(Connection& connection, uint32_t sequence, std::span<const std::byte> payload);
+  void HandleFetchPublished(Connection& connection, uint32_t sequence, std::span<const std::byte> payload);
+  // A request that cannot be read: kError with what is wrong.
+  void Malformed(Connection& connection, uint32_t sequence, std::string_view what);
   void Reply(Connection& connection, uint32_t sequence, hv::MessageType type,
              std::span<const std::byte> payload, std::span<const int> fds = {});
   void ReplyStatus(Connection& connection, uint32_t sequence, hv::MessageType type,
