@@ -162,26 +162,11 @@ Result<RunResult> Summarize(const std::string& session, uint32_t top, std::strin
   return result;
 }
 
-}  // namespace
-
-Result<Outcome> RunProfile(const RunOptions& options) {
-  const store::SessionPaths paths{options.setup.session_root};
-  if (FindAgent(paths).running) {
-    return MakeError(ErrorKind::kBadState,
-                     "hvprofd is already running for {}; `hvprof run` needs the session root to "
-                     "itself: shut it down (`hvprof --shutdown`) or use another --session-dir",
-                     paths.root);
-  }
-  struct sigaction action {};
-  action.sa_handler = OnInterrupt;
-  sigemptyset(&action.sa_mask);
-  struct sigaction old_int {}, old_term {};
-  ::sigaction(SIGINT, &action, &old_int);
-  ::sigaction(SIGTERM, &action, &old_term);
-
-  // sim and linux run under hvprof-hv: use the one serving the run directory, or start one for
-  // the run (a simulated machine then runs only while the run asks, as fast as it can).
-  RunOptions effective = options;
+// sim and linux run under hvprof-hv: the one serving the run directory, or one started for the
+// run (a simulated machine then runs only while the run asks, as fast as it can), whose run
+// directory `effective` then names.
+Result<std::unique_ptr<ScopedHypervisor>> HypervisorForRun(const RunOptions& options, const store::SessionPaths& paths,
+                                                           RunOptions& effective) {
   std::unique_ptr<ScopedHypervisor> own_hypervisor;
   if (NeedsHostedHypervisor(options.setup.platform)) {
     if (ServingPlatform(options.setup.hv_run_dir) != options.setup.platform) {
@@ -207,6 +192,149 @@ Result<Outcome> RunProfile(const RunOptions& options) {
                        options.setup.hv_run_dir.empty() ? std::string("the default run directory") : options.setup.hv_run_dir);
     }
   }
+
+  return own_hypervisor;
+}
+
+// Across repeats: mean and spread of each symbol's share, the largest mean first, as text and
+// into `across` (JSON).
+std::string SpreadAcrossRuns(const std::vector<RunResult>& runs, uint32_t top, Json& across) {
+  std::string spread_text;
+  struct Spread {
+    std::string key;
+    double mean = 0, deviation = 0, low = 1, high = 0;
+  };
+  std::map<std::string, Spread> by_key;
+  for (const RunResult& run : runs) {
+    for (const auto& [key, share] : run.shares) by_key[key].key = key;
+  }
+  std::vector<Spread> spreads;
+  const double n = static_cast<double>(runs.size());
+  for (auto& [key, spread] : by_key) {
+    double sum = 0, sum_sq = 0;
+    for (const RunResult& run : runs) {
+      const auto it = run.shares.find(key);
+      const double share = it == run.shares.end() ? 0.0 : it->second;  // absent from a run: 0 there
+      sum += share;
+      sum_sq += share * share;
+      spread.low = std::min(spread.low, share);
+      spread.high = std::max(spread.high, share);
+    }
+    spread.mean = sum / n;
+    spread.deviation = std::sqrt(std::max(0.0, sum_sq / n - spread.mean * spread.mean) * n / (n - 1));
+    spreads.push_back(std::move(spread));
+  }
+  std::stable_sort(spreads.begin(), spreads.end(), [](const Spread& a, const Spread& b) { return a.mean > b.mean; });
+  if (spreads.size() > top) spreads.resize(top);
+  spread_text = fmt::format("\nAcross {} runs, share of {}, by mean:\n  {:>8} {:>8} {:>8} {:>8}  symbol\n", runs.size(),
+                            EscapeForTerminal(runs.back().summary.value("event", "samples")), "mean", "stddev", "min",
+                            "max");
+  for (const Spread& spread : spreads) {
+    across.push_back({{"symbol", spread.key}, {"mean", spread.mean}, {"stddev", spread.deviation},
+                      {"min", spread.low}, {"max", spread.high}});
+    spread_text += fmt::format("  {:7.3f}% {:8.3f} {:7.3f}% {:7.3f}%  {}\n", 100 * spread.mean, 100 * spread.deviation,
+                               100 * spread.low, 100 * spread.high, EscapeForTerminal(spread.key));
+  }
+  return spread_text;
+}
+
+// What became of --push: a warning per run whose push failed, else what the last one sent.
+std::string PushOutcome(const std::vector<RunResult>& runs, std::vector<std::string>& warnings) {
+  std::string push_text;
+  for (const RunResult& run : runs) {
+    if (!run.push_error.empty()) {
+      warnings.push_back(fmt::format("--push: {} (the session {} is saved as it was)", run.push_error, run.session));
+    } else if (run.summary.contains("push")) {
+      push_text = fmt::format("\npushed {} series ({} bytes of pprof) to Pyroscope",
+                              run.summary["push"]["series"].get<size_t>(), run.summary["push"]["bytes"].get<uint64_t>());
+    }
+  }
+  return push_text;
+}
+
+// --baseline: the runs against it, symbol by symbol, as text and into `baseline_json`; a
+// regression over --fail-on-regression, or a side with no samples, sets the exit code when the
+// command's own is 0.
+std::string CompareWithBaseline(const RunOptions& options, const store::SessionPaths& paths,
+                                const std::vector<RunResult>& runs, std::vector<std::string>& warnings, int& exit_code,
+                                Json& baseline_json) {
+  std::string baseline_text;
+  report::DiffRequest request;
+  request.base = {options.baseline};
+  for (const RunResult& run : runs) request.next.push_back(run.session);
+  request.session_root = paths.root;
+  request.table.view = report::View::kSymbol;
+  auto compared = report::DiffSessions(request);
+  if (!compared) {
+    warnings.push_back(fmt::format("--baseline: {}; the runs are saved, compare them later with hvprof-report --diff",
+                                   compared.error().message()));
+    // A baseline (or a run) without samples compares nothing: never "no change".
+    if (compared.error().kind() == ErrorKind::kEmpty && exit_code == 0) {
+      exit_code = kEmptyBaselineExit;
+    } else if (options.fail_points >= 0 && exit_code == 0) {
+      exit_code = 1;
+    }
+  } else {
+    report::Diff shown = compared.value().diff;
+    std::erase_if(shown.rows, [](const report::DiffRow& row) { return !row.c.significant; });
+    baseline_text = fmt::format("\nAgainst the baseline {}: {}", EscapeForTerminal(options.baseline),
+                                shown.rows.empty() ? std::string("no significant change\n")
+                                                   : "\n" + report::FormatDiffText(shown, false));
+    baseline_json = Json::parse(report::FormatDiffJson(compared.value().diff, options.fail_points));
+    if (options.fail_points >= 0) {
+      const auto regressions = report::Regressions(compared.value().diff, options.fail_points);
+      for (const report::DiffRow* row : regressions) {
+        warnings.push_back(fmt::format("regression against the baseline: {:+.2f} points ({:.2f}% -> {:.2f}%, p adj "
+                                       "{:.2g})  {}",
+                                       100 * row->c.delta, 100 * row->c.base_share, 100 * row->c.new_share,
+                                       row->c.p_adjusted, report::DiffRowName(*row)));
+      }
+      if (!regressions.empty() && exit_code == 0) exit_code = kRegressionExit;
+    }
+  }
+  return baseline_text;
+}
+
+// --json: every run's summary, the spread across them and the baseline's diff.
+Result<void> WriteRunJson(const RunOptions& options, const std::vector<RunResult>& runs, const Json& across,
+                          const Json& baseline_json) {
+  Json out{{"schema", "hvprof-run"}, {"version", 1}, {"command", options.command}};
+  Json list = Json::array();
+  for (const RunResult& run : runs) {
+    Json entry = run.summary;
+    entry["wall_seconds"] = run.wall_seconds;
+    entry["exit_status"] = run.exit_status;
+    list.push_back(entry);
+  }
+  out["runs"] = list;
+  if (!across.empty()) out["across_runs"] = across;
+  if (!baseline_json.is_null()) out["baseline"] = baseline_json;
+  // Symbol names come from profiled code: bytes that are not UTF-8 become U+FFFD.
+  HVPROF_TRYV(WriteOutput(options.json_path, out.dump(1, ' ', false, Json::error_handler_t::replace) + "\n"));
+  return Ok();
+}
+
+}  // namespace
+
+Result<Outcome> RunProfile(const RunOptions& options) {
+  const store::SessionPaths paths{options.setup.session_root};
+  if (FindAgent(paths).running) {
+    return MakeError(ErrorKind::kBadState,
+                     "hvprofd is already running for {}; `hvprof run` needs the session root to "
+                     "itself: shut it down (`hvprof --shutdown`) or use another --session-dir",
+                     paths.root);
+  }
+  struct sigaction action {};
+  action.sa_handler = OnInterrupt;
+  sigemptyset(&action.sa_mask);
+  struct sigaction old_int {}, old_term {};
+  ::sigaction(SIGINT, &action, &old_int);
+  ::sigaction(SIGTERM, &action, &old_term);
+
+  RunOptions effective = options;
+  // The hvprof-hv started for the run, if any, lives until the run ends.
+  const auto own_hypervisor = HypervisorForRun(options, paths, effective);
+  if (!own_hypervisor) return own_hypervisor.error();
 
   // --push: every run's stacks, each run a profile of its own time.
   std::optional<push::ProfilePush> push;
@@ -269,110 +397,16 @@ Result<Outcome> RunProfile(const RunOptions& options) {
   if (!failure) return failure.error();
   if (runs.empty()) return MakeError(ErrorKind::kBadState, "interrupted before the first run finished");
 
-  // Across repeats: mean and spread of each symbol's share, the largest mean first.
   Json across = Json::array();
-  std::string spread_text;
-  if (runs.size() > 1) {
-    struct Spread {
-      std::string key;
-      double mean = 0, deviation = 0, low = 1, high = 0;
-    };
-    std::map<std::string, Spread> by_key;
-    for (const RunResult& run : runs) {
-      for (const auto& [key, share] : run.shares) by_key[key].key = key;
-    }
-    std::vector<Spread> spreads;
-    const double n = static_cast<double>(runs.size());
-    for (auto& [key, spread] : by_key) {
-      double sum = 0, sum_sq = 0;
-      for (const RunResult& run : runs) {
-        const auto it = run.shares.find(key);
-        const double share = it == run.shares.end() ? 0.0 : it->second;  // absent from a run: 0 there
-        sum += share;
-        sum_sq += share * share;
-        spread.low = std::min(spread.low, share);
-        spread.high = std::max(spread.high, share);
-      }
-      spread.mean = sum / n;
-      spread.deviation = std::sqrt(std::max(0.0, sum_sq / n - spread.mean * spread.mean) * n / (n - 1));
-      spreads.push_back(std::move(spread));
-    }
-    std::stable_sort(spreads.begin(), spreads.end(), [](const Spread& a, const Spread& b) { return a.mean > b.mean; });
-    if (spreads.size() > options.top) spreads.resize(options.top);
-    spread_text = fmt::format("\nAcross {} runs, share of {}, by mean:\n  {:>8} {:>8} {:>8} {:>8}  symbol\n", runs.size(),
-                              EscapeForTerminal(runs.back().summary.value("event", "samples")), "mean", "stddev", "min",
-                              "max");
-    for (const Spread& spread : spreads) {
-      across.push_back({{"symbol", spread.key}, {"mean", spread.mean}, {"stddev", spread.deviation},
-                        {"min", spread.low}, {"max", spread.high}});
-      spread_text += fmt::format("  {:7.3f}% {:8.3f} {:7.3f}% {:7.3f}%  {}\n", 100 * spread.mean, 100 * spread.deviation,
-                                 100 * spread.low, 100 * spread.high, EscapeForTerminal(spread.key));
-    }
-  }
+  const std::string spread_text = runs.size() > 1 ? SpreadAcrossRuns(runs, options.top, across) : std::string();
   std::vector<std::string> warnings;
-  std::string push_text;
-  for (const RunResult& run : runs) {
-    if (!run.push_error.empty()) {
-      warnings.push_back(fmt::format("--push: {} (the session {} is saved as it was)", run.push_error, run.session));
-    } else if (run.summary.contains("push")) {
-      push_text = fmt::format("\npushed {} series ({} bytes of pprof) to Pyroscope",
-                              run.summary["push"]["series"].get<size_t>(), run.summary["push"]["bytes"].get<uint64_t>());
-    }
-  }
-  // --baseline: the runs against it, symbol by symbol.
+  const std::string push_text = PushOutcome(runs, warnings);
   int exit_code = runs.back().exit_status;
-  std::string baseline_text;
   Json baseline_json;
-  if (!options.baseline.empty()) {
-    report::DiffRequest request;
-    request.base = {options.baseline};
-    for (const RunResult& run : runs) request.next.push_back(run.session);
-    request.session_root = paths.root;
-    request.table.view = report::View::kSymbol;
-    auto compared = report::DiffSessions(request);
-    if (!compared) {
-      warnings.push_back(fmt::format("--baseline: {}; the runs are saved, compare them later with hvprof-report --diff",
-                                     compared.error().message()));
-      // A baseline (or a run) without samples compares nothing: never "no change".
-      if (compared.error().kind() == ErrorKind::kEmpty && exit_code == 0) {
-        exit_code = kEmptyBaselineExit;
-      } else if (options.fail_points >= 0 && exit_code == 0) {
-        exit_code = 1;
-      }
-    } else {
-      report::Diff shown = compared.value().diff;
-      std::erase_if(shown.rows, [](const report::DiffRow& row) { return !row.c.significant; });
-      baseline_text = fmt::format("\nAgainst the baseline {}: {}", EscapeForTerminal(options.baseline),
-                                  shown.rows.empty() ? std::string("no significant change\n")
-                                                     : "\n" + report::FormatDiffText(shown, false));
-      baseline_json = Json::parse(report::FormatDiffJson(compared.value().diff, options.fail_points));
-      if (options.fail_points >= 0) {
-        const auto regressions = report::Regressions(compared.value().diff, options.fail_points);
-        for (const report::DiffRow* row : regressions) {
-          warnings.push_back(fmt::format("regression against the baseline: {:+.2f} points ({:.2f}% -> {:.2f}%, p adj "
-                                         "{:.2g})  {}",
-                                         100 * row->c.delta, 100 * row->c.base_share, 100 * row->c.new_share,
-                                         row->c.p_adjusted, report::DiffRowName(*row)));
-        }
-        if (!regressions.empty() && exit_code == 0) exit_code = kRegressionExit;
-      }
-    }
-  }
-  if (!options.json_path.empty()) {
-    Json out{{"schema", "hvprof-run"}, {"version", 1}, {"command", options.command}};
-    Json list = Json::array();
-    for (const RunResult& run : runs) {
-      Json entry = run.summary;
-      entry["wall_seconds"] = run.wall_seconds;
-      entry["exit_status"] = run.exit_status;
-      list.push_back(entry);
-    }
-    out["runs"] = list;
-    if (!across.empty()) out["across_runs"] = across;
-    if (!baseline_json.is_null()) out["baseline"] = baseline_json;
-    // Symbol names come from profiled code: bytes that are not UTF-8 become U+FFFD.
-    HVPROF_TRYV(WriteOutput(options.json_path, out.dump(1, ' ', false, Json::error_handler_t::replace) + "\n"));
-  }
+  const std::string baseline_text =
+      options.baseline.empty() ? std::string()
+                               : CompareWithBaseline(options, paths, runs, warnings, exit_code, baseline_json);
+  if (!options.json_path.empty()) HVPROF_TRYV(WriteRunJson(options, runs, across, baseline_json));
   return Outcome{report_text + spread_text + baseline_text +
                      fmt::format("session saved in {}", runs.back().session) + push_text,
                  exit_code, warnings};
