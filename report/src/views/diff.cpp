@@ -132,33 +132,11 @@ stats::CountedSide ToSide(const SideCounts& side, size_t keys) {
   return out;
 }
 
-}  // namespace
-
-Result<Diff> BuildDiff(const std::vector<DiffRun>& base, const std::vector<DiffRun>& next, const DiffOptions& options) {
-  if (base.empty() || next.empty()) {
-    return MakeError(ErrorKind::kInvalidArgument, "--diff needs a session on each side");
-  }
-  Diff diff;
-  diff.view = base.front().table.view;
-  diff.by_domain = base.front().table.by_domain;
-  diff.stacks = options.stacks;
-  diff.compare = options.compare;
-  for (const DiffRun& run : base) diff.base_labels.push_back(run.label);
-  for (const DiffRun& run : next) diff.new_labels.push_back(run.label);
-  const bool slices_as_runs = options.compare.method == stats::Method::kSlices;
-  if (slices_as_runs && (base.size() != 1 || next.size() != 1)) {
-    return MakeError(ErrorKind::kInvalidArgument,
-                     "--slices takes one session a side; with several, their runs are the repeats already");
-  }
-  const bool rank = slices_as_runs || (base.size() >= 2 && next.size() >= 2);
-  // Slices serve the count test (its dispersion) and pseudo-repeats; the rank test over real
-  // runs needs none. Stacks are sliced through their sampled function's symbol (below).
-  const uint32_t slices = (!rank || slices_as_runs) && !options.stacks ? options.slices : 0;
-  diff.slices = (!rank || slices_as_runs) ? options.slices : 0;
-
-  KeySpace keys;
-  HVPROF_TRY(base_counts, CountSide(base, options, options.stacks, slices, keys));
-  HVPROF_TRY(new_counts, CountSide(next, options, options.stacks, slices, keys));
+// Both sides counted the same event, and every session counted something: a session with
+// nothing counted compares nothing (every row would be "new" or "gone", and a regression gate
+// would pass on nothing), an error of its own kind.
+Result<void> CheckComparable(const std::vector<DiffRun>& base, const std::vector<DiffRun>& next,
+                             const SideCounts& base_counts, const SideCounts& new_counts, Diff& diff) {
   diff.event = base_counts.runs.front().event;
   for (const SideCounts* side : {&base_counts, &new_counts}) {
     for (const Counted& run : side->runs) {
@@ -169,8 +147,6 @@ Result<Diff> BuildDiff(const std::vector<DiffRun>& base, const std::vector<DiffR
       }
     }
   }
-  // A session with nothing counted compares nothing: every row would be "new" or "gone", and a
-  // regression gate would pass on nothing. It is an error of its own kind.
   for (const bool is_base : {true, false}) {
     const std::vector<DiffRun>& runs = is_base ? base : next;
     const SideCounts& counted = is_base ? base_counts : new_counts;
@@ -185,51 +161,54 @@ Result<Diff> BuildDiff(const std::vector<DiffRun>& base, const std::vector<DiffR
     }
   }
 
-  stats::CompareOptions compare = options.compare;
-  if (options.stacks && !rank && options.slices >= 2) {
-    // A stack's samples come in the bursts of the function it was sampled in: each stack takes
-    // the dispersion its sampled function's symbol shows over the slices.
-    std::vector<DiffRun> base_symbols = base, new_symbols = next;
-    for (auto* side : {&base_symbols, &new_symbols}) {
-      for (DiffRun& run : *side) {
-        run.table.view = View::kSymbol;
-        run.table.by_domain = false;
-        run.table.events = run.stacks.events;
-        run.table.merge_all = run.stacks.events.size() > 1;
-        run.table.domains = run.stacks.domains;
-        run.table.modes = run.stacks.modes;
-        run.table.images.clear();
-        run.table.symbols.clear();
-        run.table.exclude_dependent = false;
-      }
-    }
-    KeySpace symbol_keys;
-    HVPROF_TRY(base_symbols_counted, CountSide(base_symbols, options, false, options.slices, symbol_keys));
-    HVPROF_TRY(new_symbols_counted, CountSide(new_symbols, options, false, options.slices, symbol_keys));
-    const stats::Comparison by_symbol =
-        stats::Compare(ToSide(base_symbols_counted, symbol_keys.rows.size()),
-                       ToSide(new_symbols_counted, symbol_keys.rows.size()), symbol_keys.rows.size(), {});
-    std::unordered_map<std::string, double> by_name;
-    for (size_t k = 0; k < symbol_keys.rows.size(); ++k) {
-      double& factor = by_name[symbol_keys.rows[k].symbol];
-      factor = std::max(factor, by_symbol.keys[k].dispersion);
-    }
-    compare.dispersion.assign(keys.rows.size(), 1.0);
-    for (size_t k = 0; k < keys.rows.size(); ++k) {
-      if (keys.rows[k].frames.empty()) continue;
-      auto it = by_name.find(keys.rows[k].frames.back());
-      if (it != by_name.end()) compare.dispersion[k] = it->second;
-    }
-    compare.dispersion_df = 2.0 * (options.slices - 1);
-    diff.slices = options.slices;
-  }
+  return Ok();
+}
 
-  // -t: rows small on both sides are neither shown nor tested.
-  stats::CountedSide base_side = ToSide(base_counts, keys.rows.size());
-  stats::CountedSide new_side = ToSide(new_counts, keys.rows.size());
-  // Each key's samples and share on each side, runs added up.
+// A stack's samples come in the bursts of the function it was sampled in: each stack takes the
+// dispersion its sampled function's symbol shows over the slices (into `compare`).
+Result<void> StackDispersion(const std::vector<DiffRun>& base, const std::vector<DiffRun>& next,
+                             const DiffOptions& options, const KeySpace& keys, stats::CompareOptions& compare) {
+  std::vector<DiffRun> base_symbols = base, new_symbols = next;
+  for (auto* side : {&base_symbols, &new_symbols}) {
+    for (DiffRun& run : *side) {
+      run.table.view = View::kSymbol;
+      run.table.by_domain = false;
+      run.table.events = run.stacks.events;
+      run.table.merge_all = run.stacks.events.size() > 1;
+      run.table.domains = run.stacks.domains;
+      run.table.modes = run.stacks.modes;
+      run.table.images.clear();
+      run.table.symbols.clear();
+      run.table.exclude_dependent = false;
+    }
+  }
+  KeySpace symbol_keys;
+  HVPROF_TRY(base_symbols_counted, CountSide(base_symbols, options, false, options.slices, symbol_keys));
+  HVPROF_TRY(new_symbols_counted, CountSide(new_symbols, options, false, options.slices, symbol_keys));
+  const stats::Comparison by_symbol =
+      stats::Compare(ToSide(base_symbols_counted, symbol_keys.rows.size()),
+                     ToSide(new_symbols_counted, symbol_keys.rows.size()), symbol_keys.rows.size(), {});
+  std::unordered_map<std::string, double> by_name;
+  for (size_t k = 0; k < symbol_keys.rows.size(); ++k) {
+    double& factor = by_name[symbol_keys.rows[k].symbol];
+    factor = std::max(factor, by_symbol.keys[k].dispersion);
+  }
+  compare.dispersion.assign(keys.rows.size(), 1.0);
+  for (size_t k = 0; k < keys.rows.size(); ++k) {
+    if (keys.rows[k].frames.empty()) continue;
+    auto it = by_name.find(keys.rows[k].frames.back());
+    if (it != by_name.end()) compare.dispersion[k] = it->second;
+  }
+  compare.dispersion_df = 2.0 * (options.slices - 1);
+  return Ok();
+}
+
+// -t: the keys whose share reaches the threshold on either side (runs added up); rows small on
+// both sides are neither shown nor tested.
+std::vector<size_t> KeptKeys(const stats::CountedSide& base_side, const stats::CountedSide& new_side, size_t keys,
+                             double threshold) {
   auto add_up = [&](const stats::CountedSide& side, std::vector<uint64_t>* per_key, uint64_t* total) {
-    per_key->assign(keys.rows.size(), 0);
+    per_key->assign(keys, 0);
     *total = 0;
     for (const stats::CountedRun& run : side.runs) {
       *total += run.total;
@@ -244,44 +223,34 @@ Result<Diff> BuildDiff(const std::vector<DiffRun>& base, const std::vector<DiffR
     return whole == 0 ? 0.0 : 100.0 * static_cast<double>(part) / static_cast<double>(whole);
   };
   std::vector<size_t> kept;
-  for (size_t k = 0; k < keys.rows.size(); ++k) {
+  for (size_t k = 0; k < keys; ++k) {
     if (base_per_key[k] + new_per_key[k] == 0) continue;
-    if (std::max(percent(base_per_key[k], base_total), percent(new_per_key[k], new_total)) >= options.threshold) {
+    if (std::max(percent(base_per_key[k], base_total), percent(new_per_key[k], new_total)) >= threshold) {
       kept.push_back(k);
     }
   }
-  auto project = [&](const stats::CountedSide& side) {
-    stats::CountedSide out = side;
-    for (stats::CountedRun& run : out.runs) {
-      std::vector<uint64_t> counts;
-      for (size_t k : kept) counts.push_back(run.counts[k]);
-      run.counts = std::move(counts);
-      for (std::vector<uint64_t>& slice : run.slice_counts) {
-        std::vector<uint64_t> part;
-        for (size_t k : kept) part.push_back(slice[k]);
-        slice = std::move(part);
-      }
-    }
-    return out;
-  };
-  if (!compare.dispersion.empty()) {
-    std::vector<double> dispersion;
-    for (size_t k : kept) dispersion.push_back(compare.dispersion[k]);
-    compare.dispersion = std::move(dispersion);
-  }
-  diff.summary = stats::Compare(project(base_side), project(new_side), kept.size(), compare);
-  for (size_t i = 0; i < kept.size(); ++i) {
-    DiffRow row = keys.rows[kept[i]];
-    row.c = diff.summary.keys[i];
-    row.presence = row.c.base_count == 0 ? Presence::kNew : row.c.new_count == 0 ? Presence::kGone : Presence::kBoth;
-    diff.rows.push_back(std::move(row));
-  }
-  diff.summary.keys.clear();
-  std::stable_sort(diff.rows.begin(), diff.rows.end(), [](const DiffRow& l, const DiffRow& r) {
-    return std::fabs(l.c.delta) > std::fabs(r.c.delta);
-  });
+  return kept;
+}
 
-  // How to read it.
+// A side's counts of the kept keys only.
+stats::CountedSide Project(const stats::CountedSide& side, const std::vector<size_t>& kept) {
+  stats::CountedSide out = side;
+  for (stats::CountedRun& run : out.runs) {
+    std::vector<uint64_t> counts;
+    for (size_t k : kept) counts.push_back(run.counts[k]);
+    run.counts = std::move(counts);
+    for (std::vector<uint64_t>& slice : run.slice_counts) {
+      std::vector<uint64_t> part;
+      for (size_t k : kept) part.push_back(slice[k]);
+      slice = std::move(part);
+    }
+  }
+  return out;
+}
+
+// How to read the diff: the test, its caveats, the idle loop left out; and the sessions' warnings.
+void AddNotes(const std::vector<DiffRun>& base, const std::vector<DiffRun>& next, const DiffOptions& options,
+              bool rank, bool slices_as_runs, Diff& diff) {
   const std::string correction = options.compare.correction == stats::Correction::kHolm
                                      ? "Holm's correction (family-wise error)"
                                      : "Benjamini-Hochberg's correction (false discovery rate)";
@@ -341,6 +310,64 @@ Result<Diff> BuildDiff(const std::vector<DiffRun>& base, const std::vector<DiffR
       for (const std::string& warning : run.profile->Warnings()) diff.warnings.push_back(run.label + ": " + warning);
     }
   }
+}
+
+}  // namespace
+
+Result<Diff> BuildDiff(const std::vector<DiffRun>& base, const std::vector<DiffRun>& next, const DiffOptions& options) {
+  if (base.empty() || next.empty()) {
+    return MakeError(ErrorKind::kInvalidArgument, "--diff needs a session on each side");
+  }
+  Diff diff;
+  diff.view = base.front().table.view;
+  diff.by_domain = base.front().table.by_domain;
+  diff.stacks = options.stacks;
+  diff.compare = options.compare;
+  for (const DiffRun& run : base) diff.base_labels.push_back(run.label);
+  for (const DiffRun& run : next) diff.new_labels.push_back(run.label);
+  const bool slices_as_runs = options.compare.method == stats::Method::kSlices;
+  if (slices_as_runs && (base.size() != 1 || next.size() != 1)) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "--slices takes one session a side; with several, their runs are the repeats already");
+  }
+  const bool rank = slices_as_runs || (base.size() >= 2 && next.size() >= 2);
+  // Slices serve the count test (its dispersion) and pseudo-repeats; the rank test over real
+  // runs needs none. Stacks are sliced through their sampled function's symbol (below).
+  const uint32_t slices = (!rank || slices_as_runs) && !options.stacks ? options.slices : 0;
+  diff.slices = (!rank || slices_as_runs) ? options.slices : 0;
+
+  KeySpace keys;
+  HVPROF_TRY(base_counts, CountSide(base, options, options.stacks, slices, keys));
+  HVPROF_TRY(new_counts, CountSide(next, options, options.stacks, slices, keys));
+  HVPROF_TRYV(CheckComparable(base, next, base_counts, new_counts, diff));
+
+  stats::CompareOptions compare = options.compare;
+  if (options.stacks && !rank && options.slices >= 2) {
+    HVPROF_TRYV(StackDispersion(base, next, options, keys, compare));
+    diff.slices = options.slices;
+  }
+
+  stats::CountedSide base_side = ToSide(base_counts, keys.rows.size());
+  stats::CountedSide new_side = ToSide(new_counts, keys.rows.size());
+  const std::vector<size_t> kept = KeptKeys(base_side, new_side, keys.rows.size(), options.threshold);
+  if (!compare.dispersion.empty()) {
+    std::vector<double> dispersion;
+    for (size_t k : kept) dispersion.push_back(compare.dispersion[k]);
+    compare.dispersion = std::move(dispersion);
+  }
+  diff.summary = stats::Compare(Project(base_side, kept), Project(new_side, kept), kept.size(), compare);
+  for (size_t i = 0; i < kept.size(); ++i) {
+    DiffRow row = keys.rows[kept[i]];
+    row.c = diff.summary.keys[i];
+    row.presence = row.c.base_count == 0 ? Presence::kNew : row.c.new_count == 0 ? Presence::kGone : Presence::kBoth;
+    diff.rows.push_back(std::move(row));
+  }
+  diff.summary.keys.clear();
+  std::stable_sort(diff.rows.begin(), diff.rows.end(), [](const DiffRow& l, const DiffRow& r) {
+    return std::fabs(l.c.delta) > std::fabs(r.c.delta);
+  });
+
+  AddNotes(base, next, options, rank, slices_as_runs, diff);
   return diff;
 }
 
