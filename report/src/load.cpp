@@ -110,6 +110,16 @@ class ProfileBuilder {
   // added to `aggregate`, for dom0 to resolve.
   // `total` is the session's own samples, checked not to wrap.
   static std::vector<PublishedProfile> ReadPublished(Profile& profile, store::Aggregate* aggregate, uint64_t total);
+  // Load's parts. The session's aggregate when it can stand for samples.hvs (`samples_bytes`
+  // long) in this report, else nothing (and why, among the problems, when it is damaged).
+  static std::optional<store::Aggregate> UsableAggregate(Profile& profile, const LoadOptions& options,
+                                                         const std::string& path, uint64_t samples_bytes);
+  // samples.hvs counted in one pass (as the aggregate would have counted it), with its damage.
+  static Result<store::Aggregate> ReadRawSamples(Profile& profile, const LoadOptions& options,
+                                                 const std::string& samples, const store::Translation& translation);
+  // What the session's state says of the report: a samples file missing or cut, the session
+  // incomplete, or still being written.
+  static void NoteSessionState(Profile& profile, std::optional<uint64_t> samples_bytes);
 
  private:
   // What a group of addresses is symbolized against, and how its image is named.
@@ -1015,6 +1025,104 @@ void ContextOfAggregate(const store::Aggregate& counted, store::ContextIndex& co
 
 }  // namespace
 
+// The sum of an aggregate's counts, which UsableAggregate checked (or, from the raw samples, one
+// per sample read) cannot wrap.
+static uint64_t TotalCount(const store::Aggregate& counted) {
+  uint64_t sum = 0;
+  for (const store::AggregateEntry& entry : counted.entries) sum += entry.count;
+  return sum;
+}
+
+std::optional<store::Aggregate> ProfileBuilder::UsableAggregate(Profile& profile, const LoadOptions& options,
+                                                                const std::string& path, uint64_t samples_bytes) {
+  // A samples file shorter than the metadata says was cut: its aggregate cannot be trusted.
+  // An aggregate without stacks (an older one, or one whose stacks were too many to keep) serves
+  // no stack view: then the one raw pass counts both.
+  if (!options.use_aggregate || samples_bytes < profile.metadata_.samples_file_bytes) return std::nullopt;
+  auto read = store::ReadAggregate(path);
+  if (!read) {
+    if (read.error().kind() == ErrorKind::kCorrupt) {
+      profile.problems_.push_back(read.error().message() + "; the raw samples were read instead");
+    }
+    return std::nullopt;
+  }
+  const store::Aggregate& a = read.value();
+  // Counted across processes (by image, and the kernel's and hypervisor's code), it cannot tell
+  // processes apart; stacks merged across threads cannot give pprof its thread labels: those
+  // views count the raw samples.
+  const bool by_image = std::any_of(a.entries.begin(), a.entries.end(),
+                                    [](const store::AggregateEntry& entry) { return entry.key.pid == store::kAnyProcess; });
+  const bool by_thread = std::any_of(a.stacks.begin(), a.stacks.end(),
+                                     [](const store::CountedStack& stack) { return stack.key.tid != hvprof::kNoTid; });
+  if (a.source_bytes != samples_bytes || (options.stacks && !a.has_stacks) || (options.processes && by_image) ||
+      (options.stack_threads && !a.stacks.empty() && !by_thread)) {
+    return std::nullopt;
+  }
+  // The aggregate is a cache of samples.hvs; one that counts other than what the session stored
+  // (or more than a number holds) is forged or damaged, and is not used. Counts are checked once,
+  // here: every sum a view makes is of a subset of these entries, so none can wrap.
+  uint64_t sum = 0;
+  bool overflow = false;
+  for (const store::AggregateEntry& entry : a.entries) overflow |= __builtin_add_overflow(sum, entry.count, &sum);
+  const uint64_t stored = profile.metadata_.samples_stored;
+  // Its stacks count what its entries count (the reader checked that they add up to its total).
+  if (overflow || (stored != 0 && sum != stored) || (a.has_stacks && a.samples != sum)) {
+    profile.problems_.push_back(fmt::format(
+        "{} is damaged: it counts {} samples where {} says the session stored {}; it was ignored and the raw "
+        "samples read instead",
+        path, overflow ? std::string("more than 2^64") : std::to_string(sum), store::kMetadataFile, stored));
+    return std::nullopt;
+  }
+  return std::move(read).value();
+}
+
+Result<store::Aggregate> ProfileBuilder::ReadRawSamples(Profile& profile, const LoadOptions& options,
+                                                        const std::string& samples,
+                                                        const store::Translation& translation) {
+  const store::SessionMetadata& m = profile.metadata_;
+  store::ReadSummary summary;
+  const auto id = store::ParseSessionId(m.session_id);
+  HVPROF_TRY(raw, store::AggregateSamplesFile(samples, &summary,
+                                              id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt,
+                                              !options.stacks         ? store::StackDetail::kNone
+                                              : options.stack_threads ? store::StackDetail::kStacksByThread
+                                                                      : store::StackDetail::kStacks,
+                                              {}, 0, translation));
+  for (const store::FileProblem& problem : summary.problems) {
+    profile.problems_.push_back(fmt::format("{} at byte {}: {}", samples, problem.offset, problem.description));
+  }
+  if (summary.next_sequence < m.samples_file_chunks) {
+    profile.problems_.push_back(fmt::format(
+        "{} ends after chunk {} where the session had written {} chunks: the file was cut short and the samples "
+        "of the last {} chunks are lost",
+        samples, summary.next_sequence == 0 ? std::string("none") : std::to_string(summary.next_sequence - 1),
+        m.samples_file_chunks, m.samples_file_chunks - summary.next_sequence));
+  }
+  return raw;
+}
+
+void ProfileBuilder::NoteSessionState(Profile& profile, std::optional<uint64_t> samples_bytes) {
+  const store::SessionMetadata& m = profile.metadata_;
+  const std::string samples = profile.directory_ + "/" + store::kSamplesFile;
+  if (samples_bytes && *samples_bytes < m.samples_file_bytes) {
+    profile.problems_.push_back(fmt::format("{} holds {} bytes where the session had written {}: it was truncated",
+                                            samples, *samples_bytes, m.samples_file_bytes));
+  }
+  if (!samples_bytes) profile.problems_.push_back(fmt::format("{} has no samples file", profile.directory_));
+  for (const std::string& reason : m.incomplete) profile.problems_.push_back("the session is incomplete: " + reason);
+  if (!m.profiling.empty() && m.profiling.back().stop_ns == 0) {
+    if (store::SessionWriterAlive(profile.directory_)) {
+      profile.metadata_.notes.push_back(
+          "profiling is still on: this is the session as hvprofd last wrote it (`hvprof --dump` writes it now)");
+    } else {
+      profile.problems_.push_back(
+          "the session is incomplete: profiling was never stopped, and no hvprofd is writing it (it died or was "
+          "killed); the samples it had not yet written were lost uncounted. `hvprof --start-daemon` with the same "
+          "--session-dir recovers and continues the session");
+    }
+  }
+}
+
 Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOptions& options) {
   HVPROF_TRY(session, store::OpenSession(directory));
   Profile profile;
@@ -1084,106 +1192,21 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
     profile.whole_context_ = std::make_shared<Profile::WholeContext>();
   };
   profile.keeps_pids_ = options.processes;
-  store::Aggregate aggregate;
-  bool from_aggregate = false;
-  // A samples file shorter than the metadata says was cut: its aggregate cannot be trusted.
-  // An aggregate without stacks (an older one, or one whose stacks were too many to keep) serves
-  // no stack view: then the one raw pass counts both.
-  if (options.use_aggregate && have_samples &&
-      static_cast<uint64_t>(st.st_size) >= profile.metadata_.samples_file_bytes) {
-    auto read = store::ReadAggregate(aggregate_path);
-    // Counted across processes (by image, and the kernel's and hypervisor's code), it cannot tell
-    // processes apart; stacks merged across threads cannot give pprof its thread labels: those
-    // views count the raw samples.
-    const auto by_image = [](const store::Aggregate& a) {
-      return std::any_of(a.entries.begin(), a.entries.end(),
-                         [](const store::AggregateEntry& entry) { return entry.key.pid == store::kAnyProcess; });
-    };
-    const auto by_thread = [](const store::Aggregate& a) {
-      return std::any_of(a.stacks.begin(), a.stacks.end(),
-                         [](const store::CountedStack& stack) { return stack.key.tid != hvprof::kNoTid; });
-    };
-    if (read && read.value().source_bytes == static_cast<uint64_t>(st.st_size) &&
-        (!options.stacks || read.value().has_stacks) && (!options.processes || !by_image(read.value())) &&
-        (!options.stack_threads || read.value().stacks.empty() || by_thread(read.value()))) {
-      aggregate = std::move(read).value();
-      from_aggregate = true;
-    } else if (!read && read.error().kind() == ErrorKind::kCorrupt) {
-      profile.problems_.push_back(read.error().message() + "; the raw samples were read instead");
-    }
-  }
-  // Counts are checked once, here: every sum a view makes is of a subset of these entries, so
-  // none can wrap.
-  auto sum_counts = [](const store::Aggregate& counted, uint64_t* sum) {
-    *sum = 0;
-    bool overflow = false;
-    for (const store::AggregateEntry& entry : counted.entries) overflow |= __builtin_add_overflow(*sum, entry.count, sum);
-    return overflow;
-  };
-  uint64_t sum = 0;
-  if (from_aggregate) {
-    // The aggregate is a cache of samples.hvs; one that counts other than what the session
-    // stored (or more than a number holds) is forged or damaged, and is not used.
-    const bool overflow = sum_counts(aggregate, &sum);
-    const uint64_t stored = profile.metadata_.samples_stored;
-    // Its stacks count what its entries count (the reader checked that they add up to its total).
-    if (overflow || (stored != 0 && sum != stored) || (aggregate.has_stacks && aggregate.samples != sum)) {
-      profile.problems_.push_back(fmt::format(
-          "{} is damaged: it counts {} samples where {} says the session stored {}; it was ignored and the raw "
-          "samples read instead",
-          aggregate_path, overflow ? std::string("more than 2^64") : std::to_string(sum), store::kMetadataFile,
-          stored));
-      aggregate = store::Aggregate();
-      from_aggregate = false;
-    }
-  }
+  std::optional<store::Aggregate> usable =
+      have_samples ? UsableAggregate(profile, options, aggregate_path, static_cast<uint64_t>(st.st_size)) : std::nullopt;
+  const bool from_aggregate = usable.has_value();
+  store::Aggregate aggregate = from_aggregate ? std::move(*usable) : store::Aggregate();
   if (from_aggregate && may_skip_context && aggregate.has_regions) take_regions(aggregate);
   take_context();
   const store::Translation translation{profile.has_context_file_ ? profile.context_.get() : nullptr,
                                        options.processes};
-  const store::SessionMetadata& m = profile.metadata_;
   if (!from_aggregate && have_samples) {
-    store::ReadSummary summary;
-    const auto id = store::ParseSessionId(m.session_id);
-    HVPROF_TRY(raw, store::AggregateSamplesFile(
-                        samples, &summary, id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt,
-                        !options.stacks         ? store::StackDetail::kNone
-                        : options.stack_threads ? store::StackDetail::kStacksByThread
-                                                : store::StackDetail::kStacks,
-                        {}, 0, translation));
+    HVPROF_TRY(raw, ReadRawSamples(profile, options, samples, translation));
     aggregate = std::move(raw);
-    for (const store::FileProblem& problem : summary.problems) {
-      profile.problems_.push_back(fmt::format("{} at byte {}: {}", samples, problem.offset, problem.description));
-    }
-    if (summary.next_sequence < m.samples_file_chunks) {
-      profile.problems_.push_back(fmt::format(
-          "{} ends after chunk {} where the session had written {} chunks: the file was cut short and the samples "
-          "of the last {} chunks are lost",
-          samples, summary.next_sequence == 0 ? std::string("none") : std::to_string(summary.next_sequence - 1),
-          m.samples_file_chunks, m.samples_file_chunks - summary.next_sequence));
-    }
-    // One count per sample read: this cannot wrap.
-    (void)sum_counts(aggregate, &sum);
   }
-  if (have_samples && static_cast<uint64_t>(st.st_size) < m.samples_file_bytes) {
-    profile.problems_.push_back(fmt::format("{} holds {} bytes where the session had written {}: it was truncated",
-                                            samples, st.st_size, m.samples_file_bytes));
-  }
-  if (!have_samples) profile.problems_.push_back(fmt::format("{} has no samples file", profile.directory_));
-  for (const std::string& reason : m.incomplete) profile.problems_.push_back("the session is incomplete: " + reason);
-  if (!m.profiling.empty() && m.profiling.back().stop_ns == 0) {
-    if (store::SessionWriterAlive(profile.directory_)) {
-      profile.metadata_.notes.push_back(
-          "profiling is still on: this is the session as hvprofd last wrote it (`hvprof --dump` writes it now)");
-    } else {
-      profile.problems_.push_back(
-          "the session is incomplete: profiling was never stopped, and no hvprofd is writing it (it died or was "
-          "killed); the samples it had not yet written were lost uncounted. `hvprof --start-daemon` with the same "
-          "--session-dir recovers and continues the session");
-    }
-  }
+  NoteSessionState(profile, have_samples ? std::optional<uint64_t>(st.st_size) : std::nullopt);
   std::vector<PublishedProfile> published;
-  if (options.all_domains) published = ProfileBuilder::ReadPublished(profile, &aggregate, sum);
+  if (options.all_domains) published = ProfileBuilder::ReadPublished(profile, &aggregate, TotalCount(aggregate));
   profile.timings_.read_seconds = reading.Seconds();
   profile.timings_.from_aggregate = from_aggregate;
   ProfileBuilder builder(profile, options);
