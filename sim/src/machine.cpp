@@ -475,6 +475,96 @@ Result<void> SimMachine::BuildDomain(BuildContext& context, const DomainSpec& sp
   return hvprof::Ok();
 }
 
+// Where a mode's functions come from: the hypervisor, the domain's kernel, or an image a process
+// maps (with the process, and the bias of the image's addresses there; 0 for the hypervisor and
+// kernels, whose addresses are their images').
+struct SimMachine::FunctionSource {
+  const FunctionIndex* index = nullptr;
+  uint32_t image_id = 0;
+  uint32_t process = kNone;
+  uint64_t bias = 0;
+};
+
+Result<SimMachine::FunctionSource> SimMachine::SourceFor(BuildContext& context, Mode mode, Domain* domain,
+                                                         uint32_t pid, const std::string& image,
+                                                         const std::string& field) {
+  if (mode == Mode::kHypervisor) return FunctionSource{&context.hypervisor, context.hypervisor_image, kNone, 0};
+  if (mode == Mode::kKernel) {
+    return FunctionSource{&context.kernels.at(domain->kernel_source), InternImage(domain->kernel_source), kNone, 0};
+  }
+  for (uint32_t p = 0; p < domain->processes.size(); ++p) {
+    const Process& process = domain->processes[p];
+    if (process.pid != pid) continue;
+    for (const Process::Image& mapped : process.images) {
+      if (mapped.path != image) continue;
+      auto key = std::make_pair(mapped.path, mapped.bias);
+      if (context.user_images.count(key) == 0) {
+        symbolizer::ImageSpec spec_image;
+        spec_image.path = mapped.path;
+        spec_image.bias = mapped.bias;
+        auto functions = context.symbolizer.ListFunctions(spec_image, {});
+        if (!functions) return functions.error().WithContext(field);
+        if (functions.value().empty()) {
+          return MakeError(ErrorKind::kNotFound, "{}: {} has no function symbols", field, mapped.path);
+        }
+        context.user_images[key].Build(std::move(functions).value());
+      }
+      return FunctionSource{&context.user_images.at(key), InternImage(mapped.path), p, mapped.bias};
+    }
+  }
+  return MakeError(ErrorKind::kInvalidArgument, "{}: image {} not mapped in process {}", field, image, pid);
+}
+
+namespace {
+
+struct Picked {
+  const symbolizer::FunctionSymbol* symbol;
+  Rates rates;
+  double weight;
+};
+
+// The functions a workload's `auto` picks: up to `count` of the image's (16 bytes or more, not
+// noise, not an alias), weighted by Zipf's law, with made-up rates. Functions must not overlap
+// (aliases at one address, or a kallsyms size that runs into the next symbol) one another or
+// those listed already (`taken`), or a sampled address could not tell which one ran.
+std::vector<Picked> PickFunctions(const FunctionIndex& index, uint32_t count, double zipf, Rng& pick_rng,
+                                  std::vector<std::pair<uint64_t, uint64_t>> taken) {
+  std::vector<size_t> candidates;
+  for (size_t i = 0; i < index.all.size(); ++i) {
+    const auto& symbol = index.all[i];
+    if (symbol.start != 0 && symbol.size >= 16 && !IsNoiseSymbol(symbol.name) && index.Find(symbol.name) == &symbol) {
+      candidates.push_back(i);
+    }
+  }
+  auto overlaps = [&](uint64_t start, uint64_t end) {
+    for (const auto& [low, high] : taken) {
+      if (start < high && low < end) return true;
+    }
+    return false;
+  };
+  auto log_uniform = [&](double low, double high) {
+    return std::exp(std::log(low) + pick_rng.NextDouble() * (std::log(high) - std::log(low)));
+  };
+  std::vector<Picked> picked;
+  for (size_t k = 0; k < candidates.size() && picked.size() < count; ++k) {
+    const size_t chosen = k + pick_rng.NextBelow(candidates.size() - k);
+    std::swap(candidates[k], candidates[chosen]);
+    const auto& symbol = index.all[candidates[k]];
+    if (overlaps(symbol.start, symbol.start + symbol.size)) continue;
+    taken.emplace_back(symbol.start, symbol.start + symbol.size);
+    Rates rates;
+    rates.ipc = log_uniform(0.3, 3.0);
+    rates.branches_per_kilo = 80.0 + pick_rng.NextDouble() * 170.0;
+    rates.branch_misses_per_kilo = std::min(rates.branches_per_kilo, log_uniform(0.2, 20.0));
+    rates.cache_misses_per_kilo = log_uniform(0.05, 30.0);
+    rates.cache_refs_per_kilo = rates.cache_misses_per_kilo * (3.0 + pick_rng.NextDouble() * 17.0);
+    picked.push_back({&symbol, rates, 1.0 / std::pow(picked.size() + 1.0, zipf)});
+  }
+  return picked;
+}
+
+}  // namespace
+
 Result<void> SimMachine::AddFunctions(BuildContext& context, const DomainSpec& spec, Mode mode,
                                       Domain* domain) {
   const ModeWorkload& workload = spec.modes[static_cast<int>(mode)];
@@ -483,69 +573,18 @@ Result<void> SimMachine::AddFunctions(BuildContext& context, const DomainSpec& s
   std::vector<double> weights;
   const std::string field = fmt::format("domain {} ({}) workload.{}", spec.id, spec.name,
                                         sample_mode::Name(mode));
-
-  // The bias of the image source_for chose last (a process's mapping; 0 for the hypervisor and
-  // kernels, whose addresses are their images').
-  uint64_t source_bias = 0;
-  // Where this mode's functions come from: the hypervisor, the kernel, or a process's image.
-  auto source_for = [&](uint32_t pid, const std::string& image, uint32_t* process_index,
-                        const FunctionIndex** index, uint32_t* image_id) -> Result<void> {
-    source_bias = 0;
-    if (mode == Mode::kHypervisor) {
-      *index = &context.hypervisor;
-      *image_id = context.hypervisor_image;
-      *process_index = kNone;
-      return hvprof::Ok();
-    }
-    if (mode == Mode::kKernel) {
-      *index = &context.kernels.at(domain->kernel_source);
-      *image_id = InternImage(domain->kernel_source);
-      *process_index = kNone;
-      return hvprof::Ok();
-    }
-    for (uint32_t p = 0; p < domain->processes.size(); ++p) {
-      const Process& process = domain->processes[p];
-      if (process.pid != pid) continue;
-      for (const Process::Image& mapped : process.images) {
-        if (mapped.path != image) continue;
-        auto key = std::make_pair(mapped.path, mapped.bias);
-        if (context.user_images.count(key) == 0) {
-          symbolizer::ImageSpec spec_image;
-          spec_image.path = mapped.path;
-          spec_image.bias = mapped.bias;
-          auto functions = context.symbolizer.ListFunctions(spec_image, {});
-          if (!functions) return functions.error().WithContext(field);
-          if (functions.value().empty()) {
-            return MakeError(ErrorKind::kNotFound, "{}: {} has no function symbols", field,
-                             mapped.path);
-          }
-          context.user_images[key].Build(std::move(functions).value());
-        }
-        *index = &context.user_images.at(key);
-        *image_id = InternImage(mapped.path);
-        source_bias = mapped.bias;
-        *process_index = p;
-        return hvprof::Ok();
-      }
-    }
-    return MakeError(ErrorKind::kInvalidArgument, "{}: image {} not mapped in process {}", field,
-                     image, pid);
-  };
-
   auto add = [&](const symbolizer::FunctionSymbol& symbol, const Rates& rates, double weight,
-                 uint32_t process, uint32_t image_id, const std::vector<uint64_t>& stack,
-                 std::vector<std::string> callers) {
+                 const FunctionSource& source, const std::vector<uint64_t>& stack, std::vector<std::string> callers) {
     Function function;
     function.start = symbol.start;
     function.size = symbol.size;
     ToRatePerMillion(rates, function.rate);
-    function.process = process;
+    function.process = source.process;
     function.stack = stack;
     const std::string name = symbol.module.empty() ? symbol.name
                                                    : symbol.name + " [" + symbol.module + "]";
-    function.truth =
-        AddTruthRows(spec.id, spec.vcpus, mode, image_id, InternFunction(name, std::move(callers)), symbol.start,
-                     symbol.start - source_bias);
+    function.truth = AddTruthRows(spec.id, spec.vcpus, mode, source.image_id,
+                                  InternFunction(name, std::move(callers)), symbol.start, symbol.start - source.bias);
     table.functions.push_back(std::move(function));
     weights.push_back(weight);
   };
@@ -555,16 +594,13 @@ Result<void> SimMachine::AddFunctions(BuildContext& context, const DomainSpec& s
   std::map<std::pair<uint32_t, uint64_t>, size_t> named;  // (process, start) -> functions[i]
   for (size_t i = 0; i < workload.functions.size(); ++i) {
     const FunctionSpec& function_spec = workload.functions[i];
-    uint32_t process = kNone;
-    const FunctionIndex* index = nullptr;
-    uint32_t image_id = 0;
-    HVPROF_TRYV(source_for(function_spec.process, function_spec.image, &process, &index, &image_id));
-    const auto* symbol = index->Find(function_spec.name);
+    HVPROF_TRY(source, SourceFor(context, mode, domain, function_spec.process, function_spec.image, field));
+    const auto* symbol = source.index->Find(function_spec.name);
     if (symbol == nullptr) {
       return MakeError(ErrorKind::kNotFound, "{}.functions[{}]: no function '{}' in {}", field, i,
-                       function_spec.name, image_names_[image_id]);
+                       function_spec.name, image_names_[source.image_id]);
     }
-    if (auto [it, added] = named.emplace(std::pair{process, symbol->start}, i); !added) {
+    if (auto [it, added] = named.emplace(std::pair{source.process, symbol->start}, i); !added) {
       return MakeError(ErrorKind::kInvalidArgument,
                        "{}.functions[{}]: '{}' at {:#x} is already listed as functions[{}] ('{}'): list "
                        "each function once",
@@ -573,70 +609,32 @@ Result<void> SimMachine::AddFunctions(BuildContext& context, const DomainSpec& s
     }
     std::vector<uint64_t> stack;
     for (const std::string& caller_name : function_spec.stack) {
-      const auto* caller = index->Find(caller_name);
+      const auto* caller = source.index->Find(caller_name);
       if (caller == nullptr) {
         return MakeError(ErrorKind::kNotFound, "{}.functions[{}].stack: no function '{}' in {}",
-                         field, i, caller_name, image_names_[image_id]);
+                         field, i, caller_name, image_names_[source.image_id]);
       }
       // A return address a little way into the caller.
       stack.push_back(caller->start + std::min<uint64_t>(caller->size - 1, 5));
     }
-    add(*symbol, function_spec.rates.value_or(workload.rates), function_spec.weight, process,
-        image_id, stack, function_spec.stack);
+    add(*symbol, function_spec.rates.value_or(workload.rates), function_spec.weight, source, stack,
+        function_spec.stack);
   }
 
   if (workload.auto_pick) {
     const AutoPick& pick = *workload.auto_pick;
-    uint32_t process = kNone;
-    const FunctionIndex* index = nullptr;
-    uint32_t image_id = 0;
-    HVPROF_TRYV(source_for(pick.process, pick.image, &process, &index, &image_id));
-    std::vector<size_t> candidates;
-    for (size_t i = 0; i < index->all.size(); ++i) {
-      const auto& symbol = index->all[i];
-      if (symbol.start != 0 && symbol.size >= 16 && !IsNoiseSymbol(symbol.name) &&
-          index->Find(symbol.name) == &symbol) {
-        candidates.push_back(i);
-      }
-    }
+    HVPROF_TRY(source, SourceFor(context, mode, domain, pick.process, pick.image, field));
     // Its own stream, so that adding a domain does not change what another domain picks.
     Rng pick_rng(scenario_.seed ^ (uint64_t{spec.id} << 32) ^
                  (uint64_t{static_cast<uint32_t>(mode)} << 48) ^ 0xA5A5A5A5ULL);
-    // Functions must not overlap (aliases at one address, or a kallsyms size that runs into the
-    // next symbol), or a sampled address could not tell which one ran.
     std::vector<std::pair<uint64_t, uint64_t>> taken;
-    for (const Function& existing : table.functions) {
-      taken.emplace_back(existing.start, existing.start + existing.size);
-    }
-    auto overlaps = [&](uint64_t start, uint64_t end) {
-      for (const auto& [low, high] : taken) {
-        if (start < high && low < end) return true;
-      }
-      return false;
-    };
-    uint32_t picked = 0;
-    for (size_t k = 0; k < candidates.size() && picked < pick.count; ++k) {
-      const size_t chosen = k + pick_rng.NextBelow(candidates.size() - k);
-      std::swap(candidates[k], candidates[chosen]);
-      const auto& symbol = index->all[candidates[k]];
-      if (overlaps(symbol.start, symbol.start + symbol.size)) continue;
-      taken.emplace_back(symbol.start, symbol.start + symbol.size);
-      auto log_uniform = [&](double low, double high) {
-        return std::exp(std::log(low) + pick_rng.NextDouble() * (std::log(high) - std::log(low)));
-      };
-      Rates rates;
-      rates.ipc = log_uniform(0.3, 3.0);
-      rates.branches_per_kilo = 80.0 + pick_rng.NextDouble() * 170.0;
-      rates.branch_misses_per_kilo = std::min(rates.branches_per_kilo, log_uniform(0.2, 20.0));
-      rates.cache_misses_per_kilo = log_uniform(0.05, 30.0);
-      rates.cache_refs_per_kilo = rates.cache_misses_per_kilo * (3.0 + pick_rng.NextDouble() * 17.0);
-      add(symbol, rates, 1.0 / std::pow(picked + 1.0, pick.zipf), process, image_id, {}, {});
-      ++picked;
-    }
-    if (picked < pick.count) {
+    for (const Function& existing : table.functions) taken.emplace_back(existing.start, existing.start + existing.size);
+    const std::vector<Picked> picked = PickFunctions(*source.index, pick.count, pick.zipf, pick_rng, std::move(taken));
+    for (const Picked& chosen : picked) add(*chosen.symbol, chosen.rates, chosen.weight, source, {}, {});
+    if (picked.size() < pick.count) {
       return MakeError(ErrorKind::kInvalidArgument,
                        "{}.auto: asks for {} functions, {} has only {} that do not overlap", field,
-                       pick.count, image_names_[image_id], picked);
+                       pick.count, image_names_[source.image_id], picked.size());
     }
   }
   table.picker.Build(weights);

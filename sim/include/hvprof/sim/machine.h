@@ -167,6 +167,9 @@ class SimMachine {
                                    Domain* domain);
   hvprof::Result<void> AddFunctions(BuildContext& context, const DomainSpec& spec, Mode mode,
                                     Domain* domain);
+  struct FunctionSource;
+  hvprof::Result<FunctionSource> SourceFor(BuildContext& context, Mode mode, Domain* domain, uint32_t pid,
+                                           const std::string& image, const std::string& field);
   uint32_t AddTruthRows(DomainId domain, uint16_t vcpus, Mode mode, uint32_t image,
                         uint32_t function, uint64_t start, uint64_t image_address);
   uint32_t InternImage(const std::string& name);
