@@ -153,20 +153,10 @@ Result<hvpmu::InitV2> Dom0Agent::Identify() {
   return agent::FromLegacyInit(xen, link_->num_cpus());
 }
 
-Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
-  // What the machine is.
-  HVPROF_TRY(init, Identify());
-  if (init.is_primary == 0) {
-    return MakeError(ErrorKind::kPermissionDenied,
-                     "the hypervisor did not make this domain the primary profiler");
-  }
-  pmu_ = init;
-  const hvpmu::CpuEventTable* table = hvpmu::FindEventTable(init.cpu_type);
-  if (table == nullptr) {
-    return MakeError(ErrorKind::kUnsupported, "no event table for CPU type {}", init.cpu_type);
-  }
-  // A rate for the events given without a count: -F, else on linux perf's default rate (the
-  // platform's own default counts are for hypervisors, and cost a busy linux host too much).
+// The events and their counts: -e as given, a rate (-F, else on linux perf's default rate: the
+// platform's own default counts are for hypervisors, and cost a busy linux host too much) for
+// those given without a count.
+Result<void> Dom0Agent::ChooseEvents(const hvpmu::InitV2& init, const hvpmu::CpuEventTable& table) {
   std::optional<setup::SampleRate> rate;
   if (setup_.rate != 0 || setup_.platform == "linux") {
     rate = setup::SampleRate{setup_.rate != 0 ? setup_.rate : setup::kLinuxDefaultRate, 0,
@@ -181,7 +171,7 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
       }
     }
   }
-  HVPROF_TRY(events, setup::ResolveEventOptions(setup_.events, *table, init, rate));
+  HVPROF_TRY(events, setup::ResolveEventOptions(setup_.events, table, init, rate));
   events_ = std::move(events);
   peak_rate_ = 0;
   for (const auto& event : events_) peak_rate_ += agent::PeakSampleRate(event.event->name, event.count);
@@ -191,7 +181,11 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
                                  setup::kLinuxDefaultRate));
   }
 
-  // Which domains, by id or name.
+  return Ok();
+}
+
+// Which domains are active and which passive, by id or name; dom0 is always active.
+Result<void> Dom0Agent::ChooseDomains() {
   HVPROF_TRY(domain_text, link_->Domains());
   HVPROF_TRY(domains, setup::ParseDomainList(domain_text));
   domains_ = std::move(domains);
@@ -217,7 +211,12 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
                      setup_.passive_images.size(), passive_.size());
   }
 
-  // Images: checked now, recorded with their build-ids.
+  return Ok();
+}
+
+// The images to symbolize with (the hypervisor, dom0's kernel, the passive domains' kernels):
+// checked now, recorded with their build-ids.
+Result<void> Dom0Agent::CheckImages() {
   HVPROF_TRY(context_text, link_->Context());
   Json context = Json::parse(context_text, nullptr, false);
   if (context.is_discarded()) context = Json::object();
@@ -264,37 +263,28 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
     images_.back().domain = passive_[i];
   }
 
-  capacity_ = setup_.buffer_size != 0 ? setup_.buffer_size : agent::kDefaultRingCapacity;
-  HVPROF_TRYV(SetUp());
+  return Ok();
+}
 
-  // The session.
+// The session's metadata: the machine, the events, the domains and their roles, the images,
+// the rings.
+store::SessionMetadata Dom0Agent::SessionMetadataFor(const hvpmu::InitV2& init, const std::string& hvprof_version) {
   store::SessionMetadata m = NewMetadata(init, hvprof_version);
   for (const auto& event : events_) m.events.push_back(setup::ToEventRecord(event));
-  for (uint16_t id : active_) {
-    store::DomainRecord record;
-    record.id = id;
-    record.role = "active";
-    for (const auto& domain : domains_) {
-      if (domain.id == id) {
-        record.name = domain.name;
-        record.vcpus = domain.vcpus;
+  for (const auto& [ids, role] : {std::pair{&active_, "active"}, std::pair{&passive_, "passive"}}) {
+    for (uint16_t id : *ids) {
+      store::DomainRecord record;
+      record.id = id;
+      record.role = role;
+      for (const auto& domain : domains_) {
+        if (domain.id == id) {
+          record.name = domain.name;
+          record.vcpus = domain.vcpus;
+        }
       }
+      if (record.vcpus == 0 && xen_buffers_.count(id) != 0) record.vcpus = xen_buffers_.at(id);
+      m.domains.push_back(std::move(record));
     }
-    if (record.vcpus == 0 && xen_buffers_.count(id) != 0) record.vcpus = xen_buffers_.at(id);
-    m.domains.push_back(std::move(record));
-  }
-  for (uint16_t id : passive_) {
-    store::DomainRecord record;
-    record.id = id;
-    record.role = "passive";
-    for (const auto& domain : domains_) {
-      if (domain.id == id) {
-        record.name = domain.name;
-        record.vcpus = domain.vcpus;
-      }
-    }
-    if (record.vcpus == 0 && xen_buffers_.count(id) != 0) record.vcpus = xen_buffers_.at(id);
-    m.domains.push_back(std::move(record));
   }
   m.images = images_;
   m.ring_format = link_->legacy_only() ? "xenoprof" : "v2";
@@ -303,6 +293,30 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
   m.backtrace_depth = setup_.callgraph;
   m.poll_interval_ms = PollIntervalMs();
   m.notes = notes_;
+  return m;
+}
+
+Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
+  // What the machine is.
+  HVPROF_TRY(init, Identify());
+  if (init.is_primary == 0) {
+    return MakeError(ErrorKind::kPermissionDenied,
+                     "the hypervisor did not make this domain the primary profiler");
+  }
+  pmu_ = init;
+  const hvpmu::CpuEventTable* table = hvpmu::FindEventTable(init.cpu_type);
+  if (table == nullptr) {
+    return MakeError(ErrorKind::kUnsupported, "no event table for CPU type {}", init.cpu_type);
+  }
+  HVPROF_TRYV(ChooseEvents(init, *table));
+
+  HVPROF_TRYV(ChooseDomains());
+  HVPROF_TRYV(CheckImages());
+
+  capacity_ = setup_.buffer_size != 0 ? setup_.buffer_size : agent::kDefaultRingCapacity;
+  HVPROF_TRYV(SetUp());
+
+  store::SessionMetadata m = SessionMetadataFor(init, hvprof_version);
   // On linux every domain's processes are this host's; on Xen (and the sim, when asked) only
   // dom0's own are.
   if (setup_.JitWanted()) SetJitScope(setup_.platform == "linux" ? JitScope::kAllDomains : JitScope::kOwnDomain);

@@ -43,6 +43,11 @@ class Dom0Agent final : public agent::AgentDaemon {
   // init: the PMU as the agent needs to know it.
   Result<hvpmu::InitV2> Identify();
   Result<void> Configure(const std::string& hvprof_version);
+  // Configure's parts.
+  Result<void> ChooseEvents(const hvpmu::InitV2& init, const hvpmu::CpuEventTable& table);
+  Result<void> ChooseDomains();
+  Result<void> CheckImages();
+  store::SessionMetadata SessionMetadataFor(const hvpmu::InitV2& init, const std::string& hvprof_version);
   Result<void> SetUp();
   // Passes how far the setup got to whoever started this agent.
   void Advance(std::string_view what, uint64_t done, uint64_t total) const;
