@@ -134,6 +134,88 @@ void NoteContinued(store::RecordFileWriter& writer, const char* file, const char
   }
 }
 
+// What a session continued by a new hvprofd keeps of what the earlier one recorded.
+struct Carried {
+  std::array<uint8_t, 16> id{};
+  std::vector<std::string> incomplete;
+  store::LossRecord losses;
+  std::optional<store::SchedSummary> sched;
+  uint64_t idle = 0;
+  uint64_t chunks = 0, bytes = 0;  // of samples.hvs, as recorded
+};
+
+// Continues the session in `directory` (whose metadata exists) under `metadata`: its id, times,
+// losses and notes carried over, a death while profiling noted. A session of other events that
+// recorded nothing is removed, and false returned: it starts again. One that recorded something
+// is refused.
+Result<bool> ContinueSession(const std::string& directory, store::SessionMetadata& metadata, Carried& carried) {
+  const std::string samples_path = directory + "/" + store::kSamplesFile;
+  const std::string metadata_path = directory + "/" + store::kMetadataFile;
+  std::error_code ec;
+  HVPROF_TRY(text, ReadFileToString(metadata_path, size_t{64} << 20, Links::kRefuse));
+  auto previous = store::ParseMetadata(text, metadata_path);
+  const auto previous_id = previous ? store::ParseSessionId(previous.value().session_id) : std::nullopt;
+  if (!previous || !previous_id) {
+    return MakeError(ErrorKind::kBadState,
+                     "{} holds a damaged session ({}); run `hvprof --reset` or move it away", directory,
+                     previous ? "its session_id is not 32 hex digits" : previous.error().message());
+  }
+  const store::SessionMetadata& before = previous.value();
+  const store::LossRecord& l = before.losses;
+  bool empty = before.samples_stored == 0 && before.samples_file_chunks == 0;
+  for (const store::LossField& field : store::kLossFields) empty &= l.*field.member == 0;
+  if (before.sched) {
+    empty &= before.sched->records == 0 && before.sched->file_chunks == 0;
+    for (const store::SchedLossField& field : store::kSchedLossFields) empty &= before.sched->lost.*field.member == 0;
+  }
+  if (!SameEvents(before, metadata) && !empty) {
+    return MakeError(ErrorKind::kBadState,
+                     "{} holds a session with other events; keep it with `hvprof --save=NAME` or "
+                     "discard it with `hvprof --reset` first",
+                     directory);
+  }
+  if (!SameEvents(before, metadata)) {
+    // Nothing was recorded under the old events: the session starts again with the new ones.
+    std::filesystem::remove(samples_path, ec);
+    std::filesystem::remove(directory + "/" + store::kSchedFile, ec);
+    std::filesystem::remove(directory + "/" + store::kAggregateFile, ec);
+    std::filesystem::remove(metadata_path, ec);
+    std::filesystem::remove_all(directory + "/" + store::kJitDirectory, ec);
+    return false;
+  }
+  // Continue it: same id, keep what it recorded so far.
+  const store::SessionMetadata& old = previous.value();
+  carried.id = *previous_id;
+  metadata.session_id = old.session_id;
+  metadata.created_ns = old.created_ns;
+  metadata.profiling = old.profiling;
+  metadata.jit = old.jit;  // the copies already in jit/
+  carried.incomplete = old.incomplete;
+  carried.losses = old.losses;
+  carried.sched = old.sched;
+  carried.idle = old.idle_samples;
+  carried.chunks = old.samples_file_chunks;
+  carried.bytes = old.samples_file_bytes;
+  if (!metadata.profiling.empty() && metadata.profiling.back().stop_ns == 0) {
+    // The agent that wrote it died while profiling: its last flush is where the session
+    // stops being whole.
+    const uint64_t last = std::max(ModifiedNs(samples_path), metadata.profiling.back().start_ns);
+    metadata.profiling.back().stop_ns = last;
+    carried.incomplete.push_back(fmt::format(
+        "an earlier hvprofd stopped while profiling without closing the session (it died or was killed) "
+        "about {}: what it had read but not yet written, and what its rings still held, was lost uncounted",
+        FormatWallClock(last)));
+  }
+  std::vector<std::string> notes = old.notes;
+  notes.push_back("the session was continued by a new hvprofd");
+  // The new hvprofd mostly says again what the first one said: each note once.
+  for (const std::string& note : metadata.notes) {
+    if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
+  }
+  metadata.notes = std::move(notes);
+  return true;
+}
+
 }  // namespace
 
 Result<SessionWriter> SessionWriter::Open(const std::string& directory, store::SessionMetadata metadata) {
@@ -141,77 +223,14 @@ Result<SessionWriter> SessionWriter::Open(const std::string& directory, store::S
   const std::string samples_path = directory + "/" + store::kSamplesFile;
   const std::string metadata_path = directory + "/" + store::kMetadataFile;
   std::error_code ec;
-  std::array<uint8_t, 16> id = NewSessionId();
-  std::vector<std::string> incomplete;
-  store::LossRecord carried;
-  std::optional<store::SchedSummary> carried_sched;
-  uint64_t carried_idle = 0;
-  uint64_t recorded_chunks = 0, recorded_bytes = 0;
   const bool continuing = std::filesystem::exists(metadata_path, ec);
+  Carried carried;
+  carried.id = NewSessionId();
   if (continuing) {
-    HVPROF_TRY(text, ReadFileToString(metadata_path, size_t{64} << 20, Links::kRefuse));
-    auto previous = store::ParseMetadata(text, metadata_path);
-    const auto previous_id = previous ? store::ParseSessionId(previous.value().session_id) : std::nullopt;
-    if (!previous || !previous_id) {
-      return MakeError(ErrorKind::kBadState,
-                       "{} holds a damaged session ({}); run `hvprof --reset` or move it away", directory,
-                       previous ? "its session_id is not 32 hex digits" : previous.error().message());
-    }
-    const store::SessionMetadata& before = previous.value();
-    const store::LossRecord& l = before.losses;
-    bool empty = before.samples_stored == 0 && before.samples_file_chunks == 0;
-    for (const store::LossField& field : store::kLossFields) empty &= l.*field.member == 0;
-    if (before.sched) {
-      empty &= before.sched->records == 0 && before.sched->file_chunks == 0;
-      for (const store::SchedLossField& field : store::kSchedLossFields) empty &= before.sched->lost.*field.member == 0;
-    }
-    if (!SameEvents(before, metadata) && !empty) {
-      return MakeError(ErrorKind::kBadState,
-                       "{} holds a session with other events; keep it with `hvprof --save=NAME` or "
-                       "discard it with `hvprof --reset` first",
-                       directory);
-    }
-    if (!SameEvents(before, metadata)) {
-      // Nothing was recorded under the old events: the session starts again with the new ones.
-      std::filesystem::remove(samples_path, ec);
-      std::filesystem::remove(directory + "/" + store::kSchedFile, ec);
-      std::filesystem::remove(directory + "/" + store::kAggregateFile, ec);
-      std::filesystem::remove(metadata_path, ec);
-      std::filesystem::remove_all(directory + "/" + store::kJitDirectory, ec);
-      return Open(directory, std::move(metadata));
-    }
-    // Continue it: same id, keep what it recorded so far.
-    const store::SessionMetadata& old = previous.value();
-    id = *previous_id;
-    metadata.session_id = old.session_id;
-    metadata.created_ns = old.created_ns;
-    metadata.profiling = old.profiling;
-    metadata.jit = old.jit;  // the copies already in jit/
-    incomplete = old.incomplete;
-    carried = old.losses;
-    carried_sched = old.sched;
-    carried_idle = old.idle_samples;
-    recorded_chunks = old.samples_file_chunks;
-    recorded_bytes = old.samples_file_bytes;
-    if (!metadata.profiling.empty() && metadata.profiling.back().stop_ns == 0) {
-      // The agent that wrote it died while profiling: its last flush is where the session
-      // stops being whole.
-      const uint64_t last = std::max(ModifiedNs(samples_path), metadata.profiling.back().start_ns);
-      metadata.profiling.back().stop_ns = last;
-      incomplete.push_back(fmt::format(
-          "an earlier hvprofd stopped while profiling without closing the session (it died or was killed) "
-          "about {}: what it had read but not yet written, and what its rings still held, was lost uncounted",
-          FormatWallClock(last)));
-    }
-    std::vector<std::string> notes = old.notes;
-    notes.push_back("the session was continued by a new hvprofd");
-    // The new hvprofd mostly says again what the first one said: each note once.
-    for (const std::string& note : metadata.notes) {
-      if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
-    }
-    metadata.notes = std::move(notes);
+    HVPROF_TRY(continued, ContinueSession(directory, metadata, carried));
+    if (!continued) return Open(directory, std::move(metadata));
   } else {
-    metadata.session_id = store::SessionIdHex(id);
+    metadata.session_id = store::SessionIdHex(carried.id);
     metadata.created_ns = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(
             std::chrono::system_clock::now().time_since_epoch())
@@ -222,7 +241,7 @@ Result<SessionWriter> SessionWriter::Open(const std::string& directory, store::S
   auto context = std::make_unique<store::ContextIndex>();
   std::optional<store::ContextWriter> context_writer;
   std::optional<Error> context_failure;
-  if (auto opened = store::ContextWriter::Open(directory, id, *context)) {
+  if (auto opened = store::ContextWriter::Open(directory, carried.id, *context)) {
     context_writer = std::move(opened).value();
   } else {
     context_failure = opened.error();
@@ -238,32 +257,32 @@ Result<SessionWriter> SessionWriter::Open(const std::string& directory, store::S
     last_ns = std::max(last_ns, sample.time_ns);
     aggregate.Add(sample);
   };
-  HVPROF_TRY(writer, store::SamplesWriter::Open(samples_path, id, count_existing));
-  NoteContinued(writer, store::kSamplesFile, "samples", recorded_chunks, recorded_bytes, &incomplete);
+  HVPROF_TRY(writer, store::SamplesWriter::Open(samples_path, carried.id, count_existing));
+  NoteContinued(writer, store::kSamplesFile, "samples", carried.chunks, carried.bytes, &carried.incomplete);
   // Scheduling records already there are continued now (a file of another session is refused,
   // as for samples; one the session wrote and lost is noted); else sched.hvs is made at the
   // first record.
   std::optional<store::SchedWriter> sched;
-  if (store::HasSched(directory) || (carried_sched && carried_sched->file_chunks != 0)) {
-    HVPROF_TRY(opened, store::SchedWriter::Open(directory, id));
-    NoteContinued(opened, store::kSchedFile, "scheduling records", carried_sched ? carried_sched->file_chunks : 0,
-                  carried_sched ? carried_sched->file_bytes : 0, &incomplete);
+  if (store::HasSched(directory) || (carried.sched && carried.sched->file_chunks != 0)) {
+    HVPROF_TRY(opened, store::SchedWriter::Open(directory, carried.id));
+    NoteContinued(opened, store::kSchedFile, "scheduling records", carried.sched ? carried.sched->file_chunks : 0,
+                  carried.sched ? carried.sched->file_bytes : 0, &carried.incomplete);
     sched = std::move(opened);
   }
   SessionWriter session(directory, std::move(metadata), std::move(writer));
-  session.id_ = id;
+  session.id_ = carried.id;
   session.context_ = std::move(context);
   session.context_writer_ = std::move(context_writer);
   session.context_failure_ = std::move(context_failure);
   session.aggregate_ = std::move(aggregate);
   session.sched_ = std::move(sched);
-  session.carried_sched_ = std::move(carried_sched);
+  session.carried_sched_ = std::move(carried.sched);
   session.by_domain_mode_ = std::move(existing);
   session.metadata_.first_sample_ns = first_ns;
   session.metadata_.last_sample_ns = last_ns;
-  session.incomplete_ = std::move(incomplete);
-  session.carried_losses_ = carried;
-  session.carried_idle_ = carried_idle;
+  session.incomplete_ = std::move(carried.incomplete);
+  session.carried_losses_ = carried.losses;
+  session.carried_idle_ = carried.idle;
   session.reserve_ = SpaceReserve::Create(directory + "/" + kSpaceReserveFile, kSpaceReserveBytes);
   // Samples never take the last of the disk: what is left is for the metadata.
   session.keep_free_ = kSpaceReserveBytes;
