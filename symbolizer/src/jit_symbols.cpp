@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <functional>
 #include <map>
 
 #include <fmt/format.h>
@@ -121,38 +122,134 @@ std::vector<JitSymbol> ParsePerfMap(std::string_view text, JitParseStats* stats,
   return symbols;
 }
 
-JitDump ParseJitDump(std::span<const std::byte> bytes, JitParseStats* stats) {
-  JitParseStats ignored;
-  if (stats == nullptr) stats = &ignored;
-  JitDump dump;
+namespace {
+
+// What reading the records carries from one to the next: debug info waiting for the next load
+// of its address (its first entry's file and line), and the latest symbol at each start, for
+// moves.
+struct JitReadState {
+  std::map<uint64_t, std::pair<std::string, uint32_t>> pending_lines;
+  std::map<uint64_t, size_t> by_start;
+};
+
+// Reads the jitdump's header into `dump` (valid, or its error). Returns the header's size, where
+// the records start.
+size_t ReadJitHeader(std::span<const std::byte> bytes, JitDump& dump) {
   Cursor header(bytes, 0);
   uint32_t magic = 0, header_size = 0, pad = 0;
   if (!header.Read(&magic) || !header.Read(&dump.header.version) || !header.Read(&header_size) ||
       !header.Read(&dump.header.elf_machine) || !header.Read(&pad) || !header.Read(&dump.header.pid) ||
       !header.Read(&dump.header.timestamp_ns) || !header.Read(&dump.header.flags)) {
     dump.error = fmt::format("{} bytes, shorter than a jitdump header", bytes.size());
-    return dump;
+    return 0;
   }
   if (magic == __builtin_bswap32(kJitDumpMagic)) {
     dump.error = "a jitdump of the other byte order (written on another machine)";
-    return dump;
+    return 0;
   }
   if (magic != kJitDumpMagic) {
     dump.error = fmt::format("magic {:#010x} is not a jitdump's", magic);
-    return dump;
+    return 0;
   }
   if (header_size < kHeaderBytes || header_size > bytes.size()) {
     dump.error = fmt::format("header size {} is not between {} and the file's {} bytes", header_size,
                              kHeaderBytes, bytes.size());
-    return dump;
+    return 0;
   }
   dump.valid = true;
   dump.header.arch_timestamp = (dump.header.flags & kFlagArchTimestamp) != 0;
+  return header_size;
+}
 
-  // Debug info waiting for the next load of its address: its first entry's file and line.
-  std::map<uint64_t, std::pair<std::string, uint32_t>> pending_lines;
-  // The latest symbol at each start, for moves.
-  std::map<uint64_t, size_t> by_start;
+// Applies one record (`id`, its fields from `record`, up to `end`) to `dump`.
+void ReadJitRecord(uint32_t id, uint64_t timestamp, Cursor& record, size_t end, JitReadState& state, JitDump& dump,
+                   JitParseStats* stats, const std::function<void(std::string_view)>& malformed) {
+  auto& pending_lines = state.pending_lines;
+  auto& by_start = state.by_start;
+  switch (id) {
+    case kCodeLoad: {
+      uint32_t pid = 0, tid = 0;
+      uint64_t vma = 0, code_addr = 0, code_size = 0, code_index = 0;
+      JitSymbol symbol;
+      if (!record.Read(&pid) || !record.Read(&tid) || !record.Read(&vma) || !record.Read(&code_addr) ||
+          !record.Read(&code_size) || !record.Read(&code_index) || !record.ReadString(end, &symbol.name)) {
+        malformed("a code load without its fields and name");
+        break;
+      }
+      if (code_size == 0 || code_size > kMaxJitRegion || code_addr + code_size < code_addr || symbol.name.empty()) {
+        malformed("a code load of no code, or with no name");
+        break;
+      }
+      symbol.start = code_addr;
+      symbol.size = code_size;
+      symbol.valid_from_ns = timestamp;
+      if (auto lines = pending_lines.find(code_addr); lines != pending_lines.end()) {
+        symbol.file = std::move(lines->second.first);
+        symbol.line = lines->second.second;
+        pending_lines.erase(lines);
+      }
+      by_start[symbol.start] = dump.symbols.size();
+      dump.symbols.push_back(std::move(symbol));
+      break;
+    }
+    case kCodeMove: {
+      uint32_t pid = 0, tid = 0;
+      uint64_t vma = 0, old_addr = 0, new_addr = 0, code_size = 0, code_index = 0;
+      if (!record.Read(&pid) || !record.Read(&tid) || !record.Read(&vma) || !record.Read(&old_addr) ||
+          !record.Read(&new_addr) || !record.Read(&code_size) || !record.Read(&code_index)) {
+        malformed("a code move without its fields");
+        break;
+      }
+      auto moved = by_start.find(old_addr);
+      if (moved == by_start.end() || code_size == 0 || code_size > kMaxJitRegion || new_addr + code_size < new_addr) {
+        malformed(fmt::format("a move of code never loaded at {:#x}", old_addr));
+        break;
+      }
+      JitSymbol symbol = dump.symbols[moved->second];
+      symbol.start = new_addr;
+      symbol.size = code_size;
+      symbol.valid_from_ns = timestamp;
+      by_start[new_addr] = dump.symbols.size();
+      dump.symbols.push_back(std::move(symbol));
+      ++stats->moves;
+      break;
+    }
+    case kCodeDebugInfo: {
+      uint64_t code_addr = 0, entries = 0;
+      if (!record.Read(&code_addr) || !record.Read(&entries)) {
+        malformed("debug info without its fields");
+        break;
+      }
+      // The first entry is the region's own position; the others (lines inside) are read over.
+      uint64_t address = 0;
+      int32_t line = 0, discriminator = 0;
+      std::string file;
+      if (entries > 0 && record.Read(&address) && record.Read(&line) && record.Read(&discriminator) &&
+          record.ReadString(end, &file)) {
+        if (line > 0 && !file.empty() && file != "\xff") pending_lines[code_addr] = {std::move(file), uint32_t(line)};
+      } else if (entries > 0) {
+        malformed("debug info with a cut entry");
+      }
+      break;
+    }
+    case kCodeClose:
+    case kCodeUnwindingInfo:
+      break;
+    default:
+      malformed("unknown record type, read over");
+      break;
+  }
+}
+
+}  // namespace
+
+JitDump ParseJitDump(std::span<const std::byte> bytes, JitParseStats* stats) {
+  JitParseStats ignored;
+  if (stats == nullptr) stats = &ignored;
+  JitDump dump;
+  const size_t header_size = ReadJitHeader(bytes, dump);
+  if (!dump.valid) return dump;
+  JitReadState state;
   size_t offset = header_size;
   while (offset < bytes.size()) {
     Cursor prefix(bytes, offset);
@@ -179,79 +276,7 @@ JitDump ParseJitDump(std::span<const std::byte> bytes, JitParseStats* stats) {
       ++stats->malformed;
       Problem(stats, fmt::format("record at {:#x} (type {}): {}", offset, id, what));
     };
-    switch (id) {
-      case kCodeLoad: {
-        uint32_t pid = 0, tid = 0;
-        uint64_t vma = 0, code_addr = 0, code_size = 0, code_index = 0;
-        JitSymbol symbol;
-        if (!record.Read(&pid) || !record.Read(&tid) || !record.Read(&vma) || !record.Read(&code_addr) ||
-            !record.Read(&code_size) || !record.Read(&code_index) || !record.ReadString(end, &symbol.name)) {
-          malformed("a code load without its fields and name");
-          break;
-        }
-        if (code_size == 0 || code_size > kMaxJitRegion || code_addr + code_size < code_addr || symbol.name.empty()) {
-          malformed("a code load of no code, or with no name");
-          break;
-        }
-        symbol.start = code_addr;
-        symbol.size = code_size;
-        symbol.valid_from_ns = timestamp;
-        if (auto lines = pending_lines.find(code_addr); lines != pending_lines.end()) {
-          symbol.file = std::move(lines->second.first);
-          symbol.line = lines->second.second;
-          pending_lines.erase(lines);
-        }
-        by_start[symbol.start] = dump.symbols.size();
-        dump.symbols.push_back(std::move(symbol));
-        break;
-      }
-      case kCodeMove: {
-        uint32_t pid = 0, tid = 0;
-        uint64_t vma = 0, old_addr = 0, new_addr = 0, code_size = 0, code_index = 0;
-        if (!record.Read(&pid) || !record.Read(&tid) || !record.Read(&vma) || !record.Read(&old_addr) ||
-            !record.Read(&new_addr) || !record.Read(&code_size) || !record.Read(&code_index)) {
-          malformed("a code move without its fields");
-          break;
-        }
-        auto moved = by_start.find(old_addr);
-        if (moved == by_start.end() || code_size == 0 || code_size > kMaxJitRegion || new_addr + code_size < new_addr) {
-          malformed(fmt::format("a move of code never loaded at {:#x}", old_addr));
-          break;
-        }
-        JitSymbol symbol = dump.symbols[moved->second];
-        symbol.start = new_addr;
-        symbol.size = code_size;
-        symbol.valid_from_ns = timestamp;
-        by_start[new_addr] = dump.symbols.size();
-        dump.symbols.push_back(std::move(symbol));
-        ++stats->moves;
-        break;
-      }
-      case kCodeDebugInfo: {
-        uint64_t code_addr = 0, entries = 0;
-        if (!record.Read(&code_addr) || !record.Read(&entries)) {
-          malformed("debug info without its fields");
-          break;
-        }
-        // The first entry is the region's own position; the others (lines inside) are read over.
-        uint64_t address = 0;
-        int32_t line = 0, discriminator = 0;
-        std::string file;
-        if (entries > 0 && record.Read(&address) && record.Read(&line) && record.Read(&discriminator) &&
-            record.ReadString(end, &file)) {
-          if (line > 0 && !file.empty() && file != "\xff") pending_lines[code_addr] = {std::move(file), uint32_t(line)};
-        } else if (entries > 0) {
-          malformed("debug info with a cut entry");
-        }
-        break;
-      }
-      case kCodeClose:
-      case kCodeUnwindingInfo:
-        break;
-      default:
-        malformed("unknown record type, read over");
-        break;
-    }
+    ReadJitRecord(id, timestamp, record, end, state, dump, stats, malformed);
     offset = end;
   }
   return dump;
