@@ -167,31 +167,10 @@ hvprof::Result<std::unique_ptr<LinuxMachine>> LinuxMachine::Create(const LinuxOp
   return machine;
 }
 
-hvprof::Result<void> LinuxMachine::Init() {
+// Domains: the map's, checked against the running system, then running VMMs (KVM guests), each
+// named and given its vCPUs.
+hvprof::Result<void> LinuxMachine::InitDomains(uint16_t host_vcpus) {
   const HostPaths& paths = options_.paths;
-  host_kernel_ = options_.kernel_image.empty() ? std::string("/proc/kallsyms") : options_.kernel_image;
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) == 0) machine_name_ = host;
-
-  for (uint32_t cpu : OnlineCpus(paths)) {
-    if (cpu < kMaxCpus) online_.push_back(cpu);
-  }
-  if (online_.empty()) return MakeError(ErrorKind::kUnsupported, "no online CPU found");
-  num_cpus_ = std::min(PossibleCpus(paths), kMaxCpus);
-  if (online_.size() != OnlineCpus(paths).size()) {
-    notes_.push_back(fmt::format("only the first {} CPUs are sampled (the engine's limit)", kMaxCpus));
-  }
-
-  frequency_ = options_.mhz > 0 ? CpuFrequency{options_.mhz, "given"} : NominalFrequency(paths);
-  if (!options_.dry_run) {
-    HVPROF_TRY(probe, ProbePerf(static_cast<int>(online_.front()), options_.force_software, paths));
-    probe_ = probe;
-  } else {
-    probe_.reason = "dry run: no perf events are opened";
-  }
-
-  // Domains: the map's, checked against the running system, then running VMMs.
-  const uint16_t host_vcpus = static_cast<uint16_t>(std::min(num_cpus_, kMaxVcpus));
   for (const DomainMapEntry& entry : options_.domain_map.entries) {
     struct stat st {};
     if (entry.kind != DomainMapEntry::Kind::kCgroup &&
@@ -237,6 +216,35 @@ hvprof::Result<void> LinuxMachine::Init() {
     const uint16_t vcpus = CountVcpuThreads(paths, pid);
     if (id != kDomainInvalid && vcpus != 0) domains_->NoteGuestVcpus(id, vcpus);
   }
+  return hvprof::Ok();
+}
+
+hvprof::Result<void> LinuxMachine::Init() {
+  const HostPaths& paths = options_.paths;
+  host_kernel_ = options_.kernel_image.empty() ? std::string("/proc/kallsyms") : options_.kernel_image;
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) == 0) machine_name_ = host;
+
+  for (uint32_t cpu : OnlineCpus(paths)) {
+    if (cpu < kMaxCpus) online_.push_back(cpu);
+  }
+  if (online_.empty()) return MakeError(ErrorKind::kUnsupported, "no online CPU found");
+  num_cpus_ = std::min(PossibleCpus(paths), kMaxCpus);
+  if (online_.size() != OnlineCpus(paths).size()) {
+    notes_.push_back(fmt::format("only the first {} CPUs are sampled (the engine's limit)", kMaxCpus));
+  }
+
+  frequency_ = options_.mhz > 0 ? CpuFrequency{options_.mhz, "given"} : NominalFrequency(paths);
+  if (!options_.dry_run) {
+    HVPROF_TRY(probe, ProbePerf(static_cast<int>(online_.front()), options_.force_software, paths));
+    probe_ = probe;
+  } else {
+    probe_.reason = "dry run: no perf events are opened";
+  }
+
+  // Domains: the map's, checked against the running system, then running VMMs.
+  const uint16_t host_vcpus = static_cast<uint16_t>(std::min(num_cpus_, kMaxVcpus));
+  HVPROF_TRYV(InitDomains(host_vcpus));
 
   platform_ = std::make_unique<LinuxPlatform>(num_cpus_, *domains_);
   PmuDriver* hardware = nullptr;

@@ -190,6 +190,7 @@ class LinuxMachine {
 
   explicit LinuxMachine(const LinuxOptions& options);
   hvprof::Result<void> Init();
+  hvprof::Result<void> InitDomains(uint16_t host_vcpus);
   void OnSetup();
   DrainResult ApplyRecords(const std::vector<std::span<const uint8_t>>& buffers,
                            const std::vector<uint32_t>& ring_cpus);
