@@ -373,6 +373,7 @@ std::string HvprofUsage() {
 
 std::string HvprofArchiveUsage() {
   ArchiveRequest request;
+  request.session_root = store::kDefaultSessionRoot;
   po::options_description described(kArchiveUsage);
   DescribeArchive(request, described);
   std::ostringstream out;

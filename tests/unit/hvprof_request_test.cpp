@@ -102,6 +102,7 @@ TEST_CASE("hvprof's accepted commands, as typed requests", "[cli]") {
     CHECK(Accept({"archive", "--help"}).kind == HvprofKind::kArchiveHelp);
     CHECK(control::HvprofUsage().find("Setup options (with --start-daemon)") != std::string::npos);
     CHECK(control::HvprofArchiveUsage().find("Usage: hvprof archive") != std::string::npos);
+    CHECK(control::HvprofArchiveUsage().find("--session-dir arg (=/var/lib/hvprof)") != std::string::npos);
   }
   SECTION("--start-daemon with its setup") {
     const HvprofRequest r = Accept({"--start-daemon", "--platform=sim", "--scenario=two-guests", "-e", "CYCLES:100000",
