@@ -2,6 +2,10 @@
 
 #include <unistd.h>
 
+#include <sstream>
+#include <tuple>
+#include <utility>
+
 #include <boost/program_options.hpp>
 
 #include "hvprof/base/terminal.h"
