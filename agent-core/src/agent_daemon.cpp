@@ -560,14 +560,15 @@ Result<Json> AgentDaemon::Reset() {
 }
 
 Result<Json> AgentDaemon::Save(const std::string& name, bool allow_empty) {
-  HVPROF_TRYV(store::ValidateSessionName(name));
   if (!session_) return MakeError(ErrorKind::kBadState, "there is no session to save yet");
+  const std::string directory = session_->directory();
+  // A bad or taken name is refused before anything is paused or written.
+  HVPROF_TRYV(store::CheckSave(paths_, directory, name, /*allow_empty=*/true));
   const bool was_profiling = profiling_;
   if (was_profiling) MarkProfiling(false);
-  HVPROF_TRYV(Dump());
-  // What the session holds, as a report would read it (Dump wrote it).
-  const std::string directory = session_->directory();
-  auto target = store::CheckSave(paths_, directory, name, allow_empty);
+  // Then what the session holds, as a report would read it (Dump writes it).
+  auto dumped = Dump();
+  auto target = dumped ? store::CheckSave(paths_, directory, name, allow_empty) : Result<std::string>(dumped.error());
   if (!target) {
     if (was_profiling) MarkProfiling(true);
     return target.error();

@@ -194,7 +194,7 @@ void DescribeArchive(ArchiveRequest& request, po::options_description& described
                                                "standard output)")
       ("partial", "archive without the images that are missing or not the ones profiled (their samples are then "
                   "reported as (no symbols)), saying which")
-      ("no-debuginfod", "do not ask the debuginfod servers of DEBUGINFOD_URLS for missing images and debug info");;
+      ("no-debuginfod", "do not ask the debuginfod servers of DEBUGINFOD_URLS for missing images and debug info");
 }
 
 constexpr HvprofAction kActions[] = {HvprofAction::kStartDaemon, HvprofAction::kStart,      HvprofAction::kStop,

@@ -205,19 +205,24 @@ Result<std::string> WriteProfile(const ReportRequest& request, const report::Pro
     return text;
   }
   if (request.kind == ReportKind::kStacks) {
+    report::StackOptions stack_options;
+    stack_options.root = request.root;
+    stack_options.filter = filter;
+    std::string text;
+    if (format == ReportFormat::kPprof) {
+      HVPROF_TRY(encoded, report::FormatPprof(profile, filter));
+      text = std::move(encoded);
+    } else if (format == ReportFormat::kHtml) {
+      text = report::FormatFlameGraph(profile, report::NameStacks(profile, stack_options), filter);
+    } else {
+      text = report::FormatFolded(report::NameStacks(profile, stack_options));
+    }
     if (profile.metadata().backtrace_depth == 0) {
       say.Note("no sample has a call chain: every stack is one frame deep (profile with "
                "`hvprof --start-daemon --callgraph=16` to record chains)");
     }
     for (const std::string& warning : profile.Warnings()) say.Warning(warning);
-    if (format == ReportFormat::kPprof) return report::FormatPprof(profile, filter);
-    report::StackOptions stack_options;
-    stack_options.root = request.root;
-    stack_options.filter = filter;
-    if (format == ReportFormat::kHtml) {
-      return report::FormatFlameGraph(profile, report::NameStacks(profile, stack_options), filter);
-    }
-    return report::FormatFolded(report::NameStacks(profile, stack_options));
+    return text;
   }
   HVPROF_TRY(table, report::BuildTable(profile, options));
   if (format == ReportFormat::kJson) return report::FormatJson(profile, table, options);

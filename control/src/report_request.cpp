@@ -174,7 +174,7 @@ po::options_description Describe(Words& w) {
       ("buckets", po::value(&w.timeline_buckets)->default_value(w.timeline_buckets),
        "--timeline: how many columns the window is cut into (1 to 10000)")
       ("top", po::value(&w.sched_top)->default_value(w.sched_top),
-       "--sched: how many of the longest waits, and of each vCPU's preemptors, to show");;
+       "--sched: how many of the longest waits, and of each vCPU's preemptors, to show");
   return described;
 }
 

@@ -1170,16 +1170,18 @@ Result<std::string> CheckSave(const SessionPaths& paths, const std::string& dire
 Result<void> MoveSession(const std::string& from, const std::string& to) {
   const auto taken = [&to] { return NameTaken(std::filesystem::path(to).filename().string(), to); };
   if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return Ok();
-  if (errno == EEXIST || errno == ENOTEMPTY) return taken();
-  if (errno == EINVAL || errno == ENOSYS) {
+  int error = errno;
+  if (error == EEXIST || error == ENOTEMPTY) return taken();
+  if (error == EINVAL || error == ENOSYS) {
     // A file system without RENAME_NOREPLACE (NFS, some FUSE ones): look, then move. Only a
     // saver racing between the two could then replace an empty directory of that name.
     std::error_code ec;
     if (std::filesystem::exists(std::filesystem::symlink_status(to, ec))) return taken();
     if (::rename(from.c_str(), to.c_str()) == 0) return Ok();
-    if (errno == EEXIST || errno == ENOTEMPTY) return taken();
+    error = errno;
+    if (error == EEXIST || error == ENOTEMPTY) return taken();
   }
-  return ErrnoError(errno, fmt::format("cannot move {} to {}", from, to));
+  return ErrnoError(error, fmt::format("cannot move {} to {}", from, to));
 }
 
 Result<void> CheckSessionDirectories(const SessionPaths& paths) {

@@ -314,6 +314,14 @@ TEST_CASE("a gate never passes on nothing: no empty session is saved and an empt
   CHECK(empty_save.status == 1);
   CHECK(empty_save.err.find("has no samples: nothing was saved") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(host.session_root() + "/samples/empty"));
+  // A name taken is refused before anything is paused or written: profiling goes on.
+  REQUIRE(host.Hvprof({"--start"}).status == 0);
+  CommandResult taken = host.Hvprof({"--save=a"});
+  INFO(taken.out << taken.err);
+  CHECK(taken.status == 1);
+  CHECK(taken.err.find("a session named 'a' exists already") != std::string::npos);
+  CHECK(host.Hvprof({"--status"}).out.find("profiling on") != std::string::npos);
+  REQUIRE(host.Hvprof({"--stop"}).status == 0);
   REQUIRE(host.Hvprof({"--shutdown"}).status == 0);
   // Without hvprofd the same is refused.
   CHECK(host.Hvprof({"--save=empty"}).status == 1);

@@ -77,7 +77,7 @@ void Describe(Words& w, po::options_description& described) {
                                   "are two runs of one workload (a null pair for hvprof-report --diff)")
       ("ground-truth", po::value(&w.options.ground_truth_path),
        "write the exact event counts of the run to this JSON file on exit")
-      ("log-level", po::value(&w.log_level)->default_value("info"), "debug, info, warning or error");;
+      ("log-level", po::value(&w.log_level)->default_value("info"), "debug, info, warning or error");
 }
 
 // Bad usage, said as every refusal of hvprof-hv's is: what is wrong, then where help is.

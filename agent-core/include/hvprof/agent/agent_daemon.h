@@ -153,8 +153,6 @@ inline constexpr uint32_t kDefaultRingCapacity = 16384;
 // Told how a long setup advances (thousands of domains): what is being done, and how much of
 // how much. hvprofd passes it on to the `hvprof --start-daemon` that waits.
 using SetupProgress = std::function<void(std::string_view what, uint64_t done, uint64_t total)>;
-// A get_buffer_v2 / set_passive_v2 argument for `domain`'s rings of `capacity` slots.
-
 // get_buffer's / set_passive's max_samples for rings of `capacity` samples (Xen keeps one
 // record empty, and caps the buffer at 32 pages a domain).
 int32_t LegacyMaxSamples(uint32_t capacity);
