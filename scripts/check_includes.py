@@ -31,10 +31,10 @@ LAYERS = {
     "hvprof-hv/protocol": ["context", "hypervisor-pmu", "base"],
     "hvprof-hv/daemon": ["hvprof-hv/protocol", "sim", "linux", "hosted", "context", "hypervisor-pmu", "base",
                          "symbolizer"],
-    "agent-core": ["hvprof-hv/protocol", "store", "context", "hypervisor-pmu", "base"],
+    "agent-core": ["hvprof-hv/protocol", "store", "context", "facts", "hypervisor-pmu", "base"],
     # A Linux domain under Xen follows its own tasks with linux/'s task tracker.
     "xen": ["agent-core", "linux", "store", "context", "hypervisor-pmu", "base"],
-    "setup": ["store", "symbolizer", "hypervisor-pmu", "base"],
+    "setup": ["store", "context", "symbolizer", "hypervisor-pmu", "base"],
     "dom0-agent": ["agent-core", "setup", "store", "context", "hypervisor-pmu", "base", "symbolizer"],
     # A guest publishes its own profile for dom0: its agent reports its own session.
     "guest-agent": ["report", "agent-core", "setup", "store", "context", "hypervisor-pmu", "base", "symbolizer"],

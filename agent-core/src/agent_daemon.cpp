@@ -67,19 +67,20 @@ const char* DomainRoleName(uint32_t role) {
   return "unknown";
 }
 
-Json DomainStatusJson(const hvpmu::DomainStatus& d, const std::string& label) {
-  return Json{{"id", d.domain},
-              {"label", label},
-              {"role", DomainRoleName(d.role)},
-              {"activated", d.activated != 0},
-              {"rings", d.num_rings},
-              {"capacity", d.capacity},
-              {"max_fill", d.max_fill},
-              {"samples",
-               {{"user", d.samples[sample_mode::kUser]},
-                {"kernel", d.samples[sample_mode::kKernel]},
-                {"hypervisor", d.samples[sample_mode::kHypervisor]}}},
-              {"lost", {{"ring_full", d.lost[0]}, {"corrupt_index", d.lost[1]}, {"no_ring", d.lost[2]}}}};
+DomainRingsStatus DomainStatusOf(const hvpmu::DomainStatus& d, const std::string& label) {
+  DomainRingsStatus out;
+  out.id = d.domain;
+  out.label = label;
+  out.role = DomainRoleName(d.role);
+  out.activated = d.activated != 0;
+  out.rings = d.num_rings;
+  out.capacity = d.capacity;
+  out.max_fill = d.max_fill;
+  for (uint8_t mode = 0; mode < sample_mode::kCount; ++mode) out.samples[mode] = d.samples[mode];
+  out.lost.ring_full = d.lost[0];
+  out.lost.corrupt_index = d.lost[1];
+  out.lost.no_ring = d.lost[2];
+  return out;
 }
 
 int32_t LegacyMaxSamples(uint32_t capacity) {
@@ -359,7 +360,10 @@ Json AgentDaemon::Handle(const Json& request) {
   HVPROF_PROBE(control__request, action.c_str());
   Result<Json> result = Json::object();
   if (action == "ping") result = Json{{"role", role_}, {"pid", ::getpid()}, {"domain", link_->domain()}};
-  else if (action == "status") result = Status();
+  else if (action == "status") {
+    auto status = Status();
+    result = status ? Result<Json>(ToJson(status.value())) : Result<Json>(status.error());
+  }
   else if (action == "start") result = Start();
   else if (action == "stop") result = Stop();
   else if (action == "dump") result = Dump();
@@ -504,17 +508,28 @@ std::optional<store::SchedSummary> AgentDaemon::RecordedSched() const {
   return sched;
 }
 
-Json AgentDaemon::SchedStatus() const {
-  std::optional<store::SchedSummary> sched = RecordedSched();
-  if (!sched) return nullptr;
-  if (session_) sched = session_->WithSchedFile(std::move(*sched));
-  Json lost = Json::object();
-  for (const store::SchedLossField& field : store::kSchedLossFields) lost[field.name] = sched->lost.*field.member;
-  Json notes = Json::array();
-  if (sched_source_) {
-    for (const std::string& note : sched_source_->notes()) notes.push_back(note);
+AgentStatus AgentDaemon::SessionStatus(AgentRole role) const {
+  AgentStatus status;
+  status.role = role;
+  status.platform = link_->platform_name();
+  status.machine = link_->machine_name();
+  if (session_) {
+    status.session = session_->directory();
+    status.samples_stored = session_->samples_in_file();
+    const store::WriterStats& stats = session_->stats();
+    status.store.failed = stats.failed;
+    status.store.failed_chunks = stats.failed_chunks;
+    if (session_->store_failure()) status.store.error = session_->store_failure()->message();
   }
-  return Json{{"source", sched->source}, {"records", sched->records}, {"lost", std::move(lost)}, {"notes", std::move(notes)}};
+  if (std::optional<store::SchedSummary> sched = RecordedSched()) {
+    if (session_) sched = session_->WithSchedFile(std::move(*sched));
+    SchedStatus& out = status.sched.emplace();
+    out.source = sched->source;
+    out.records = sched->records;
+    out.lost = sched->lost;
+    if (sched_source_) out.notes = sched_source_->notes();
+  }
+  return status;
 }
 
 Result<Json> AgentDaemon::Dump() {
@@ -536,14 +551,6 @@ Result<Json> AgentDaemon::Dump() {
                                                                    : std::string("a write error"));
   }
   return result;
-}
-
-Json AgentDaemon::StoreStatus() const {
-  if (!session_) return Json::object();
-  const store::WriterStats& stats = session_->stats();
-  Json store{{"failed", stats.failed}, {"failed_chunks", stats.failed_chunks}};
-  if (session_->store_failure()) store["error"] = session_->store_failure()->message();
-  return store;
 }
 
 Result<Json> AgentDaemon::Reset() {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "hvprof/agent/hypervisor_link.h"
+#include "hvprof/base/json_fields.h"
 #include "hvprof/base/socket.h"
 #include "hvprof/hv/framing.h"
 
@@ -20,7 +21,7 @@ Result<std::string> HypervisorLink::GroundTruth(bool) {
   return MakeError(ErrorKind::kUnsupported, "{} has no ground truth", platform_name());
 }
 
-Result<std::string> HypervisorLink::PlatformInfo() { return std::string("{}"); }
+Result<context::PlatformInfo> HypervisorLink::PlatformInfo() { return context::PlatformInfo{}; }
 
 Result<HypervisorLink::ContextEvents> HypervisorLink::FetchContextEvents(uint64_t from, bool /*settle*/) {
   ContextEvents none;
@@ -230,11 +231,16 @@ class HostedLink final : public HypervisorLink {
     return fds;
   }
 
-  Result<std::string> Context() override { return TextCall(MessageType::kContext, {}); }
-  Result<std::string> ContextOf(hvpmu::DomainId domain) override {
-    return TextCall(MessageType::kContext, hv::Pack(hv::ContextRequest{domain, {}}));
+  Result<context::DomainImages> Images() override {
+    HVPROF_TRY(text, TextCall(MessageType::kContext, {}));
+    HVPROF_TRY(root, json::Node::Parse(text, "hvprof-hv's images of this domain", ErrorKind::kProtocol));
+    return context::ParseDomainImages(root);
   }
-  Result<std::string> Domains() override { return TextCall(MessageType::kDomains, {}); }
+  Result<std::vector<context::DomainInfo>> Domains() override {
+    HVPROF_TRY(text, TextCall(MessageType::kDomains, {}));
+    HVPROF_TRY(root, json::Node::Parse(text, "hvprof-hv's domain list", ErrorKind::kProtocol));
+    return context::ParseDomainList(root);
+  }
 
   Result<ContextEvents> FetchContextEvents(uint64_t from, bool settle) override {
     // Batches of a few megabytes at most: a host that forks all day sends many, each briefly held.
@@ -262,7 +268,11 @@ class HostedLink final : public HypervisorLink {
     return out;
   }
 
-  Result<std::string> PlatformInfo() override { return TextCall(MessageType::kPlatformInfo, {}); }
+  Result<context::PlatformInfo> PlatformInfo() override {
+    HVPROF_TRY(text, TextCall(MessageType::kPlatformInfo, {}));
+    HVPROF_TRY(root, json::Node::Parse(text, "hvprof-hv's platform info", ErrorKind::kProtocol));
+    return context::ParsePlatformInfo(root);
+  }
 
   Result<void> Publish(std::span<const std::byte> profile) override {
     if (profile.size() > hv::kMaxPublishPayload) {

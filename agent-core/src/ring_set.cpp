@@ -96,7 +96,7 @@ ring::SampleRecord RingSet::ToSampleRecord(const LegacyRingState& state, const L
   return record;
 }
 
-nlohmann::json LegacyRingsStatus(const RingSet& rings, hvpmu::DomainId owner) {
+DomainRingsStatus LegacyRingsStatus(const RingSet& rings, hvpmu::DomainId owner) {
   uint64_t user = 0, kernel = 0, hypervisor = 0, lost = 0, fullest = 0, count = 0, capacity = 0;
   for (const LegacyRingState& ring : rings.legacy_rings()) {
     if (ring.owner != owner) continue;
@@ -109,11 +109,16 @@ nlohmann::json LegacyRingsStatus(const RingSet& rings, hvpmu::DomainId owner) {
     fullest = std::max(fullest, ring.max_pending);
     ++count;
   }
-  return {{"rings", count},
-          {"capacity", capacity},
-          {"max_fill", fullest},
-          {"samples", {{"user", user}, {"kernel", kernel}, {"hypervisor", hypervisor}}},
-          {"lost", {{"ring_full", lost}}}};
+  DomainRingsStatus status;
+  status.id = owner;
+  status.rings = static_cast<uint32_t>(count);
+  status.capacity = capacity;
+  status.max_fill = fullest;
+  status.samples[sample_mode::kUser] = user;
+  status.samples[sample_mode::kKernel] = kernel;
+  status.samples[sample_mode::kHypervisor] = hypervisor;
+  status.lost.ring_full = lost;
+  return status;
 }
 
 uint64_t LostOf(const RingState& ring) {

@@ -582,7 +582,8 @@ Result<Outcome> Status(const store::SessionPaths& paths) {
     for (const std::string& reason : m.incomplete) message += "incomplete: " + EscapeForTerminal(reason) + "\n";
     return Outcome{message};
   }
-  HVPROF_TRY(status, Send(paths, Json{{"action", "status"}}));
+  HVPROF_TRY(answer, Send(paths, Json{{"action", "status"}}));
+  HVPROF_TRY(status, agent::ParseAgentStatus(answer));
   return Outcome{FormatStatus(status)};
 }
 
@@ -635,91 +636,83 @@ Result<Outcome> ListEvents(const std::string& cpu_type, const std::string& hv_ru
   return Outcome{out};
 }
 
-std::string FormatStatus(const Json& s) {
+namespace {
+
+std::string FormatDomains(const agent::AgentStatus& s) {
+  std::string out = "\n  domain              role      activated  rings  fill    user      kernel    hypervisor  lost\n";
+  for (const agent::DomainRingsStatus& d : s.domains) {
+    const char* activated = d.role != "active" ? "-" : !d.activated ? "?" : *d.activated ? "yes" : "no";
+    out += fmt::format("  {:<19} {:<9} {:<10} {:>5}  {:>4}%  {:>8}  {:>8}  {:>10}  {}\n", EscapeForTerminal(d.label),
+                       EscapeForTerminal(d.role), activated, d.rings, d.capacity ? 100 * d.max_fill / d.capacity : 0,
+                       d.samples[sample_mode::kUser], d.samples[sample_mode::kKernel],
+                       d.samples[sample_mode::kHypervisor], d.lost.Total());
+  }
+  return out;
+}
+
+std::string FormatLosses(const agent::AgentStatus& s) {
+  const agent::Losses lost = s.lost.value_or(agent::Losses{});
+  if (s.note) {  // Xen: only what the rings' headers count
+    return fmt::format("\nlost: {} records to full rings\nnote: {}\n", lost.ring_full, EscapeForTerminal(*s.note));
+  }
+  return fmt::format("\nlost in the hypervisor: {} ring full, {} corrupt index, {} no ring, {} in "
+                     "unprofiled domains; {} idle samples\n",
+                     lost.ring_full, lost.corrupt_index.value_or(0), lost.no_ring.value_or(0),
+                     lost.unprofiled_domain.value_or(0), s.idle_samples.value_or(0));
+}
+
+std::string FormatSched(const agent::SchedStatus& sched) {
+  uint64_t total = 0;
+  std::string causes;
+  for (const store::SchedLossField& field : store::kSchedLossFields) {
+    const uint64_t n = sched.lost.*field.member;
+    if (n == 0) continue;
+    total += n;
+    causes += fmt::format("{}{} {}", causes.empty() ? "" : ", ", field.name, n);
+  }
+  std::string out = fmt::format("sched:   {} scheduling records from {} stored; {} lost{}\n", sched.records,
+                                EscapeForTerminal(sched.source), total, causes.empty() ? "" : " (" + causes + ")");
+  for (const std::string& note : sched.notes) out += fmt::format("note: {}\n", EscapeForTerminal(note));
+  return out;
+}
+
+}  // namespace
+
+std::string FormatStatus(const agent::AgentStatus& s) {
   std::string out;
-  const bool guest = s.value("role", "") == "guest";
+  const bool guest = s.role == agent::AgentRole::kGuest;
   if (guest) {
-    out += fmt::format("hvprofd: running in {} (an active guest); {}\n", s.value("label", ""),
-                       s.value("joined", false) ? "joined profiling" : "not joined yet: run `hvprof --start`");
-    out += fmt::format("dom0's profiler: {}{}\n", s.value("state", ""),
-                       s.value("profiling", false) ? " (counters running)" : "");
+    out += fmt::format("hvprofd: running in {} (an active guest); {}\n", EscapeForTerminal(s.label),
+                       s.joined ? "joined profiling" : "not joined yet: run `hvprof --start`");
+    out += fmt::format("dom0's profiler: {}{}\n", EscapeForTerminal(s.state), s.profiling ? " (counters running)" : "");
   } else {
-    out += fmt::format("hvprofd: running; profiling {}\n", s.value("profiling", false) ? "on" : "off");
+    out += fmt::format("hvprofd: running; profiling {}\n", s.profiling ? "on" : "off");
   }
-  out += fmt::format("machine: {} ({}), {} CPUs, {}\n", s.value("machine", ""), s.value("platform", ""),
-                     s.value("cpus", 0), s.value("cpu_type", ""));
-  if (!guest) out += fmt::format("engine:  {}\n", s.value("state", ""));
-  if (s.contains("sim")) {
-    out += fmt::format("clock:   {:.3f} s simulated{}\n", s["sim"].value("time_ns", uint64_t{0}) / 1e9,
-                       s["sim"].value("halted", false) ? " (halted: duration reached)" : "");
+  out += fmt::format("machine: {} ({}), {} CPUs, {}\n", EscapeForTerminal(s.machine), EscapeForTerminal(s.platform),
+                     s.cpus, EscapeForTerminal(s.cpu_type));
+  if (!guest) out += fmt::format("engine:  {}\n", EscapeForTerminal(s.state));
+  if (s.sim) {
+    out += fmt::format("clock:   {:.3f} s simulated{}\n", static_cast<double>(s.sim->time_ns) / 1e9,
+                       s.sim->halted ? " (halted: duration reached)" : "");
   }
-  out += fmt::format("session: {} ({} stored)\n", s.value("session", ""),
-                     Plural(s.value("samples_stored", uint64_t{0}), "sample"));
-  const Json store = s.value("store", Json::object());
-  if (store.value("failed", uint64_t{0}) != 0) {
+  out += fmt::format("session: {} ({} stored)\n", EscapeForTerminal(s.session), Plural(s.samples_stored, "sample"));
+  if (s.store.failed != 0) {
     out += fmt::format("NOT WRITTEN: {} ({}) could not be written to the session{}; free space there\n",
-                       Plural(store.value("failed", uint64_t{0}), "sample"),
-                       Plural(store.value("failed_chunks", uint64_t{0}), "chunk"),
-                       store.contains("error") ? fmt::format(" (now failing: {})", EscapeForTerminal(store.value("error", "")))
-                                               : std::string(" (writing works again)"));
+                       Plural(s.store.failed, "sample"), Plural(s.store.failed_chunks, "chunk"),
+                       s.store.error ? fmt::format(" (now failing: {})", EscapeForTerminal(*s.store.error))
+                                     : std::string(" (writing works again)"));
   }
-  for (const Json& event : s.value("events", Json::array())) {
-    out += fmt::format("event:   {}:{} on counter {} (unit mask {:#04x}, {}{})\n", event.value("name", ""),
-                       event.value("count", uint64_t{0}), event.value("counter", 0), event.value("unit_mask", 0),
-                       event.value("kernel", true) ? "kernel" : "", event.value("user", true) ? " user" : "");
+  for (const agent::EventStatus& event : s.events) {
+    out += fmt::format("event:   {}:{} on counter {} (unit mask {:#04x}, {}{})\n", EscapeForTerminal(event.name),
+                       event.count, event.counter, event.unit_mask, event.kernel ? "kernel" : "",
+                       event.user ? " user" : "");
   }
-  const Json buffers = s.value("buffers", Json::object());
-  out += fmt::format("buffers: {} samples per ring, notify at {}, poll every {} ms\n",
-                     buffers.value("capacity", 0), buffers.value("watermark", 0),
-                     buffers.value("poll_interval_ms", 0));
-  out += "\n  domain              role      activated  rings  fill    user      kernel    hypervisor  lost\n";
-  for (const Json& d : s.value("domains", Json::array())) {
-    const uint64_t capacity = d.value("capacity", uint64_t{0});
-    const uint64_t fill = d.value("max_fill", uint64_t{0});
-    const Json samples = d.value("samples", Json::object());
-    const Json lost = d.value("lost", Json::object());
-    uint64_t lost_total = 0;
-    for (const auto& [key, value] : lost.items()) lost_total += value.get<uint64_t>();
-    out += fmt::format("  {:<19} {:<9} {:<10} {:>5}  {:>4}%  {:>8}  {:>8}  {:>10}  {}\n", d.value("label", ""),
-                       d.value("role", ""), d.value("role", "") != "active" ? "-"
-                       : !d.contains("activated")    ? "?"
-                       : d.value("activated", false) ? "yes"
-                                                     : "no",
-                       d.value("rings", 0),
-                       capacity ? 100 * fill / capacity : 0, samples.value("user", uint64_t{0}),
-                       samples.value("kernel", uint64_t{0}), samples.value("hypervisor", uint64_t{0}), lost_total);
-  }
+  out += fmt::format("buffers: {} samples per ring, notify at {}, poll every {} ms\n", s.ring_capacity, s.watermark,
+                     s.poll_interval_ms);
+  out += FormatDomains(s);
   if (guest) return out;  // engine-wide losses are dom0's to see
-  const Json lost = s.value("lost", Json::object());
-  if (s.contains("note")) {  // Xen: only what the rings' headers count
-    out += fmt::format("\nlost: {} records to full rings\nnote: {}\n", lost.value("ring_full", uint64_t{0}),
-                       s.value("note", ""));
-  } else {
-    out += fmt::format("\nlost in the hypervisor: {} ring full, {} corrupt index, {} no ring, {} in "
-                       "unprofiled domains; {} idle samples\n",
-                       lost.value("ring_full", uint64_t{0}), lost.value("corrupt_index", uint64_t{0}),
-                       lost.value("no_ring", uint64_t{0}), lost.value("unprofiled_domain", uint64_t{0}),
-                       s.value("idle_samples", uint64_t{0}));
-  }
-  if (s.contains("sched") && s["sched"].is_object()) {  // --sched, on any platform
-    const Json sched = s["sched"];
-    uint64_t total = 0;
-    std::string causes;
-    const Json sched_lost = sched.value("lost", Json::object());
-    for (const auto& [cause, count] : sched_lost.items()) {
-      if (!count.is_number_unsigned()) continue;
-      const uint64_t n = count.get<uint64_t>();
-      if (n == 0) continue;
-      total += n;
-      causes += fmt::format("{}{} {}", causes.empty() ? "" : ", ", EscapeForTerminal(cause), n);
-    }
-    out += fmt::format("sched:   {} scheduling records from {} stored; {} lost{}\n",
-                       sched.value("records", uint64_t{0}), EscapeForTerminal(sched.value("source", "")), total,
-                       causes.empty() ? "" : " (" + causes + ")");
-    for (const Json& note : sched.value("notes", Json::array())) {
-      if (note.is_string()) out += fmt::format("note: {}\n", EscapeForTerminal(note.get<std::string>()));
-    }
-  }
+  out += FormatLosses(s);
+  if (s.sched) out += FormatSched(*s.sched);  // --sched, on any platform
   return out;
 }
 

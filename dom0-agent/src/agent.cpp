@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <optional>
 
@@ -161,15 +162,7 @@ Result<void> Dom0Agent::ChooseEvents(const hvpmu::InitV2& init, const hvpmu::Cpu
   if (setup_.rate != 0 || setup_.platform == "linux") {
     rate = setup::SampleRate{setup_.rate != 0 ? setup_.rate : setup::kLinuxDefaultRate, 0,
                              setup_.rate != 0 ? "--rate" : "the linux default rate"};
-    if (auto info = link_->PlatformInfo()) {
-      const Json parsed = Json::parse(info.value(), nullptr, false);
-      // The clock: linux says it among its sampling stats, the sim beside its notes.
-      if (parsed.is_object() && parsed.contains("stats") && parsed["stats"].is_object()) {
-        rate->nominal_hz = parsed["stats"].value("nominal_mhz", 0.0) * 1e6;
-      } else if (parsed.is_object() && parsed.contains("nominal_mhz") && parsed["nominal_mhz"].is_number()) {
-        rate->nominal_hz = parsed["nominal_mhz"].get<double>() * 1e6;
-      }
-    }
+    if (auto info = link_->PlatformInfo()) rate->nominal_hz = info.value().nominal_mhz * 1e6;
   }
   HVPROF_TRY(events, setup::ResolveEventOptions(setup_.events, table, init, rate));
   events_ = std::move(events);
@@ -186,8 +179,7 @@ Result<void> Dom0Agent::ChooseEvents(const hvpmu::InitV2& init, const hvpmu::Cpu
 
 // Which domains are active and which passive, by id or name; dom0 is always active.
 Result<void> Dom0Agent::ChooseDomains() {
-  HVPROF_TRY(domain_text, link_->Domains());
-  HVPROF_TRY(domains, setup::ParseDomainList(domain_text));
+  HVPROF_TRY(domains, link_->Domains());
   domains_ = std::move(domains);
   HVPROF_TRY(active, setup::ResolveDomains(setup_.active_domains, domains_, "active-domains"));
   HVPROF_TRY(passive, setup::ResolveDomains(setup_.passive_domains, domains_, "passive-domains", active));
@@ -217,10 +209,8 @@ Result<void> Dom0Agent::ChooseDomains() {
 // The images to symbolize with (the hypervisor, dom0's kernel, the passive domains' kernels):
 // checked now, recorded with their build-ids.
 Result<void> Dom0Agent::CheckImages() {
-  HVPROF_TRY(context_text, link_->Context());
-  Json context = Json::parse(context_text, nullptr, false);
-  if (context.is_discarded()) context = Json::object();
-  const std::string xen = !setup_.xen_image.empty() ? setup_.xen_image : context.value("hypervisor", "");
+  HVPROF_TRY(platform_images, link_->Images());
+  const std::string xen = !setup_.xen_image.empty() ? setup_.xen_image : platform_images.hypervisor;
   if (link_->platform_name() == "linux") {
     notes_.push_back("on linux the hypervisor is the host kernel: its samples are counted in hypervisor "
                      "mode, domain 0 is the host's processes, and KVM guests are passive domains");
@@ -233,7 +223,7 @@ Result<void> Dom0Agent::CheckImages() {
   }
   if (!setup_.no_vmlinux) {
     std::string kernel = setup_.vmlinux;
-    if (kernel.empty()) kernel = context.value("kernel", "/proc/kallsyms");
+    if (kernel.empty()) kernel = !platform_images.kernel.empty() ? platform_images.kernel : "/proc/kallsyms";
     HVPROF_TRY(image, setup::CheckImage(kernel, "kernel", uint16_t{0}));
     images_.push_back(image);
   }
@@ -466,27 +456,20 @@ void Dom0Agent::OnDump() {
   CollectPublished();
   if (!session_) return;
   // What the platform says of its own sampling: rates, throttling, losses below the engine.
-  auto info_text = link_->PlatformInfo();
-  if (!info_text) {
-    Log(LogLevel::kWarning, "cannot read the platform's state: {}", info_text.error().message());
+  auto info = link_->PlatformInfo();
+  if (!info) {
+    Log(LogLevel::kWarning, "cannot read the platform's state: {}", info.error().message());
     return;
   }
-  const Json info = Json::parse(info_text.value(), nullptr, false);
-  if (!info.is_object()) return;
+  if (!info.value().stats) return;  // the sim's notes are for its log, not the session
   store::SessionMetadata& m = session_->metadata();
-  if (info.contains("stats") && info["stats"].is_object()) {
-    const Json& stats = info["stats"];
-    m.platform_stats = stats.dump();
-    const Json totals = stats.value("totals", Json::object());
-    m.losses.platform_lost = totals.value("lost", uint64_t{0}) + totals.value("lost_samples", uint64_t{0});
-    m.losses.throttled = totals.value("throttled", uint64_t{0});
+  const context::PlatformStats& stats = *info.value().stats;
+  m.losses.platform_lost = stats.Lost();
+  m.losses.throttled = stats.totals.throttled;
+  for (const std::string& note : info.value().notes) {
+    if (std::find(m.notes.begin(), m.notes.end(), note) == m.notes.end()) m.notes.push_back(note);
   }
-  if (!info.contains("stats")) return;  // the sim's notes are for its log, not the session
-  for (const Json& note : info.value("notes", Json::array())) {
-    if (!note.is_string()) continue;
-    const std::string& text = note.get_ref<const std::string&>();
-    if (std::find(m.notes.begin(), m.notes.end(), text) == m.notes.end()) m.notes.push_back(text);
-  }
+  m.platform_stats = std::move(info.value().stats);
 }
 
 void Dom0Agent::CollectPublished() {
@@ -658,64 +641,53 @@ Result<Json> Dom0Agent::RunSim(uint64_t duration_ns) {
   return Json{{"sim_time_ns", clock.sim_time_ns}, {"halted", clock.halted}, {"ran_ns", done}};
 }
 
-Result<Json> Dom0Agent::Status() {
-  Json events = Json::array();
+Result<agent::AgentStatus> Dom0Agent::Status() {
+  agent::AgentStatus status = SessionStatus(agent::AgentRole::kDom0);
+  status.profiling = profiling_;
   for (const auto& event : events_) {
-    events.push_back({{"counter", event.counter}, {"name", event.event->name}, {"count", event.count},
-                      {"unit_mask", event.unit_mask}, {"kernel", event.kernel}, {"user", event.user}});
+    status.events.push_back({.counter = event.counter, .name = event.event->name, .count = event.count,
+                             .unit_mask = event.unit_mask, .kernel = event.kernel, .user = event.user});
   }
-  Json result{{"profiling", profiling_},
-              {"platform", link_->platform_name()},
-              {"machine", link_->machine_name()},
-              {"session", session_ ? session_->directory() : ""},
-              {"samples_stored", session_ ? session_->samples_in_file() : 0},
-              {"store", StoreStatus()},
-              {"events", events},
-              {"buffers", {{"capacity", capacity_}, {"watermark", watermark_}, {"poll_interval_ms", PollIntervalMs()}}}};
+  status.ring_capacity = capacity_;
+  status.watermark = watermark_;
+  status.poll_interval_ms = PollIntervalMs();
   if (link_->legacy_only()) {
     // Xen has no status op: what this agent set up, and what its rings' headers say. An
     // active guest's rings are its own: dom0 sees none of them.
-    Json domains = Json::array();
-    uint64_t lost = 0;
+    agent::Losses lost;
     for (const auto& [ids, role] : {std::pair{&active_, "active"}, std::pair{&passive_, "passive"}}) {
       for (uint16_t id : *ids) {
-        Json domain = agent::LegacyRingsStatus(rings_, id);
-        domain.update({{"id", id}, {"label", DomainLabel(id)}, {"role", role}});
-        lost += domain["lost"]["ring_full"].get<uint64_t>();
-        domains.push_back(std::move(domain));
+        agent::DomainRingsStatus domain = agent::LegacyRingsStatus(rings_, id);
+        domain.label = DomainLabel(id);
+        domain.role = role;
+        lost.ring_full += domain.lost.ring_full;
+        status.domains.push_back(std::move(domain));
       }
     }
-    result.update({{"state", !configured_ ? "idle" : profiling_ ? "profiling" : "ready"},
-                   {"cpu_type", std::string(pmu_.cpu_type)},
-                   {"cpus", pmu_.num_pcpus},
-                   {"domains", domains},
-                   {"lost", {{"ring_full", lost}}},
-                   {"backtrace_depth", setup_.callgraph},
-                   {"note", "Xen reports no state or losses of its own; this is what hvprofd set up and its rings say"}});
-    if (Json sched = SchedStatus(); !sched.is_null()) result["sched"] = std::move(sched);
-    return result;
+    status.state = !configured_ ? "idle" : profiling_ ? "profiling" : "ready";
+    status.cpu_type = std::string(pmu_.cpu_type, strnlen(pmu_.cpu_type, sizeof pmu_.cpu_type));
+    status.cpus = pmu_.num_pcpus;
+    status.lost = lost;
+    status.backtrace_depth = setup_.callgraph;
+    status.note = "Xen reports no state or losses of its own; this is what hvprofd set up and its rings say";
+    return status;
   }
-  HVPROF_TRY(status, EngineStatus());
+  HVPROF_TRY(engine, EngineStatus());
   HVPROF_TRY(listed, ListedDomains());
-  Json domains = Json::array();
-  for (const hvpmu::DomainStatus& d : listed) {
-    domains.push_back(agent::DomainStatusJson(d, DomainLabel(d.domain)));
-  }
-  result.update({{"state", agent::EngineStateName(status.state)},
-                 {"cpu_type", std::string(status.cpu_type)},
-                 {"cpus", status.num_pcpus},
-                 {"domains", domains},
-                 {"lost", {{"ring_full", status.lost[0]}, {"corrupt_index", status.lost[1]},
-                           {"no_ring", status.lost[2]}, {"unprofiled_domain", status.lost[3]}}},
-                 {"total_samples", status.total_samples},
-                 {"idle_samples", status.idle_samples},
-                 {"backtrace_depth", status.backtrace_depth}});
-  if (Json sched = SchedStatus(); !sched.is_null()) result["sched"] = std::move(sched);
+  for (const hvpmu::DomainStatus& d : listed) status.domains.push_back(agent::DomainStatusOf(d, DomainLabel(d.domain)));
+  status.state = agent::EngineStateName(engine.state);
+  status.cpu_type = std::string(engine.cpu_type, strnlen(engine.cpu_type, sizeof engine.cpu_type));
+  status.cpus = engine.num_pcpus;
+  status.lost = agent::Losses{.ring_full = engine.lost[0], .corrupt_index = engine.lost[1],
+                              .no_ring = engine.lost[2], .unprofiled_domain = engine.lost[3]};
+  status.total_samples = engine.total_samples;
+  status.idle_samples = engine.idle_samples;
+  status.backtrace_depth = engine.backtrace_depth;
   if (auto clock = link_->SimQuery(); clock) {
-    result["sim"] = {{"time_ns", clock.value().sim_time_ns}, {"pmis", clock.value().pmis},
-                     {"halted", clock.value().halted}};
+    status.sim = agent::SimClockStatus{.time_ns = clock.value().sim_time_ns, .pmis = clock.value().pmis,
+                                       .halted = clock.value().halted};
   }
-  return result;
+  return status;
 }
 
 }  // namespace hvprof::dom0

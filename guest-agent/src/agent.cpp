@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 
 #include "hvprof/base/files.h"
 #include "hvprof/base/log.h"
@@ -48,10 +49,8 @@ Result<std::unique_ptr<GuestAgent>> GuestAgent::Create(const setup::SetupOptions
   }
   std::unique_ptr<GuestAgent> agent(new GuestAgent(setup, hvprof_version, std::move(link)));
   if (auto domains = agent->link_->Domains(); domains) {
-    if (auto list = setup::ParseDomainList(domains.value()); list) {
-      for (const setup::DomainInfo& domain : list.value()) {
-        if (domain.id == setup.domain) agent->name_ = domain.name;
-      }
+    for (const context::DomainInfo& domain : domains.value()) {
+      if (domain.id == setup.domain) agent->name_ = domain.name;
     }
   }
   HVPROF_TRYV(agent->ListenForControl());
@@ -145,9 +144,7 @@ Result<store::SessionMetadata> GuestAgent::SessionDescription(const hvpmu::InitV
   m.events = std::move(events);
 
   // What this domain runs: its kernel and its processes.
-  HVPROF_TRY(context_text, link_->Context());
-  Json context = Json::parse(context_text, nullptr, false);
-  if (!context.is_object()) context = Json::object();
+  HVPROF_TRY(known, link_->Images());
   store::DomainRecord self;
   self.id = setup_.domain;
   self.name = name_;
@@ -156,7 +153,7 @@ Result<store::SessionMetadata> GuestAgent::SessionDescription(const hvpmu::InitV
   m.domains.push_back(std::move(self));
   if (!setup_.no_vmlinux) {
     std::string kernel = setup_.vmlinux;
-    if (kernel.empty()) kernel = context.value("kernel", std::string("/proc/kallsyms"));
+    if (kernel.empty()) kernel = !known.kernel.empty() ? known.kernel : "/proc/kallsyms";
     HVPROF_TRY(image, setup::CheckImage(kernel, "kernel", setup_.domain));
     m.images.push_back(image);
   }
@@ -274,47 +271,43 @@ Result<Json> GuestAgent::Shutdown() {
   return result;
 }
 
-Result<Json> GuestAgent::Status() {
-  Json events = Json::array();
+Result<agent::AgentStatus> GuestAgent::Status() {
+  agent::AgentStatus status = SessionStatus(agent::AgentRole::kGuest);
+  status.sched.reset();  // a guest's status has no scheduling part
   if (session_) {
     for (const store::EventRecord& event : session_->metadata().events) {
-      events.push_back({{"counter", event.counter}, {"name", event.name}, {"count", event.count},
-                        {"unit_mask", event.unit_mask}, {"kernel", event.kernel}, {"user", event.user}});
+      status.events.push_back({.counter = event.counter, .name = event.name, .count = event.count,
+                               .unit_mask = event.unit_mask, .kernel = event.kernel, .user = event.user});
     }
   }
-  Json result{{"role", "guest"},
-              {"domain", setup_.domain},
-              {"label", Label()},
-              {"joined", activated_},
-              {"platform", link_->platform_name()},
-              {"machine", link_->machine_name()},
-              {"session", session_ ? session_->directory() : ""},
-              {"samples_stored", session_ ? session_->samples_in_file() : 0},
-              {"store", StoreStatus()},
-              {"events", events},
-              {"buffers", {{"capacity", capacity_}, {"watermark", watermark_}, {"poll_interval_ms", PollIntervalMs()}}}};
+  status.domain = setup_.domain;
+  status.label = Label();
+  status.joined = activated_;
+  status.ring_capacity = capacity_;
+  status.watermark = watermark_;
+  status.poll_interval_ms = PollIntervalMs();
   if (link_->legacy_only()) {
     // Xen has no status op: this domain's rings, as their headers say.
-    Json self = agent::LegacyRingsStatus(rings_, setup_.domain);
-    self.update({{"id", setup_.domain}, {"label", Label()}, {"role", "active"}, {"activated", activated_}});
-    result.update({{"state", "unknown (Xen does not tell a guest)"},
-                   {"profiling", false},
-                   {"cpus", link_->num_cpus()},
-                   {"domains", Json::array({self})}});
-    return result;
+    agent::DomainRingsStatus self = agent::LegacyRingsStatus(rings_, setup_.domain);
+    self.label = Label();
+    self.role = "active";
+    self.activated = activated_;
+    status.state = "unknown (Xen does not tell a guest)";
+    status.profiling = false;
+    status.cpus = link_->num_cpus();
+    status.domains.push_back(std::move(self));
+    return status;
   }
-  HVPROF_TRY(status, EngineStatus());
-  Json domains = Json::array();
-  if (const hvpmu::DomainStatus* self = FindDomain(status, setup_.domain)) {
-    domains.push_back(agent::DomainStatusJson(*self, Label()));
+  HVPROF_TRY(engine, EngineStatus());
+  if (const hvpmu::DomainStatus* self = FindDomain(engine, setup_.domain)) {
+    status.domains.push_back(agent::DomainStatusOf(*self, Label()));
   }
-  result.update({{"state", agent::EngineStateName(status.state)},
-                 {"profiling", status.state == static_cast<uint32_t>(hvpmu::EngineState::kProfiling)},
-                 {"primary", status.primary},
-                 {"cpu_type", std::string(status.cpu_type)},
-                 {"cpus", status.num_pcpus},
-                 {"domains", domains}});
-  return result;
+  status.state = agent::EngineStateName(engine.state);
+  status.profiling = engine.state == static_cast<uint32_t>(hvpmu::EngineState::kProfiling);
+  status.primary = engine.primary;
+  status.cpu_type = std::string(engine.cpu_type, strnlen(engine.cpu_type, sizeof engine.cpu_type));
+  status.cpus = engine.num_pcpus;
+  return status;
 }
 
 Result<Json> GuestAgent::HandleOther(const std::string& action, const Json& request) {

@@ -670,128 +670,115 @@ bool LinuxMachine::SettleImages(std::chrono::milliseconds timeout) {
   return settled;
 }
 
-std::string LinuxMachine::ContextJson(DomainId domain) const {
-  return processes_->ContextJson(domain, host_kernel_);
+context::DomainImages LinuxMachine::Images(DomainId domain) const {
+  context::DomainImages images;
+  const DomainDesc* desc = domains_->Find(domain);
+  // The host kernel runs every host domain's processes; guests' kernels are unknown here.
+  if (desc != nullptr && !desc->guest) images.kernel = host_kernel_;
+  if (domain == 0) images.hypervisor = host_kernel_;
+  return images;
 }
 
-std::string LinuxMachine::DomainsJson() const {
-  Json list = Json::array();
+std::vector<context::DomainInfo> LinuxMachine::Domains() const {
+  std::vector<context::DomainInfo> list;
   for (const DomainDesc& desc : domains_->domains()) {
-    list.push_back({{"id", desc.id},
-                    {"name", desc.name},
-                    {"type", desc.guest ? "hvm" : "host"},
-                    {"vcpus", std::clamp<uint32_t>(desc.vcpus, 1, kMaxVcpus)},
-                    {"kernel", desc.guest ? std::string() : host_kernel_}});
+    list.push_back({.id = desc.id,
+                    .name = desc.name,
+                    .type = desc.guest ? "hvm" : "host",
+                    .vcpus = static_cast<uint16_t>(std::clamp<uint32_t>(desc.vcpus, 1, kMaxVcpus)),
+                    .kernel = desc.guest ? std::string() : host_kernel_});
   }
-  return list.dump();
+  return list;
 }
 
-std::string LinuxMachine::StatsJson() const {
+context::PlatformStats LinuxMachine::Stats() const {
   const HostPaths& paths = options_.paths;
   const double seconds = static_cast<double>(driver_->profiling_ns()) / 1e9;
   const auto& counters = driver_->counters();
   const bool software = driver_->source() == EventSource::kSoftware;
-  Json out;
-  out["platform"] = "linux";
-  out["source"] = software ? "cpu-clock" : "hardware";
-  out["cpu_type"] = driver_->cpu_type();
-  out["nominal_mhz"] = frequency_.mhz;
-  out["mhz_source"] = frequency_.source;
-  out["max_sample_rate"] = ReadSysctl(paths, "kernel/perf_event_max_sample_rate").value_or(-1);
-  out["max_sample_rate_at_setup"] = max_sample_rate_at_setup_;
-  out["cpu_time_max_percent"] = ReadSysctl(paths, "kernel/perf_cpu_time_max_percent").value_or(-1);
-  out["profiling_ns"] = driver_->profiling_ns();
-  Json counter_list = Json::array();
+  context::PlatformStats out;
+  out.platform = "linux";
+  out.source = software ? "cpu-clock" : "hardware";
+  out.cpu_type = driver_->cpu_type();
+  out.nominal_mhz = frequency_.mhz;
+  out.mhz_source = frequency_.source;
+  out.max_sample_rate = ReadSysctl(paths, "kernel/perf_event_max_sample_rate").value_or(-1);
+  out.max_sample_rate_at_setup = max_sample_rate_at_setup_;
+  out.cpu_time_max_percent = ReadSysctl(paths, "kernel/perf_cpu_time_max_percent").value_or(-1);
+  out.profiling_ns = driver_->profiling_ns();
   for (uint32_t i = 0; i < counters.size(); ++i) {
     const auto& counter = counters[i];
     if (!counter.enabled) continue;
-    counter_list.push_back({{"counter", i},
-                            {"event", counter.config.event},
-                            {"unit_mask", counter.config.unit_mask},
-                            {"count", counter.config.count},
-                            {"perf_event", software ? "cpu-clock" : "raw"},
-                            {"perf_config", fmt::format("{:#x}", counter.config_bits)},
-                            {"period", counter.period},
-                            {"period_unit", software ? "ns" : "events"},
-                            {"requested_hz_per_cpu", counter.requested_hz}});
+    out.counters.push_back({.counter = i,
+                            .event = counter.config.event,
+                            .unit_mask = counter.config.unit_mask,
+                            .count = counter.config.count,
+                            .perf_event = software ? "cpu-clock" : "raw",
+                            .perf_config = fmt::format("{:#x}", counter.config_bits),
+                            .period = counter.period,
+                            .period_unit = software ? "ns" : "events",
+                            .requested_hz_per_cpu = counter.requested_hz});
   }
-  out["counters"] = counter_list;
-  Json cpus = Json::array();
-  uint64_t total_samples = 0, throttles = 0, lost = 0, lost_samples = 0;
   double throttled = 0;
   for (uint32_t cpu : online_) {
     const CpuRateStats& stats = cpu_stats_[cpu];
-    Json entry;
-    entry["cpu"] = cpu;
-    uint64_t samples = 0;
-    double requested = 0;
-    Json per_counter = Json::array();
+    context::CpuRate& entry = out.cpus.emplace_back();
+    entry.cpu = cpu;
     for (uint32_t i = 0; i < counters.size(); ++i) {
       if (!counters[i].enabled) continue;
-      samples += stats.samples[i];
-      requested += counters[i].requested_hz;
-      Json c{{"counter", i},
-             {"samples", stats.samples[i]},
-             {"requested_hz", counters[i].requested_hz},
-             {"achieved_hz", seconds > 0 ? static_cast<double>(stats.samples[i]) / seconds : 0.0}};
+      entry.samples += stats.samples[i];
+      entry.requested_hz += counters[i].requested_hz;
+      context::CpuCounterRate& c = entry.counters.emplace_back();
+      c.counter = i;
+      c.samples = stats.samples[i];
+      c.requested_hz = counters[i].requested_hz;
+      c.achieved_hz = seconds > 0 ? static_cast<double>(stats.samples[i]) / seconds : 0.0;
       if (auto times = driver_->ReadTimes(cpu, i)) {
-        c["time_enabled_ns"] = times->enabled_ns;
-        c["time_running_ns"] = times->running_ns;
+        c.time_enabled_ns = times->enabled_ns;
+        c.time_running_ns = times->running_ns;
       }
-      per_counter.push_back(c);
     }
-    entry["samples"] = samples;
-    entry["requested_hz"] = requested;
-    entry["achieved_hz"] = seconds > 0 ? static_cast<double>(samples) / seconds : 0.0;
-    entry["throttles"] = stats.throttles;
-    entry["unthrottles"] = stats.unthrottles;
-    entry["lost_records"] = stats.lost_records;
-    entry["lost"] = stats.lost;
-    entry["lost_samples"] = stats.lost_samples;
+    entry.achieved_hz = seconds > 0 ? static_cast<double>(entry.samples) / seconds : 0.0;
+    entry.throttles = stats.throttles;
+    entry.unthrottles = stats.unthrottles;
+    entry.lost_records = stats.lost_records;
+    entry.lost = stats.lost;
+    entry.lost_samples = stats.lost_samples;
     const double not_taken = ThrottledSamples(stats, last_time_);
-    uint64_t throttled_ns = 0;
-    for (uint64_t ns : stats.throttled_ns) throttled_ns += ns;
-    entry["throttled_ns"] = throttled_ns;
-    entry["idle_throttled_ns"] = stats.idle_throttled_ns;
-    entry["throttled"] = static_cast<uint64_t>(std::llround(not_taken));
+    for (uint64_t ns : stats.throttled_ns) entry.throttled_ns += ns;
+    entry.idle_throttled_ns = stats.idle_throttled_ns;
+    entry.throttled = static_cast<uint64_t>(std::llround(not_taken));
     throttled += not_taken;
-    entry["counters"] = per_counter;
-    cpus.push_back(entry);
-    total_samples += samples;
-    throttles += stats.throttles;
-    lost += stats.lost;
-    lost_samples += stats.lost_samples;
+    out.totals.samples += entry.samples;
+    out.totals.throttles += stats.throttles;
+    out.totals.lost += stats.lost;
+    out.totals.lost_samples += stats.lost_samples;
   }
-  out["cpus"] = cpus;
+  out.totals.throttled = static_cast<uint64_t>(std::llround(throttled));
+  out.totals.unknown_sample_ids = unknown_ids_;
+  out.totals.samples_without_engine = samples_without_engine_;
+  out.totals.sched_samples = sched_samples_;
+  out.totals.sched_undecodable = sched_undecodable_;
+  out.totals.malformed_records = parse_malformed_;
+  out.totals.unknown_records = parse_unknown_;
+  out.totals.corrupt_ring_reads = ring_corrupt_;
   const RouterStats& routed = router_->stats();
+  out.routing = {.host_user = routed.host_user,
+                 .host_kernel = routed.host_kernel,
+                 .idle = routed.idle,
+                 .guest_kernel = routed.guest_kernel,
+                 .guest_user = routed.guest_user,
+                 .unmapped_guest = routed.unmapped_guest};
   const ProcessTableStats table = processes_->stats();
-  out["totals"] = {{"samples", total_samples},
-                   {"throttles", throttles},
-                   {"lost", lost},
-                   {"lost_samples", lost_samples},
-                   {"throttled", static_cast<uint64_t>(std::llround(throttled))},
-                   {"unknown_sample_ids", unknown_ids_},
-                   {"samples_without_engine", samples_without_engine_},
-                   {"sched_samples", sched_samples_},
-                   {"sched_undecodable", sched_undecodable_},
-                   {"malformed_records", parse_malformed_},
-                   {"unknown_records", parse_unknown_},
-                   {"corrupt_ring_reads", ring_corrupt_}};
-  out["routing"] = {{"host_user", routed.host_user},
-                    {"host_kernel", routed.host_kernel},
-                    {"idle", routed.idle},
-                    {"guest_kernel", routed.guest_kernel},
-                    {"guest_user", routed.guest_user},
-                    {"unmapped_guest", routed.unmapped_guest}};
-  out["processes"] = {{"entries", table.processes},
-                      {"mappings", table.mappings},
-                      {"discovered_in_samples", table.proc_discoveries},
-                      {"unreadable_images", table.elf_failures},
-                      {"context_events", table.context_events},
-                      {"context_dropped", table.context_dropped}};
-  out["throttled"] = throttles > 0;
-  out["notes"] = notes();
-  return out.dump();
+  out.processes = {.entries = table.processes,
+                   .mappings = table.mappings,
+                   .discovered_in_samples = table.proc_discoveries,
+                   .unreadable_images = table.elf_failures,
+                   .context_events = table.context_events,
+                   .context_dropped = table.context_dropped};
+  out.throttled = out.totals.throttles > 0;
+  out.notes = notes();
+  return out;
 }
 
 std::vector<std::string> LinuxMachine::notes() const {

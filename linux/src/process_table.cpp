@@ -610,7 +610,18 @@ void ProcessTable::OnComm(const PerfComm& record) {
   }
   process.threads[record.tid].comm = std::string(record.comm);
   if (auto named = named_tasks_.find(TaskKey(record.pid, record.tid)); named != named_tasks_.end()) {
+    const bool was_unnamed = named->second.comm.empty();
     named->second.comm = record.comm;
+    if (was_unnamed && !named->second.comm.empty()) {
+      // Named in scheduling records before its name was known: told again, now with it.
+      context::ContextEvent event;
+      event.kind = context::ContextKind::kTask;
+      event.domain = named->second.domain;
+      event.pid = record.pid;
+      event.tid = record.tid;
+      event.comm = named->second.comm;
+      Emit(std::move(event));
+    }
   }
 }
 
@@ -712,47 +723,6 @@ bool ProcessTable::IsVcpuThread(uint32_t pid, uint32_t tid) {
     if (!comm.empty()) process.threads[tid].comm = comm;
   }
   return ParseVcpuName(comm) >= 0;
-}
-
-std::string ProcessTable::ContextJson(DomainId domain, const std::string& host_kernel) const {
-  using Json = nlohmann::json;
-  Json out;
-  out["domain"] = domain;
-  const DomainDesc* desc = registry_.Find(domain);
-  // The host kernel runs every host domain's processes; guests' kernels are unknown here.
-  out["kernel"] = desc != nullptr && !desc->guest ? host_kernel : std::string();
-  if (domain == 0) out["hypervisor"] = host_kernel;
-  std::vector<const Process*> listed;
-  if (desc != nullptr && !desc->guest) {
-    for (const auto& [pid, process] : live_) {
-      if (process.domain == domain && !process.mappings.empty()) listed.push_back(&process);
-    }
-  }
-  std::sort(listed.begin(), listed.end(), [](const Process* a, const Process* b) { return a->pid < b->pid; });
-  Json processes = Json::array();
-  for (const Process* process : listed) {
-    Json mappings = Json::array();
-    for (const Mapping& mapping : process->mappings) {
-      mappings.push_back({{"path", mapping.path},
-                          {"start", fmt::format("{:#x}", mapping.start)},
-                          {"end", fmt::format("{:#x}", mapping.end)},
-                          {"bias", fmt::format("{:#x}", mapping.bias)},
-                          {"build_id", mapping.build_id}});
-    }
-    processes.push_back({{"pid", process->pid}, {"comm", process->comm}, {"mappings", mappings}});
-  }
-  out["processes"] = processes;
-  std::vector<std::pair<uint32_t, const NamedTask*>> tasks;  // by tid, then pid
-  for (const auto& [key, task] : named_tasks_) {
-    if (task.domain == domain) tasks.emplace_back(static_cast<uint32_t>(key), &task);
-  }
-  std::sort(tasks.begin(), tasks.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.first, a.second->pid) < std::tie(b.first, b.second->pid);
-  });
-  Json named = Json::array();
-  for (const auto& [tid, task] : tasks) named.push_back({{"pid", task->pid}, {"tid", tid}, {"comm", task->comm}});
-  if (!named.empty()) out["tasks"] = std::move(named);  // only with --sched
-  return out.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 void ProcessTable::Prune(uint64_t before) {

@@ -410,28 +410,6 @@ Result<std::vector<std::string>> SplitList(std::string_view text, std::string_vi
   return items;
 }
 
-Result<std::vector<DomainInfo>> ParseDomainList(std::string_view text) {
-  Json json = Json::parse(text.begin(), text.end(), nullptr, false);
-  if (json.is_discarded() || !json.is_array()) {
-    return MakeError(ErrorKind::kProtocol, "the hypervisor sent a malformed domain list");
-  }
-  std::vector<DomainInfo> domains;
-  try {
-    for (const Json& entry : json) {
-      DomainInfo domain;
-      domain.id = entry.at("id").get<uint16_t>();
-      domain.name = entry.value("name", "");
-      domain.type = entry.value("type", "");
-      domain.vcpus = entry.value("vcpus", uint16_t{0});
-      domain.kernel = entry.value("kernel", "");
-      domains.push_back(domain);
-    }
-  } catch (const Json::exception&) {
-    return MakeError(ErrorKind::kProtocol, "the hypervisor sent a malformed domain list");
-  }
-  return domains;
-}
-
 Result<std::vector<uint16_t>> ResolveDomains(const std::vector<std::string>& items,
                                              const std::vector<DomainInfo>& domains,
                                              std::string_view option, const std::vector<uint16_t>& others) {

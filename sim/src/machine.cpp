@@ -1126,32 +1126,11 @@ std::string SimMachine::GroundTruthJson() const {
   return out.dump(1);
 }
 
-std::string SimMachine::ContextJson(DomainId domain_id) const {
-  using Json = nlohmann::json;
-  Json out;
-  out["domain"] = domain_id;
-  Json processes = Json::array();
-  if (domain_id == 0) out["hypervisor"] = scenario_.hypervisor.image;  // what dom0 would know
-  if (const Domain* domain = FindDomain(domain_id)) {
-    out["kernel"] = domain->kernel_source;
-    for (const Process& process : domain->processes) {
-      if (process.period_ns != 0) continue;  // churned programs' runs are told as context events only
-      Json images = Json::array();
-      for (const Process::Image& image : process.images) {
-        images.push_back({{"path", image.path},
-                          {"start", fmt::format("{:#x}", image.start)},
-                          {"end", fmt::format("{:#x}", image.end)},
-                          {"bias", fmt::format("{:#x}", image.bias)},
-                          {"build_id", image.build_id}});
-      }
-      processes.push_back({{"pid", process.pid},
-                           {"comm", process.comm},
-                           {"address_space", fmt::format("{:#x}", process.address_space)},
-                           {"mappings", images}});
-    }
-  }
-  out["processes"] = processes;
-  return out.dump();
+context::DomainImages SimMachine::Images(DomainId domain_id) const {
+  context::DomainImages images;
+  if (domain_id == 0) images.hypervisor = scenario_.hypervisor.image;  // what dom0 would know
+  if (const Domain* domain = FindDomain(domain_id)) images.kernel = domain->kernel_source;
+  return images;
 }
 
 SimMachine::ContextBatch SimMachine::ContextEvents(DomainId domain_id, uint64_t from, size_t max_events) {

@@ -130,16 +130,11 @@ std::string SerializeMetadata(const SessionMetadata& m) {
   out["notes"] = m.notes;
   if (!m.incomplete.empty()) out["incomplete"] = m.incomplete;
   out["samples_file"] = {{"chunks", m.samples_file_chunks}, {"bytes", m.samples_file_bytes}};
-  if (!m.platform_stats.empty()) {
-    Json stats = Json::parse(m.platform_stats, nullptr, false);
-    if (stats.is_object()) out["platform_stats"] = std::move(stats);
-  }
+  if (m.platform_stats) out["platform_stats"] = context::ToJson(*m.platform_stats);
   if (m.sched) {
-    Json lost = Json::object();
-    for (const SchedLossField& field : kSchedLossFields) lost[field.name] = m.sched->lost.*field.member;
     out["sched"] = {{"source", m.sched->source},
                     {"records", m.sched->records},
-                    {"lost", std::move(lost)},
+                    {"lost", SchedLossesJson(m.sched->lost)},
                     {"file", {{"chunks", m.sched->file_chunks}, {"bytes", m.sched->file_bytes}}}};
   }
   if (m.context) {
@@ -420,11 +415,31 @@ Result<void> ParseCounts(const json::Node& root, SessionMetadata& m) {
   return Ok();
 }
 
+}  // namespace
+
+Json SchedLossesJson(const SchedLosses& lost) {
+  Json out = Json::object();
+  for (const SchedLossField& field : kSchedLossFields) out[field.name] = lost.*field.member;
+  return out;
+}
+
+Result<SchedLosses> ParseSchedLosses(const json::Node& lost) {
+  if (!lost.IsObject()) return lost.Fail("expected an object of loss counts, got {}", lost.Describe());
+  SchedLosses counts;
+  for (const SchedLossField& field : kSchedLossFields) {
+    HVPROF_TRY(count, lost.Get<uint64_t>(field.name, 0));
+    counts.*field.member = count;
+  }
+  return counts;
+}
+
+namespace {
+
 // The platform's statistics and the scheduling and context summaries.
 Result<void> ParseSummaries(const json::Node& root, SessionMetadata& m) {
   if (const auto stats = root.OptionalMember("platform_stats")) {
-    if (!stats->IsObject()) return stats->Fail("expected an object, got {}", stats->Describe());
-    m.platform_stats = stats->value().dump();
+    HVPROF_TRY(parsed, context::ParsePlatformStats(*stats));
+    m.platform_stats = std::move(parsed);
   }
   if (const auto sched = root.OptionalMember("sched")) {
     if (!sched->IsObject()) return sched->Fail("expected an object, got {}", sched->Describe());
@@ -434,11 +449,8 @@ Result<void> ParseSummaries(const json::Node& root, SessionMetadata& m) {
     summary.source = source;
     summary.records = records;
     if (const auto lost = sched->OptionalMember("lost")) {
-      if (!lost->IsObject()) return lost->Fail("expected an object of loss counts, got {}", lost->Describe());
-      for (const SchedLossField& field : kSchedLossFields) {
-        HVPROF_TRY(count, lost->Get<uint64_t>(field.name, 0));
-        summary.lost.*field.member = count;
-      }
+      HVPROF_TRY(counts, ParseSchedLosses(*lost));
+      summary.lost = counts;
     }
     if (const auto file = sched->OptionalMember("file")) {
       HVPROF_TRY(chunks, file->Get<uint64_t>("chunks"));

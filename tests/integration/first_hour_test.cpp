@@ -360,29 +360,41 @@ TEST_CASE("a rate (-F) on the sim: cycle counts from the scenario's clock", "[ru
 }
 
 TEST_CASE("hvprof --status says what scheduling lost, by cause, on any platform", "[first-hour][sched]") {
-  Json status = {{"profiling", true},        {"platform", "linux"}, {"machine", "host"},
-                 {"cpus", 2},                {"cpu_type", "linux/software"},
-                 {"state", "profiling"},     {"session", "/s/current"},
-                 {"samples_stored", 10},     {"lost", Json::object()},
-                 {"sched", {{"source", "perf"},
-                            {"records", uint64_t{1234}},
-                            {"lost", {{"ring_full", uint64_t{3}}, {"corrupt_index", uint64_t{0}},
-                                      {"store_failed", uint64_t{2}}, {"malformed", uint64_t{0}},
-                                      {"unknown_type", uint64_t{0}}}},
-                            {"notes", Json::array()}}}};
+  hvprof::agent::AgentStatus status;
+  status.profiling = true;
+  status.platform = "linux";
+  status.machine = "host";
+  status.cpus = 2;
+  status.cpu_type = "linux/software";
+  status.state = "profiling";
+  status.session = "/s/current";
+  status.samples_stored = 10;
+  status.lost = hvprof::agent::Losses{};
+  hvprof::agent::SchedStatus& sched = status.sched.emplace();
+  sched.source = "perf";
+  sched.records = 1234;
+  sched.lost.ring_full = 3;
+  sched.lost.store_failed = 2;
   const std::string text = hvprof::control::FormatStatus(status);
   INFO(text);
   CHECK(text.find("sched:   1234 scheduling records from perf stored; 5 lost "
                   "(ring_full 3, store_failed 2)\n") != std::string::npos);
   // Nothing lost: no causes; and what the agent names is escaped for the terminal.
-  status["sched"]["lost"] = {{"ring_full", uint64_t{0}}};
-  status["sched"]["source"] = "perf\x1b[2J";
-  status["sched"]["notes"] = {"a note\x1b]0;title\x07"};
+  sched.lost = {};
+  sched.source = "perf\x1b[2J";
+  sched.notes = {"a note\x1b]0;title\x07"};
+  status.machine = "host\x1b[2J";
+  hvprof::agent::DomainRingsStatus& domain = status.domains.emplace_back();
+  domain.id = 1;
+  domain.label = "dom1 (\x1b]0;evil\x07)";
+  domain.role = "passive";
   const std::string quiet = hvprof::control::FormatStatus(status);
   INFO(quiet);
   CHECK(quiet.find(" stored; 0 lost\n") != std::string::npos);
+  CHECK(quiet.find("dom1 (") != std::string::npos);
   CHECK(quiet.find('\x1b') == std::string::npos);
+  CHECK(quiet.find('\x07') == std::string::npos);
   // Without --sched, no line at all.
-  status.erase("sched");
+  status.sched.reset();
   CHECK(hvprof::control::FormatStatus(status).find("sched:") == std::string::npos);
 }

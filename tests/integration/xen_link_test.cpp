@@ -246,10 +246,10 @@ TEST_CASE("xen link: a PV guest learns its id from xenstore and may run only the
   TempDir dir;
   // dom0 sees every domain, by name, through xenstore.
   auto dom0 = ConnectThroughFake(host, XenRoot(dir));
-  const Json domains = Json::parse(dom0->Domains().value());
+  const std::vector<hvprof::context::DomainInfo> domains = dom0->Domains().value();
   REQUIRE(domains.size() == 4);
-  CHECK(domains[1]["name"] == "guest1");
-  CHECK(domains[1]["vcpus"] == 2);
+  CHECK(domains[1].name == "guest1");
+  CHECK(domains[1].vcpus == 2);
 
   const std::string guest_root = dir.File("guest-root");
   std::filesystem::create_directories(guest_root + "/sys/hypervisor");
@@ -265,9 +265,9 @@ TEST_CASE("xen link: a PV guest learns its id from xenstore and may run only the
   REQUIRE(connected.has_value());
   auto& guest = *connected.value();
   CHECK(guest.domain() == 1);
-  const Json own = Json::parse(guest.Domains().value());
+  const std::vector<hvprof::context::DomainInfo> own = guest.Domains().value();
   REQUIRE(own.size() == 1);
-  CHECK(own[0]["id"] == 1);
+  CHECK(own[0].id == 1);
 
   legacy::Init init{};
   REQUIRE(Run(guest, legacy::kOpInit, &init) == hvpmu::ErrorCode::kOk);

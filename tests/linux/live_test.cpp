@@ -17,7 +17,6 @@
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "hvprof/symbolizer/symbolizer.h"
 #include "hvprof/linux/elf_info.h"
@@ -35,7 +34,6 @@ using hvprof::testing::EngineSession;
 using hvprof::testing::LiveMachine;
 using hvprof::testing::PerfUsable;
 using hvprof::testing::SessionOptions;
-using Json = nlohmann::json;
 
 namespace {
 
@@ -43,14 +41,13 @@ const std::string kFixture = HVPROF_LINUX_HOTSPOTS;
 const char* const kHot[] = {"hot_fifty", "hot_thirty", "hot_twenty"};
 const double kDesigned[] = {0.5, 0.3, 0.2};
 
-// Function names of the user-mode samples of `pids`, symbolized through `domain`'s context
-// as the report would: the first process entry of the pid whose mapping holds the address.
+// Function names of the user-mode samples of `pids`, symbolized through the process table as
+// the platform knows `domain`'s processes: the mapping of the pid's entry that holds the address.
 std::map<std::string, uint64_t> SymbolizeUser(LinuxMachine& machine,
                                               const std::vector<CollectedSample>& samples,
                                               const std::set<uint32_t>& pids, DomainId domain) {
   // Mapped files are read off the draining thread: their answers first.
   CHECK(machine.SettleImages(std::chrono::seconds(60)));
-  const Json context = Json::parse(machine.ContextJson(domain));
   struct Image {
     std::string path, build_id;
     uint64_t bias;
@@ -63,28 +60,21 @@ std::map<std::string, uint64_t> SymbolizeUser(LinuxMachine& machine,
         pids.count(sample.record.pid) == 0) {
       continue;
     }
-    const Json* found = nullptr;
-    for (const Json& process : context["processes"]) {
-      if (process["pid"] != sample.record.pid) continue;
-      for (const Json& mapping : process["mappings"]) {
-        const uint64_t start = std::stoull(mapping["start"].get<std::string>(), nullptr, 16);
-        const uint64_t end = std::stoull(mapping["end"].get<std::string>(), nullptr, 16);
-        if (sample.record.ip >= start && sample.record.ip < end) {
-          found = &mapping;
-          break;
-        }
+    const Process* process = machine.processes().Find(sample.record.pid);
+    const hvprof::linux_host::Mapping* found = nullptr;
+    if (process != nullptr && process->domain == domain) {
+      for (const hvprof::linux_host::Mapping& mapping : process->mappings) {
+        if (sample.record.ip >= mapping.start && sample.record.ip < mapping.end) found = &mapping;
       }
-      if (found != nullptr) break;
     }
     if (found == nullptr) {
       ++counts["(no mapping)"];
       continue;
     }
-    const std::string key = (*found)["path"].get<std::string>() + "@" + (*found)["bias"].get<std::string>();
-    Image& image = images[key];
-    image.path = (*found)["path"];
-    image.build_id = (*found)["build_id"];
-    image.bias = std::stoull((*found)["bias"].get<std::string>(), nullptr, 16);
+    Image& image = images[fmt::format("{}@{:#x}", found->path, found->bias)];
+    image.path = found->path;
+    image.build_id = found->build_id;
+    image.bias = found->bias;
     image.addresses.push_back(sample.record.ip);
   }
   hvprof::symbolizer::Symbolizer symbolizer;
@@ -192,28 +182,26 @@ TEST_CASE("the fixture's hot functions show their designed shares", "[linux][liv
   // Honest rates. A busy CPU's timer is punctual, and the fixture keeps one busy: all CPUs
   // together achieve at least one CPU's worth. Idle CPUs may fall short (throttled while
   // tickless, or woken late by the host), which the notes must then say.
-  const Json stats = Json::parse(machine->StatsJson());
+  const hvprof::context::PlatformStats stats = machine->Stats();
   double achieved_total = 0, requested_per_cpu = 0;
-  for (const Json& cpu : stats["cpus"]) {
-    const double requested = cpu["requested_hz"];
-    const double achieved = cpu["achieved_hz"];
-    std::printf("measured (rates): CPU %d requested %.0f Hz, achieved %.0f Hz, %llu throttles, "
+  for (const hvprof::context::CpuRate& cpu : stats.cpus) {
+    std::printf("measured (rates): CPU %u requested %.0f Hz, achieved %.0f Hz, %llu throttles, "
                 "%llu lost\n",
-                cpu["cpu"].get<int>(), requested, achieved,
-                cpu["throttles"].get<unsigned long long>(), cpu["lost"].get<unsigned long long>());
-    achieved_total += achieved;
-    requested_per_cpu = requested;
-    if (achieved < 0.8 * requested) {
+                cpu.cpu, cpu.requested_hz, cpu.achieved_hz, static_cast<unsigned long long>(cpu.throttles),
+                static_cast<unsigned long long>(cpu.lost));
+    achieved_total += cpu.achieved_hz;
+    requested_per_cpu = cpu.requested_hz;
+    if (cpu.achieved_hz < 0.8 * cpu.requested_hz) {
       bool explained = false;
       for (const std::string& note : machine->notes()) {
-        explained |= note.find(fmt::format("CPU {} ", cpu["cpu"].get<int>())) != std::string::npos;
+        explained |= note.find(fmt::format("CPU {} ", cpu.cpu)) != std::string::npos;
       }
       CHECK(explained);
     }
   }
   CHECK(achieved_total >= 0.8 * requested_per_cpu);
-  CHECK(stats["totals"]["malformed_records"] == 0);
-  CHECK(stats["totals"]["unknown_sample_ids"] == 0);
+  CHECK(stats.totals.malformed_records == 0);
+  CHECK(stats.totals.unknown_sample_ids == 0);
 }
 
 TEST_CASE("a process that exits during the run is still symbolized", "[linux][live]") {
@@ -241,20 +229,17 @@ TEST_CASE("a process that exits during the run is still symbolized", "[linux][li
   CHECK(process->exited);
   CHECK(process->comm == "linux_hotspots");
   CHECK(machine->SettleImages(std::chrono::seconds(60)));
-  const Json context = Json::parse(machine->ContextJson(0));
   const std::string canonical = std::filesystem::canonical(kFixture).string();
   auto info = ReadElfInfo(kFixture);
   REQUIRE(info.has_value());
   bool found = false;
-  for (const Json& entry : context["processes"]) {
-    if (entry["pid"] != pid) continue;
-    for (const Json& mapping : entry["mappings"]) {
-      if (mapping["path"] == canonical) {
-        found = true;
-        CHECK(mapping["build_id"] == info.value().build_id);
-      }
+  const Process* settled = machine->processes().Find(pid);  // the drain took the build-ids
+  REQUIRE(settled != nullptr);
+  for (const hvprof::linux_host::Mapping& mapping : settled->mappings) {
+    if (mapping.path == canonical) {
+      found = true;
+      CHECK(mapping.build_id == info.value().build_id);
     }
-    break;
   }
   CHECK(found);
   CheckShares(SymbolizeUser(*machine, session.samples(), {pid}, 0), "exited process");
@@ -312,8 +297,7 @@ TEST_CASE("a domain map with two process trees puts each tree in its own domain"
   // Each domain's own context symbolizes its tree.
   CheckShares(SymbolizeUser(*machine, session.samples(), tree_a, 1), "tree in domain 1");
   CheckShares(SymbolizeUser(*machine, session.samples(), tree_b, 2), "tree in domain 2");
-  const Json domains = Json::parse(machine->DomainsJson());
-  CHECK(domains.size() >= 3);
+  CHECK(machine->Domains().size() >= 3);
 }
 
 TEST_CASE("throttling by kernel.perf_event_max_sample_rate is detected and reported",
@@ -335,16 +319,15 @@ TEST_CASE("throttling by kernel.perf_event_max_sample_rate is detected and repor
   session.Start();
   session.Pump(60000ms, [&] { return fixture.Exited(); });
   session.Stop();
-  const Json stats = Json::parse(machine->StatsJson());
-  CHECK(stats["throttled"] == true);
-  CHECK(stats["max_sample_rate_at_setup"] == 1000);
+  const hvprof::context::PlatformStats stats = machine->Stats();
+  CHECK(stats.throttled);
+  CHECK(stats.max_sample_rate_at_setup == 1000);
   uint64_t throttles = 0;
-  for (const Json& cpu : stats["cpus"]) {
-    throttles += cpu["throttles"].get<uint64_t>();
-    std::printf("measured (throttled): CPU %d requested %.0f Hz, achieved %.0f Hz, %llu throttles\n",
-                cpu["cpu"].get<int>(), cpu["requested_hz"].get<double>(),
-                cpu["achieved_hz"].get<double>(), cpu["throttles"].get<unsigned long long>());
-    CHECK(cpu["achieved_hz"].get<double>() < 0.5 * cpu["requested_hz"].get<double>());
+  for (const hvprof::context::CpuRate& cpu : stats.cpus) {
+    throttles += cpu.throttles;
+    std::printf("measured (throttled): CPU %u requested %.0f Hz, achieved %.0f Hz, %llu throttles\n", cpu.cpu,
+                cpu.requested_hz, cpu.achieved_hz, static_cast<unsigned long long>(cpu.throttles));
+    CHECK(cpu.achieved_hz < 0.5 * cpu.requested_hz);
   }
   CHECK(throttles > 0);
   bool asked_note = false, throttled_note = false;
@@ -457,10 +440,10 @@ TEST_CASE("perf's own losses are counted and explained", "[linux][live]") {
   }
   session.Pump(200ms);
   session.Stop();
-  const Json stats = Json::parse(machine->StatsJson());
+  const hvprof::context::PlatformStats stats = machine->Stats();
   std::printf("measured (losses): %llu lost with 4 KiB rings left alone for 300 ms\n",
-              stats["totals"]["lost"].get<unsigned long long>());
-  CHECK(stats["totals"]["lost"].get<uint64_t>() > 0);
+              static_cast<unsigned long long>(stats.totals.lost));
+  CHECK(stats.totals.lost > 0);
   bool lost_note = false;
   for (const std::string& note : machine->notes()) {
     lost_note |= note.find("perf lost") != std::string::npos;

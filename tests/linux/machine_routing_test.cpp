@@ -2,11 +2,12 @@
 // the whole sample path, and the engine's rings show where each kind of sample lands.
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "hvprof/linux/linux_machine.h"
 #include "live_support.h"
@@ -20,7 +21,6 @@ using hvprof::testing::EngineSession;
 using hvprof::testing::RecordBuilder;
 using hvprof::testing::SessionOptions;
 using hvprof::testing::TempDir;
-using Json = nlohmann::json;
 
 namespace {
 
@@ -230,14 +230,15 @@ TEST_CASE("perf samples land in the right domain, ring and mode", "[linux][routi
     CHECK(machine.cpu_stats()[0].lost == 5);
     CHECK(machine.cpu_stats()[0].samples[0] == 9);
     CHECK(machine.cpu_stats()[1].samples[0] == 1);
-    const Json stats = Json::parse(machine.StatsJson());
-    CHECK(stats["source"] == "cpu-clock");
-    CHECK(stats["totals"]["throttles"] == 1);
-    CHECK(stats["totals"]["lost"] == 5);
-    CHECK(stats["totals"]["unknown_sample_ids"] == 1);
-    CHECK(stats["counters"][0]["period"] == 50000);
-    CHECK(stats["counters"][0]["requested_hz_per_cpu"] == Approx(20000));
-    CHECK(stats["throttled"] == true);
+    const hvprof::context::PlatformStats stats = machine.Stats();
+    CHECK(stats.source == "cpu-clock");
+    CHECK(stats.totals.throttles == 1);
+    CHECK(stats.totals.lost == 5);
+    CHECK(stats.totals.unknown_sample_ids == 1);
+    REQUIRE(stats.counters.size() >= 1);
+    CHECK(stats.counters[0].period == 50000);
+    CHECK(stats.counters[0].requested_hz_per_cpu == Approx(20000));
+    CHECK(stats.throttled);
     bool throttle_note = false, lost_note = false, guest_note = false;
     for (const std::string& note : machine.notes()) {
       throttle_note |= note.find("throttled sampling") != std::string::npos;
@@ -249,15 +250,18 @@ TEST_CASE("perf samples land in the right domain, ring and mode", "[linux][routi
     CHECK(guest_note);
   }
   SECTION("domains and context") {
-    const Json domains = Json::parse(machine.DomainsJson());
+    const std::vector<hvprof::context::DomainInfo> domains = machine.Domains();
     REQUIRE(domains.size() == 3);
-    CHECK(domains[0]["name"] == "Domain-0");
-    CHECK(domains[1]["type"] == "host");
-    CHECK(domains[2]["type"] == "hvm");
-    CHECK(domains[2]["vcpus"] == 2);  // "CPU 0/KVM", "CPU 1/KVM"
-    const Json context = Json::parse(machine.ContextJson(0));
-    CHECK(context["hypervisor"] == "/proc/kallsyms");
-    CHECK(Json::parse(machine.ContextJson(2))["kernel"] == "");
+    CHECK(domains[0].name == "Domain-0");
+    CHECK(domains[1].type == "host");
+    CHECK(domains[2].type == "hvm");
+    CHECK(domains[2].vcpus == 2);  // "CPU 0/KVM", "CPU 1/KVM"
+    CHECK(domains[0].kernel == "/proc/kallsyms");
+    CHECK(domains[2].kernel.empty());
+    CHECK(machine.Images(0).hypervisor == "/proc/kallsyms");
+    CHECK(machine.Images(1).hypervisor.empty());
+    CHECK(machine.Images(1).kernel == "/proc/kallsyms");
+    CHECK(machine.Images(2).kernel.empty());
   }
 }
 
@@ -298,11 +302,12 @@ TEST_CASE("throttled time is counted as samples lost at the rate asked", "[linux
   CHECK(machine.cpu_stats()[0].throttles == 2);
   CHECK(machine.cpu_stats()[0].unthrottles == 2);
   CHECK(machine.cpu_stats()[0].throttled_ns[0] == 4'000'000);
-  Json stats = Json::parse(machine.StatsJson());
-  CHECK(stats["cpus"][0]["throttled"] == 80);
-  CHECK(stats["cpus"][0]["throttled_ns"] == 4'000'000);
-  CHECK(stats["cpus"][1]["throttled"] == 20);
-  CHECK(stats["totals"]["throttled"] == 100);
+  hvprof::context::PlatformStats stats = machine.Stats();
+  REQUIRE(stats.cpus.size() >= 2);
+  CHECK(stats.cpus[0].throttled == 80);
+  CHECK(stats.cpus[0].throttled_ns == 4'000'000);
+  CHECK(stats.cpus[1].throttled == 20);
+  CHECK(stats.totals.throttled == 100);
   bool said = false;
   for (const std::string& note : machine.notes()) {
     said |= note.find("the 100 samples it did not take are counted as lost (throttled)") != std::string::npos;
@@ -317,11 +322,12 @@ TEST_CASE("throttled time is counted as samples lost at the rate asked", "[linux
   sid.time = 70'000'000;
   idle.Throttle(false, 70'000'000, id0, sid);
   machine.InjectRecords(0, idle.bytes());
-  stats = Json::parse(machine.StatsJson());
-  CHECK(stats["cpus"][0]["idle_throttled_ns"] == 50'000'000);
-  CHECK(stats["cpus"][0]["throttled"] == 80);
-  CHECK(stats["cpus"][1]["throttled"] == 0);
-  CHECK(stats["totals"]["throttled"] == 80);
+  stats = machine.Stats();
+  REQUIRE(stats.cpus.size() >= 2);
+  CHECK(stats.cpus[0].idle_throttled_ns == 50'000'000);
+  CHECK(stats.cpus[0].throttled == 80);
+  CHECK(stats.cpus[1].throttled == 0);
+  CHECK(stats.totals.throttled == 80);
 }
 
 namespace {
@@ -461,19 +467,23 @@ TEST_CASE("scheduler tracepoints become the engine's scheduling records", "[linu
     CheckRecord(on[1][1], {SchedType::kRunstate, Runstate::kRunning, Runstate::kRunnable, kDomainIdle, 1, none}, 250, 1);
     CheckRecord(on[1][2], {SchedType::kRunstate, Runstate::kRunnable, Runstate::kRunning, 2, 1, none}, 250, 1);
 
-    const Json stats = Json::parse(machine.StatsJson());
-    CHECK(stats["totals"]["sched_samples"] == 8);
-    CHECK(stats["totals"]["sched_undecodable"] == 1);
-    CHECK(stats["totals"]["unknown_sample_ids"] == 0);
+    const hvprof::context::PlatformStats stats = machine.Stats();
+    CHECK(stats.totals.sched_samples == 8);
+    CHECK(stats.totals.sched_undecodable == 1);
+    CHECK(stats.totals.unknown_sample_ids == 0);
     CHECK(session.samples().size() == 1);
-    // The tasks the records name, by name, in their domains' contexts for the session.
-    const Json dom0 = Json::parse(machine.ContextJson(0));
-    REQUIRE(dom0["tasks"].size() == 1);
-    CHECK(dom0["tasks"][0] == Json({{"pid", 50}, {"tid", 50}, {"comm", "hostapp"}}));
-    const Json dom1 = Json::parse(machine.ContextJson(1));
-    REQUIRE(dom1["tasks"].size() == 1);
-    CHECK(dom1["tasks"][0] == Json({{"pid", 100}, {"tid", 105}, {"comm", "tree-worker"}}));
-    CHECK_FALSE(Json::parse(machine.ContextJson(2)).contains("tasks"));  // the guest's are vCPUs
+    // The tasks the records name, by name, in their domains' context events for the session,
+    // the last naming of a task winning as in the session's index (tree-worker was named
+    // before its COMM came, then again with it); none in the guest, whose are vCPUs.
+    std::map<std::string, std::string> names;
+    for (const hvprof::context::ContextEvent& event : machine.TakeContextEvents(1, SIZE_MAX).events) {
+      if (event.kind == hvprof::context::ContextKind::kTask) {
+        names[fmt::format("dom{} {}/{}", event.domain, event.pid, event.tid)] = event.comm;
+      }
+    }
+    std::set<std::string> tasks;
+    for (const auto& [task, comm] : names) tasks.insert(task + " " + comm);
+    CHECK(tasks == std::set<std::string>{"dom0 50/50 hostapp", "dom1 100/105 tree-worker"});
   }
 }
 

@@ -8,7 +8,6 @@
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "hvprof/symbolizer/symbolizer.h"
 #include "hvprof/linux/elf_info.h"
@@ -18,7 +17,6 @@
 
 using namespace hvprof::linux_host;
 using hvprof::testing::TempDir;
-using Json = nlohmann::json;
 
 namespace {
 
@@ -257,16 +255,19 @@ TEST_CASE("scheduled tasks are named per process: a reused tid is another task",
   table.NoteTask(200, 105);
   table.OnComm(Comm(200, 105, "renamed", false));
 
-  const Json context = Json::parse(table.ContextJson(0, "/proc/kallsyms"));
-  REQUIRE(context.contains("tasks"));
-  CHECK(context["tasks"] == Json::parse(R"([{"pid": 100, "tid": 105, "comm": "old-worker"},
-                                            {"pid": 200, "tid": 105, "comm": "renamed"}])"));
   // The events name each task as it was when first named.
   std::vector<std::string> named;
   for (const hvprof::context::ContextEvent& event : table.TakeEvents(1, SIZE_MAX).events) {
     if (event.kind == hvprof::context::ContextKind::kTask) named.push_back(fmt::format("{}/{} {}", event.pid, event.tid, event.comm));
   }
   CHECK(named == std::vector<std::string>{"100/105 old-worker", "200/105 new-worker"});
+  // A new agent is told what is known now: each task by its latest name, the exited one too.
+  table.Acknowledge(UINT64_MAX);
+  std::set<std::string> now;
+  for (const hvprof::context::ContextEvent& event : table.TakeEvents(0, SIZE_MAX).events) {
+    if (event.kind == hvprof::context::ContextKind::kTask) now.insert(fmt::format("{}/{} {}", event.pid, event.tid, event.comm));
+  }
+  CHECK(now == std::set<std::string>{"100/105 old-worker", "200/105 renamed"});
 }
 
 TEST_CASE("context: a process's events tell exec'd images and reused pids apart by time", "[linux][processes]") {
@@ -318,17 +319,13 @@ TEST_CASE("context: a process's events tell exec'd images and reused pids apart 
   CHECK(*index.Comm(0, 40, 2500) == "shell");
   CHECK(*index.Comm(0, 40, 3500) == "prog");
 
-  // The live table holds the latest process only; ContextJson lists what is alive.
-  const Json context = Json::parse(table.ContextJson(0, "/proc/kallsyms"));
-  std::set<std::string> keys;
-  for (const auto& [key, value] : context.items()) keys.insert(key);
-  CHECK(keys == std::set<std::string>{"domain", "kernel", "hypervisor", "processes"});
-  CHECK(context["kernel"] == "/proc/kallsyms");
-  REQUIRE(context["processes"].size() == 1);
-  CHECK(context["processes"][0]["comm"] == "prog");
-  const Json other = Json::parse(table.ContextJson(1, "/proc/kallsyms"));
-  CHECK(other["processes"].empty());
-  CHECK_FALSE(other.contains("hypervisor"));
+  // The live table holds the latest process only, with the mappings of its latest image.
+  const auto* live = table.Find(40);
+  REQUIRE(live != nullptr);
+  CHECK(live->comm == "prog");
+  CHECK(live->domain == 0);
+  REQUIRE_FALSE(live->mappings.empty());
+  CHECK(live->mappings.back().path == "/usr/bin/prog");
 }
 
 TEST_CASE("mappings: fork copies them, a new mapping replaces what it overlaps",

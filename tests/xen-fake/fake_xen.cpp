@@ -879,8 +879,7 @@ xs_handle* xs_open(unsigned long) {
   HypervisorLink* link = fake.Link();
   if (link == nullptr) return errno = ENOENT, nullptr;
   auto domains = link->Domains();
-  auto* handle = new xs_handle{nlohmann::json::parse(domains ? domains.value() : "[]", nullptr, false)};
-  if (!handle->domains.is_array()) handle->domains = nlohmann::json::array();
+  auto* handle = new xs_handle{domains ? hvprof::context::ToJson(domains.value()) : nlohmann::json::array()};
   // A guest's xenstore shows it only its own nodes.
   if (fake.domain != 0) {
     nlohmann::json own = nlohmann::json::array();

@@ -16,14 +16,13 @@ extern "C" {
 #include <xen/xen.h>
 }
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "hvprof/base/files.h"
 #include "hvprof/base/log.h"
@@ -305,15 +304,12 @@ class XenLink final : public agent::HypervisorLink {
     return true;
   }
 
-  Result<std::string> Context() override {
-    nlohmann::json context = {{"domain", domain_}, {"processes", nlohmann::json::array()}};
-    return context.dump();
-  }
-  Result<std::string> ContextOf(hvpmu::DomainId) override { return std::string("{}"); }
+  // Xen tells nothing of the images a domain runs: --xen and --vmlinux name them.
+  Result<context::DomainImages> Images() override { return context::DomainImages{}; }
   // From xenstore: every domain under /local/domain with its name and vCPUs for dom0, only
   // itself for a guest (a guest sees no other domain's nodes).
-  Result<std::string> Domains() override {
-    nlohmann::json list = nlohmann::json::array();
+  Result<std::vector<context::DomainInfo>> Domains() override {
+    std::vector<context::DomainInfo> list;
     xs_handle* store = handles_->store.get();
     std::vector<std::string> ids;
     if (domain_ == 0) ids = StoreList(store, "/local/domain");
@@ -324,10 +320,10 @@ class XenLink final : public agent::HypervisorLink {
       if (end == id.c_str() || *end != '\0' || number >= 0x7FF0) continue;
       const std::string home = "/local/domain/" + id;
       std::string name = StoreRead(store, home + "/name").value_or(number == 0 ? "Domain-0" : "");
-      const auto vcpus = static_cast<uint32_t>(StoreList(store, home + "/cpu").size());
-      list.push_back({{"id", number}, {"name", name}, {"type", ""}, {"vcpus", vcpus}});
+      const auto vcpus = static_cast<uint16_t>(std::min<size_t>(StoreList(store, home + "/cpu").size(), UINT16_MAX));
+      list.push_back({.id = static_cast<uint16_t>(number), .name = std::move(name), .type = "", .vcpus = vcpus, .kernel = ""});
     }
-    return list.dump();
+    return list;
   }
 
  private:

@@ -17,6 +17,8 @@
 
 #include "hvprof/base/signals.h"
 #include "hvprof/context/context_event.h"
+#include "hvprof/context/domains.h"
+#include "hvprof/context/platform_stats.h"
 #include "hvprof/base/files.h"
 #include "hvprof/base/socket.h"
 #include "hvprof/base/log.h"
@@ -233,46 +235,33 @@ std::string Daemon::ContextEventsFor(DomainId caller, uint64_t from, uint32_t ma
   return encoded;
 }
 
-std::string Daemon::ContextFor(DomainId domain) {
-  if (linux_) {
-    {
-      auto lock = LockMachine();
-      linux_->DrainSamples();  // the latest forks, execs and mappings
-    }
-    // Their files' ELF headers are read off the draining thread: wait for them here, without
-    // holding up the drains, at most 2 s (a mapping still unread keeps its guessed bias).
-    linux_->WaitForImages(std::chrono::seconds(2));
-    auto lock = LockMachine();
-    linux_->DrainSamples();  // takes the answers too
-    return linux_->ContextJson(domain);
-  }
+context::DomainImages Daemon::ImagesOf(DomainId domain) {
   auto lock = LockMachine();
-  return machine_->ContextJson(domain);
+  return linux_ ? linux_->Images(domain) : machine_->Images(domain);
 }
 
-std::string Daemon::DomainsFor(DomainId caller) {
+std::vector<context::DomainInfo> Daemon::DomainsFor(DomainId caller) {
   // dom0 may know every domain; a guest only itself.
-  nlohmann::json list = nlohmann::json::array();
+  std::vector<context::DomainInfo> list;
   if (linux_) {
     auto lock = LockMachine();
-    const nlohmann::json all = nlohmann::json::parse(linux_->DomainsJson(), nullptr, false);
-    for (const nlohmann::json& domain : all.is_array() ? all : nlohmann::json::array()) {
-      if (caller == 0 || domain.value("id", -1) == caller) list.push_back(domain);
+    for (context::DomainInfo& domain : linux_->Domains()) {
+      if (caller == 0 || domain.id == caller) list.push_back(std::move(domain));
     }
-    return list.dump();
+    return list;
   }
   for (const sim::DomainSpec& domain : scenario_.domains) {
     if (caller != 0 && domain.id != caller) continue;
     const char* kind = domain.type == DomainType::kHvm    ? "hvm"
                        : domain.type == DomainType::kPv32 ? "pv32"
                                                           : "pv";
-    list.push_back({{"id", domain.id},
-                    {"name", domain.name},
-                    {"type", kind},
-                    {"vcpus", domain.vcpus},
-                    {"kernel", machine_->kernel_source(domain.id)}});
+    list.push_back({.id = domain.id,
+                    .name = domain.name,
+                    .type = kind,
+                    .vcpus = domain.vcpus,
+                    .kernel = machine_->kernel_source(domain.id)});
   }
-  return list.dump();
+  return list;
 }
 
 Result<void> Daemon::OpenSockets() {
@@ -663,7 +652,7 @@ void Daemon::HandleNotifyFds(Connection& connection, uint32_t sequence, std::spa
   return Reply(connection, sequence, MessageType::kNotifyFds, hv::Pack(reply), fds.value());
 }
 
-// A domain's processes and mappings, as JSON (older agents).
+// The images a domain runs (its kernel; dom0's: the hypervisor's too), as JSON.
 void Daemon::HandleContext(Connection& connection, uint32_t sequence, std::span<const std::byte> payload) {
   DomainId domain = connection.domain;
   if (!payload.empty()) {
@@ -671,16 +660,16 @@ void Daemon::HandleContext(Connection& connection, uint32_t sequence, std::span<
     if (!hv::Unpack(payload, &request)) return Malformed(connection, sequence, "context request of the wrong size");
     if (request.domain != connection.domain && connection.domain != 0) {
       return ReplyStatus(connection, sequence, MessageType::kContext, ProtocolError::kDenied,
-                         "only dom0 may ask about another domain's processes");
+                         "only dom0 may ask about another domain's images");
     }
     domain = request.domain;
   }
-  // On the sim, as on Xen, a guest's user space is its own: dom0 learns nothing of it.
-  const std::string json = domain != connection.domain && machine_
-                               ? nlohmann::json{{"domain", domain}, {"processes", nlohmann::json::array()}}.dump()
-                               : ContextFor(domain);
+  // On the sim, as on Xen, a guest's images are its own: dom0 learns nothing of them.
+  const context::DomainImages images =
+      domain != connection.domain && machine_ ? context::DomainImages{} : ImagesOf(domain);
   hv::StatusReply reply{0, 0};
-  return Reply(connection, sequence, MessageType::kContext, hv::Pack(reply, hv::AsBytes(json)));
+  return Reply(connection, sequence, MessageType::kContext,
+               hv::Pack(reply, hv::AsBytes(context::ToJson(images).dump())));
 }
 
 // The context events of the caller's domain from a point on, encoded.
@@ -806,20 +795,21 @@ void Daemon::HandlePlatformInfo(Connection& connection, uint32_t sequence, std::
     return ReplyStatus(connection, sequence, MessageType::kPlatformInfo, ProtocolError::kDenied,
                        "only dom0 may read the platform's state");
   }
-  nlohmann::json info = nlohmann::json::object();
+  context::PlatformInfo info;
   {
     auto lock = LockMachine();
     if (linux_) {
-      info["stats"] = nlohmann::json::parse(linux_->StatsJson(), nullptr, false);
-      info["notes"] = linux_->notes();
-      info["last_error"] = linux_->last_error();
+      info.stats = linux_->Stats();
+      info.notes = linux_->notes();
+      info.last_error = linux_->last_error();
+      info.nominal_mhz = info.stats->nominal_mhz;
     } else {
-      info["notes"] = machine_->notes();
+      info.notes = machine_->notes();
       // The simulated CPUs' clock: what a rate (-F) turns into cycle counts with.
-      info["nominal_mhz"] = scenario_.machine.mhz;
+      info.nominal_mhz = scenario_.machine.mhz;
     }
   }
-  return ReplyStatus(connection, sequence, MessageType::kPlatformInfo, ProtocolError::kOk, info.dump());
+  return ReplyStatus(connection, sequence, MessageType::kPlatformInfo, ProtocolError::kOk, context::ToJson(info).dump());
 }
 
 // A guest hands its own profile to dom0; the bytes are the guest's, never interpreted here.
@@ -871,7 +861,7 @@ void Daemon::Handle(Connection& connection, const hv::MessageHeader& header,
       return HandleXenTrace(connection, sequence, payload);
     case MessageType::kDomains:
       return ReplyStatus(connection, sequence, MessageType::kDomains, ProtocolError::kOk,
-                         DomainsFor(connection.domain));
+                         context::ToJson(DomainsFor(connection.domain)).dump());
     case MessageType::kPlatformInfo:
       return HandlePlatformInfo(connection, sequence, payload);
     case MessageType::kPublish:

@@ -64,45 +64,27 @@ std::vector<LossLine> Losses(const store::SessionMetadata& m) {
   return lines;
 }
 
-namespace {
-
-// Numbers from a session's platform stats; anything that is not a number reads as zero.
-double NumberOr(const Json& object, const char* key, double fallback = 0) {
-  if (!object.is_object()) return fallback;
-  auto it = object.find(key);
-  return it != object.end() && it->is_number() ? it->get<double>() : fallback;
-}
-
-}  // namespace
-
 // What the platform said of its own sampling (linux): the timer or PMU, and the rate asked for
 // against the rate each CPU achieved, with the kernel's throttling.
 std::string PlatformRates(const store::SessionMetadata& m) {
-  if (m.platform_stats.empty()) return {};
-  const Json stats = Json::parse(m.platform_stats, nullptr, false);
-  if (!stats.is_object()) return {};
-  const auto source = stats.find("source");
-  const bool timer = source != stats.end() && source->is_string() && *source == "cpu-clock";
+  if (!m.platform_stats) return {};
+  const context::PlatformStats& stats = *m.platform_stats;
+  const bool timer = stats.source == "cpu-clock";
   std::string out = fmt::format("Sampling: {}", timer ? "perf's cpu-clock timer (no hardware PMU)"
                                                       : "perf hardware events");
-  if (NumberOr(stats, "nominal_mhz") > 0) out += fmt::format(", nominal {:.0f} MHz", NumberOr(stats, "nominal_mhz"));
+  if (stats.nominal_mhz > 0) out += fmt::format(", nominal {:.0f} MHz", stats.nominal_mhz);
   std::string achieved;
   double requested = 0;
-  double throttles = 0;
-  const auto cpus = stats.find("cpus");
-  if (cpus != stats.end() && cpus->is_array()) {
-    for (const Json& cpu : *cpus) {
-      if (!cpu.is_object()) continue;
-      requested = std::max(requested, NumberOr(cpu, "requested_hz"));
-      throttles += NumberOr(cpu, "throttles");
-      achieved += fmt::format("{}cpu{:.0f} {:.0f}", achieved.empty() ? "" : ", ", NumberOr(cpu, "cpu"),
-                              NumberOr(cpu, "achieved_hz"));
-    }
+  uint64_t throttles = 0;
+  for (const context::CpuRate& cpu : stats.cpus) {
+    requested = std::max(requested, cpu.requested_hz);
+    throttles += cpu.throttles;
+    achieved += fmt::format("{}cpu{} {:.0f}", achieved.empty() ? "" : ", ", cpu.cpu, cpu.achieved_hz);
   }
   if (requested > 0) out += fmt::format("; asked {:.0f} samples/s per CPU, achieved {}", requested, achieved);
   if (throttles > 0) {
-    out += fmt::format("; the kernel throttled sampling {:.0f} times (kernel.perf_event_max_sample_rate={:.0f})",
-                       throttles, NumberOr(stats, "max_sample_rate", -1));
+    out += fmt::format("; the kernel throttled sampling {} times (kernel.perf_event_max_sample_rate={})",
+                       throttles, stats.max_sample_rate);
   }
   return out + "\n";
 }

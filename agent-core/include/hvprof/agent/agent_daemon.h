@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "hvprof/agent/agent_status.h"
 #include "hvprof/agent/control_channel.h"
 #include "hvprof/agent/hypervisor_link.h"
 #include "hvprof/agent/jit_snapshots.h"
@@ -82,11 +83,11 @@ class AgentDaemon {
   // Renames the current session to `name` and opens a new one; one without samples only with
   // `allow_empty` (hvprof run keeps every run, an empty one too).
   Result<Json> Save(const std::string& name, bool allow_empty);
-  // What status says of the session store: samples not written, and why.
-  Json StoreStatus() const;
-  // What status says of scheduling (--sched), null without it: where the records come from, how
-  // many sched.hvs holds, and what was lost, by cause, as session.json's "sched" counts them.
-  Json SchedStatus() const;
+  // What status says of this agent's session, whatever its role: the platform and machine, the
+  // current session, what its writer could not write (and why), and scheduling (--sched: where
+  // the records come from, how many sched.hvs holds, and what was lost, by cause, as
+  // session.json's "sched" counts them).
+  AgentStatus SessionStatus(AgentRole role) const;
   // Marks the current profiling interval as started or stopped in the metadata.
   void MarkProfiling(bool on);
 
@@ -94,7 +95,7 @@ class AgentDaemon {
   virtual Result<Json> Start() = 0;
   virtual Result<Json> Stop() = 0;
   virtual Result<Json> Shutdown() = 0;
-  virtual Result<Json> Status() = 0;
+  virtual Result<AgentStatus> Status() = 0;
   // Actions only one role has ("run-sim", "publish"); kNotFound for an unknown action.
   virtual Result<Json> HandleOther(const std::string& action, const Json& request);
   // Drain period in milliseconds.
@@ -168,6 +169,6 @@ uint64_t WallClockNs();
 const char* EngineStateName(uint32_t state);
 const char* DomainRoleName(uint32_t role);
 // One domain's line of the engine's status, as `hvprof --status` shows it.
-Json DomainStatusJson(const hvpmu::DomainStatus& domain, const std::string& label);
+DomainRingsStatus DomainStatusOf(const hvpmu::DomainStatus& domain, const std::string& label);
 
 }  // namespace hvprof::agent

@@ -18,6 +18,8 @@
 #include "hvprof/base/result.h"
 #include "hvprof/base/scoped_fd.h"
 #include "hvprof/context/context_event.h"
+#include "hvprof/context/domains.h"
+#include "hvprof/context/platform_stats.h"
 
 namespace hvprof::agent {
 
@@ -92,13 +94,11 @@ class HypervisorLink {
   // One pollable descriptor per ring, readable when that ring has work.
   virtual Result<std::vector<ScopedFd>> NotificationFds(uint64_t handle, uint32_t first,
                                                         uint32_t count) = 0;
-  // The platform's description of this domain's processes and mappings (JSON), where the
-  // platform knows them (the sim); an empty object otherwise.
-  virtual Result<std::string> Context() = 0;
-  // dom0: what the platform lets it know of `domain`'s processes (nothing of a guest's own).
-  virtual Result<std::string> ContextOf(hvpmu::DomainId domain) = 0;
-  // The domains this caller may know of, as JSON: [{"id", "name", "type", "vcpus", "kernel"}].
-  virtual Result<std::string> Domains() = 0;
+  // The images this domain runs, as the platform knows them (the hypervisor's for dom0, and
+  // its kernel); empty where it does not (Xen).
+  virtual Result<context::DomainImages> Images() = 0;
+  // The domains this caller may know of: every domain for dom0, itself for a guest.
+  virtual Result<std::vector<context::DomainInfo>> Domains() = 0;
 
   // What the platform learned of the processes of the domains this caller may know of since
   // event `from` (0: what is alive, then every event it still keeps), as context events
@@ -123,8 +123,8 @@ class HypervisorLink {
     return false;
   }
 
-  // dom0: what the platform says of its own sampling, as JSON {"stats", "notes", "last_error"}.
-  virtual Result<std::string> PlatformInfo();
+  // dom0: what the platform says of itself: its sampling statistics, notes, last error and clock.
+  virtual Result<context::PlatformInfo> PlatformInfo();
 
   // A guest hands its profile to dom0 (this is its consent to appear in dom0's reports).
   virtual Result<void> Publish(std::span<const std::byte> profile);

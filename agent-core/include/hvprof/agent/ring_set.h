@@ -7,8 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "hvprof/agent/agent_status.h"
 #include "hvprof/agent/hypervisor_link.h"
 #include "hvprof/agent/ring_reader.h"
 #include "hvprof/base/probes.h"
@@ -139,9 +138,10 @@ class RingSet {
 
 uint64_t MonotonicNs();
 
-// What the headers of `owner`'s legacy rings say, as `hvprof --status` shows a domain:
-// {"rings", "capacity", "max_fill", "samples": {"user", "kernel", "hypervisor"}, "lost": {"ring_full"}}.
-nlohmann::json LegacyRingsStatus(const RingSet& rings, hvpmu::DomainId owner);
+// What the headers of `owner`'s legacy rings say, as `hvprof --status` shows a domain: its
+// rings, their capacity and fullest fill, the samples by mode and the full rings' losses (the
+// caller names the domain and its role).
+DomainRingsStatus LegacyRingsStatus(const RingSet& rings, hvpmu::DomainId owner);
 
 template <typename OnSample>
 uint64_t RingSet::DrainLegacy(OnSample& on_sample, bool final) {

@@ -114,6 +114,15 @@ class Node {
     if (!member) return fallback;
     return member->template As<T>();
   }
+  // An optional member as a type, nullopt when absent (present with the wrong type fails): for
+  // a member whose absence means something of its own, not a default.
+  template <typename T>
+  Result<std::optional<T>> GetOptional(std::string_view key) const {
+    const std::optional<Node> member = OptionalMember(key);
+    if (!member) return std::optional<T>();
+    HVPROF_TRY(value, member->template As<T>());
+    return std::optional<T>(std::move(value));
+  }
   // An optional member holding an address (see Address()), `fallback` when absent.
   Result<uint64_t> GetAddress(std::string_view key, uint64_t fallback) const;
   // For string literals as fallbacks.

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "hvprof/agent/agent_status.h"
 #include "hvprof/agent/control_channel.h"
 #include "hvprof/base/result.h"
 #include "hvprof/control/hypervisor.h"
@@ -56,8 +57,9 @@ Result<Outcome> RunSim(const store::SessionPaths& paths, uint64_t duration_ns);
 // --list-events: the events of `cpu_type`, or of the running machine's CPU when empty.
 Result<Outcome> ListEvents(const std::string& cpu_type, const std::string& hv_run_dir);
 
-// Human-readable forms of an agent's status.
-std::string FormatStatus(const Json& status);
+// `hvprof --status`'s text: an agent's status, with what the agent names escaped for the
+// terminal.
+std::string FormatStatus(const agent::AgentStatus& status);
 // A guest: hands its symbolized profile to dom0 (`hvprof --publish`).
 Result<Outcome> Publish(const store::SessionPaths& paths);
 

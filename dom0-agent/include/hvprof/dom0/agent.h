@@ -55,7 +55,7 @@ class Dom0Agent final : public agent::AgentDaemon {
   Result<agent::Json> Start() override;
   Result<agent::Json> Stop() override;
   Result<agent::Json> Shutdown() override;
-  Result<agent::Json> Status() override;
+  Result<agent::AgentStatus> Status() override;
   Result<agent::Json> HandleOther(const std::string& action, const agent::Json& request) override;
   uint32_t PollIntervalMs() const override;
   void OnTick() override;

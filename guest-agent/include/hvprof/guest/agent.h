@@ -31,7 +31,7 @@ class GuestAgent final : public agent::AgentDaemon {
   Result<agent::Json> Start() override;
   Result<agent::Json> Stop() override;
   Result<agent::Json> Shutdown() override;
-  Result<agent::Json> Status() override;
+  Result<agent::AgentStatus> Status() override;
   Result<agent::Json> HandleOther(const std::string& action, const agent::Json& request) override;
   uint32_t PollIntervalMs() const override;
 

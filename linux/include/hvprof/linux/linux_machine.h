@@ -28,6 +28,8 @@
 #include "hvpmu/engine.h"
 #include "hvprof/base/result.h"
 #include "hvprof/base/scoped_fd.h"
+#include "hvprof/context/domains.h"
+#include "hvprof/context/platform_stats.h"
 #include "hvprof/hosted/hosted_platform.h"
 #include "hvprof/linux/domain_map.h"
 #include "hvprof/linux/perf_driver.h"
@@ -153,9 +155,9 @@ class LinuxMachine {
   // Tests (dry_run): parse `bytes` as if ring `cpu` had produced them.
   DrainResult InjectRecords(uint32_t cpu, std::span<const uint8_t> bytes);
 
-  // The processes and mappings of `domain` ({"domain","kernel","hypervisor","processes"}, as
-  // SimMachine::ContextJson). Drain first for an up-to-date view, and settle the images.
-  std::string ContextJson(DomainId domain) const;
+  // The images `domain` runs: the host kernel for a host domain (and as dom0's hypervisor);
+  // nothing for a guest, whose kernel is its own.
+  context::DomainImages Images(DomainId domain) const;
   // The processes' context events (ProcessTable::TakeEvents, Acknowledge). Drain first.
   ProcessTable::Events TakeContextEvents(uint64_t from, size_t max) const { return processes_->TakeEvents(from, max); }
   void AcknowledgeContextEvents(uint64_t sequence) { processes_->Acknowledge(sequence); }
@@ -165,11 +167,11 @@ class LinuxMachine {
   bool WaitForImages(std::chrono::milliseconds timeout) const { return processes_->WaitForImages(timeout); }
   // WaitForImages, then takes the answers (with the machine lock, as a drain).
   bool SettleImages(std::chrono::milliseconds timeout);
-  // [{"id","name","type" ("host" or "hvm"),"vcpus","kernel"}], every domain known.
-  std::string DomainsJson() const;
+  // Every domain known: its type is "host" or "hvm"; a host domain runs the host kernel.
+  std::vector<context::DomainInfo> Domains() const;
   // Requested and achieved rates per CPU, throttling, perf's losses, the kernel's limits.
   // Rates count from setup_events; take it before release_counters, which forgets the counters.
-  std::string StatsJson() const;
+  context::PlatformStats Stats() const;
   // What the machine decided and what went wrong, for people (logs, session notes).
   std::vector<std::string> notes() const;
   // Why the last failed engine operation that reached perf failed (e.g. setup_events).

@@ -113,15 +113,10 @@ class ProcessTable {
   // The process (thread group) thread `tid` belongs to: from FORK records, else from
   // /proc/TID/status; `tid` itself where neither says (a thread gone before it was asked about).
   uint32_t TgidOf(uint32_t tid);
-  // --sched: task `tid` of process `pid` is named in scheduling records. It is kept by name
-  // (its thread's comm, then what COMM records rename it to) for ContextJson's "tasks", after it
-  // exits too, so that a report names it.
+  // --sched: task `tid` of process `pid` is named in scheduling records. It is told once, by
+  // its thread's name, as a context event (kTask), and kept after it exits too, so that a
+  // report names it.
   void NoteTask(uint32_t pid, uint32_t tid);
-
-  // {"domain", "kernel", "hypervisor" (dom0 only), "processes": [...], "tasks": [...]}, as
-  // SimMachine's: the live processes with mappings, and the NoteTask tasks of the domain
-  // [{"pid", "tid", "comm"}] (when there are any).
-  std::string ContextJson(DomainId domain, const std::string& host_kernel) const;
 
   // The context events from sequence number `from` on, at most `max` of them (all domains'), and
   // the number of the first of them; events before the first kept are lost (kMaxPendingEvents).

@@ -15,6 +15,7 @@
 #include "hvpmu/abi/ops.h"
 #include "hvpmu/events.h"
 #include "hvprof/base/result.h"
+#include "hvprof/context/domains.h"
 #include "hvprof/store/session.h"
 
 namespace hvprof::setup {
@@ -129,14 +130,7 @@ store::EventRecord ToEventRecord(const ResolvedEvent& event);
 Result<std::vector<std::string>> SplitList(std::string_view text, std::string_view option);
 
 // A domain the platform reports.
-struct DomainInfo {
-  uint16_t id = 0;
-  std::string name;
-  std::string type;   // pv, pv32, hvm
-  uint16_t vcpus = 0;
-  std::string kernel; // the kernel image the platform runs there, if it knows (the sim)
-};
-Result<std::vector<DomainInfo>> ParseDomainList(std::string_view json);
+using DomainInfo = context::DomainInfo;
 // Resolves ids or names against the platform's domains. The one item kAllDomains is every
 // domain but dom0 and those in `others` (the domains profiled another way).
 Result<std::vector<uint16_t>> ResolveDomains(const std::vector<std::string>& items,

@@ -18,6 +18,7 @@
 #include "hvpmu/engine.h"
 #include "hvprof/base/result.h"
 #include "hvprof/context/context_event.h"
+#include "hvprof/context/domains.h"
 #include "hvprof/hosted/hosted_platform.h"
 #include "hvprof/sim/pmu_model.h"
 #include "hvprof/sim/rng.h"
@@ -129,9 +130,8 @@ class SimMachine {
   // `ip` in `mode`, for vCPU (or CPU) `vcpu`; -1 if none does.
   int64_t TruthRowAt(DomainId domain, uint16_t vcpu, Mode mode, uint64_t ip) const;
 
-  // The processes and mappings of `domain`, as JSON (what the platform tells that domain's
-  // agent about its own user space).
-  std::string ContextJson(DomainId domain) const;
+  // The images `domain` runs: its kernel, and for dom0 the hypervisor's.
+  context::DomainImages Images(DomainId domain) const;
   // What the platform tells `domain`'s agent of its processes (hvprof/context/context_event.h),
   // from sequence number `from` on, at most `max_events` in one batch (the protocol's
   // ContextEvents). `from` 0 starts over: the scenario's processes (born at time 0, never

@@ -10,7 +10,11 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "hvprof/base/json_fields.h"
 #include "hvprof/base/result.h"
+#include "hvprof/context/platform_stats.h"
 #include "hvprof/facts/sample.h"
 #include "hvprof/store/samples_file.h"
 #include "hvprof/store/sched_file.h"
@@ -164,6 +168,11 @@ inline constexpr SchedLossField kSchedLossFields[] = {
     {"unknown_type", &SchedLosses::unknown_type},
 };
 
+// The loss counts as session.json and hvprofd's status carry them, by kSchedLossFields' names.
+// A cause a reader does not find (written before it was counted) counts 0.
+nlohmann::json SchedLossesJson(const SchedLosses& lost);
+Result<SchedLosses> ParseSchedLosses(const json::Node& lost);
+
 // What session.json says of scheduling (its "sched" object), when the session recorded it.
 struct SchedSummary {
   std::string source;      // what recorded it: "engine", "perf", "xentrace"
@@ -226,8 +235,8 @@ struct SessionMetadata {
   uint64_t samples_file_chunks = 0;
   uint64_t samples_file_bytes = 0;
   // What the platform says of its own sampling (linux: requested and achieved rates per CPU,
-  // throttling, perf's losses), as a JSON object; empty when it says nothing.
-  std::string platform_stats;
+  // throttling, perf's losses); absent when it says nothing.
+  std::optional<context::PlatformStats> platform_stats;
   // Only when the session recorded scheduling (sched.hvs); absent in older sessions.
   std::optional<SchedSummary> sched;
   // Only when hvprofd wrote context.hvc; absent in older sessions.

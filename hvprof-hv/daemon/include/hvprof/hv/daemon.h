@@ -25,6 +25,7 @@
 #include "hvpmu/timer_source.h"
 #include "hvprof/base/result.h"
 #include "hvprof/base/scoped_fd.h"
+#include "hvprof/context/domains.h"
 #include "hvprof/hv/protocol.h"
 #include "hvprof/linux/linux_machine.h"
 #include "hvprof/sim/machine.h"
@@ -119,12 +120,14 @@ class Daemon {
   hvprof::Result<void> StartSim();
   hvprof::Result<void> StartLinux();
   void LinuxLoop();
-  std::string ContextFor(DomainId domain);
+  // The images `domain` runs, as the platform knows them.
+  context::DomainImages ImagesOf(DomainId domain);
   // What the platform has told of `caller`'s processes from sequence `from` on (at most `max`
   // events), encoded, with the reply's counts (protocol.h, ContextEvents).
   std::string ContextEventsFor(DomainId caller, uint64_t from, uint32_t max, uint32_t flags,
                                hv::ContextEventsReply* reply);
-  std::string DomainsFor(DomainId caller);
+  // The domains `caller` may know of: every one for dom0, itself for a guest.
+  std::vector<context::DomainInfo> DomainsFor(DomainId caller);
   std::unique_ptr<PmuDrivers> drivers_;
   std::unique_ptr<hvpmu::TimerSource> timer_;  // sim: when the timer samples
   std::unique_ptr<Engine> engine_;

@@ -34,7 +34,7 @@ enum class MessageType : uint16_t {
   kOp = 2,           // OpRequest + argument bytes -> OpReply + argument bytes
   kMapRegion = 3,    // MapRequest -> MapReply + 1 memfd
   kNotifyFds = 4,    // NotifyRequest -> NotifyReply + one eventfd per ring
-  kContext = 5,      // empty or ContextRequest -> StatusReply + JSON: processes and mappings
+  kContext = 5,      // empty or ContextRequest -> StatusReply + JSON: the images the domain runs
   kSimControl = 6,   // SimControlRequest -> SimControlReply (primary domain only)
   kGroundTruth = 7,  // GroundTruthRequest -> StatusReply + JSON (primary domain only, sim only)
   kDomains = 8,      // empty -> StatusReply + JSON: the domains the caller may know of
