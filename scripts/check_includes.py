@@ -20,7 +20,7 @@ LAYERS = {
     # What every sample says (mode, reserved domains, unknown pid), for user space: the ABI's values.
     "facts": ["hypervisor-pmu"],
     "symbolizer": ["base"],
-    # The processes samples run in, as the hosts tell them (context events and their encoding).
+    # What the hosts tell of a run besides its samples: context events, domains, sampling stats.
     "context": ["base"],
     "store": ["context", "facts", "base"],
     # Statistics of comparisons: pure numbers, used by the report's diff.

@@ -521,6 +521,7 @@ AgentStatus AgentDaemon::SessionStatus(AgentRole role) const {
     status.store.failed_chunks = stats.failed_chunks;
     if (session_->store_failure()) status.store.error = session_->store_failure()->message();
   }
+  if (role == AgentRole::kGuest) return status;  // scheduling is dom0's to tell
   if (std::optional<store::SchedSummary> sched = RecordedSched()) {
     if (session_) sched = session_->WithSchedFile(std::move(*sched));
     SchedStatus& out = status.sched.emplace();

@@ -59,7 +59,8 @@ Result<void> ReadExactly(int fd, void* buffer, size_t bytes, std::chrono::millis
 }  // namespace
 
 Result<void> WriteMessage(int fd, const Json& message) {
-  const std::string text = message.dump();
+  // Names from outside (a VM's, a process's) need not be UTF-8: replaced, not thrown on.
+  const std::string text = message.dump(-1, ' ', false, Json::error_handler_t::replace);
   const uint32_t length = static_cast<uint32_t>(text.size());
   std::string frame(reinterpret_cast<const char*>(&length), sizeof length);
   frame += text;

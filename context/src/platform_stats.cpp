@@ -10,7 +10,7 @@ namespace {
 
 constexpr size_t kMaxCpus = 1u << 16;
 constexpr size_t kMaxCounters = 64;
-constexpr size_t kMaxNotes = 256;
+constexpr size_t kMaxNotes = 1u << 16;  // linux says one per KVM guest
 constexpr size_t kMaxNoteLength = 1u << 16;
 
 // The whole-number members of a part, by name: written alike, read alike. `required`: a
@@ -31,7 +31,7 @@ constexpr CountField<CpuRate> kCpuCounts[] = {
     {"lost_samples", &CpuRate::lost_samples, false},
     {"throttled_ns", &CpuRate::throttled_ns, false},
     {"idle_throttled_ns", &CpuRate::idle_throttled_ns, false},
-    {"throttled", &CpuRate::throttled, true},
+    {"throttled", &CpuRate::throttled, false},
 };
 constexpr CountField<CpuCounterRate> kCpuCounterCounts[] = {
     {"samples", &CpuCounterRate::samples, true},
@@ -43,7 +43,7 @@ constexpr CountField<PlatformTotals> kTotals[] = {
     {"throttles", &PlatformTotals::throttles, true},
     {"lost", &PlatformTotals::lost, true},
     {"lost_samples", &PlatformTotals::lost_samples, true},
-    {"throttled", &PlatformTotals::throttled, true},
+    {"throttled", &PlatformTotals::throttled, false},
     {"unknown_sample_ids", &PlatformTotals::unknown_sample_ids, false},
     {"samples_without_engine", &PlatformTotals::samples_without_engine, false},
     {"sched_samples", &PlatformTotals::sched_samples, false},
@@ -267,8 +267,10 @@ Result<PlatformInfo> ParsePlatformInfo(const json::Node& node) {
     HVPROF_TRY(text, note.String(kMaxNoteLength));
     info.notes.push_back(std::move(text));
   }
-  HVPROF_TRY(last_error, node.Get("last_error", ""));
-  info.last_error = std::move(last_error);
+  if (const std::optional<json::Node> last_error = node.OptionalMember("last_error")) {
+    HVPROF_TRY(text, last_error->String(kMaxNoteLength));
+    info.last_error = std::move(text);
+  }
   if (const std::optional<json::Node> mhz = node.OptionalMember("nominal_mhz")) {
     HVPROF_TRY(value, mhz->Number(0, DBL_MAX));
     info.nominal_mhz = value;

@@ -273,7 +273,6 @@ Result<Json> GuestAgent::Shutdown() {
 
 Result<agent::AgentStatus> GuestAgent::Status() {
   agent::AgentStatus status = SessionStatus(agent::AgentRole::kGuest);
-  status.sched.reset();  // a guest's status has no scheduling part
   if (session_) {
     for (const store::EventRecord& event : session_->metadata().events) {
       status.events.push_back({.counter = event.counter, .name = event.name, .count = event.count,

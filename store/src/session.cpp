@@ -141,7 +141,7 @@ std::string SerializeMetadata(const SessionMetadata& m) {
     out["context"] = {{"processes", m.context->processes}, {"images", m.context->images},
                       {"domains", m.context->domains}};
   }
-  return out.dump(1) + "\n";
+  return out.dump(1, ' ', false, Json::error_handler_t::replace) + "\n";  // names from outside need not be UTF-8
 }
 
 namespace {
@@ -438,8 +438,14 @@ namespace {
 // The platform's statistics and the scheduling and context summaries.
 Result<void> ParseSummaries(const json::Node& root, SessionMetadata& m) {
   if (const auto stats = root.OptionalMember("platform_stats")) {
-    HVPROF_TRY(parsed, context::ParsePlatformStats(*stats));
-    m.platform_stats = std::move(parsed);
+    // An account of the sampling, not what was sampled: one that cannot be read costs the
+    // report its rates line, said in a note, not the session.
+    auto parsed = context::ParsePlatformStats(*stats);
+    if (parsed) {
+      m.platform_stats = std::move(parsed).value();
+    } else {
+      m.notes.push_back(fmt::format("the platform's account of its sampling is left out: {}", parsed.error().message()));
+    }
   }
   if (const auto sched = root.OptionalMember("sched")) {
     if (!sched->IsObject()) return sched->Fail("expected an object, got {}", sched->Describe());

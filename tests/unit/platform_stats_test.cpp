@@ -91,7 +91,7 @@ TEST_CASE("the platform's statistics read back from session.json as they were wr
   CHECK_FALSE(without.value().platform_stats);
 }
 
-TEST_CASE("platform statistics without a required member are refused by name, and later counts read as 0", "[store][platform-stats]") {
+TEST_CASE("platform statistics without a required member are left out by name, and later counts read as 0", "[store][platform-stats]") {
   const std::string text = hvprof::store::SerializeMetadata(WithStats(Sample()));
   const nlohmann::json whole = nlohmann::json::parse(text);
   for (const char* pointer : {"/platform_stats/source", "/platform_stats/cpus", "/platform_stats/totals",
@@ -100,22 +100,29 @@ TEST_CASE("platform statistics without a required member are refused by name, an
     nlohmann::json spoiled = whole;
     const nlohmann::json::json_pointer where(pointer);
     spoiled.at(where.parent_pointer()).erase(where.back());
+    // The session still reads: the statistics are left out, and a note says which member lacked.
     const auto read = hvprof::store::ParseMetadata(spoiled.dump(), "session.json");
     INFO(pointer);
-    REQUIRE_FALSE(read);
+    REQUIRE(read);
+    CHECK_FALSE(read.value().platform_stats);
     // "/platform_stats/cpus/1/achieved_hz" is named "platform_stats.cpus[1].achieved_hz".
     std::string named = std::string(pointer + 1);
     for (size_t at = named.find('/'); at != std::string::npos; at = named.find('/')) named[at] = '.';
     for (const char* index : {".0", ".1"}) {
       if (const size_t at = named.find(index); at != std::string::npos) named.replace(at, 2, fmt::format("[{}]", index[1]));
     }
-    INFO(read.error().message());
-    CHECK(read.error().message().find(named + ": required field is missing") != std::string::npos);
+    REQUIRE_FALSE(read.value().notes.empty());
+    const std::string& note = read.value().notes.back();
+    INFO(note);
+    CHECK(note.find("the platform's account of its sampling is left out") == 0);
+    CHECK(note.find(named + ": required field is missing") != std::string::npos);
   }
   // A wrong type is refused too, not read as 0.
   nlohmann::json wrong = whole;
   wrong["platform_stats"]["totals"]["lost"] = "9";
-  CHECK_FALSE(hvprof::store::ParseMetadata(wrong.dump(), "session.json"));
+  const auto typed = hvprof::store::ParseMetadata(wrong.dump(), "session.json");
+  REQUIRE(typed);
+  CHECK_FALSE(typed.value().platform_stats);
   // What sessions from before the later counts lack reads as 0 (or -1 for a limit not read).
   nlohmann::json old = whole;
   for (const char* key : {"routing", "processes", "max_sample_rate_at_setup", "mhz_source"}) {
@@ -123,9 +130,11 @@ TEST_CASE("platform statistics without a required member are refused by name, an
   }
   for (nlohmann::json& cpu : old["platform_stats"]["cpus"]) {
     cpu.erase("idle_throttled_ns");
+    cpu.erase("throttled");
     cpu.erase("counters");
   }
   old["platform_stats"]["totals"].erase("corrupt_ring_reads");
+  old["platform_stats"]["totals"].erase("throttled");
   const auto read = hvprof::store::ParseMetadata(old.dump(), "session.json");
   INFO((read ? std::string() : read.error().message()));
   REQUIRE(read);
@@ -136,6 +145,8 @@ TEST_CASE("platform statistics without a required member are refused by name, an
   CHECK(stats.cpus[0].idle_throttled_ns == 0);
   CHECK(stats.cpus[0].counters.empty());
   CHECK(stats.totals.corrupt_ring_reads == 0);
+  CHECK(stats.cpus[1].throttled == 0);
+  CHECK(stats.totals.throttled == 0);
   CHECK(stats.totals.lost == 18);
 }
 

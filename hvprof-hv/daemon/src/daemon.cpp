@@ -65,6 +65,12 @@ constexpr int kMaxCatchUpMs = 500;
 
 Daemon* g_signal_daemon = nullptr;
 
+// A reply's JSON. Names from outside (a VM's, a process's) need not be UTF-8: replaced, not
+// thrown on.
+std::string DumpJson(const nlohmann::json& json) {
+  return json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 void OnSignal(int) {
   if (g_signal_daemon != nullptr) g_signal_daemon->Stop();
 }
@@ -669,7 +675,7 @@ void Daemon::HandleContext(Connection& connection, uint32_t sequence, std::span<
       domain != connection.domain && machine_ ? context::DomainImages{} : ImagesOf(domain);
   hv::StatusReply reply{0, 0};
   return Reply(connection, sequence, MessageType::kContext,
-               hv::Pack(reply, hv::AsBytes(context::ToJson(images).dump())));
+               hv::Pack(reply, hv::AsBytes(DumpJson(context::ToJson(images)))));
 }
 
 // The context events of the caller's domain from a point on, encoded.
@@ -809,7 +815,7 @@ void Daemon::HandlePlatformInfo(Connection& connection, uint32_t sequence, std::
       info.nominal_mhz = scenario_.machine.mhz;
     }
   }
-  return ReplyStatus(connection, sequence, MessageType::kPlatformInfo, ProtocolError::kOk, context::ToJson(info).dump());
+  return ReplyStatus(connection, sequence, MessageType::kPlatformInfo, ProtocolError::kOk, DumpJson(context::ToJson(info)));
 }
 
 // A guest hands its own profile to dom0; the bytes are the guest's, never interpreted here.
@@ -861,7 +867,7 @@ void Daemon::Handle(Connection& connection, const hv::MessageHeader& header,
       return HandleXenTrace(connection, sequence, payload);
     case MessageType::kDomains:
       return ReplyStatus(connection, sequence, MessageType::kDomains, ProtocolError::kOk,
-                         context::ToJson(DomainsFor(connection.domain)).dump());
+                         DumpJson(context::ToJson(DomainsFor(connection.domain))));
     case MessageType::kPlatformInfo:
       return HandlePlatformInfo(connection, sequence, payload);
     case MessageType::kPublish:

@@ -84,9 +84,9 @@ class AgentDaemon {
   // `allow_empty` (hvprof run keeps every run, an empty one too).
   Result<Json> Save(const std::string& name, bool allow_empty);
   // What status says of this agent's session, whatever its role: the platform and machine, the
-  // current session, what its writer could not write (and why), and scheduling (--sched: where
-  // the records come from, how many sched.hvs holds, and what was lost, by cause, as
-  // session.json's "sched" counts them).
+  // current session, what its writer could not write (and why); for dom0, scheduling too
+  // (--sched: where the records come from, how many sched.hvs holds, and what was lost, by
+  // cause, as session.json's "sched" counts them).
   AgentStatus SessionStatus(AgentRole role) const;
   // Marks the current profiling interval as started or stopped in the metadata.
   void MarkProfiling(bool on);

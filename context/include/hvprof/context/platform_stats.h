@@ -126,10 +126,11 @@ struct PlatformInfo {
   double nominal_mhz = 0;  // what a rate (-F) becomes a count with; 0: unknown
 };
 
-// The records as JSON, and back. Reading refuses a record without its platform, source, CPUs or
-// totals (each CPU without its rates) and says where; counts added after the first version
-// (the idle throttling, the routing, the process table...) read as 0 when absent, as sessions
-// written before them have them. Unknown keys are ignored.
+// The records as JSON, and back. Reading refuses statistics without their platform, source,
+// clock, CPUs or totals (each CPU without its id, samples, rates, throttles and losses; the
+// totals without samples, throttles and losses) and says where; the counts added after the
+// first version (throttled samples, the idle throttling, the routing, the process table...)
+// read as 0 when absent, as sessions written before them have them. Unknown keys are ignored.
 nlohmann::json ToJson(const PlatformStats& stats);
 Result<PlatformStats> ParsePlatformStats(const json::Node& node);
 nlohmann::json ToJson(const PlatformInfo& info);
