@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <thread>
@@ -122,6 +123,49 @@ hvprof::ScopedFd RawConnect(const std::string& path) {
 }
 
 }  // namespace
+
+TEST_CASE("hvprof-hv's daemon knows its hosts by name, and a sim host needs its scenario", "[hv][cli]") {
+  TempDir dir;
+  hv::DaemonOptions options;
+  options.run_dir = dir.File("run");
+  options.platform = "xen";
+  auto unknown = hv::Daemon::Create(options);
+  REQUIRE_FALSE(unknown.has_value());
+  CHECK_THAT(unknown.error().message(), Catch::Contains("platform 'xen' is not one hvprof-hv hosts") &&
+                                            Catch::Contains("--platform=sim") && Catch::Contains("--platform=linux"));
+  options.platform = "sim";
+  auto bare = hv::Daemon::Create(options);
+  REQUIRE_FALSE(bare.has_value());
+  CHECK_THAT(bare.error().message(), Catch::Contains("--platform=sim needs --scenario=FILE"));
+  // Refused before it took the run directory: no pid file, no socket.
+  CHECK_FALSE(std::filesystem::exists(dir.File("run")));
+}
+
+TEST_CASE("the sim host tells dom0 of every domain, a guest only of itself, and each its own images",
+          "[hv][security]") {
+  RunningDaemon daemon;
+  auto dom0 = daemon.Connect(0);
+  auto guest = daemon.Connect(2);
+  auto all = dom0->Domains();
+  REQUIRE(all.has_value());
+  std::vector<std::string> seen;
+  for (const auto& domain : all.value()) {
+    seen.push_back(fmt::format("{} {} {} {}", domain.id, domain.name, domain.type, domain.vcpus));
+  }
+  CHECK(seen == std::vector<std::string>{"0 dom0 pv 2", "1 guest1 pv 2", "2 guest2 hvm 2", "3 guest3 pv32 1"});
+  auto own = guest->Domains();
+  REQUIRE(own.has_value());
+  REQUIRE(own.value().size() == 1);
+  CHECK(own.value()[0].id == 2);
+  CHECK(own.value()[0].name == "guest2");
+  // dom0's images include the hypervisor's; a guest's never do.
+  auto dom0_images = dom0->Images();
+  REQUIRE(dom0_images.has_value());
+  CHECK_FALSE(dom0_images.value().hypervisor.empty());
+  auto guest_images = guest->Images();
+  REQUIRE(guest_images.has_value());
+  CHECK(guest_images.value().hypervisor.empty());
+}
 
 TEST_CASE("a whole session over the sockets matches the ground truth", "[hv]") {
   RunningDaemon daemon;

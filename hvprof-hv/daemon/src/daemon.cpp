@@ -24,6 +24,7 @@
 #include "hvprof/base/log.h"
 #include "hvprof/base/probes.h"
 #include "hvprof/hv/framing.h"
+#include "host.h"
 #include "xen_trace.h"
 
 #include <nlohmann/json.hpp>
@@ -36,15 +37,10 @@ HVPROF_PROBE_SEMAPHORE(op__refused);
 namespace hvprof::hv {
 
 using hvpmu::DomainId;
-using hvpmu::DomainType;
-using hvpmu::Engine;
 using hvpmu::EngineState;
 using hvpmu::ErrorCode;
 using hvpmu::ErrorName;
-using hvpmu::PmuDriver;
-using hvpmu::PmuDrivers;
 namespace legacy = hvpmu::legacy;
-namespace ring = hvpmu::ring;
 
 using hvprof::ErrorKind;
 using hvprof::Log;
@@ -58,10 +54,6 @@ using hv::ProtocolError;
 namespace {
 
 constexpr uint32_t kMaxOpArgument = 16 * 1024;
-constexpr uint64_t kMachineStepNs = 1'000'000;
-// Max speed: how full a guest-consumed ring may get before the clock waits, and for how long.
-constexpr uint32_t kCatchUpPercent = 50;
-constexpr int kMaxCatchUpMs = 500;
 
 Daemon* g_signal_daemon = nullptr;
 
@@ -94,180 +86,50 @@ struct Daemon::Connection {
   std::vector<std::byte> input;
 };
 
-Daemon::Daemon(const DaemonOptions& options) : options_(options) {}
+Daemon::Daemon(const DaemonOptions& options) : options_(options), lock_(std::make_unique<MachineLock>()) {}
 
 Daemon::~Daemon() {
-  stopping_ = true;
-  machine_wake_.notify_all();
-  if (linux_) linux_->Wake();
+  lock_->stopping = true;
+  lock_->wake.notify_all();
+  if (host_) host_->Wake();
   if (machine_thread_.joinable()) machine_thread_.join();
 }
 
 Result<std::unique_ptr<Daemon>> Daemon::Create(const DaemonOptions& options) {
-  if (options.platform != "sim" && options.platform != "linux") {
-    return MakeError(ErrorKind::kUnsupported,
-                     "platform '{}' is not one hvprof-hv hosts: use --platform=sim (a simulated machine) or "
-                     "--platform=linux (this host, through perf_event_open)",
-                     options.platform);
-  }
-  if (options.platform == "sim" && options.scenario_path.empty()) {
-    return MakeError(ErrorKind::kInvalidArgument,
-                     "--platform=sim needs --scenario=FILE (try examples/default.json)");
-  }
   std::unique_ptr<Daemon> daemon(new Daemon(options));
   if (daemon->options_.run_dir.empty()) daemon->options_.run_dir = DefaultRunDir();
   HVPROF_TRYV(daemon->Start());
   return daemon;
 }
 
-hosted::HostedPlatform& Daemon::platform() {
-  if (linux_) return linux_->platform();
-  return machine_->platform();
-}
-
 Result<void> Daemon::Start() {
-  HVPROF_TRYV(options_.platform == "linux" ? StartLinux() : StartSim());
+  HVPROF_TRY(host, Host::Create(options_, *lock_));
+  host_ = std::move(host);
   wake_fd_ = ScopedFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake_fd_.valid()) return hvprof::ErrnoError(errno, "eventfd");
   HVPROF_TRYV(OpenSockets());
-  if (linux_) {
-    machine_thread_ = std::thread([this] { LinuxLoop(); });
-    return hvprof::Ok();
-  }
-  if (scenario_.run.speed == sim::Speed::kMax && scenario_.run.duration_ns == 0) {
-    Log(LogLevel::kInfo, "speed max: the clock advances only when dom0 asks for a run");
-  }
-  machine_thread_ = std::thread([this] { MachineLoop(); });
-  return hvprof::Ok();
-}
-
-Result<void> Daemon::StartLinux() {
-  linux_host::LinuxOptions options;
-  HVPROF_TRY(map, linux_host::ParseDomainMap(options_.domain_map));
-  options.domain_map = std::move(map);
-  options.force_software = options_.force_software;
-  HVPROF_TRY(machine, linux_host::LinuxMachine::Create(options));
-  linux_ = std::move(machine);
-  for (const std::string& note : linux_->notes()) Log(LogLevel::kInfo, "{}", note);
-  engine_ = std::make_unique<Engine>(linux_->platform(), linux_->driver());
-  linux_->AttachEngine(engine_.get());
-  scenario_.name = linux_->machine_name();
-  Log(LogLevel::kInfo, "host '{}': {} CPUs, sampled through perf_event_open ({})", linux_->machine_name(),
-      linux_->platform().NumCpus(), linux_->driver() != nullptr ? linux_->driver()->cpu_type() : "no driver");
-  return hvprof::Ok();
-}
-
-void Daemon::LinuxLoop() {
-  // Drain always, not only while profiling: the side band (fork, exec, mmap) flows from
-  // setup_events to release_counters, and samples go to the engine as they come.
-  while (!stopping_) {
-    if (auto waited = linux_->WaitForSamples(std::chrono::milliseconds(100)); !waited) {
-      Log(LogLevel::kError, "{}", waited.error().message());
-      std::this_thread::sleep_for(std::chrono::milliseconds(25));
-    }
-    std::lock_guard lock(machine_mutex_);
-    linux_->DrainSamples();
-  }
-}
-
-Result<void> Daemon::StartSim() {
-  HVPROF_TRY(scenario, sim::LoadScenario(options_.scenario_path));
-  scenario_ = std::move(scenario);
-  if (options_.seed) scenario_.run_seed = *options_.seed;
-  if (options_.speed) scenario_.run.speed = *options_.speed;
-  if (options_.factor) scenario_.run.factor = *options_.factor;
-  if (options_.duration_ns) scenario_.run.duration_ns = *options_.duration_ns;
-
-  HVPROF_TRY(machine, sim::SimMachine::Create(scenario_, symbolizer_));
-  machine_ = std::move(machine);
-  for (const std::string& note : machine_->notes()) Log(LogLevel::kInfo, "{}", note);
-  drivers_ = std::make_unique<PmuDrivers>(machine_->platform());
-  PmuDriver* driver = options_.sample_source == "timer" ? nullptr : drivers_->Detect();
-  if (driver == nullptr && options_.sample_source == "pmu") {
-    return MakeError(ErrorKind::kUnsupported,
-                     "the simulated CPU ({}) has no PMU the engine's drivers know, and --sample-source=pmu asks "
-                     "for one; use --sample-source=auto or timer to sample with the engine's timer",
-                     sim::PmuModelName(scenario_.machine.pmu));
-  }
-  if (driver == nullptr) {
-    // As Xen with hvprof's engine does on a CPU whose counters do not count.
-    timer_ = std::make_unique<hvpmu::TimerSource>(machine_->platform());
-    driver = timer_.get();
-  }
-  engine_ = std::make_unique<Engine>(machine_->platform(), driver);
-  machine_->AttachEngine(engine_.get());
-  Log(LogLevel::kInfo, "machine '{}': {} CPUs, {} ({}), {} domains, seed {}", scenario_.name,
-      scenario_.machine.cpus, sim::PmuModelName(scenario_.machine.pmu), driver->cpu_type(),
-      scenario_.domains.size(), scenario_.run_seed.value_or(scenario_.seed));
+  machine_thread_ = std::thread([this] {
+    host_->RunMachine([this] {
+      const uint64_t one = 1;
+      [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof one);
+    });
+  });
   return hvprof::Ok();
 }
 
 std::string Daemon::ContextEventsFor(DomainId caller, uint64_t from, uint32_t max, uint32_t flags,
                                      hv::ContextEventsReply* reply) {
-  if (linux_ && (flags & hv::kContextEventsSettle) != 0) {
-    {
-      auto lock = LockMachine();
-      linux_->DrainSamples();  // the latest mappings, whose files are then read
-    }
-    // Without holding up the drains, at most 2 s: a file still unread then keeps its guess.
-    linux_->WaitForImages(std::chrono::seconds(2));
-  }
-  auto lock = LockMachine();
-  std::vector<context::ContextEvent> events;
-  if (linux_) {
-    linux_->DrainSamples();  // the latest forks, execs and mappings
-    // What came before `from` dom0 has: it need not be kept (the only agent of the host's
-    // processes is dom0's).
-    if (caller == 0) linux_->AcknowledgeContextEvents(from);
-    auto taken = linux_->TakeContextEvents(from, max);
-    events = std::move(taken.events);
-    reply->first = taken.first;
-    reply->next = taken.next;
-  } else {
-    // The sim's processes are the scenario's, and the runs of its churned programs: each
-    // domain's own, as with kContext.
-    auto batch = machine_->ContextEvents(caller, from, max);
-    events = std::move(batch.events);
-    reply->first = batch.first;
-    reply->next = batch.next;
-  }
+  ContextBatch batch = host_->ContextEvents(caller, from, max, flags);
+  reply->first = batch.first;
+  reply->next = batch.next;
   std::string encoded;
-  for (const context::ContextEvent& event : events) {
+  for (const context::ContextEvent& event : batch.events) {
     // A guest is told only of its own domain's processes.
     if (caller != 0 && event.domain != caller) continue;
     context::EncodeContextEvent(event, encoded);
     ++reply->events;
   }
   return encoded;
-}
-
-context::DomainImages Daemon::ImagesOf(DomainId domain) {
-  auto lock = LockMachine();
-  return linux_ ? linux_->Images(domain) : machine_->Images(domain);
-}
-
-std::vector<context::DomainInfo> Daemon::DomainsFor(DomainId caller) {
-  // dom0 may know every domain; a guest only itself.
-  std::vector<context::DomainInfo> list;
-  if (linux_) {
-    auto lock = LockMachine();
-    for (context::DomainInfo& domain : linux_->Domains()) {
-      if (caller == 0 || domain.id == caller) list.push_back(std::move(domain));
-    }
-    return list;
-  }
-  for (const sim::DomainSpec& domain : scenario_.domains) {
-    if (caller != 0 && domain.id != caller) continue;
-    const char* kind = domain.type == DomainType::kHvm    ? "hvm"
-                       : domain.type == DomainType::kPv32 ? "pv32"
-                                                          : "pv";
-    list.push_back({.id = domain.id,
-                    .name = domain.name,
-                    .type = kind,
-                    .vcpus = domain.vcpus,
-                    .kernel = machine_->kernel_source(domain.id)});
-  }
-  return list;
 }
 
 Result<void> Daemon::OpenSockets() {
@@ -277,10 +139,10 @@ Result<void> Daemon::OpenSockets() {
   HVPROF_TRYV(hvprof::MakePrivateDirectory(dir, "the run directory", "or give another --run-dir"));
   // A domain served to another user (socket_uid) needs its way to the socket: search, not read
   // or write.
-  const bool foreign_sockets = !linux_ && std::any_of(scenario_.domains.begin(), scenario_.domains.end(),
-                                                      [](const sim::DomainSpec& domain) {
-                                                        return domain.socket_uid && *domain.socket_uid != ::geteuid();
-                                                      });
+  std::vector<ServedDomain> served = host_->ServedDomains();
+  const bool foreign_sockets = std::any_of(served.begin(), served.end(), [](const ServedDomain& domain) {
+    return domain.owner && *domain.owner != ::geteuid();
+  });
   struct stat run_dir {};
   if (foreign_sockets && ::stat(dir.c_str(), &run_dir) == 0 && run_dir.st_uid == ::geteuid() &&
       (run_dir.st_mode & 0011) != 0011) {
@@ -295,108 +157,34 @@ Result<void> Daemon::OpenSockets() {
   }
   pid_file_ = std::move(*pid_file);
 
-  // On linux only dom0 has an agent: the other domains are processes of this host or KVM
-  // guests, profiled from dom0.
-  std::vector<sim::DomainSpec> served = scenario_.domains;
-  if (linux_) served = {sim::DomainSpec{}};
   // Each socket appears only once it listens (ListenUnix), and dom0's appears last: a client
   // that sees domain-0.sock finds every domain's socket ready.
-  std::stable_partition(served.begin(), served.end(), [](const sim::DomainSpec& domain) { return domain.id != 0; });
-  for (const sim::DomainSpec& domain : served) {
+  std::stable_partition(served.begin(), served.end(), [](const ServedDomain& domain) { return domain.id != 0; });
+  for (const ServedDomain& domain : served) {
     const std::string path = DomainSocketPath(dir, domain.id);
     // Only the domain's own user may connect; the peer credentials are checked again on accept.
     hvprof::UnixListenOptions listen_options{.mode = 0600, .owner = std::nullopt, .backlog = 16, .nonblocking = true};
-    if (domain.socket_uid && ::geteuid() == 0) listen_options.owner = *domain.socket_uid;
+    if (domain.owner && ::geteuid() == 0) listen_options.owner = *domain.owner;
     auto listener = hvprof::ListenUnix(path, listen_options);
     if (!listener) return listener.error().WithContext(fmt::format("domain {}'s socket (--run-dir)", domain.id));
     listeners_.emplace(domain.id, std::move(listener).value());
+    owners_[domain.id] = domain.owner.value_or(::geteuid());
   }
   Log(LogLevel::kInfo, "serving {} domain sockets in {}", listeners_.size(), dir);
   return hvprof::Ok();
 }
 
 void Daemon::Stop() {
-  stopping_ = true;
+  lock_->stopping = true;
   const uint64_t one = 1;
   if (wake_fd_.valid()) [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof one);
-  machine_wake_.notify_all();
-  if (linux_) linux_->Wake();
+  lock_->wake.notify_all();
+  if (host_) host_->Wake();
 }
 
 void Daemon::HandleSignals(Daemon* daemon) {
   g_signal_daemon = daemon;
   hvprof::InstallStopHandler(OnSignal);
-}
-
-std::unique_lock<std::mutex> Daemon::LockMachine() {
-  ++lock_waiters_;
-  std::unique_lock lock(machine_mutex_);
-  --lock_waiters_;
-  machine_wake_.notify_all();  // a machine thread that paused for us goes on once we unlock
-  return lock;
-}
-
-void Daemon::MachineLoop() {
-  using Clock = std::chrono::steady_clock;
-  const sim::RunSpec& run = scenario_.run;
-  const auto wall_start = Clock::now();
-  std::unique_lock lock(machine_mutex_);
-  const uint64_t sim_start = machine_->now_ns();
-  bool gave_up_catching_up = false;
-  while (!stopping_) {
-    const uint64_t now = machine_->now_ns();
-    if (run.duration_ns != 0 && now >= run.duration_ns && !halted_) {
-      halted_ = true;
-      Log(LogLevel::kInfo, "simulated duration of {} ms reached; the machine halts",
-          run.duration_ns / 1'000'000);
-    }
-    uint64_t step = kMachineStepNs;
-    if (halted_) {
-      machine_wake_.wait(lock);
-      continue;
-    }
-    if (run.speed == sim::Speed::kMax) {
-      if (now >= run_target_ns_) {
-        machine_wake_.wait(lock);
-        continue;
-      }
-      step = std::min(step, run_target_ns_ - now);
-    } else {
-      const auto deadline =
-          wall_start + std::chrono::nanoseconds(static_cast<int64_t>(
-                           static_cast<double>(now + step - sim_start) / run.factor));
-      if (machine_wake_.wait_until(lock, deadline, [this] { return stopping_.load(); })) break;
-    }
-    if (run.duration_ns != 0) step = std::min(step, run.duration_ns - machine_->now_ns());
-    machine_->RunFor(step);
-    // Let a waiting request in before the next step: a run of up to kMaxSimRunNs at full speed
-    // takes wall-clock minutes, and every domain's requests would wait for it.
-    machine_wake_.wait(lock, [this] { return lock_waiters_.load() == 0 || stopping_.load(); });
-    if (run.speed == sim::Speed::kMax) {
-      // At full speed the clock outruns agents that drain on their own schedule (active
-      // guests): let them catch up rather than lose samples no real machine would lose. An
-      // agent that does not drain within the grace time loses samples, as on real hardware, and
-      // is not waited for again until the rings drain: a dead agent must not stall the machine.
-      int waited = 0;
-      for (; !gave_up_catching_up && waited < kMaxCatchUpMs && !stopping_ &&
-             engine_->FullestRingPercent(engine_->primary()) >= kCatchUpPercent;
-           ++waited) {
-        lock.unlock();
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        lock.lock();
-      }
-      if (waited == kMaxCatchUpMs) gave_up_catching_up = true;
-      if (gave_up_catching_up && engine_->FullestRingPercent(engine_->primary()) < kCatchUpPercent) {
-        gave_up_catching_up = false;
-      }
-    }
-    bool finished = false;
-    for (const PendingRun& pending : pending_runs_) finished |= machine_->now_ns() >= pending.target_ns;
-    if (finished || (run.duration_ns != 0 && machine_->now_ns() >= run.duration_ns)) {
-      const uint64_t one = 1;
-      [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof one);
-    }
-  }
 }
 
 namespace {
@@ -425,7 +213,7 @@ Result<void> Daemon::Run() {
   }
   for (const auto& [fd, connection] : connections_) HVPROF_TRYV(watch(fd, EventData(Source::kConnection, fd)));
   std::array<epoll_event, 64> events;
-  while (!stopping_) {
+  while (!lock_->stopping) {
     const int ready = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), -1);
     if (ready < 0) {
       if (errno == EINTR) continue;
@@ -466,8 +254,8 @@ void Daemon::Accept(DomainId domain, int listener) {
   ucred peer{};
   socklen_t length = sizeof peer;
   if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0) return;
-  const sim::DomainSpec* spec = scenario_.FindDomain(domain);
-  const uid_t allowed = spec != nullptr ? spec->socket_uid.value_or(::geteuid()) : ::geteuid();
+  const auto owner = owners_.find(domain);
+  const uid_t allowed = owner != owners_.end() ? owner->second : ::geteuid();
   if (peer.uid != allowed) {
     HVPROF_PROBE(agent__refused, domain, peer.uid, peer.pid);
     Log(LogLevel::kWarning,
@@ -571,10 +359,10 @@ void Daemon::HandleHello(Connection& connection, uint32_t sequence, std::span<co
                                          : ProtocolError::kBadVersion);
   reply.domain = connection.domain;
   reply.primary_socket = connection.domain == 0;
-  reply.platform = static_cast<uint32_t>(linux_ ? hv::PlatformKind::kLinux : hv::PlatformKind::kSim);
-  reply.num_cpus = linux_ ? linux_->platform().NumCpus() : scenario_.machine.cpus;
-  CopyName(reply.platform_name, sizeof reply.platform_name, linux_ ? "linux" : "sim");
-  CopyName(reply.machine_name, sizeof reply.machine_name, scenario_.name);
+  reply.platform = static_cast<uint32_t>(host_->kind());
+  reply.num_cpus = host_->num_cpus();
+  CopyName(reply.platform_name, sizeof reply.platform_name, host_->platform_name());
+  CopyName(reply.machine_name, sizeof reply.machine_name, host_->machine_name());
   return Reply(connection, sequence, MessageType::kHello, hv::Pack(reply));
 }
 
@@ -590,25 +378,10 @@ void Daemon::HandleOp(Connection& connection, uint32_t sequence, std::span<const
   std::memcpy(buffer, argument.data(), argument.size());
   ErrorCode error;
   {
-    auto lock = LockMachine();
-    if (linux_ && request.op == legacy::kOpSetBacktrace && request.arg_size == sizeof(legacy::BacktraceDepthArg)) {
-      legacy::BacktraceDepthArg depth;
-      std::memcpy(&depth, buffer, sizeof depth);
-      linux_->set_callchain_depth(static_cast<uint32_t>(std::min<uint64_t>(depth, ring::kMaxBacktraceDepth)));
-    }
-    error = engine_->DoOp(connection.domain, request.op, request.arg_size ? buffer : nullptr,
-                          request.arg_size);
-    if (linux_ && error != ErrorCode::kOk && !linux_->last_error().empty() &&
-        (request.op == legacy::kOpReserveCounters || request.op == legacy::kOpSetupEvents ||
-         request.op == legacy::kOpStart)) {
-      Log(LogLevel::kError, "{}", linux_->last_error());
-    }
-    if (error == ErrorCode::kOk && request.op == legacy::kOpStart && machine_ &&
-        scenario_.run.speed == sim::Speed::kMax && scenario_.run.duration_ns != 0) {
-      run_target_ns_ = std::max(run_target_ns_, scenario_.run.duration_ns);
-    }
+    auto lock = lock_->Take();
+    error = host_->DoOp(connection.domain, request.op, request.arg_size ? buffer : nullptr, request.arg_size);
   }
-  machine_wake_.notify_all();
+  lock_->wake.notify_all();
   if (error != ErrorCode::kOk) {
     HVPROF_PROBE(op__refused, connection.domain, request.op, static_cast<int>(error), ErrorName(error));
     Log(LogLevel::kDebug, "domain {}: op {:#x} refused: {}", connection.domain, request.op,
@@ -624,8 +397,8 @@ void Daemon::HandleMapRegion(Connection& connection, uint32_t sequence, std::spa
   hv::MapRequest request;
   if (!hv::Unpack(payload, &request)) return Malformed(connection, sequence, "map request of the wrong size");
   uint64_t bytes = 0;
-  auto lock = LockMachine();
-  auto fd = platform().RegionFd(request.handle, connection.domain, &bytes);
+  auto lock = lock_->Take();
+  auto fd = host_->platform().RegionFd(request.handle, connection.domain, &bytes);
   lock.unlock();
   hv::MapReply reply{};
   if (!fd) {
@@ -646,8 +419,8 @@ void Daemon::HandleNotifyFds(Connection& connection, uint32_t sequence, std::spa
       request.count > hv::kMaxFdsPerMessage) {
     return Malformed(connection, sequence, "notification request must ask for 1 to 250 rings");
   }
-  auto lock = LockMachine();
-  auto fds = platform().NotificationFds(request.handle, connection.domain, request.first_ring, request.count);
+  auto lock = lock_->Take();
+  auto fds = host_->platform().NotificationFds(request.handle, connection.domain, request.first_ring, request.count);
   lock.unlock();
   hv::NotifyReply reply{};
   if (!fds) {
@@ -670,9 +443,11 @@ void Daemon::HandleContext(Connection& connection, uint32_t sequence, std::span<
     }
     domain = request.domain;
   }
-  // On the sim, as on Xen, a guest's images are its own: dom0 learns nothing of them.
-  const context::DomainImages images =
-      domain != connection.domain && machine_ ? context::DomainImages{} : ImagesOf(domain);
+  context::DomainImages images;
+  {
+    auto lock = lock_->Take();
+    images = host_->Images(domain, connection.domain);
+  }
   hv::StatusReply reply{0, 0};
   return Reply(connection, sequence, MessageType::kContext,
                hv::Pack(reply, hv::AsBytes(DumpJson(context::ToJson(images)))));
@@ -695,8 +470,9 @@ void Daemon::HandleSimControl(Connection& connection, uint32_t sequence, std::sp
   hv::SimControlRequest request;
   if (!hv::Unpack(payload, &request)) return Malformed(connection, sequence, "sim control of the wrong size");
   hv::SimControlReply reply{};
-  if (connection.domain != 0 || !machine_) {
-    reply.error = static_cast<int32_t>(machine_ ? ProtocolError::kDenied : ProtocolError::kUnsupported);
+  SimulatedClock* clock = host_->clock();
+  if (connection.domain != 0 || clock == nullptr) {
+    reply.error = static_cast<int32_t>(clock != nullptr ? ProtocolError::kDenied : ProtocolError::kUnsupported);
     return Reply(connection, sequence, MessageType::kSimControl, hv::Pack(reply));
   }
   if (request.command != static_cast<uint32_t>(hv::SimCommand::kQuery) &&
@@ -713,10 +489,10 @@ void Daemon::HandleSimControl(Connection& connection, uint32_t sequence, std::sp
                                  "one request may ask for: ask in steps",
                                  request.argument, hv::kMaxSimRunNs));
   }
-  auto lock = LockMachine();
-  const uint64_t now = machine_->now_ns();
+  auto lock = lock_->Take();
+  const uint64_t now = clock->now_ns();
   // A run of 0 ns, or on a halted machine, is answered at once, as a query.
-  if (run && request.argument != 0 && !halted_) {
+  if (run && request.argument != 0 && !clock->halted()) {
     if (request.argument > UINT64_MAX - now) {
       lock.unlock();
       return Malformed(
@@ -741,15 +517,15 @@ void Daemon::HandleSimControl(Connection& connection, uint32_t sequence, std::sp
       return ReplyStatus(connection, sequence, MessageType::kError, ProtocolError::kBusy, busy);
     }
     const uint64_t target = now + request.argument;
-    run_target_ns_ = std::max(run_target_ns_, target);
+    clock->RunTo(target);
     pending_runs_.push_back({fd, sequence, target});
     lock.unlock();
-    machine_wake_.notify_all();
+    lock_->wake.notify_all();
     return;  // answered by FinishRuns when the clock gets there
   }
   reply.sim_time_ns = now;
-  reply.halted = halted_;
-  reply.pmis = machine_->pmis_delivered();
+  reply.halted = clock->halted();
+  reply.pmis = clock->pmis_delivered();
   lock.unlock();
   return Reply(connection, sequence, MessageType::kSimControl, hv::Pack(reply));
 }
@@ -762,15 +538,16 @@ void Daemon::HandleGroundTruth(Connection& connection, uint32_t sequence, std::s
     return ReplyStatus(connection, sequence, MessageType::kGroundTruth, ProtocolError::kDenied,
                        "only dom0 may read the ground truth");
   }
-  if (!machine_) {
+  SimulatedClock* clock = host_->clock();
+  if (clock == nullptr) {
     return ReplyStatus(connection, sequence, MessageType::kGroundTruth, ProtocolError::kUnsupported,
                        "a real machine has no ground truth; only the simulated one does");
   }
   std::string json;
   {
-    auto lock = LockMachine();
-    json = machine_->GroundTruthJson();
-    if (request.reset != 0) machine_->ResetGroundTruth();
+    auto lock = lock_->Take();
+    json = clock->GroundTruthJson();
+    if (request.reset != 0) clock->ResetGroundTruth();
   }
   return ReplyStatus(connection, sequence, MessageType::kGroundTruth, ProtocolError::kOk, json);
 }
@@ -780,16 +557,17 @@ void Daemon::HandleXenTrace(Connection& connection, uint32_t sequence, std::span
   hv::XenTraceRequest request;
   if (!hv::Unpack(payload, &request)) return Malformed(connection, sequence, "Xen trace request of the wrong size");
   hv::XenTraceReply reply{};
-  if (connection.domain != 0 || !machine_) {
-    reply.error = static_cast<int32_t>(machine_ ? ProtocolError::kDenied : ProtocolError::kUnsupported);
+  SimulatedClock* clock = host_->clock();
+  if (connection.domain != 0 || clock == nullptr) {
+    reply.error = static_cast<int32_t>(clock != nullptr ? ProtocolError::kDenied : ProtocolError::kUnsupported);
     return Reply(connection, sequence, MessageType::kXenTrace, hv::Pack(reply));
   }
   std::array<int, 2> fds{-1, -1};
   {
-    auto lock = LockMachine();
-    if (!xen_trace_) xen_trace_ = std::make_unique<SimXenTrace>(*machine_);
-    reply = xen_trace_->Command(request);
-    fds = {xen_trace_->memory_fd(), xen_trace_->notify_fd()};
+    auto lock = lock_->Take();
+    SimXenTrace& trace = clock->XenTrace();
+    reply = trace.Command(request);
+    fds = {trace.memory_fd(), trace.notify_fd()};
   }
   if (reply.bytes == 0) return Reply(connection, sequence, MessageType::kXenTrace, hv::Pack(reply));
   return Reply(connection, sequence, MessageType::kXenTrace, hv::Pack(reply), fds);
@@ -803,19 +581,23 @@ void Daemon::HandlePlatformInfo(Connection& connection, uint32_t sequence, std::
   }
   context::PlatformInfo info;
   {
-    auto lock = LockMachine();
-    if (linux_) {
-      info.stats = linux_->Stats();
-      info.notes = linux_->notes();
-      info.last_error = linux_->last_error();
-      info.nominal_mhz = info.stats->nominal_mhz;
-    } else {
-      info.notes = machine_->notes();
-      // The simulated CPUs' clock: what a rate (-F) turns into cycle counts with.
-      info.nominal_mhz = scenario_.machine.mhz;
-    }
+    auto lock = lock_->Take();
+    info = host_->Info();
   }
   return ReplyStatus(connection, sequence, MessageType::kPlatformInfo, ProtocolError::kOk, DumpJson(context::ToJson(info)));
+}
+
+// The domains the caller may know of: every one for dom0, itself for a guest.
+void Daemon::HandleDomains(Connection& connection, uint32_t sequence) {
+  std::vector<context::DomainInfo> list;
+  {
+    auto lock = lock_->Take();
+    list = host_->Domains();
+  }
+  std::erase_if(list, [&](const context::DomainInfo& domain) {
+    return connection.domain != 0 && domain.id != connection.domain;
+  });
+  return ReplyStatus(connection, sequence, MessageType::kDomains, ProtocolError::kOk, DumpJson(context::ToJson(list)));
 }
 
 // A guest hands its own profile to dom0; the bytes are the guest's, never interpreted here.
@@ -865,9 +647,7 @@ void Daemon::Handle(Connection& connection, const hv::MessageHeader& header,
     case MessageType::kGroundTruth: return HandleGroundTruth(connection, sequence, payload);
     case MessageType::kXenTrace:
       return HandleXenTrace(connection, sequence, payload);
-    case MessageType::kDomains:
-      return ReplyStatus(connection, sequence, MessageType::kDomains, ProtocolError::kOk,
-                         DumpJson(context::ToJson(DomainsFor(connection.domain))));
+    case MessageType::kDomains: return HandleDomains(connection, sequence);
     case MessageType::kPlatformInfo:
       return HandlePlatformInfo(connection, sequence, payload);
     case MessageType::kPublish:
@@ -880,11 +660,12 @@ void Daemon::Handle(Connection& connection, const hv::MessageHeader& header,
 }
 
 void Daemon::FinishRuns() {
-  if (!machine_) return;  // only the simulated clock has runs to finish
-  auto lock = LockMachine();
-  const uint64_t now = machine_->now_ns();
-  const bool halted = halted_;
-  const uint64_t pmis = machine_->pmis_delivered();
+  SimulatedClock* clock = host_->clock();
+  if (clock == nullptr) return;  // only a simulated clock has runs to finish
+  auto lock = lock_->Take();
+  const uint64_t now = clock->now_ns();
+  const bool halted = clock->halted();
+  const uint64_t pmis = clock->pmis_delivered();
   std::vector<PendingRun> done;
   std::erase_if(pending_runs_, [&](const PendingRun& run) {
     if (now < run.target_ns && !halted) return false;
@@ -907,7 +688,7 @@ void Daemon::Close(Connection& connection, std::string_view why) {
   const DomainId domain = connection.domain;
   const int fd = connection.fd.get();
   {
-    auto lock = LockMachine();  // the machine thread reads pending_runs_
+    auto lock = lock_->Take();
     std::erase_if(pending_runs_, [fd](const PendingRun& run) { return run.fd == fd; });
   }
   if (epoll_.valid()) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
@@ -926,29 +707,23 @@ void Daemon::Close(Connection& connection, std::string_view why) {
   }
   // As a hypervisor cleans up after a domain that went away: its rings are unshared and freed,
   // and it stops being active.
-  auto lock = LockMachine();
-  engine_->OnConsumerGone(domain);
+  auto lock = lock_->Take();
+  host_->engine().OnConsumerGone(domain);
 }
 
 void Daemon::Shutdown() {
   Log(LogLevel::kInfo, "shutting down");
-  machine_wake_.notify_all();
+  lock_->wake.notify_all();
+  host_->Wake();
   if (machine_thread_.joinable()) machine_thread_.join();
   {
-    auto lock = LockMachine();
-    if (engine_->state() == EngineState::kProfiling) {
-      engine_->DoOp(engine_->primary(), legacy::kOpStop, nullptr, 0);
+    auto lock = lock_->Take();
+    hvpmu::Engine& engine = host_->engine();
+    if (engine.state() == EngineState::kProfiling) {
+      engine.DoOp(engine.primary(), legacy::kOpStop, nullptr, 0);
       Log(LogLevel::kInfo, "profiling was still on; stopped it");
     }
-    if (machine_ && !options_.ground_truth_path.empty()) {
-      if (auto written = hvprof::WriteFileAtomically(options_.ground_truth_path,
-                                                     machine_->GroundTruthJson());
-          !written) {
-        Log(LogLevel::kError, "{}", written.error().message());
-      } else {
-        Log(LogLevel::kInfo, "ground truth written to {}", options_.ground_truth_path);
-      }
-    }
+    host_->Shutdown();
   }
   connections_.clear();
   for (const auto& [domain, listener] : listeners_) {

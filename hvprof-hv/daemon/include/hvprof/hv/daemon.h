@@ -1,45 +1,38 @@
-// hvprof-hv: the hosted hypervisor. It runs the engine on a machine (the simulated one, or
-// Linux in a later platform) and serves the profiling operations to each domain over that
-// domain's own Unix socket, as docs/hosted-protocol.md describes.
+// hvprof-hv: the hosted hypervisor. It runs the engine on a machine (a scenario's simulated one,
+// or this Linux host) and serves the profiling operations to each domain over that domain's own
+// Unix socket, as docs/hosted-protocol.md describes. The machine is a Host (src/host.h): the
+// daemon serves the protocol and asks its host for the rest, whatever the platform.
 //
 // Threads: the server thread (Run) owns the sockets and answers requests; the machine thread
-// advances the machine. Both take `machine_mutex_` around anything that touches the machine,
-// the engine or the platform, so engine operations always run with the machine stopped. The
-// server takes it through LockMachine, and the machine thread lets it in between two steps of
-// simulated time, so a long run never leaves the other domains unanswered.
+// runs the host's machine. Both take the machine lock (src/host.h, MachineLock) around anything
+// that touches the machine, the engine or the platform, so engine operations always run with the
+// machine stopped. The machine thread lets a waiting server thread in between two of its steps,
+// so a long run never leaves the other domains unanswered.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
+#include <sys/types.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "hvpmu/engine.h"
-#include "hvpmu/pmu_drivers.h"
-#include "hvpmu/timer_source.h"
 #include "hvprof/base/result.h"
 #include "hvprof/base/scoped_fd.h"
-#include "hvprof/context/domains.h"
 #include "hvprof/hv/protocol.h"
-#include "hvprof/linux/linux_machine.h"
-#include "hvprof/sim/machine.h"
 #include "hvprof/sim/scenario.h"
-#include "hvprof/symbolizer/symbolizer.h"
 
 namespace hvprof::hv {
 
 using hvpmu::DomainId;
-using hvpmu::Engine;
-using hvpmu::PmuDrivers;
 
+// What hvprof-hv serves: the platform, and each platform's own settings.
 struct DaemonOptions {
-  std::string platform = "sim";               // sim or linux
+  std::string platform = "sim";               // sim or linux (Host::Create)
   std::string scenario_path;                  // sim
   std::string domain_map;                     // linux: --domain-map
   bool force_software = false;                // linux: cpu-clock even with a hardware PMU
@@ -54,7 +47,8 @@ struct DaemonOptions {
   std::string ground_truth_path;              // written on exit, if set
 };
 
-class SimXenTrace;  // src/xen_trace.h
+class Host;          // src/host.h
+struct MachineLock;  // src/host.h
 
 using hv::DefaultRunDir;
 using hv::DomainSocketPath;
@@ -73,7 +67,6 @@ class Daemon {
   static void HandleSignals(Daemon* daemon);
 
   const std::string& run_dir() const { return options_.run_dir; }
-  sim::SimMachine* sim_machine() { return machine_.get(); }  // null on linux
 
  private:
   struct Connection;
@@ -97,6 +90,7 @@ class Daemon {
   void HandleGroundTruth(Connection& connection, uint32_t sequence, std::span<const std::byte> payload);
   void HandleXenTrace(Connection& connection, uint32_t sequence, std::span<const std::byte> payload);
   void HandlePlatformInfo(Connection& connection, uint32_t sequence, std::span<const std::byte> payload);
+  void HandleDomains(Connection& connection, uint32_t sequence);
   void HandlePublish(Connection& connection, uint32_t sequence, std::span<const std::byte> payload);
   void HandleFetchPublished(Connection& connection, uint32_t sequence, std::span<const std::byte> payload);
   // A request that cannot be read: kError with what is wrong.
@@ -108,40 +102,15 @@ class Daemon {
   void Close(Connection& connection, std::string_view why);
   void FinishRuns();
   void Shutdown();
-  // The server thread's hold on machine_mutex_; see lock_waiters_.
-  std::unique_lock<std::mutex> LockMachine();
-
-  DaemonOptions options_;
-  sim::Scenario scenario_;
-  hvprof::symbolizer::Symbolizer symbolizer_;
-  std::unique_ptr<sim::SimMachine> machine_;           // --platform=sim
-  std::unique_ptr<linux_host::LinuxMachine> linux_;    // --platform=linux
-  hosted::HostedPlatform& platform();
-  hvprof::Result<void> StartSim();
-  hvprof::Result<void> StartLinux();
-  void LinuxLoop();
-  // The images `domain` runs, as the platform knows them.
-  context::DomainImages ImagesOf(DomainId domain);
-  // What the platform has told of `caller`'s processes from sequence `from` on (at most `max`
+  // What the host has told of `caller`'s processes from sequence `from` on (at most `max`
   // events), encoded, with the reply's counts (protocol.h, ContextEvents).
   std::string ContextEventsFor(DomainId caller, uint64_t from, uint32_t max, uint32_t flags,
                                hv::ContextEventsReply* reply);
-  // The domains `caller` may know of: every one for dom0, itself for a guest.
-  std::vector<context::DomainInfo> DomainsFor(DomainId caller);
-  std::unique_ptr<PmuDrivers> drivers_;
-  std::unique_ptr<hvpmu::TimerSource> timer_;  // sim: when the timer samples
-  std::unique_ptr<Engine> engine_;
-  // --platform=sim: Xen's trace buffers, once dom0 (the fake Xen) asks for them (kXenTrace).
-  std::unique_ptr<SimXenTrace> xen_trace_;
 
-  std::mutex machine_mutex_;  // guards the machine, the engine and the platform
-  // Server threads waiting for machine_mutex_: the machine thread pauses between steps while
-  // there are any, as a std::mutex promises no turn to a waiter.
-  std::atomic<int> lock_waiters_{0};
-  std::condition_variable machine_wake_;
-  uint64_t run_target_ns_ = 0;  // max speed: run until this simulated time
-  bool halted_ = false;
-  std::atomic<bool> stopping_{false};
+  DaemonOptions options_;
+  std::unique_ptr<MachineLock> lock_;
+  std::unique_ptr<Host> host_;
+  std::map<DomainId, uid_t> owners_;  // the user each socket is served to
   std::thread machine_thread_;
 
   hvprof::ScopedFd wake_fd_;  // eventfd: Stop() and finished runs wake the server
@@ -161,7 +130,8 @@ class Daemon {
     uint32_t sequence;
     uint64_t target_ns;
   };
-  // At most hv::kMaxPendingSimRuns, one per connection.
+  // dom0's runs of the simulated clock (kSimControl) waiting for their end: at most
+  // hv::kMaxPendingSimRuns, one per connection. Guarded by the machine lock.
   std::vector<PendingRun> pending_runs_;
 };
 
