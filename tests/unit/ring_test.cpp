@@ -230,6 +230,25 @@ TEST_CASE("v2 reader survives a corrupted ring", "[ring][security]") {
   CHECK(bad.malformed == 1);
 }
 
+TEST_CASE("v2 reader counts a sample of a mode no engine writes as malformed, not as the hypervisor's",
+          "[ring][security]") {
+  V2Ring r(64);
+  bool notify = false;
+  for (uint64_t i = 0; i < 3; ++i) r.writer.Write(MakeSample(i), &notify);
+  // The second record's mode byte scribbled over by the consumer's side.
+  ring::SampleRecord second;
+  uint8_t* slot = r.memory.data.get() + ring::kHeaderSize + ring::kRecordSize;
+  std::memcpy(&second, slot, sizeof second);
+  second.mode = ring::kModeCount;
+  std::memcpy(slot, &second, sizeof second);
+  std::vector<uint8_t> modes;
+  const auto stats = r.reader->Drain([&](const ring::SampleRecord& sample, auto) { modes.push_back(sample.mode); });
+  CHECK(stats.samples == 2);
+  CHECK(stats.malformed == 1);
+  CHECK(modes.size() == 2);
+  CHECK(r.header()->tail == r.header()->head);
+}
+
 TEST_CASE("v2 ring notifies once per watermark crossing", "[ring]") {
   V2Ring r(64, 8);
   int notifications = 0;

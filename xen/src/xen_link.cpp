@@ -301,6 +301,7 @@ class XenLink final : public agent::HypervisorLink {
     if (!task || task->pid == 0) return false;  // unknown, or the idle task
     record.pid = task->pid;
     record.tid = task->tid;
+    record.flags |= hvpmu::ring::kFlagPidValid;
     return true;
   }
 

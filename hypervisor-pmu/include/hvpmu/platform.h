@@ -32,7 +32,7 @@ struct DomainInfo {
 };
 
 // The interrupted state on a CPU when its PMI arrived, as raw facts; the engine classifies
-// the mode from them (ClassifyMode in sample_path.h).
+// the mode from them (ClassifyMode, engine.h).
 struct InterruptedContext {
   DomainId domain;    // the domain whose vCPU is current (kDomainIdle in the idle loop)
   uint16_t vcpu;

@@ -199,7 +199,8 @@ DrainStats RingReader::DrainRecords(OnSample&& on_sample, OnSched&& on_sched, ui
     }
     tail += group;
     stats.slots += group;
-    if (!frames_ok || got != nframes) {
+    // A mode no engine writes is a corrupt record, not a hypervisor sample.
+    if (!frames_ok || got != nframes || sample.mode >= ring::kModeCount) {
       ++stats.malformed;
       continue;
     }
