@@ -150,7 +150,7 @@ class Planner {
   void Place(const NeededImage& image, std::vector<Member>& members, std::vector<std::string>& problems) {
     std::error_code ec;
     const bool elf = image.format != "kallsyms" && image.format != "system_map";
-    // As the report looks it up (report/load.cpp): lower-case hex, else by path.
+    // As the report looks it up (report/src/load/targets.cpp): lower-case hex, else by path.
     std::string id;
     if (!sym::NormalizeBuildIdHex(image.build_id, &id) || id.size() <= 2) id.clear();
     if (!elf || id.empty()) {

@@ -90,7 +90,7 @@ Daemon::Daemon(const DaemonOptions& options) : options_(options), lock_(std::mak
 
 Daemon::~Daemon() {
   lock_->stopping = true;
-  lock_->wake.notify_all();
+  lock_->WakeMachine();
   if (host_) host_->Wake();
   if (machine_thread_.joinable()) machine_thread_.join();
 }
@@ -713,7 +713,7 @@ void Daemon::Close(Connection& connection, std::string_view why) {
 
 void Daemon::Shutdown() {
   Log(LogLevel::kInfo, "shutting down");
-  lock_->wake.notify_all();
+  lock_->WakeMachine();
   host_->Wake();
   if (machine_thread_.joinable()) machine_thread_.join();
   {

@@ -44,6 +44,13 @@ struct MachineLock {
   std::atomic<int> waiters{0};
   std::atomic<bool> stopping{false};
 
+  // After `stopping` is set: wakes the machine thread. Taking the mutex first means a thread
+  // between its look at `stopping` and its wait cannot miss it. Not from a signal handler.
+  void WakeMachine() {
+    { std::lock_guard hold(mutex); }
+    wake.notify_all();
+  }
+
   // A server thread's hold on `mutex`.
   std::unique_lock<std::mutex> Take() {
     ++waiters;

@@ -116,7 +116,8 @@ class HypervisorLink {
   // kernel's tasks) and the link can find them itself: BeginTaskLookups before each drain of
   // the rings (the link reads what it learned of its tasks since), then LookUpTask for each
   // such sample of this domain fills record.pid and record.tid with the task its vCPU ran at
-  // record.time_ns. False where it cannot tell (the default: no such link).
+  // record.time_ns, and sets ring::kFlagPidValid. False where it cannot tell (the default: no
+  // such link).
   virtual void BeginTaskLookups() {}
   virtual bool LookUpTask(hvpmu::ring::SampleRecord& record) {
     (void)record;

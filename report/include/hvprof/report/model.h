@@ -230,7 +230,7 @@ class Profile {
   std::vector<TimeSplit> time_splits_;
   std::string loaded_directory_;  // where the files are (directory_ may be an archive's original)
 
-  friend class ProfileBuilder;  // load.cpp fills it in
+  friend class ProfileBuilder;  // LoadProfile fills it in (report/src/load/)
 };
 
 }  // namespace hvprof::report

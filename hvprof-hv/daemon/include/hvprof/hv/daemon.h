@@ -74,7 +74,6 @@ class Daemon {
   explicit Daemon(const DaemonOptions& options);
   hvprof::Result<void> Start();
   hvprof::Result<void> OpenSockets();
-  void MachineLoop();
   void Accept(DomainId domain, int listener);
   void ReadFrom(Connection& connection);
   void Handle(Connection& connection, const hv::MessageHeader& header,
