@@ -283,7 +283,7 @@ class XenLink final : public agent::HypervisorLink {
     for (context::ContextEvent& event : taken.events) {
       if (event.time_ns != 0) event.time_ns = static_cast<uint64_t>(static_cast<int64_t>(event.time_ns) + engine_minus_tracker_);
     }
-    return ContextEvents{taken.first, taken.next, std::move(taken.events)};
+    return taken;
   }
 
   void BeginTaskLookups() override {

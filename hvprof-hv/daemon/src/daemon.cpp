@@ -119,7 +119,7 @@ Result<void> Daemon::Start() {
 
 std::string Daemon::ContextEventsFor(DomainId caller, uint64_t from, uint32_t max, uint32_t flags,
                                      hv::ContextEventsReply* reply) {
-  ContextBatch batch = host_->ContextEvents(caller, from, max, flags);
+  context::ContextEventBatch batch = host_->ContextEvents(caller, from, max, flags);
   reply->first = batch.first;
   reply->next = batch.next;
   std::string encoded;

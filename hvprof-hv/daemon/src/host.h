@@ -67,13 +67,6 @@ struct ServedDomain {
   std::optional<uid_t> owner;
 };
 
-// A batch of context events (context_event.h) and where it lies in the host's sequence.
-struct ContextBatch {
-  std::vector<context::ContextEvent> events;
-  uint64_t first = 0;
-  uint64_t next = 0;
-};
-
 // The clock of a simulated machine, for dom0's kSimControl, kGroundTruth and kXenTrace. Every
 // call is made with the machine lock held.
 class SimulatedClock {
@@ -123,7 +116,7 @@ class Host {
   virtual std::vector<context::DomainInfo> Domains() = 0;
   // The context events of `caller`'s processes from `from` on (at most `max`). Takes the lock
   // itself, as `flags` (protocol.h: kContextEventsSettle) may need to wait without it.
-  virtual ContextBatch ContextEvents(hvpmu::DomainId caller, uint64_t from, uint32_t max, uint32_t flags) = 0;
+  virtual context::ContextEventBatch ContextEvents(hvpmu::DomainId caller, uint64_t from, uint32_t max, uint32_t flags) = 0;
   // The platform's statistics and notes, for dom0's kPlatformInfo.
   virtual context::PlatformInfo Info() = 0;
   // The simulated clock, on a host that has one.

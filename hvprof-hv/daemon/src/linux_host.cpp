@@ -71,7 +71,7 @@ ErrorCode LinuxHost::DoOp(DomainId domain, uint32_t op, void* argument, uint32_t
 
 context::DomainImages LinuxHost::Images(DomainId domain, DomainId) { return machine_->Images(domain); }
 
-ContextBatch LinuxHost::ContextEvents(DomainId caller, uint64_t from, uint32_t max, uint32_t flags) {
+context::ContextEventBatch LinuxHost::ContextEvents(DomainId caller, uint64_t from, uint32_t max, uint32_t flags) {
   if ((flags & kContextEventsSettle) != 0) {
     {
       auto lock = lock_.Take();
@@ -85,8 +85,7 @@ ContextBatch LinuxHost::ContextEvents(DomainId caller, uint64_t from, uint32_t m
   // What came before `from` dom0 has: it need not be kept (the only agent of the host's
   // processes is dom0's).
   if (caller == 0) machine_->AcknowledgeContextEvents(from);
-  auto taken = machine_->TakeContextEvents(from, max);
-  return {std::move(taken.events), taken.first, taken.next};
+  return machine_->TakeContextEvents(from, max);
 }
 
 context::PlatformInfo LinuxHost::Info() {

@@ -27,7 +27,7 @@ class LinuxHost final : public Host {
   hvpmu::ErrorCode DoOp(hvpmu::DomainId domain, uint32_t op, void* argument, uint32_t size) override;
   context::DomainImages Images(hvpmu::DomainId domain, hvpmu::DomainId asker) override;
   std::vector<context::DomainInfo> Domains() override { return machine_->Domains(); }
-  ContextBatch ContextEvents(hvpmu::DomainId caller, uint64_t from, uint32_t max, uint32_t flags) override;
+  context::ContextEventBatch ContextEvents(hvpmu::DomainId caller, uint64_t from, uint32_t max, uint32_t flags) override;
   context::PlatformInfo Info() override;
 
  private:

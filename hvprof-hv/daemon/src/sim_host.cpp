@@ -181,12 +181,11 @@ std::vector<context::DomainInfo> SimHost::Domains() {
   return list;
 }
 
-ContextBatch SimHost::ContextEvents(DomainId caller, uint64_t from, uint32_t max, uint32_t) {
+context::ContextEventBatch SimHost::ContextEvents(DomainId caller, uint64_t from, uint32_t max, uint32_t) {
   // The sim's processes are the scenario's, and the runs of its churned programs: each domain's
   // own, as with kContext.
   auto lock = lock_.Take();
-  auto batch = machine_->ContextEvents(caller, from, max);
-  return {std::move(batch.events), batch.first, batch.next};
+  return machine_->ContextEvents(caller, from, max);
 }
 
 context::PlatformInfo SimHost::Info() {

@@ -105,11 +105,7 @@ class HypervisorLink {
   // (hvprof/context/context_event.h), and where to ask from next. Platforms that know no processes
   // (Xen) have none. `settle`: the session is closing; the platform first waits (briefly) for
   // what it is still finding out of mappings it told (hv::kContextEventsSettle).
-  struct ContextEvents {
-    uint64_t first = 0;  // the first event's number: above `from` when some were lost untaken
-    uint64_t next = 0;
-    std::vector<context::ContextEvent> events;
-  };
+  using ContextEvents = context::ContextEventBatch;
   virtual Result<ContextEvents> FetchContextEvents(uint64_t from, bool settle);
 
   // Where the hypervisor's samples of this domain carry no task (Xen knows vCPUs, not the guest

@@ -10,6 +10,7 @@
 #include "hvpmu/abi/ring.h"
 #include "hvpmu/abi/xenoprof_legacy.h"
 #include "hvprof/base/result.h"
+#include "hvprof/facts/sample.h"
 
 namespace hvprof::agent {
 
@@ -199,8 +200,9 @@ DrainStats RingReader::DrainRecords(OnSample&& on_sample, OnSched&& on_sched, ui
     }
     tail += group;
     stats.slots += group;
-    // A mode no engine writes is a corrupt record, not a hypervisor sample.
-    if (!frames_ok || got != nframes || sample.mode >= ring::kModeCount) {
+    // A mode no engine writes is a corrupt record, not a hypervisor sample (as DrainLegacy
+    // refuses one of the legacy rings).
+    if (!frames_ok || got != nframes || !sample_mode::IsValid(sample.mode)) {
       ++stats.malformed;
       continue;
     }

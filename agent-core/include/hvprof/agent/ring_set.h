@@ -152,7 +152,7 @@ uint64_t RingSet::DrainLegacy(OnSample& on_sample, bool final) {
     const uint64_t pending = ring.reader.Pending();
     if (pending > ring.max_pending) ring.max_pending = pending;
     auto hand_on = [&](const LegacySample& sample) {
-      if (sample.mode > static_cast<uint8_t>(hvpmu::ring::Mode::kHypervisor)) {
+      if (!sample_mode::IsValid(sample.mode)) {
         ++ring.malformed;
         return;
       }

@@ -10,6 +10,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace hvprof::context {
 
@@ -40,6 +41,16 @@ struct ContextEvent {
   std::string build_id;
   std::string comm;
   bool operator==(const ContextEvent&) const = default;
+};
+
+// Events as a platform hands them on, from a point in its sequence: what hvprof-hv's
+// ContextEvents reply carries, and what the linux process table, the simulated machine and an
+// agent's link each give. `first` is events[0]'s number (above what was asked for when some were
+// lost untaken); `next` is what to ask from next time.
+struct ContextEventBatch {
+  uint64_t first = 0;
+  uint64_t next = 0;
+  std::vector<ContextEvent> events;
 };
 
 // The one encoding of events, for the file's chunks and for what the platform sends the agent:

@@ -121,11 +121,7 @@ class ProcessTable {
   // The context events from sequence number `from` on, at most `max` of them (all domains'), and
   // the number of the first of them; events before the first kept are lost (kMaxPendingEvents).
   // With `from` 0, what is alive is told first, as events (a new agent, or one that lost some).
-  struct Events {
-    uint64_t first = 0;  // sequence number of events[0]
-    uint64_t next = 0;   // to ask from next time
-    std::vector<context::ContextEvent> events;
-  };
+  using Events = context::ContextEventBatch;
   Events TakeEvents(uint64_t from, size_t max) const;
   // The agent has what came before `sequence`: it need not be kept.
   void Acknowledge(uint64_t sequence);

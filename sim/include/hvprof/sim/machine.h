@@ -139,11 +139,7 @@ class SimMachine {
   // since, in order of birth, each with its mappings and its exit. `next` is what to ask for next;
   // the batch before can be asked for again (a retry). An unknown `from` starts over, with
   // `first` above it: what came between is not told.
-  struct ContextBatch {
-    std::vector<context::ContextEvent> events;
-    uint64_t first = 0;
-    uint64_t next = 0;
-  };
+  using ContextBatch = context::ContextEventBatch;
   ContextBatch ContextEvents(DomainId domain, uint64_t from, size_t max_events);
   // What the machine decided while building itself (which kernel symbol source each domain
   // uses and why), for the daemon's log.
