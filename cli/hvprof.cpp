@@ -17,7 +17,8 @@ using namespace hvprof;
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   // Messages name the command: `hvprof run: ...`, `hvprof archive: ...`, `hvprof: ...`.
-  const std::string name = !args.empty() && (args[0] == "run" || args[0] == "archive") ? "hvprof " + args[0] : "hvprof";
+  const std::string name =
+      !args.empty() && (args[0] == "run" || args[0] == "record" || args[0] == "archive") ? "hvprof " + args[0] : "hvprof";
   try {
     const xen::XenHost host = xen::DetectXen();
     control::HvprofEnvironment environment;

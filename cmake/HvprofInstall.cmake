@@ -18,7 +18,8 @@ install(FILES ${PROJECT_SOURCE_DIR}/README.md ${PROJECT_SOURCE_DIR}/LICENSE DEST
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs)
 
 # Man pages: help2man runs each built program with --help and --version, and `hvprof archive`
-# (hvprof-archive(1), as git names its commands' pages) with --help. Without help2man the build
+# and `hvprof run` (hvprof-archive(1) and hvprof-run(1), as git names its commands' pages) with
+# --help. Without help2man the build
 # goes on without them; sanitized and cross builds (not what is installed, and their programs
 # may not run here as the build runs them) make none.
 find_program(HVPROF_HELP2MAN help2man)
@@ -27,13 +28,14 @@ if(NOT HVPROF_SANITIZE STREQUAL "" OR CMAKE_CROSSCOMPILING)
   message(STATUS "man pages are not made in sanitized or cross builds")
 elseif(HVPROF_HELP2MAN AND HVPROF_GZIP)
   set(pages)
-  foreach(entry IN LISTS HVPROF_PROGRAMS ITEMS hvprof-archive:1)
+  foreach(entry IN LISTS HVPROF_PROGRAMS ITEMS hvprof-archive:1 hvprof-run:1)
     string(REPLACE ":" ";" entry ${entry})
     list(GET entry 0 name)
     list(GET entry 1 section)
-    if(name STREQUAL "hvprof-archive")
+    if(name STREQUAL "hvprof-archive" OR name STREQUAL "hvprof-run")
+      string(REPLACE "hvprof-" "" subcommand ${name})
       set(target hvprof)
-      set(command "$<TARGET_FILE:hvprof> archive" "--version-string=${name} (hvprof) ${PROJECT_VERSION}")
+      set(command "$<TARGET_FILE:hvprof> ${subcommand}" "--version-string=${name} (hvprof) ${PROJECT_VERSION}")
     else()
       set(target ${name})
       set(command $<TARGET_FILE:${name}>)

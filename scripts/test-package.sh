@@ -77,11 +77,12 @@ for unit in hvprofd hvprof-hv; do
   fi
 done
 
-# 3. Man pages: one per program and hvprof-archive; groff renders each without a warning, and
+# 3. Man pages: one per program, hvprof-archive and hvprof-run; groff renders each without a warning, and
 # every long option of the program's --help is in its page.
-for program in "${programs[@]}" hvprof-archive; do
+for program in "${programs[@]}" hvprof-archive hvprof-run; do
   help=("/usr/bin/$program" --help)
   [ "$program" = hvprof-archive ] && help=(/usr/bin/hvprof archive --help)
+  [ "$program" = hvprof-run ] && help=(/usr/bin/hvprof run --help)
   page=$(ls /usr/share/man/man[18]/"$program".[18].gz 2>/dev/null | head -n 1)
   [ -n "$page" ] || fail "no man page for $program in /usr/share/man"
   # Hyphenation off, wide lines: each option stays whole in the text.
@@ -149,6 +150,8 @@ offers() {
     fail "completing '$*' does not offer $wanted; it offers: $(tr '\n' ' ' <<<"$offered")"
 }
 offers --start-daemon hvprof --start-d
+offers record hvprof rec
+offers --baseline= hvprof record --base
 offers xen hvprof --platform ''
 offers --by-domain hvprof-report --by
 offers "$(basename "$session")" hvprof-report --session-dir="$work/sessions" ''

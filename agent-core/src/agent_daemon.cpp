@@ -160,17 +160,9 @@ Result<void> AgentDaemon::LockProfiler(const std::string& session_root) {
   HVPROF_TRY(lock, LockPidFile(path, session_root));
   if (!lock) {
     // The second would take the first one's state for a crashed agent's and tear it down.
-    std::string pid = "?";
-    std::string directory = "DIR";
-    if (auto holder = ReadFileToString(path, 8192, Links::kRefuse)) {
-      const std::string& text = holder.value();
-      const size_t newline = text.find('\n');
-      pid = text.substr(0, newline);
-      if (newline != std::string::npos && newline + 1 < text.size()) {
-        directory = text.substr(newline + 1);
-        directory.erase(directory.find_last_not_of('\n') + 1);
-      }
-    }
+    const auto holder = ReadPidFile(path);
+    const std::string pid = holder && !holder->pid.empty() ? holder->pid : "?";
+    const std::string directory = holder && !holder->note.empty() ? holder->note : "DIR";
     return MakeError(ErrorKind::kBusy,
                      "another hvprofd (pid {}, session directory {}) already drives domain {}'s profiler on this "
                      "host ({} is locked); `hvprof --status --session-dir={}` shows it, `hvprof --shutdown "

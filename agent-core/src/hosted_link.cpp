@@ -8,6 +8,7 @@
 #include "hvprof/base/json_fields.h"
 #include "hvprof/base/socket.h"
 #include "hvprof/hv/framing.h"
+#include "hvprof/hv/protocol.h"
 
 namespace hvprof::agent {
 
@@ -161,7 +162,7 @@ class HostedLink final : public HypervisorLink {
   hvpmu::DomainId domain() const override { return domain_; }
   // hvprof-hv serves any client of a domain's socket; two agents of one domain would each take
   // the other's state for a crashed agent's. The lock beside the socket is per host and domain.
-  std::string ExclusiveLockPath() const override { return socket_path_ + ".agent.lock"; }
+  std::string ExclusiveLockPath() const override { return hv::AgentLockPath(socket_path_); }
   // Requests and replies alternate on the socket, so between requests it is readable only when
   // hvprof-hv has closed it.
   int HangupFd() const override { return socket_.get(); }

@@ -631,4 +631,23 @@ Result<std::optional<ScopedFd>> LockPidFile(const std::string& path, std::string
   return std::optional<ScopedFd>(std::move(file));
 }
 
+std::optional<PidFileHolder> ReadPidFile(const std::string& path) {
+  auto file = OpenRegularFile(path, O_RDONLY);
+  if (!file) return std::nullopt;
+  PidFileHolder holder;
+  // A shared lock is refused while the holder keeps its exclusive one; read-only is enough.
+  holder.held = ::flock(file.value().get(), LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  auto text = ReadFileToString(path, 8192, Links::kRefuse);
+  if (!text) return holder;
+  std::string_view lines = text.value();
+  const size_t newline = lines.find('\n');
+  holder.pid = std::string(lines.substr(0, newline));
+  if (newline != std::string_view::npos) {
+    std::string_view note = lines.substr(newline + 1);
+    while (!note.empty() && note.back() == '\n') note.remove_suffix(1);
+    holder.note = std::string(note);
+  }
+  return holder;
+}
+
 }  // namespace hvprof

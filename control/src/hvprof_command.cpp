@@ -29,15 +29,17 @@ int RunArchive(const ArchiveRequest& request, std::ostream& err) {
   return 0;
 }
 
-int RunWorkload(const RunOptions& options, std::ostream& out, std::ostream& err) {
-  auto outcome = RunProfile(options);
+// `word`: run or record, as the user called it; messages name the command so.
+int RunWorkload(const RunOptions& options, const std::string& word, std::ostream& out, std::ostream& err) {
+  const std::string name = "hvprof " + word + ": ";
+  auto outcome = RunProfile(options, [&](const std::string& text) { err << name << text << "\n"; });
   if (!outcome) {
-    err << "hvprof run: " << outcome.error().message() << "\n";
+    err << name << outcome.error().message() << "\n";
     return 1;
   }
   out << outcome.value().message << "\n" << std::flush;
   for (const std::string& warning : outcome.value().warnings) {
-    err << "hvprof run: warning: " << EscapeForTerminal(warning) << "\n";
+    err << name << "warning: " << EscapeForTerminal(warning) << "\n";
   }
   return outcome.value().exit_code;
 }
@@ -76,8 +78,10 @@ int RunHvprof(const HvprofRequest& request, std::ostream& out, std::ostream& err
     case HvprofKind::kUsage: out << HvprofUsage() << "\n"; return 2;
     case HvprofKind::kVersion: out << "hvprof (hvprof) " << kVersion << "\n"; return 0;
     case HvprofKind::kArchiveHelp: out << HvprofArchiveUsage() << "\n"; return 0;
+    case HvprofKind::kRunHelp: out << HvprofRunUsage() << "\n"; return 0;
+    case HvprofKind::kActionHelp: out << HvprofActionUsage(request.action) << "\n"; return 0;
     case HvprofKind::kArchive: return RunArchive(request.archive, err);
-    case HvprofKind::kRun: return RunWorkload(request.run, out, err);
+    case HvprofKind::kRun: return RunWorkload(request.run, request.run_word, out, err);
     case HvprofKind::kAction: break;
   }
   auto outcome = RunAction(request);

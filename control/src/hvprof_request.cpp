@@ -6,7 +6,10 @@
 #include <tuple>
 
 #include <boost/program_options.hpp>
+#include <fmt/format.h>
 
+#include "did_you_mean.h"
+#include "hvprof/base/escape.h"
 #include "hvprof/base/units.h"
 #include "hvprof/control/hypervisor.h"
 #include "hvprof/store/session.h"
@@ -17,9 +20,10 @@ namespace po = boost::program_options;
 
 namespace {
 
-constexpr const char* kUsage = R"(Usage: hvprof ACTION [options]
+constexpr const char* kUsage = R"(Usage: hvprof ACTION [options]                      (hvprof --ACTION --help)
        hvprof run [setup options] [--duration=T] [--repeat=N] [--json=FILE]
-                  [--baseline=SESSION [--fail-on-regression[=POINTS]]] -- [CMD ...]
+                  [--baseline=SESSION [--fail-on-regression[=POINTS]]] [--] [CMD ...]
+                                                    (hvprof run --help; `record` is `run`)
        hvprof archive [--session-dir=DIR] [SESSION] -o FILE.tar   (hvprof archive --help)
 
 System-wide profiling of a virtualized host: the hypervisor, dom0 and every guest.
@@ -37,14 +41,14 @@ One action per call; every action is safe to repeat. The Xenoprof workflow:
   in a guest: hvprof --publish      (its symbolized profile, for dom0's `hvprof-report --all-domains`)
 
 `hvprof run` does all of that for one workload, saves the session and prints the report;
-its exit status is CMD's. `hvprof run --platform=sim` simulates the machine of --scenario for
---duration (its guests profiled from dom0). On this host (as root):
-`hvprof run --platform=linux --session-dir=DIR -- CMD ARGS...`.
-As a gate in benchmark scripts: `hvprof run --repeat=5 --baseline=before --fail-on-regression=1
--- CMD` diffs the runs against the saved session `before` (hvprof-report --diff) and exits 5
-when a symbol's share grew significantly by 1 point or more, or 6 when `before` or a run has no
-samples, so nothing was compared (CMD's own failure wins). `hvprof --save` refuses to save a
-session without samples.
+its exit status is CMD's. `hvprof run --platform=sim` simulates the machine of --scenario
+for --duration (its guests profiled from dom0). On this host (as root), as perf record:
+`hvprof record -g CMD ARGS...` (beside hvprofd.service: add --session-dir=/tmp/hvprof).
+As a gate in benchmark scripts, `hvprof run --repeat=5 --baseline=before \
+  --fail-on-regression=1 CMD` diffs the runs against the saved session `before` (with the
+tests of hvprof-report's diff) and exits 5 when a symbol's share grew significantly by 1
+point or more, or 6 when `before` or a run has no samples, so nothing was compared (CMD's
+own failure wins). `hvprof --save` refuses to save a session without samples.
 
 The sim and linux platforms run under hvprof-hv (hvprof-hv --help): dom0's --start-daemon and
 `hvprof run` start one when none serves --run-dir, and --shutdown (or the run's end) ends it.
@@ -57,6 +61,33 @@ If hvprof-hv goes away, hvprofd writes the session, marks it incomplete and exit
 The session directory must be changeable only by root and you (it is refused otherwise).
 
 Actions)";
+
+constexpr const char* kRunUsage = R"(Usage: hvprof run [options] [--] CMD [ARGS...]
+       hvprof run --platform=sim [--scenario=FILE] [--duration=T] [options]
+       (`hvprof record` is the same command, as perf calls it)
+
+Profiles one workload system-wide: starts hvprofd (and the hvprof-hv that sim and linux need),
+starts profiling, runs CMD, stops, saves the session as samples/run-DATE-TIME and prints its
+report by symbol. hvprof's options end at `--`, or at CMD (the first word that is not one of
+them), so `hvprof record -g ./bench --threads=4` passes --threads=4 to ./bench. Without CMD, a
+real machine is profiled for --duration; a simulated one (--platform=sim) runs for --duration.
+
+Beside a running hvprofd (hvprofd.service holds /var/lib/hvprof): give the run a session
+directory of its own (e.g. --session-dir=/tmp/hvprof). The run then uses an hvprof-hv of its
+own too, and says so; the service keeps profiling. A run never joins a running hvprofd's
+session: that would cut the service's session where the run starts and ends.
+
+With --repeat=N, the runs are tabled by each symbol's mean share and its spread. With the
+option --baseline=SESSION, they are diffed against a saved session (hvprof-report --diff's
+tests); with --fail-on-regression[=POINTS] that is a gate for benchmark scripts.
+
+Exit status: CMD's (0 without CMD); 1 hvprof failed (the message says why); 2 bad usage;
+5 --fail-on-regression found a regression and CMD succeeded; 6 the baseline or a run has no
+samples, so nothing was compared, and CMD succeeded.)";
+
+// `hvprof --ACTION --help`: the action's own line and the options that go with it.
+constexpr const char* kActionUsage = "Usage: hvprof {} [options]\n\nOne action per call (hvprof --help lists "
+                                     "them all, with the workflow)";
 
 constexpr const char* kArchiveUsage = R"(Usage: hvprof archive [--session-dir=DIR] [SESSION] -o FILE.tar
 
@@ -91,7 +122,10 @@ struct Words {
   std::string duration;
 };
 
-void Describe(Words& w, po::options_description& all) {
+// Which help page Describe lays out; every page's options are all read on every call.
+enum class Page : uint8_t { kWhole, kRun, kAction };
+
+void Describe(Words& w, po::options_description& all, Page page = Page::kWhole, std::string_view action = {}) {
   po::options_description actions(kUsage);
   actions.add_options()
       ("start-daemon", "check the setup options below, start hvprofd and set up the "
@@ -114,7 +148,9 @@ void Describe(Words& w, po::options_description& all) {
       ("run-sim", po::value(&w.run_sim), "simulated machines: advance the clock by DURATION (e.g. 2s) while draining")
       ("help,h", "show this help")
       ("version", "print hvprof's version");
-  po::options_description options("Setup options (with --start-daemon)");
+  // The run page starts with its usage, and the setup options are its first.
+  po::options_description options(page == Page::kRun ? std::string(kRunUsage) + "\n\nSetup options"
+                                                     : std::string("Setup options (with --start-daemon)"));
   options.add_options()
       ("platform", po::value(&w.setup.platform),
        "sim (a simulated machine), linux (this host through perf_event_open) or xen (Xen 4.17's xenoprof, from a "
@@ -133,6 +169,7 @@ void Describe(Words& w, po::options_description& all) {
       ("event,e", po::value(&w.setup.events), "NAME:COUNT[:UNITMASK[:KERNEL[:USER]]], NAME alone (its count from -F), or 'default'; repeat for more counters")
       ("buffer-size", po::value(&w.numbers["buffer-size"]), "samples per ring (a power of two from 64 to 1048576, default 16384; on xen any size Xen allows)")
       ("callgraph,c", po::value(&w.numbers["callgraph"]), "record call chains this deep (frame pointers; 0-64)")
+      (",g", "record call chains as deep as hvprof walks them, as perf record -g: --callgraph=64")
       ("poll-interval", po::value(&w.numbers["poll-interval"]), "drain every N ms, 1-60000 (default: sized from the buffer and the sample rate)")
       ("rate,F", po::value(&w.numbers["rate"]), "sample N times a second per CPU, as perf record -F: sets the count of "
                  "the default event and of events given without one (-e CPU_CLOCK, -e CPU_CLK_UNHALTED at the "
@@ -182,7 +219,20 @@ void Describe(Words& w, po::options_description& all) {
        "HVPROF_PUSH_PASSWORD. A failed push is a warning (the summary's \"push\" says why); the sessions stay")
       ("push-app", po::value(&w.run.push_app)->default_value("hvprof"), "--push: Pyroscope's application name")
       ("push-tenant", po::value(&w.run.push_tenant), "--push: the tenant (X-Scope-OrgID)");
-  all.add(actions).add(options).add(general).add(run_described);
+  switch (page) {
+    case Page::kWhole: all.add(actions).add(options).add(general).add(run_described); break;
+    case Page::kRun: all.add(options).add(general).add(run_described); break;
+    case Page::kAction: {
+      po::options_description head(fmt::format(kActionUsage, action));
+      for (const auto& option : actions.options()) {
+        if ("--" + option->long_name() == action) head.add(option);
+      }
+      all.add(head);
+      if (action == HvprofActionOption(HvprofAction::kStartDaemon)) all.add(options);
+      all.add(general);
+      break;
+    }
+  }
 }
 
 void DescribeArchive(ArchiveRequest& request, po::options_description& described) {
@@ -196,6 +246,9 @@ void DescribeArchive(ArchiveRequest& request, po::options_description& described
                   "reported as (no symbols)), saying which")
       ("no-debuginfod", "do not ask the debuginfod servers of DEBUGINFOD_URLS for missing images and debug info");
 }
+
+// -g's depth: the deepest chain the engine walks (setup::CheckNumber's bound for --callgraph).
+constexpr int64_t kDeepestCallgraph = 64;
 
 constexpr HvprofAction kActions[] = {HvprofAction::kStartDaemon, HvprofAction::kStart,      HvprofAction::kStop,
                                      HvprofAction::kDump,        HvprofAction::kShutdown,   HvprofAction::kReset,
@@ -222,7 +275,7 @@ Result<HvprofRequest> ParseArchive(const std::vector<std::string>& args) {
     po::store(po::command_line_parser(args).options(all).positional(positional).run(), values);
     po::notify(values);
   } catch (const po::error& error) {
-    return MakeError(ErrorKind::kInvalidArgument, "{}\nTry 'hvprof archive --help'.", error.what());
+    return Error(ErrorKind::kInvalidArgument, DescribeCommandLineError(error, all, "Try 'hvprof archive --help'."));
   }
   if (values.count("help") != 0) {
     request.kind = HvprofKind::kArchiveHelp;
@@ -259,6 +312,11 @@ Result<void> ReadSetup(const po::variables_map& values, Words& w, bool run, cons
     if (environment.say) environment.say("--platform=" + chosen.platform + ": " + chosen.why);
   }
   if (values.count("scenario") != 0 && setup.platform != "sim") return Refuse("--scenario is for --platform=sim");
+  // -g: perf record's habit, the deepest chains hvprof walks.
+  if (values.count("-g") != 0) {
+    if (values.count("callgraph") != 0) return Refuse("-g records chains as deep as they go; give it or --callgraph=N, not both");
+    w.numbers["callgraph"] = kDeepestCallgraph;
+  }
   for (auto [option, field] : {std::pair{"buffer-size", &setup.buffer_size}, std::pair{"callgraph", &setup.callgraph},
                                std::pair{"poll-interval", &setup.poll_interval_ms}, std::pair{"rate", &setup.rate}}) {
     HVPROF_TRY(checked, setup::CheckNumber(option, w.numbers[option], setup.platform));
@@ -326,11 +384,11 @@ Result<void> ReadAction(const po::variables_map& values, Words& w, HvprofRequest
   }
   request.action = chosen[0];
   for (const char* setup_only : {"xen", "vmlinux", "no-vmlinux", "active-domains", "passive-domains",
-                                 "passive-images", "event", "buffer-size", "callgraph", "poll-interval", "rate", "jit",
-                                 "sched", "verbose", "scenario"}) {
+                                 "passive-images", "event", "buffer-size", "callgraph", "-g", "poll-interval", "rate",
+                                 "jit", "sched", "verbose", "scenario"}) {
     if (values.count(setup_only) != 0 && request.action != HvprofAction::kStartDaemon) {
-      return MakeError(ErrorKind::kInvalidArgument, "--{} is a setup option; it only goes with --start-daemon",
-                       setup_only);
+      return MakeError(ErrorKind::kInvalidArgument, "{}{} is a setup option; it only goes with --start-daemon",
+                       setup_only[0] == '-' ? "" : "--", setup_only);
     }
   }
   HVPROF_TRYV(SplitDomainLists(w, w.setup));
@@ -341,6 +399,55 @@ Result<void> ReadAction(const po::variables_map& values, Words& w, HvprofRequest
   }
   request.kind = HvprofKind::kAction;
   return Ok();
+}
+
+// Where `hvprof run`'s options end in `args`: at `--`, or at the first word that is neither an
+// option nor an option's value (perf record's rule), whichever comes first; args.size() when
+// neither does.
+size_t OptionsEnd(const std::vector<std::string>& args, const po::options_description& all) {
+  const auto takes_value = [](const po::option_description* option) {
+    // An option with an implicit value (--fail-on-regression) takes one only as --NAME=VALUE.
+    return option != nullptr && option->semantic()->min_tokens() > 0;
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& word = args[i];
+    if (word.size() < 2 || word[0] != '-' || word == "--") return i;
+    if (word.starts_with("--")) {
+      if (word.find('=') == std::string::npos && takes_value(all.find_nothrow(word.substr(2), true))) ++i;
+      continue;
+    }
+    // -F 997, -F997, -gF 997: short options, the last of them perhaps with its value apart.
+    for (size_t k = 1; k < word.size(); ++k) {
+      if (takes_value(all.find_nothrow(std::string("-") + word[k], false, false, false))) {
+        if (k + 1 == word.size()) ++i;
+        break;
+      }
+    }
+  }
+  return args.size();
+}
+
+// A first word that is not an option is a command only if it is one hvprof has.
+Error NotACommand(const std::string& word) {
+  std::vector<std::string> candidates{"run", "record", "archive"};
+  for (HvprofAction action : kActions) candidates.emplace_back(HvprofActionOption(action));
+  const std::string near = Nearest(word, candidates);
+  const std::string shown = EscapeForTerminal(word);
+  if (near.starts_with("--")) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "'{}' is not a command: hvprof's actions are options, as opcontrol's; did you mean `hvprof {}`?\n"
+                     "Try 'hvprof {} --help'.",
+                     shown, near, near);
+  }
+  if (!near.empty()) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "'{}' is not a command of hvprof; did you mean `hvprof {}`?\nTry 'hvprof {} --help'.", shown, near,
+                     near);
+  }
+  return MakeError(ErrorKind::kInvalidArgument,
+                   "'{}' is not a command of hvprof: it has run (or record), archive, and actions given as options "
+                   "(--start-daemon, --start, ...)\nTry 'hvprof --help'.",
+                   shown);
 }
 
 }  // namespace
@@ -371,6 +478,24 @@ std::string HvprofUsage() {
   return out.str();
 }
 
+std::string HvprofRunUsage() {
+  Words w;
+  po::options_description all;
+  Describe(w, all, Page::kRun);
+  std::ostringstream out;
+  out << all;
+  return out.str();
+}
+
+std::string HvprofActionUsage(HvprofAction action) {
+  Words w;
+  po::options_description all;
+  Describe(w, all, Page::kAction, HvprofActionOption(action));
+  std::ostringstream out;
+  out << all;
+  return out.str();
+}
+
 std::string HvprofArchiveUsage() {
   ArchiveRequest request;
   request.session_root = store::kDefaultSessionRoot;
@@ -391,25 +516,26 @@ Result<HvprofRequest> ParseHvprofRequest(const std::vector<std::string>& argumen
     request.kind = HvprofKind::kUsage;
     return request;
   }
-  // hvprof run [options] -- CMD...: the options are read here, CMD is kept as it is.
-  const bool run = arguments[0] == "run";
+  // hvprof run [options] [--] CMD...: the options are read here, CMD is kept as it is.
+  const bool run = arguments[0] == "run" || arguments[0] == "record";
+  if (run) request.run_word = arguments[0];
+  if (!run && !arguments[0].starts_with("-")) return NotACommand(arguments[0]);
   std::vector<std::string> args(arguments.begin() + (run ? 1 : 0), arguments.end());
-  std::vector<std::string> command;
-  if (run) {
-    if (auto dashes = std::find(args.begin(), args.end(), "--"); dashes != args.end()) {
-      command.assign(dashes + 1, args.end());
-      args.erase(dashes, args.end());
-    }
-  }
   Words w;
   po::options_description all;
   Describe(w, all);
+  std::vector<std::string> command;
+  if (const size_t end = run ? OptionsEnd(args, all) : args.size(); end < args.size()) {
+    command.assign(args.begin() + static_cast<std::ptrdiff_t>(args[end] == "--" ? end + 1 : end), args.end());
+    args.resize(end);
+  }
   po::variables_map values;
   try {
     po::store(po::command_line_parser(args).options(all).run(), values);
     po::notify(values);
   } catch (const po::error& error) {
-    return MakeError(ErrorKind::kInvalidArgument, "{}\nTry 'hvprof --help'.", error.what());
+    return Error(ErrorKind::kInvalidArgument,
+                 DescribeCommandLineError(error, all, run ? "Try 'hvprof run --help'." : "Try 'hvprof --help'."));
   }
   HVPROF_TRYV(ReadSetup(values, w, run, environment));
   if (values.count("version") != 0) {
@@ -417,7 +543,15 @@ Result<HvprofRequest> ParseHvprofRequest(const std::vector<std::string>& argumen
     return request;
   }
   if (values.count("help") != 0) {
-    request.kind = HvprofKind::kHelp;
+    request.kind = run ? HvprofKind::kRunHelp : HvprofKind::kHelp;
+    // hvprof --ACTION --help: that action's page.
+    for (HvprofAction action : kActions) {
+      if (!run && values.count(std::string(HvprofActionOption(action).substr(2))) != 0) {
+        request.kind = HvprofKind::kActionHelp;
+        request.action = action;
+        break;
+      }
+    }
     return request;
   }
   // Commands find their agent by domain; in a Xen guest that must be said.

@@ -25,9 +25,9 @@
 
 namespace hvprof::control {
 
-namespace {
-
 std::string RunDirOrDefault(const std::string& run_dir) { return run_dir.empty() ? hv::DefaultRunDir() : run_dir; }
+
+namespace {
 
 // Starts hvprof-hv as `spec` says, serving `run_dir`, its output in spec.log_path. `scoped`: it
 // dies with this process; otherwise it is detached, in a session of its own.
@@ -136,12 +136,8 @@ Result<void> WaitServing(pid_t child, const HypervisorSpec& spec, const std::str
 // The pid that holds the lock of `run_dir`'s hvprof-hv.pid, i.e. the hvprof-hv serving it; 0
 // when none does.
 pid_t LockHolder(const std::string& run_dir) {
-  const std::string path = run_dir + "/hvprof-hv.pid";
-  auto file = OpenRegularFile(path, O_RDONLY);
-  if (!file) return 0;
-  if (::flock(file.value().get(), LOCK_SH | LOCK_NB) == 0) return 0;  // nobody holds it
-  auto text = ReadFileToString(path, 4096, Links::kRefuse);
-  return text ? static_cast<pid_t>(std::atoi(text.value().c_str())) : 0;
+  const auto holder = ReadPidFile(run_dir + "/hvprof-hv.pid");
+  return holder && holder->held ? static_cast<pid_t>(std::atoi(holder->pid.c_str())) : 0;
 }
 
 }  // namespace
@@ -152,6 +148,12 @@ std::string ServingPlatform(const std::string& run_dir, uint16_t domain) {
   // A stopped or hung hvprof-hv (or whatever else listens there) must not hang the caller.
   auto link = agent::ConnectHostedDomain(run_dir, domain, std::chrono::seconds(2));
   return link ? link.value()->platform_name() : std::string();
+}
+
+std::string ProfilerDriver(const std::string& run_dir, uint16_t domain) {
+  const auto holder = ReadPidFile(hv::AgentLockPath(hv::DomainSocketPath(RunDirOrDefault(run_dir), domain)));
+  if (!holder || !holder->held) return {};
+  return holder->note.empty() ? std::string("?") : holder->note;
 }
 
 PlatformChoice ChoosePlatform(const std::string& run_dir, uint16_t domain, bool xen_host) {

@@ -8,6 +8,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "did_you_mean.h"
 #include "hvprof/base/terminal.h"
 #include "hvprof/setup/setup.h"
 
@@ -543,7 +544,7 @@ Result<ReportRequest> ParseReportRequest(const std::vector<std::string>& argumen
     po::store(po::command_line_parser(args).options(all).positional(positional).run(), values);
     po::notify(values);
   } catch (const po::error& error) {
-    return MakeError(ErrorKind::kInvalidArgument, "{}\nTry 'hvprof-report --help'.", error.what());
+    return Error(ErrorKind::kInvalidArgument, DescribeCommandLineError(error, described, "Try 'hvprof-report --help'."));
   }
   ReportRequest request;
   if (values.count("help") != 0) {

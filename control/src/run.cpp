@@ -164,12 +164,22 @@ Result<RunResult> Summarize(const std::string& session, uint32_t top, std::strin
 
 // sim and linux run under hvprof-hv: the one serving the run directory, or one started for the
 // run (a simulated machine then runs only while the run asks, as fast as it can), whose run
-// directory `effective` then names.
+// directory `effective` then names. One is started too when the serving one's dom0 profiler is
+// driven by another hvprofd (a service's): the run then profiles beside it, and says so.
 Result<std::unique_ptr<ScopedHypervisor>> HypervisorForRun(const RunOptions& options, const store::SessionPaths& paths,
-                                                           RunOptions& effective) {
+                                                           RunOptions& effective, const Say& say) {
   std::unique_ptr<ScopedHypervisor> own_hypervisor;
   if (NeedsHostedHypervisor(options.setup.platform)) {
-    if (ServingPlatform(options.setup.hv_run_dir) != options.setup.platform) {
+    const std::string& run_dir = options.setup.hv_run_dir;
+    const bool serving = ServingPlatform(run_dir) == options.setup.platform;
+    const std::string driver = serving ? ProfilerDriver(run_dir) : std::string();
+    if (!driver.empty() && say) {
+      say(fmt::format("the hvprof-hv serving {} profiles for another hvprofd (session directory {}); this run "
+                      "starts an hvprof-hv of its own beside it{}",
+                      RunDirOrDefault(run_dir), EscapeForTerminal(driver),
+                      options.setup.platform == "sim" ? " (a simulated machine of its own, of --scenario)" : ""));
+    }
+    if (!serving || !driver.empty()) {
       HVPROF_TRYV(MakeDirectories(paths.root));
       HypervisorSpec spec{.hv_path = options.hv_path,
                           .platform = options.setup.platform,
@@ -188,8 +198,7 @@ Result<std::unique_ptr<ScopedHypervisor>> HypervisorForRun(const RunOptions& opt
     } else if (!options.domain_map.empty() || !options.scenario.empty()) {
       return MakeError(ErrorKind::kInvalidArgument,
                        "{} is given to hvprof-hv when it starts; the one already serving {} has its own",
-                       options.domain_map.empty() ? "--scenario" : "--domain-map",
-                       options.setup.hv_run_dir.empty() ? std::string("the default run directory") : options.setup.hv_run_dir);
+                       options.domain_map.empty() ? "--scenario" : "--domain-map", RunDirOrDefault(run_dir));
     }
   }
 
@@ -316,13 +325,17 @@ Result<void> WriteRunJson(const RunOptions& options, const std::vector<RunResult
 
 }  // namespace
 
-Result<Outcome> RunProfile(const RunOptions& options) {
+Result<Outcome> RunProfile(const RunOptions& options, const Say& say) {
   const store::SessionPaths paths{options.setup.session_root};
   if (FindAgent(paths).running) {
+    // Joining a running hvprofd's session would cut it where the run starts and ends: the run
+    // takes a session directory of its own instead, and profiles beside that hvprofd.
     return MakeError(ErrorKind::kBadState,
-                     "hvprofd is already running for {}; `hvprof run` needs the session root to "
-                     "itself: shut it down (`hvprof --shutdown`) or use another --session-dir",
-                     paths.root);
+                     "hvprofd is already running for {} (a service, or --start-daemon); `hvprof run` needs a session "
+                     "directory to itself: give it another (e.g. --session-dir=/tmp/hvprof: the run then profiles "
+                     "beside that hvprofd, which keeps running), or end it first with `hvprof --shutdown "
+                     "--session-dir={}`",
+                     paths.root, paths.root);
   }
   struct sigaction action {};
   action.sa_handler = OnInterrupt;
@@ -333,7 +346,7 @@ Result<Outcome> RunProfile(const RunOptions& options) {
 
   RunOptions effective = options;
   // The hvprof-hv started for the run, if any, lives until the run ends.
-  const auto own_hypervisor = HypervisorForRun(options, paths, effective);
+  const auto own_hypervisor = HypervisorForRun(options, paths, effective, say);
   if (!own_hypervisor) return own_hypervisor.error();
 
   // --push: every run's stacks, each run a profile of its own time.

@@ -20,6 +20,7 @@
 #include "hvprof/base/process.h"
 #include "hvprof/control/commands.h"
 #include "hvprof/control/hypervisor.h"
+#include "hvprof/report/load.h"
 #include "hvprof/store/session.h"
 #include "host_harness.h"
 #include "sim_harness.h"
@@ -57,6 +58,17 @@ std::set<uint16_t> ScenarioDomains(const Json& scenario) {
   return ids;
 }
 
+// The domains (the idle one left out) with samples in the first run of `hvprof run --json`'s summary.
+std::set<uint16_t> SampledDomains(const Json& summary) {
+  std::set<uint16_t> sampled;
+  for (const Json& domain : summary["runs"][0]["domains"]) {
+    const uint64_t samples = domain["user"].get<uint64_t>() + domain["kernel"].get<uint64_t>() +
+                             domain["hypervisor"].get<uint64_t>();
+    if (samples > 0 && domain["id"].get<uint16_t>() != hvprof::kIdleDomain) sampled.insert(domain["id"].get<uint16_t>());
+  }
+  return sampled;
+}
+
 }  // namespace
 
 TEST_CASE("hvprof run --platform=sim starts its own simulated machine and ends it", "[run][first-hour]") {
@@ -71,13 +83,7 @@ TEST_CASE("hvprof run --platform=sim starts its own simulated machine and ends i
   const Json summary = ReadJson(dir.File("summary.json"));
   REQUIRE(!summary.is_discarded());
   // With no roles given, every guest of its own machine is profiled (passively, from dom0).
-  std::set<uint16_t> sampled;
-  for (const Json& domain : summary["runs"][0]["domains"]) {
-    const uint64_t samples = domain["user"].get<uint64_t>() + domain["kernel"].get<uint64_t>() +
-                             domain["hypervisor"].get<uint64_t>();
-    if (samples > 0 && domain["id"].get<uint16_t>() != hvprof::kIdleDomain) sampled.insert(domain["id"].get<uint16_t>());
-  }
-  CHECK(sampled == ScenarioDomains(scenario));
+  CHECK(SampledDomains(summary) == ScenarioDomains(scenario));
   // Its machine ran in a directory of its own, gone with it.
   const std::string served = ServedRunDir(root + "/hvprof-hv.log");
   REQUIRE_FALSE(served.empty());
@@ -397,4 +403,53 @@ TEST_CASE("hvprof --status says what scheduling lost, by cause, on any platform"
   // Without --sched, no line at all.
   status.sched.reset();
   CHECK(hvprof::control::FormatStatus(status).find("sched:") == std::string::npos);
+}
+
+TEST_CASE("hvprof run beside a running hvprofd starts an hvprof-hv of its own and says so, and never joins that "
+          "hvprofd's session",
+          "[run][first-hour]") {
+  // The "service": an hvprofd driving the profiler of the hvprof-hv serving host.run_dir().
+  Host host(TestScenario("intel-arch-v4", 14));
+  REQUIRE(host.Hvprof({"--start-daemon", "--passive-domains=all"}).status == 0);
+  REQUIRE(host.Hvprof({"--start"}).status == 0);
+  const pid_t service = host.AgentPid();
+  REQUIRE(service > 0);
+
+  TempDir dir;
+  const Json scenario = TestScenario("intel-arch-v4", 15);
+  dir.Write("host.json", scenario.dump());
+  // `hvprof record` with the workload after the options, as perf record takes it.
+  auto run = RunProgram({Binary("hvprof"), "record", "--platform=sim", "--run-dir=" + host.run_dir(),
+                         "--scenario=" + dir.File("host.json"), "--session-dir=" + dir.File("sessions"),
+                         "--duration=50ms", "--json=" + dir.File("summary.json"), "sh", "-c", "exit 0"});
+  INFO(run.out << run.err);
+  REQUIRE(run.status == 0);
+  CHECK(run.err.find("hvprof record: the hvprof-hv serving " + host.run_dir() + " profiles for another hvprofd "
+                     "(session directory " + host.session_root() + "); this run starts an hvprof-hv of its own") !=
+        std::string::npos);
+  // The run profiled a machine of its own: every domain of its scenario.
+  const Json summary = ReadJson(dir.File("summary.json"));
+  REQUIRE(!summary.is_discarded());
+  CHECK(SampledDomains(summary) == ScenarioDomains(scenario));
+  const std::string own = ServedRunDir(dir.File("sessions") + "/hvprof-hv.log");
+  CHECK_FALSE(own.empty());
+  CHECK(own != host.run_dir());
+
+  // The service profiled on, undisturbed: the same hvprofd, its session whole.
+  CHECK(host.AgentPid() == service);
+  CHECK(Alive(service));
+  REQUIRE(host.Hvprof({"--run-sim=50ms"}).status == 0);
+  REQUIRE(host.Hvprof({"--stop"}).status == 0);
+  auto profile = report::LoadProfile(host.current(), {});
+  REQUIRE(profile.has_value());
+  CHECK(profile.value().total_samples() > 0);
+
+  // Into the service's own session directory: refused, saying both ways out.
+  auto joined = host.Hvprof({"run", "--platform=sim", "--duration=20ms"});
+  INFO(joined.out << joined.err);
+  CHECK(joined.status == 1);
+  CHECK(joined.err.find("hvprofd is already running for " + host.session_root()) != std::string::npos);
+  CHECK(joined.err.find("give it another (e.g. --session-dir=/tmp/hvprof") != std::string::npos);
+  CHECK(joined.err.find("hvprof --shutdown --session-dir=" + host.session_root()) != std::string::npos);
+  CHECK(host.Hvprof({"--shutdown"}).status == 0);
 }

@@ -29,6 +29,8 @@ class LinuxRun {
   CommandResult ReportOn(std::vector<std::string> args);
   // The pids of the saved session's processes whose name (comm) is `comm`.
   std::vector<uint32_t> Pids(const std::string& comm);
+  // The run directory Command gives hvprof (an hvprof-hv may already serve it).
+  std::string run_dir() const { return dir_.File("run"); }
 
  private:
   // hvprof-report on the newest saved session; REQUIREs a report (status 0, or 3: some other

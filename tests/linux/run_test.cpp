@@ -91,6 +91,43 @@ TEST_CASE("hvprof run --platform=linux: the fixture's hot functions show their d
   }
 }
 
+TEST_CASE("hvprof run --platform=linux beside a running hvprofd: both profile the workload, the run in its own "
+          "hvprof-hv",
+          "[linux][live][run]") {
+  if (!PerfUsable()) return;
+  LinuxRun run;
+  hvprof::testing::TempDir service;
+  const auto hvprof = [&](const std::string& action) {
+    return hvprof::testing::RunProgram({hvprof::testing::Binary("hvprof"), action, "--run-dir=" + run.run_dir(),
+                                        "--session-dir=" + service.File("s")});
+  };
+  // A service, as hvprofd.service is: its hvprofd drives the profiler of the run directory's
+  // hvprof-hv, and profiles all along.
+  const CommandResult started = hvprof::testing::RunProgram(
+      {hvprof::testing::Binary("hvprof"), "--start-daemon", "--platform=linux", "--run-dir=" + run.run_dir(),
+       "--session-dir=" + service.File("s")});
+  INFO(started.out << started.err);
+  REQUIRE(started.status == 0);
+  REQUIRE(hvprof("--start").status == 0);
+  // As the README says, with no more than a session directory of its own; the workload after
+  // the options, as perf record takes it.
+  const CommandResult result = run.Run({kFixture, "--seconds", "1.5"});
+  CHECK(result.err.find("hvprof run: the hvprof-hv serving " + run.run_dir() + " profiles for another hvprofd") !=
+        std::string::npos);
+  CheckShares(HotSamples(run.Report({"--symbol=hot_*"})), 0.03);
+  // The service saw the same workload, undisturbed.
+  REQUIRE(hvprof("--stop").status == 0);
+  const CommandResult report = hvprof::testing::RunProgram(
+      {hvprof::testing::Binary("hvprof-report"), "--session-dir=" + service.File("s"), "-l", "--format=json",
+       "--symbol=hot_*"});
+  INFO(report.err);
+  REQUIRE((report.status == 0 || report.status == 3));  // 3: some other image on the host lacks symbols
+  const Json service_report = Json::parse(report.out, nullptr, false);
+  REQUIRE(service_report.is_object());
+  CheckShares(HotSamples(service_report), 0.03);
+  CHECK(hvprof("--shutdown").status == 0);
+}
+
 TEST_CASE("hvprof run --platform=linux: processes that exit during the run are still symbolized",
           "[linux][live][run]") {
   if (!PerfUsable()) return;

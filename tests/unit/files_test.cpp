@@ -460,3 +460,26 @@ TEST_CASE("run directories: made private, and refused when another user made the
     CHECK(squatted.error().message().find("is owned by uid 65534") != std::string::npos);
   }
 }
+
+TEST_CASE("a pid file's holder: held while its lock lives, with the pid and note it wrote", "[base][files]") {
+  TempDir dir;
+  CHECK_FALSE(hvprof::ReadPidFile(dir.File("none.lock")).has_value());
+  {
+    auto locked = hvprof::LockPidFile(dir.File("agent.lock"), "/var/lib/hvprof");
+    REQUIRE(locked.has_value());
+    REQUIRE(locked.value().has_value());
+    const auto holder = hvprof::ReadPidFile(dir.File("agent.lock"));
+    REQUIRE(holder.has_value());
+    CHECK(holder->held);
+    CHECK(holder->pid == std::to_string(::getpid()));
+    CHECK(holder->note == "/var/lib/hvprof");
+  }
+  // Its holder gone, the file still says who it was, and that nobody holds it now.
+  const auto after = hvprof::ReadPidFile(dir.File("agent.lock"));
+  REQUIRE(after.has_value());
+  CHECK_FALSE(after->held);
+  CHECK(after->pid == std::to_string(::getpid()));
+  dir.Write("bare.lock", "42\n");
+  CHECK(hvprof::ReadPidFile(dir.File("bare.lock"))->note.empty());
+  CHECK(hvprof::ReadPidFile(dir.File("bare.lock"))->pid == "42");
+}

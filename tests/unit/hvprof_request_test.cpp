@@ -85,7 +85,63 @@ TEST_CASE("hvprof refuses what it cannot honour: hvprof run", "[cli]") {
   RequireRefusal({"run", "--platform=sim", "--repeat=0"}, "--repeat must be at least 1");
   RequireRefusal({"run", "--platform=sim", "--fail-on-regression=1"},
                  "--fail-on-regression compares against --baseline=SESSION: name one");
-  RequireRefusal({"run", "--platform=sim", "--bogus", "--", "true"}, "Try 'hvprof --help'");
+  RequireRefusal({"run", "--platform=sim", "--bogus", "--", "true"}, "Try 'hvprof run --help'");
+}
+
+TEST_CASE("perf's words: record, -g, a workload without --, did you mean, per-action help", "[cli]") {
+  SECTION("hvprof record is hvprof run, and the workload starts at the first word that is no option") {
+    const HvprofRequest r = Accept({"record", "-g", "--platform=sim", "-F", "997", "-e", "CYCLES", "--duration", "2s",
+                                    "--fail-on-regression", "--baseline=b", "./bench", "-F", "1", "--", "x"});
+    CHECK(r.kind == HvprofKind::kRun);
+    CHECK(r.run.setup.callgraph == 64);
+    CHECK(r.run.setup.rate == 997);
+    CHECK(r.run.setup.events == std::vector<std::string>{"CYCLES"});
+    CHECK(r.run.duration_ns == 2'000'000'000);
+    CHECK(r.run.fail_points == 0);  // an implicit value takes no word after it
+    CHECK(r.run.command == std::vector<std::string>{"./bench", "-F", "1", "--", "x"});
+    // Short options run together, the value attached or apart.
+    CHECK(Accept({"run", "--platform=sim", "-gF997", "make"}).run.command == std::vector<std::string>{"make"});
+    CHECK(Accept({"run", "--platform=sim", "-gF", "997", "make"}).run.setup.rate == 997);
+    CHECK(Accept({"run", "--platform=sim", "-gF", "997", "make"}).run.command == std::vector<std::string>{"make"});
+    CHECK(Accept({"run", "--platform=sim"}).run.command.empty());
+  }
+  SECTION("-g and its refusals") {
+    CHECK(Accept({"--start-daemon", "--platform=sim", "-g"}).setup.callgraph == 64);
+    RequireRefusal({"--start-daemon", "--platform=sim", "-g", "--callgraph=8"}, "give it or --callgraph=N, not both");
+    RequireRefusal({"--start", "-g"}, "-g is a setup option; it only goes with --start-daemon");
+  }
+  SECTION("a misspelled option or command gets the one it nearly is") {
+    RequireRefusal({"--start-deamon"}, "unrecognised option '--start-deamon' (did you mean --start-daemon?)");
+    RequireRefusal({"--sesion-dir=/x", "--status"}, "(did you mean --session-dir?)");
+    RequireRefusal({"run", "--platfrom=sim", "--", "true"}, "(did you mean --platform?)\nTry 'hvprof run --help'.");
+    RequireRefusal({"archive", "--partail", "-o", "x.tar"}, "(did you mean --partial?)");
+    RequireRefusal({"--zzzzzz"}, "unrecognised option '--zzzzzz'\nTry 'hvprof --help'.");  // nothing near
+    RequireRefusal({"recrod", "--", "true"}, "'recrod' is not a command of hvprof");
+    RequireRefusal({"recrod", "--", "true"}, "did you mean `hvprof record`?\nTry 'hvprof record --help'.");
+    RequireRefusal({"start"}, "hvprof's actions are options, as opcontrol's; did you mean `hvprof --start`?");
+    RequireRefusal({"status"}, "did you mean `hvprof --status`?");
+    RequireRefusal({"archvie", "x"}, "did you mean `hvprof archive`?");
+    RequireRefusal({"frobnicate"}, "it has run (or record), archive, and actions given as options");
+  }
+  SECTION("hvprof run --help and hvprof --ACTION --help have pages of their own") {
+    CHECK(Accept({"run", "--help"}).kind == HvprofKind::kRunHelp);
+    CHECK(Accept({"record", "--help"}).kind == HvprofKind::kRunHelp);
+    const HvprofRequest save = Accept({"--save", "x", "--help"});
+    CHECK(save.kind == HvprofKind::kActionHelp);
+    CHECK(save.action == HvprofAction::kSave);
+    const std::string run_page = control::HvprofRunUsage();
+    CHECK(run_page.find("Usage: hvprof run [options] [--] CMD [ARGS...]") != std::string::npos);
+    CHECK(run_page.find("--baseline arg") != std::string::npos);
+    CHECK(run_page.find("[ --stop ]") == std::string::npos);  // the actions are not run's options
+    const std::string daemon_page = control::HvprofActionUsage(HvprofAction::kStartDaemon);
+    CHECK(daemon_page.find("Usage: hvprof --start-daemon [options]") != std::string::npos);
+    CHECK(daemon_page.find("--callgraph") != std::string::npos);
+    CHECK(daemon_page.find("[ --stop ]") == std::string::npos);
+    const std::string stop_page = control::HvprofActionUsage(HvprofAction::kStop);
+    CHECK(stop_page.find("stop profiling and write the samples") != std::string::npos);
+    CHECK(stop_page.find("--session-dir") != std::string::npos);
+    CHECK(stop_page.find("--callgraph") == std::string::npos);
+  }
 }
 
 TEST_CASE("hvprof refuses what it cannot honour: hvprof archive", "[cli]") {

@@ -49,6 +49,7 @@ TEST_CASE("hvprof-report refuses what it cannot honour: the sessions and the com
   RequireRefusal({"a", "}"}, "a '}' without its '{'");
   RequireRefusal({"{", "a", "}"}, "give both sides");
   RequireRefusal({"--no-such-option"}, "Try 'hvprof-report --help'");
+  RequireRefusal({"--thresold=5"}, "unrecognised option '--thresold=5' (did you mean --threshold?)");
   RequireRefusal({"--threshold=many"}, "Try 'hvprof-report --help'");
   RequireRefusal({"one", "two"}, "one session at a time; to compare two, use --diff");
   for (const std::string option : {"--fdr", "--slices=4", "--fail-on-regression"}) {

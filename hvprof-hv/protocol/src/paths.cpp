@@ -20,4 +20,6 @@ std::string DomainSocketPath(const std::string& run_dir, DomainId domain) {
   return (run_dir.empty() ? DefaultRunDir() : run_dir) + "/domain-" + std::to_string(domain) + ".sock";
 }
 
+std::string AgentLockPath(const std::string& socket_path) { return socket_path + ".agent.lock"; }
+
 }  // namespace hvprof::hv

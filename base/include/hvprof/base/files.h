@@ -167,4 +167,14 @@ Result<void> CheckTrustedDirectory(const std::string& path, std::string_view wha
 // the lock (the file names its pid).
 Result<std::optional<ScopedFd>> LockPidFile(const std::string& path, std::string_view note = {});
 
+// What a file of LockPidFile's says, read without taking its lock: whether a process holds the
+// lock now, the pid and the note written by the last holder (empty when it wrote none). nullopt
+// when there is no such file, or it is not a regular file.
+struct PidFileHolder {
+  bool held = false;
+  std::string pid;
+  std::string note;
+};
+std::optional<PidFileHolder> ReadPidFile(const std::string& path);
+
 }  // namespace hvprof

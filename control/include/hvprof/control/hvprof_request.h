@@ -20,9 +20,11 @@ enum class HvprofKind : uint8_t {
   kUsage,    // no arguments at all: HvprofUsage(), exit 2
   kVersion,  // --version
   kAction,   // one of HvprofAction
-  kRun,      // hvprof run [options] -- CMD...
+  kRun,      // hvprof run (or record) [options] [--] CMD...
   kArchive,  // hvprof archive [options] SESSION -o FILE
   kArchiveHelp,
+  kRunHelp,     // hvprof run --help: HvprofRunUsage()
+  kActionHelp,  // hvprof --ACTION --help: HvprofActionUsage(action)
 };
 
 // The actions, one per call.
@@ -54,6 +56,7 @@ struct HvprofRequest {
   uint64_t run_sim_ns = 0;   // --run-sim
   std::string cpu_type;      // --list-events offline
   RunOptions run;            // kRun: all of the above and the workload
+  std::string run_word = "run";  // kRun: as the user called it, run or record (perf's word)
   ArchiveRequest archive;    // kArchive
 };
 
@@ -73,8 +76,10 @@ struct HvprofEnvironment {
 // refused (kInvalidArgument) with what to do instead: exit status 2.
 Result<HvprofRequest> ParseHvprofRequest(const std::vector<std::string>& args, const HvprofEnvironment& environment);
 
-// --help's text (and hvprof archive --help's).
+// --help's text, and hvprof run --help's, hvprof --ACTION --help's and hvprof archive --help's.
 std::string HvprofUsage();
+std::string HvprofRunUsage();
+std::string HvprofActionUsage(HvprofAction action);
 std::string HvprofArchiveUsage();
 
 }  // namespace hvprof::control

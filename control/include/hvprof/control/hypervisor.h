@@ -15,9 +15,16 @@ namespace hvprof::control {
 // Whether `platform` runs under hvprof-hv (sim, linux) rather than a real hypervisor (xen).
 bool NeedsHostedHypervisor(std::string_view platform);
 
+// `run_dir`, or hvprof-hv's default run directory when it is empty.
+std::string RunDirOrDefault(const std::string& run_dir);
+
 // The platform of the hvprof-hv serving `run_dir` (empty: its default) to `domain`, or empty
 // when none answers there.
 std::string ServingPlatform(const std::string& run_dir, uint16_t domain = 0);
+
+// The session directory of the hvprofd that drives the profiler of `domain` on the hvprof-hv
+// serving `run_dir` (it holds that domain's agent lock), or empty when none does.
+std::string ProfilerDriver(const std::string& run_dir, uint16_t domain = 0);
 
 // --platform when none is given: the platform of the hvprof-hv serving `run_dir`, else xen on a
 // Xen host, else linux (this host). `why` says how it was chosen, in words for the user.

@@ -1,6 +1,7 @@
 // `hvprof run`: one whole profile of one workload, for scripts and benchmarks.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,8 +45,12 @@ inline constexpr int kRegressionExit = 5;
 // was compared, and CMD succeeded (hvprof-report --diff's status for it too).
 inline constexpr int kEmptyBaselineExit = 6;
 
+// Says something to the user as it is decided (on stderr), before the outcome.
+using Say = std::function<void(const std::string&)>;
+
 // Runs the whole sequence and prints the report of (the last) run. Outcome::exit_code is the
-// command's exit status (0 without a command). Whatever happens, hvprofd is shut down.
-Result<Outcome> RunProfile(const RunOptions& options);
+// command's exit status (0 without a command). Whatever happens, hvprofd is shut down. `say`
+// hears what was decided for the user on the way (an hvprof-hv of the run's own, and why).
+Result<Outcome> RunProfile(const RunOptions& options, const Say& say = {});
 
 }  // namespace hvprof::control

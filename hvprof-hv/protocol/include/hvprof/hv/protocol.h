@@ -20,6 +20,10 @@ using hvpmu::DomainId;
 std::string DefaultRunDir();
 // The socket of `domain` in `run_dir`.
 std::string DomainSocketPath(const std::string& run_dir, DomainId domain);
+// The lock the one agent of a domain socket holds while it drives that domain's profiler (its
+// pid, then its session directory, one per line): two agents of one domain would each take the
+// other's state for a crashed agent's.
+std::string AgentLockPath(const std::string& socket_path);
 
 inline constexpr uint32_t kProtocolMagic = 0x50485648;  // "HVHP" little-endian
 inline constexpr uint16_t kProtocolVersion = 1;
