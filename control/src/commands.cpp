@@ -20,6 +20,7 @@
 #include <fmt/ranges.h>
 
 #include "hvprof/agent/hypervisor_link.h"
+#include "hvprof/control/hypervisor.h"
 #include "hvprof/base/escape.h"
 #include "hvprof/base/files.h"
 #include "hvprof/base/process.h"
@@ -587,35 +588,63 @@ Result<Outcome> Status(const store::SessionPaths& paths) {
   return Outcome{FormatStatus(status)};
 }
 
-Result<Outcome> ListEvents(const std::string& cpu_type, const std::string& hv_run_dir) {
-  std::string type = cpu_type;
+// The CPU types hvprof has event tables for, comma-separated.
+std::string KnownCpuTypes() {
+  uint32_t count = 0;
+  const hvpmu::CpuEventTable* const* tables = hvpmu::AllEventTables(&count);
+  std::vector<std::string_view> known;
+  for (uint32_t i = 0; i < count; ++i) known.push_back(tables[i]->cpu_type);
+  return fmt::format("{}", fmt::join(known, ", "));
+}
+
+Result<Outcome> ListEvents(const EventListing& listing) {
+  std::string type = listing.cpu_type;
+  std::string platform;  // whose runs the default is for; empty: offline, any platform's
   if (type.empty()) {
-    auto link = agent::ConnectHostedDomain(hv_run_dir, 0);
+    if (listing.platform == "xen") {
+      return MakeError(ErrorKind::kUnsupported,
+                       "on Xen the CPU type is the hypervisor profiler's: name it with --cpu-type=TYPE (`hvprof "
+                       "--status` shows it once --start-daemon ran), one of {}",
+                       KnownCpuTypes());
+    }
+    auto link = agent::ConnectHostedDomain(listing.hv_run_dir, 0);
+    std::unique_ptr<ScopedHypervisor> asked;  // an hvprof-hv started to ask, ended with this scope
+    // Only where nothing serves: a server refused (another user's) is said, not gone around.
+    if (!link && link.error().kind() == ErrorKind::kNotFound && listing.platform == "linux" &&
+        !listing.hv_path.empty()) {
+      // This host's own CPU, as a run here sees it: perf's hardware PMU and hvprof's table for
+      // it, else the cpu-clock timer's table.
+      HypervisorSpec spec;
+      spec.hv_path = listing.hv_path;
+      spec.platform = "linux";
+      HVPROF_TRY(started, ScopedHypervisor::Start(spec));
+      asked = std::move(started);
+      link = agent::ConnectHostedDomain(asked->run_dir(), 0);
+    }
     if (!link) {
-      uint32_t count = 0;
-      const hvpmu::CpuEventTable* const* tables = hvpmu::AllEventTables(&count);
-      std::string known;
-      for (uint32_t i = 0; i < count; ++i) known += fmt::format("{}{}", i ? ", " : "", tables[i]->cpu_type);
-      return MakeError(ErrorKind::kNotFound,
-                       "{}.\nWithout a running hypervisor, name the CPU type: --cpu-type=TYPE, one of {}",
-                       link.error().message(), known);
+      return MakeError(ErrorKind::kNotFound, "{}.\nWithout a running hypervisor, name the CPU type: --cpu-type=TYPE, one of {}",
+                       link.error().message(), KnownCpuTypes());
     }
     std::unique_ptr<hvpmu::Status> status = agent::StatusRequest();
     HVPROF_TRY(code, agent::RunOp(*link.value(), hvpmu::kOpStatus, status.get()));
     if (code != hvpmu::ErrorCode::kOk) return agent::RefusalError(hvpmu::kOpStatus, code);
     type = status->cpu_type;
+    platform = link.value()->platform_name();
   }
   const hvpmu::CpuEventTable* table = hvpmu::FindEventTable(type.c_str());
   if (table == nullptr) {
-    uint32_t count = 0;
-    const hvpmu::CpuEventTable* const* tables = hvpmu::AllEventTables(&count);
-    std::vector<std::string_view> known;
-    for (uint32_t i = 0; i < count; ++i) known.push_back(tables[i]->cpu_type);
     return MakeError(ErrorKind::kNotFound, "no events known for CPU type '{}'; the known types are {}", type,
-                     fmt::join(known, ", "));
+                     KnownCpuTypes());
   }
-  std::string out = fmt::format("Events for {} (default: {}:{})\n", table->cpu_type,
-                                table->default_event, table->default_count);
+  // The default as runs take it: linux samples at perf record's rate, the others count the
+  // table's default.
+  const std::string at_rate = fmt::format("{} at {} samples a second per CPU, as perf record (-F sets another rate)",
+                                          table->default_event, setup::kLinuxDefaultRate);
+  const std::string counted = fmt::format("{}:{}", table->default_event, table->default_count);
+  const std::string default_event = platform == "linux" ? at_rate
+                                    : platform.empty()  ? counted + "; on linux: " + at_rate
+                                                        : counted;
+  std::string out = fmt::format("Events for {} (default: {})\n", table->cpu_type, default_event);
   for (uint32_t i = 0; i < table->num_events; ++i) {
     const hvpmu::EventDef& event = table->events[i];
     out += fmt::format("\n{} (event {:#x}, minimum count {}{})\n    {}\n", event.name, event.code,

@@ -64,7 +64,11 @@ Result<Outcome> RunAction(const HvprofRequest& request) {
     case HvprofAction::kSave: return Save(paths, request.save_name);
     case HvprofAction::kStatus: return Status(paths);
     case HvprofAction::kPublish: return Publish(paths);
-    case HvprofAction::kListEvents: return ListEvents(request.cpu_type, request.setup.hv_run_dir);
+    case HvprofAction::kListEvents:
+      return ListEvents({.cpu_type = request.cpu_type,
+                         .platform = request.setup.platform,
+                         .hv_run_dir = request.setup.hv_run_dir,
+                         .hv_path = request.run.hv_path});
     case HvprofAction::kRunSim: return RunSim(paths, request.run_sim_ns);
   }
   return Error(ErrorKind::kInvalidArgument, "no action given");

@@ -304,8 +304,11 @@ Result<void> SplitDomainLists(const Words& w, setup::SetupOptions& setup) {
 // The setup every kind shares: the platform, the numbers in their ranges, the session root.
 Result<void> ReadSetup(const po::variables_map& values, Words& w, bool run, const HvprofEnvironment& environment) {
   setup::SetupOptions& setup = w.setup;
-  // Which platform, for the actions that set one up; the others do not need it.
-  if ((run || values.count("start-daemon") != 0) && values.count("help") == 0 && values.count("platform") == 0) {
+  // Which platform, for the actions that set one up, and for the events its runs use (offline,
+  // --cpu-type names the table); the others do not need it.
+  const bool listing = values.count("list-events") != 0 && values.count("cpu-type") == 0;
+  if ((run || listing || values.count("start-daemon") != 0) && values.count("help") == 0 &&
+      values.count("platform") == 0) {
     const PlatformChoice chosen =
         ChoosePlatform(setup.hv_run_dir, static_cast<uint16_t>(setup.domain), environment.xen_host);
     setup.platform = chosen.platform;

@@ -171,9 +171,12 @@ Result<std::unique_ptr<ScopedHypervisor>> ScopedHypervisor::Start(const Hypervis
   std::string pattern = std::filesystem::temp_directory_path().string() + "/hvprof-run-XXXXXX";
   if (::mkdtemp(pattern.data()) == nullptr) return ErrnoError(errno, "mkdtemp");
   auto own = std::unique_ptr<ScopedHypervisor>(new ScopedHypervisor(pattern));
-  HVPROF_TRY(child, Spawn(spec, pattern, true));
+  // Without a log of the caller's, its output goes into its run directory, gone with it.
+  HypervisorSpec started = spec;
+  if (started.log_path.empty()) started.log_path = pattern + "/hvprof-hv.log";
+  HVPROF_TRY(child, Spawn(started, pattern, true));
   own->pid_ = child;
-  if (auto serving = WaitServing(child, spec, pattern); !serving) {
+  if (auto serving = WaitServing(child, started, pattern); !serving) {
     own->pid_ = 0;
     return serving.error();
   }

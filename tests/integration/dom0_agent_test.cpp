@@ -163,6 +163,9 @@ TEST_CASE("a host without a PMU is sampled by the engine's timer, by default, an
   CHECK(metadata.events[0].count == 1'000'000);
   CHECK(metadata.events[0].sampled_by == "the engine's timer interrupt");
   CHECK(metadata.losses.ring_full == 0);
+  // --list-events named the default the run took.
+  CHECK(events.out.find(fmt::format("(default: {}:{})", metadata.events[0].name, metadata.events[0].count)) !=
+        std::string::npos);
 
   // Every tick of dom0, the idle loop and the passive guest, where it came due.
   const Json truth = host.GroundTruth(false);

@@ -31,6 +31,7 @@ class LinuxRun {
   std::vector<uint32_t> Pids(const std::string& comm);
   // The run directory Command gives hvprof (an hvprof-hv may already serve it).
   std::string run_dir() const { return dir_.File("run"); }
+  std::string session_root() const { return dir_.File("sessions"); }
 
  private:
   // hvprof-report on the newest saved session; REQUIREs a report (status 0, or 3: some other

@@ -128,6 +128,31 @@ TEST_CASE("hvprof run --platform=linux beside a running hvprofd: both profile th
   CHECK(hvprof("--shutdown").status == 0);
 }
 
+TEST_CASE("hvprof --list-events on this host, with no hvprof-hv running, names the events and default its runs use",
+          "[linux][live][run]") {
+  if (!PerfUsable()) return;
+  hvprof::testing::TempDir dir;
+  const CommandResult listed = hvprof::testing::RunProgram(
+      {hvprof::testing::Binary("hvprof"), "--list-events", "--run-dir=" + dir.File("nothing-serves-here")});
+  INFO(listed.out << listed.err);
+  REQUIRE(listed.status == 0);
+  CHECK(listed.err.find("--platform=linux: this host") != std::string::npos);
+  // A run's session says which CPU type and event it took.
+  LinuxRun run;
+  run.Run({"--duration=100ms"});
+  const auto saved = hvprof::store::NewestSavedSession({run.session_root()});
+  REQUIRE(saved.has_value());
+  const auto session = hvprof::store::OpenSession(hvprof::store::SessionPaths{run.session_root()}.Saved(*saved));
+  REQUIRE(session.has_value());
+  const auto& metadata = session.value().metadata;
+  REQUIRE(!metadata.events.empty());
+  CHECK(listed.out.rfind(fmt::format("Events for {} (default: {} at 4000 samples a second per CPU", metadata.cpu_type,
+                                     metadata.events[0].name),
+                         0) == 0);
+  // The hvprof-hv asked served a private run directory of its own, not the one given.
+  CHECK_FALSE(std::filesystem::exists(dir.File("nothing-serves-here")));
+}
+
 TEST_CASE("hvprof run --platform=linux: processes that exit during the run are still symbolized",
           "[linux][live][run]") {
   if (!PerfUsable()) return;

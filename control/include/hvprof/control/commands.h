@@ -54,8 +54,17 @@ Result<Outcome> Save(const store::SessionPaths& paths, const std::string& name, 
 Result<Outcome> Status(const store::SessionPaths& paths);
 // Advances a simulated machine by `duration_ns` with the agent draining as it goes.
 Result<Outcome> RunSim(const store::SessionPaths& paths, uint64_t duration_ns);
-// --list-events: the events of `cpu_type`, or of the running machine's CPU when empty.
-Result<Outcome> ListEvents(const std::string& cpu_type, const std::string& hv_run_dir);
+// --list-events: the events of `cpu_type` (offline), or of the CPU that `platform`'s runs use
+// when it is empty, with the default event as those runs take it. sim and linux ask the
+// hvprof-hv serving `hv_run_dir`; on linux, when none serves, one started for the question
+// (`hv_path`) and ended again.
+struct EventListing {
+  std::string cpu_type;
+  std::string platform;
+  std::string hv_run_dir;
+  std::string hv_path;
+};
+Result<Outcome> ListEvents(const EventListing& listing);
 
 // `hvprof --status`'s text: an agent's status, with what the agent names escaped for the
 // terminal.

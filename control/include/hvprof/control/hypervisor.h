@@ -41,7 +41,7 @@ struct HypervisorSpec {
   std::string scenario;         // sim: a file or a scenario's name (hvprof-hv --scenario); empty: its default
   std::string domain_map;       // linux: hvprof-hv --domain-map
   bool advance_on_demand = false;  // sim: --speed=max (simulated time passes only while dom0 runs it)
-  std::string log_path;         // its output
+  std::string log_path;         // its output (ScopedHypervisor: empty puts it in its run directory)
 };
 
 // An hvprof-hv started for one run, in a private run directory; it is ended (SIGTERM) with this
