@@ -145,9 +145,9 @@ struct Carried {
 };
 
 // Continues the session in `directory` (whose metadata exists) under `metadata`: its id, times,
-// losses and notes carried over, a death while profiling noted. A session of other events that
-// recorded nothing is removed, and false returned: it starts again. One that recorded something
-// is refused.
+// losses and notes carried over, a death while profiling noted. A session that recorded nothing
+// (of other events, or never profiled) is removed, and false returned: it starts again. One of
+// other events that recorded something is refused.
 Result<bool> ContinueSession(const std::string& directory, store::SessionMetadata& metadata, Carried& carried) {
   const std::string samples_path = directory + "/" + store::kSamplesFile;
   const std::string metadata_path = directory + "/" + store::kMetadataFile;
@@ -174,11 +174,13 @@ Result<bool> ContinueSession(const std::string& directory, store::SessionMetadat
                      "discard it with `hvprof --reset` first",
                      directory);
   }
-  if (!SameEvents(before, metadata)) {
-    // Nothing was recorded under the old events: the session starts again with the new ones.
+  if (!SameEvents(before, metadata) || (empty && before.profiling.empty())) {
+    // Nothing was recorded under the old events, or nothing at all (a fresh session left by a
+    // --save, or by a daemon that never profiled): the session starts again, with no note.
     std::filesystem::remove(samples_path, ec);
     std::filesystem::remove(directory + "/" + store::kSchedFile, ec);
     std::filesystem::remove(directory + "/" + store::kAggregateFile, ec);
+    std::filesystem::remove(directory + "/" + store::kContextFile, ec);  // of the old session's id
     std::filesystem::remove(metadata_path, ec);
     std::filesystem::remove_all(directory + "/" + store::kJitDirectory, ec);
     return false;
@@ -207,7 +209,8 @@ Result<bool> ContinueSession(const std::string& directory, store::SessionMetadat
         FormatWallClock(last)));
   }
   std::vector<std::string> notes = old.notes;
-  notes.push_back("the session was continued by a new hvprofd");
+  notes.push_back("more than one hvprofd added to this session: it was set up again (--start-daemon) and went on "
+                  "with the samples already taken (`hvprof --save` or `--reset` first starts a new one)");
   // The new hvprofd mostly says again what the first one said: each note once.
   for (const std::string& note : metadata.notes) {
     if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);

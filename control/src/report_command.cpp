@@ -40,6 +40,15 @@ class Say {
   explicit Say(std::ostream& err) : err_(err) {}
   void Note(std::string_view text) const { err_ << "hvprof-report: " << EscapeForTerminal(text) << "\n"; }
   void Warning(std::string_view text) const { err_ << "hvprof-report: warning: " << EscapeForTerminal(text) << "\n"; }
+  // Exit status 3 (kReportIncomplete), with why on stderr whatever the output showed: the first
+  // of `warnings` and how many more. 0 when there are none.
+  int IncompleteIf(const std::vector<std::string>& warnings, std::string_view what) const {
+    if (warnings.empty()) return 0;
+    err_ << "hvprof-report: " << what << " is incomplete (exit status 3): " << EscapeForTerminal(warnings[0]);
+    if (warnings.size() > 1) err_ << " (and " << warnings.size() - 1 << " more warnings)";
+    err_ << "\n";
+    return kReportIncomplete;
+  }
   int Fail(const Error& error, int status) const {
     err_ << "hvprof-report: " << error.message() << "\n";
     return status;
@@ -104,7 +113,7 @@ int RunDiff(const ReportRequest& request, const ReportSink& sink, const Say& say
       return kReportRegression;
     }
   }
-  return diff.warnings.empty() ? 0 : kReportIncomplete;
+  return say.IncompleteIf(diff.warnings, "the comparison");
 }
 
 struct SchedOutput {
@@ -183,7 +192,8 @@ int RunSched(const ReportRequest& request, const report::SessionSource& source, 
   } else {
     for (const std::string& warning : made.value().warnings) say.Warning(warning);
   }
-  return Emit(sink, say, text, made.value().warnings.empty() ? 0 : kReportIncomplete);
+  if (int status = Emit(sink, say, text, 0); status != 0) return status;
+  return say.IncompleteIf(made.value().warnings, "the scheduling report");
 }
 
 // The samples' views of one profile: the call graph, whole stacks, or a table.
@@ -228,6 +238,24 @@ Result<std::string> WriteProfile(const ReportRequest& request, const report::Pro
   if (format == ReportFormat::kJson) return report::FormatJson(profile, table, options);
   if (format == ReportFormat::kCsv) return report::FormatCsv(profile, table, options);
   return report::FormatText(profile, table, options);
+}
+
+// Why a report is incomplete: its problems, then the images it could not symbolize (how many,
+// and the first); empty when it is whole.
+std::vector<std::string> IncompleteReasons(const report::Profile& profile) {
+  std::vector<std::string> why = profile.problems();
+  const report::Image* first = nullptr;
+  size_t images = 0;
+  for (const report::Image& image : profile.images()) {
+    if (image.problem.empty() || image.path.empty()) continue;
+    if (first == nullptr) first = &image;
+    ++images;
+  }
+  if (first != nullptr) {
+    why.push_back(fmt::format("{} {} not symbolized ({}: {}{})", images, images == 1 ? "image is" : "images are",
+                              first->path, first->problem, images > 1 ? "; the header lists them all" : ""));
+  }
+  return why;
 }
 
 void PrintTiming(const report::Profile& profile, std::chrono::steady_clock::time_point started, const Say& say) {
@@ -279,12 +307,8 @@ int RunProfile(const ReportRequest& request, const report::SessionSource& source
     say.stream() << fmt::format("hvprof-report: pushed {} series ({} bytes of pprof) to Pyroscope\n",
                                 pushed.value().series, pushed.value().bytes);
   }
-  bool incomplete = !profile.value().problems().empty();
-  for (const report::Image& image : profile.value().images()) incomplete |= !image.problem.empty() && !image.path.empty();
-  if (incomplete && request.format != ReportFormat::kText) {
-    say.stream() << "hvprof-report: the report is incomplete; see its problems and images\n";
-  }
-  return incomplete ? kReportIncomplete : 0;
+  // Every status but 0 says why on stderr, whatever the format and -n left out.
+  return say.IncompleteIf(IncompleteReasons(profile.value()), "the report");
 }
 
 }  // namespace
@@ -298,7 +322,8 @@ int RunReport(const ReportRequest& request, const ReportSink& sink) {
   if (request.session.empty()) {
     auto chosen = report::ChooseSession(request.session_root);
     if (!chosen) return say.Fail(chosen.error(), 1);
-    if (!chosen.value().note.empty()) say.Note(chosen.value().note);
+    // Which session was chosen is in the report's header; said here with -v only.
+    if (!chosen.value().note.empty() && request.table.verbose) say.Note(chosen.value().note);
     source = std::move(chosen.value().source);
   } else {
     source = report::OpenSessionSource(request.session, request.session_root);

@@ -148,7 +148,7 @@ po::options_description Describe(Words& w) {
       ("no-debuginfod", "do not ask the debuginfod servers of DEBUGINFOD_URLS for images that are missing here "
                         "(or are not the ones profiled) and for debug info (they are asked by build-id when "
                         "DEBUGINFOD_URLS is set; the report's notes name what came from there)")
-      ("verbose,V", "say why addresses could not be resolved")
+      ("verbose,V", "say more: why addresses could not be resolved, and which session was chosen when none is named")
       ("diff", "compare two sides: `--diff BASE NEW`, each side a session or a comma-separated set of sessions "
                "(or OProfile's `{ BASE... } { NEW... }`); per image (default), symbol (-l), domain (--by-domain) "
                "or stack (-c, --format=folded or html): shares, the change in points, its interval and a p-value "

@@ -453,3 +453,38 @@ TEST_CASE("hvprof run beside a running hvprofd starts an hvprof-hv of its own an
   CHECK(joined.err.find("hvprof --shutdown --session-dir=" + host.session_root()) != std::string::npos);
   CHECK(host.Hvprof({"--shutdown"}).status == 0);
 }
+
+TEST_CASE("quiet by default: a second run into one session directory is no continued session, and the report does "
+          "not say which session it chose unless asked",
+          "[run][first-hour][quiet]") {
+  TempDir dir;
+  dir.Write("host.json", TestScenario("intel-arch-v4", 16).dump());
+  const std::vector<std::string> run{Binary("hvprof"), "run", "--platform=sim", "--scenario=" + dir.File("host.json"),
+                                     "--session-dir=" + dir.File("s"), "--duration=20ms"};
+  REQUIRE(RunProgram(run).status == 0);
+  const auto second = RunProgram(run);
+  INFO(second.out << second.err);
+  REQUIRE(second.status == 0);
+  CHECK(second.out.find("more than one hvprofd") == std::string::npos);
+  CHECK(second.out.find("Note:") == std::string::npos);
+  // The current session is empty after a run; the report takes the newest saved one and its
+  // header names it. Why is said under -v only.
+  const auto report = RunProgram({Binary("hvprof-report"), "--session-dir=" + dir.File("s"), "-l"});
+  CHECK(report.status == 0);
+  CHECK(report.err.empty());
+  CHECK(report.out.find("Session: " + dir.File("s") + "/samples/run-") != std::string::npos);
+  const auto verbose = RunProgram({Binary("hvprof-report"), "--session-dir=" + dir.File("s"), "-l", "--verbose"});
+  CHECK(verbose.err.find("the current session has no samples: reporting 'run-") != std::string::npos);
+
+  // A daemon set up again on a session with samples goes on with it, and that is said.
+  Host host(TestScenario("intel-arch-v4", 17));
+  for (int daemon = 0; daemon < 2; ++daemon) {
+    REQUIRE(host.Hvprof({"--start-daemon", "--passive-domains=all"}).status == 0);
+    REQUIRE(host.Hvprof({"--start"}).status == 0);
+    REQUIRE(host.Hvprof({"--run-sim=20ms"}).status == 0);
+    REQUIRE(host.Hvprof({"--shutdown"}).status == 0);
+  }
+  const auto continued = host.Report({"-l"});
+  INFO(continued.err);
+  CHECK(continued.out.find("Note: more than one hvprofd added to this session") != std::string::npos);
+}

@@ -130,6 +130,12 @@ TEST_CASE("two active guests and a passive one: every report matches the ground 
     auto incomplete = host.Report({"--all-domains", "-l"});
     CHECK(incomplete.status == 3);  // the guests have not published yet: it says so
     CHECK(incomplete.out.find("Warning: active domain dom1 (guest1) has not published") != std::string::npos);
+    // Without the header (-n), where the warning was, the status still says why on stderr.
+    auto bare = host.Report({"--all-domains", "-l", "-n"});
+    CHECK(bare.status == 3);
+    CHECK(bare.out.find("has not published") == std::string::npos);
+    CHECK(bare.err.find("hvprof-report: the report is incomplete (exit status 3): active domain dom1 (guest1) has not "
+                        "published") != std::string::npos);
     for (uint16_t guest : {1, 2}) {
       auto published = host.GuestHvprof(guest, {"--publish"});
       INFO(published.err);
