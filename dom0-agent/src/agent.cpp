@@ -212,8 +212,9 @@ Result<void> Dom0Agent::CheckImages() {
   HVPROF_TRY(platform_images, link_->Images());
   const std::string xen = !setup_.xen_image.empty() ? setup_.xen_image : platform_images.hypervisor;
   if (link_->platform_name() == "linux") {
-    notes_.push_back("on linux the hypervisor is the host kernel: its samples are counted in hypervisor "
-                     "mode, domain 0 is the host's processes, and KVM guests are passive domains");
+    notes_.push_back("on linux domain 0 is the host's processes and its kernel is the host kernel; the host kernel is "
+                     "the hypervisor where it works for a KVM guest (in the guest's vCPU threads: the guest's "
+                     "hypervisor mode) and in the idle loop; KVM guests are passive domains");
   }
   if (!xen.empty()) {
     HVPROF_TRY(image, setup::CheckImage(xen, "hypervisor", std::nullopt));

@@ -58,12 +58,17 @@ RoutedSample SampleRouter::Route(const PerfSample& sample, uint32_t cpu) {
 
   const bool kernel = cpumode == kMiscKernel || cpumode == kMiscHypervisor ||
                       (cpumode == kMiscCpumodeUnknown && sample.ip >= kKernelHalf);
-  context.in_hypervisor = kernel;
-  context.cpl = kernel ? 0 : 3;
-  context.pv_kernel_mode = false;
+  // The host kernel is the kernel of the process's domain (dom0 for the host's own), in the
+  // terms the engine classifies modes by: a 64-bit PV kernel, which runs in ring 3 with its
+  // vCPU's kernel flag set. Two exceptions, where it does the hypervisor's work: the idle task,
+  // and a KVM guest's vCPU thread (below).
+  context.in_hypervisor = false;
+  context.cpl = 3;
+  context.pv_kernel_mode = kernel;
   if (kernel && sample.pid == 0) {
     context.domain = kDomainIdle;
     context.vcpu = static_cast<uint16_t>(cpu % host_vcpus_);
+    context.in_hypervisor = true;
     ++stats_.idle;
   } else {
     Process& process = processes_.Get(sample.pid);
@@ -74,8 +79,11 @@ RoutedSample SampleRouter::Route(const PerfSample& sample, uint32_t cpu) {
       ++stats_.host_kernel;
       const DomainId guest = domains_.GuestDomainFor(sample.pid, false);
       if (guest != kDomainInvalid && processes_.IsVcpuThread(sample.pid, sample.tid)) {
+        // KVM running the guest (exits, emulation): the guest's hypervisor time, as Xen's.
         context.domain = guest;
         context.type = DomainType::kHvm;
+        context.in_hypervisor = true;
+        context.cpl = 0;
         context.vcpu = processes_.VcpuOf(sample.pid, sample.tid);
         domains_.NoteGuestVcpus(guest, static_cast<uint16_t>(context.vcpu + 1));
       }

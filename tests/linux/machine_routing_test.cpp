@@ -161,11 +161,12 @@ TEST_CASE("perf samples land in the right domain, ring and mode", "[linux][routi
     CHECK(s->record.period == 100000);
     CHECK(s->frames == std::vector<uint64_t>{0x401100, 0x401200});
   }
-  SECTION("host kernel: the hypervisor, charged to the running process's domain") {
+  SECTION("host kernel: the kernel mode of the running process's domain") {
     const CollectedSample* s = FindIp(samples, kKernel);
     REQUIRE(s != nullptr);
     CHECK(s->record.domain == 0);
-    CHECK(s->record.mode == static_cast<uint8_t>(ring::Mode::kHypervisor));
+    CHECK(s->record.mode == static_cast<uint8_t>(ring::Mode::kKernel));
+    CHECK((s->record.flags & ring::kFlagGuest) == 0);
     CHECK(s->record.pid == 50);
     CHECK(s->frames == std::vector<uint64_t>{0xffffffff81002000});  // kernel frames only
   }
