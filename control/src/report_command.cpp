@@ -207,6 +207,7 @@ Result<std::string> WriteProfile(const ReportRequest& request, const report::Pro
     graph_options.by_domain = options.by_domain;
     graph_options.children = request.children;
     graph_options.threshold = options.threshold;
+    graph_options.symbols = options.symbols;
     const report::Callgraph graph = report::BuildCallgraph(profile, graph_options);
     if (format == ReportFormat::kJson) return report::FormatCallgraphJson(profile, graph, graph_options, options);
     if (format == ReportFormat::kCsv) return report::FormatCallgraphCsv(profile, graph, graph_options, options);
@@ -282,6 +283,9 @@ int RunProfile(const ReportRequest& request, const report::SessionSource& source
       !resolved) {
     return say.Fail(resolved.error(), 2);
   }
+  if (auto named = report::ResolveProcessNames(profile.value(), request.comms, &options); !named) {
+    return say.Fail(named.error(), 2);
+  }
   report::StackFilter filter;
   if (load.stacks) {
     auto counted = report::SelectStackEvents(profile.value(), options.events, options.merge_unit_masks, options.merge_all);
@@ -290,6 +294,8 @@ int RunProfile(const ReportRequest& request, const report::SessionSource& source
   }
   filter.domains = options.domains;
   filter.modes = options.modes;
+  filter.pids = options.pids;
+  filter.tids = request.tids;
   filter.include_idle = options.include_idle;
   auto text = WriteProfile(request, profile.value(), options, filter, say);
   if (!text) return say.Fail(text.error(), 1);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <charconv>
 #include <sstream>
 #include <tuple>
 #include <utility>
@@ -72,6 +73,7 @@ struct Words {
   std::vector<std::string> sessions;
   std::string session_root = store::kDefaultSessionRoot;
   std::string domains, modes, images, symbols, events, sort, merge, demangle = "smart", format = "text", output;
+  std::string pids, tids, comms;
   std::string stack_root = "domain";
   std::string color = "auto";
   std::string push_url, push_app, push_tenant;
@@ -110,10 +112,17 @@ po::options_description Describe(Words& w) {
       ("all-domains", "dom0's session plus the profiles its active guests published (`hvprof --publish` in "
                       "each): the whole host in one report")
       ("domain", po::value(&w.domains), "only these domains (ids, names or domN, comma-separated; idle for the idle loop, whose samples it keeps)")
+      ("pid", po::value(&w.pids), "only samples taken in these processes (pids, comma-separated; a kernel sample "
+              "counts for the process it interrupted), in every view and format")
+      ("comm", po::value(&w.comms), "only samples of the processes of these names (comm, as ps and perf show them; "
+               "comma-separated)")
+      ("tid", po::value(&w.tids), "only samples of these threads (tids, comma-separated): the views of stacks (-c, "
+              "--format=folded, pprof or html); the tables count by process, so narrow them with --pid")
       ("mode", po::value(&w.modes), "only these modes: user, kernel, hypervisor")
       ("image", po::value(&w.images), "only images whose name or path matches these globs")
       ("event", po::value(&w.events), "only these events (names)")
-      ("symbol", po::value(&w.symbols), "only symbols matching these globs (comma-separated); percentages stay of all samples")
+      ("symbol", po::value(&w.symbols), "only symbols matching these globs (comma-separated); percentages stay of all "
+                 "samples. With -c: the call graph of those symbols, each with its callers and callees")
       ("threshold,t", po::value(&w.threshold), "hide rows below this percent of the samples")
       ("sort,s", po::value(&w.sort), "sort keys: sample, image, symbol, debug, vma, domain")
       ("reverse-sort,r", "reverse the sort order")
@@ -134,7 +143,8 @@ po::options_description Describe(Words& w) {
        "to move, hover for the vCPU or task); perfetto (or chrome-json), with --timeline: Chrome's "
        "trace-event JSON, which ui.perfetto.dev and chrome://tracing open (docs/report-formats.md)")
       ("stack-root", po::value(&w.stack_root)->default_value("domain"),
-       "folded and html: what each stack starts with: domain (the domain's name, then the mode), mode, or none")
+       "folded and html: what each stack starts with: domain (the domain's name, then the mode), process (the "
+       "domain, the process as \"comm (pid)\", then the mode), mode, or none")
       ("output,o", po::value(&w.output), "write the report to this file")
       ("push", po::value(&w.push_url),
        "also send the stacks to the Grafana Pyroscope server at this base URL (http:// or https://, e.g. "
@@ -300,7 +310,8 @@ Result<void> CheckSchedOptions(const po::variables_map& values, const Words& w, 
     const char* view = sched.sched ? "--sched" : "--timeline";
     if (diffing) return MakeError(ErrorKind::kInvalidArgument, "{} reports one session's scheduling: not with --diff", view);
     for (const char* option : {"list", "details", "debug-info", "callgraph", "children", "by-domain", "by-process",
-                               "all-domains", "domain", "mode", "image", "event", "symbol", "threshold", "sort",
+                               "all-domains", "domain", "pid", "tid", "comm", "mode", "image", "event", "symbol",
+                               "threshold", "sort",
                                "reverse-sort", "merge", "show-address", "long-filenames", "accumulated",
                                "global-percent", "exclude-dependent", "include-idle", "push", "raw-samples",
                                "stack-root", "verbose", "timing"}) {
@@ -354,6 +365,8 @@ Result<void> CheckStackOptions(const po::variables_map& values, const Words& w, 
     const char* view = callgraph ? "-c" : pprof ? "--format=pprof" : html ? "--format=html" : "--format=folded";
     for (const char* option : {"image", "symbol", "exclude-dependent", "all-domains", "accumulated", "show-address",
                                "global-percent", "sort", "reverse-sort", "by-process"}) {
+      // -c --symbol: the call graph focused on those symbols, with their callers and callees.
+      if (callgraph && std::string_view(option) == "symbol") continue;
       if (Given(values, option)) {
         return MakeError(ErrorKind::kInvalidArgument,
                          "{} does not take --{}: stacks are filtered by --domain, --mode, --event and --merge{}", view,
@@ -401,15 +414,35 @@ Result<void> ReadFilters(const Words& w, ReportRequest& request) {
     HVPROF_TRY(modes, ParseModes(w.modes));
     options.modes = std::move(modes);
   }
+  // --pid and --tid: numbers; --comm, as --domain and --event, is resolved against each session.
+  for (auto [text, option, target] : {std::tuple{&w.pids, "pid", &options.pids},
+                                      std::tuple{&w.tids, "tid", &request.tids}}) {
+    if (text->empty()) continue;
+    HVPROF_TRY(items, setup::SplitList(*text, option));
+    for (const std::string& item : items) {
+      uint32_t id = 0;
+      const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), id);
+      if (ec != std::errc() || end != item.data() + item.size()) {
+        return MakeError(ErrorKind::kInvalidArgument, "--{}: '{}' is not a {} (a number)", option, item,
+                         option == std::string_view("pid") ? "process id" : "thread id");
+      }
+      target->push_back(id);
+    }
+  }
   // --domain and --event are resolved against each session.
   for (auto [text, option, target] : {std::tuple{&w.symbols, "symbol", &options.symbols},
                                       std::tuple{&w.images, "image", &options.images},
                                       std::tuple{&w.domains, "domain", &request.domains},
                                       std::tuple{&w.events, "event", &request.events},
+                                      std::tuple{&w.comms, "comm", &request.comms},
                                       std::tuple{&w.image_path, "image-path", &request.load.image_path}}) {
     if (text->empty()) continue;
     HVPROF_TRY(parsed, setup::SplitList(*text, option));
     *target = std::move(parsed);
+  }
+  if (!request.tids.empty() && request.kind != ReportKind::kStacks && request.kind != ReportKind::kCallgraph) {
+    return Refuse("--tid narrows the views of stacks (-c, --format=folded, pprof or html); the tables count "
+                  "samples by process: narrow them with --pid");
   }
   return Ok();
 }
@@ -430,7 +463,11 @@ void ChooseLoad(const po::variables_map& values, const Words& w, ReportRequest& 
   load.stacks = stacks || push;
   load.stack_threads = pprof || push;
   load.inlines = pprof || push;
-  load.processes = request.table.by_process;
+  // A process's own samples: every entry and stack keeps its pid (and its thread for --tid).
+  const bool narrowed = !request.table.pids.empty() || !request.comms.empty() || !request.tids.empty() ||
+                        request.root == report::StackRoot::kProcess;
+  load.processes = request.table.by_process || narrowed;
+  load.stack_threads = load.stack_threads || !request.tids.empty();
   load.debuginfod = values.count("no-debuginfod") == 0;
   request.timing = values.count("timing") != 0;
 }
@@ -456,7 +493,7 @@ Result<void> ReadDiff(const po::variables_map& values, const Words& w, const Bra
     return Refuse("--diff compares images, symbols (-l) or stacks (-c, --format=folded or html): not -d or -g");
   }
   for (const char* option : {"all-domains", "push", "children", "accumulated", "global-percent", "show-address",
-                             "by-process"}) {
+                             "by-process", "pid", "tid", "comm"}) {
     if (Given(values, option)) return MakeError(ErrorKind::kInvalidArgument, "--diff does not take --{}", option);
   }
   if (request.format == ReportFormat::kPprof) {
@@ -481,6 +518,10 @@ Result<void> ReadDiff(const po::variables_map& values, const Words& w, const Bra
   diff.domains = request.domains;
   diff.events = request.events;
   diff.diff.stacks = stacks;
+  if (request.root == report::StackRoot::kProcess) {
+    return Refuse("--stack-root=process is not for --diff: the processes of two sessions are not the same ones "
+                  "(their pids differ)");
+  }
   diff.diff.root = request.root;
   diff.diff.threshold = options.threshold;
   diff.diff.compare.alpha = w.alpha;

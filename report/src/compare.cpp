@@ -42,6 +42,29 @@ Result<void> ResolveNamedFilters(const Profile& profile, const std::vector<std::
   return Ok();
 }
 
+Result<void> ResolveProcessNames(const Profile& profile, const std::vector<std::string>& comms,
+                                 ReportOptions* options) {
+  if (comms.empty()) return Ok();
+  std::vector<bool> found(comms.size(), false);
+  for (const auto& domain : profile.metadata().domains) {
+    for (const auto& [pid, name] : profile.context().Processes(domain.id)) {
+      for (size_t i = 0; i < comms.size(); ++i) {
+        if (name != comms[i]) continue;
+        found[i] = true;
+        options->pids.push_back(pid);
+      }
+    }
+  }
+  for (size_t i = 0; i < comms.size(); ++i) {
+    if (!found[i]) {
+      return MakeError(ErrorKind::kInvalidArgument,
+                       "--comm: no process of the session {} is named '{}' (`hvprof-report --by-process` lists them)",
+                       profile.directory(), comms[i]);
+    }
+  }
+  return Ok();
+}
+
 Result<LoadedDiff> DiffSessions(const DiffRequest& request) {
   if (request.base.empty() || request.next.empty()) {
     return MakeError(ErrorKind::kInvalidArgument, "--diff needs a session on each side: --diff BASE NEW");

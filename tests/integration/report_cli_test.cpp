@@ -7,10 +7,12 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <sstream>
 
 #include <catch2/catch.hpp>
 
 #include "hvprof/base/files.h"
+#include "hvprof/store/session.h"
 #include "host_harness.h"
 #include "skip.h"
 #include "sim_harness.h"
@@ -238,4 +240,66 @@ TEST_CASE("colour and a progress line on a terminal", "[report][terminal]") {
   CHECK(terminal.out.find("\rhvprof-report: symbolizing images: ") != std::string::npos);
   // By default (two seconds' grace) a quick report shows none, even on a terminal.
   CHECK(OnTerminal(host, "", "-l --color=never").out.find("symbolizing") == std::string::npos);
+}
+
+TEST_CASE("narrowed by --pid and --comm, every view shows one process's samples, as the ground truth counts them",
+          "[report][process]") {
+  Host host(TestScenario("intel-arch-v4", 43));
+  REQUIRE(host.Hvprof({"--start-daemon", "--passive-domains=guest1,guest2,guest3", "--event=CPU_CLK_UNHALTED:6000"})
+              .status == 0);
+  REQUIRE(host.Hvprof({"--start"}).status == 0);
+  (void)host.GroundTruth(true);
+  REQUIRE(host.Hvprof({"--run-sim=100ms"}).status == 0);
+  REQUIRE(host.Hvprof({"--stop"}).status == 0);
+  const Json truth = host.GroundTruth(false);
+  auto opened = store::OpenSession(host.current());
+  REQUIRE(opened.has_value());
+  const uint32_t counter = opened.value().metadata.events.at(0).counter;
+  // dom0's user mode is its one process, pid 100 ("dom0-app"), running libc.
+  uint64_t expected = 0;
+  for (const Json& row : truth["rows"]) {
+    if (row["domain"] == 0 && row["mode"] == "user") expected += row["overflows"][counter].get<uint64_t>();
+  }
+  REQUIRE(expected > 0);
+  const auto table_sum = [&](const std::vector<std::string>& args) {
+    std::vector<std::string> all{"-l", "--format=json", "--threshold=0"};
+    all.insert(all.end(), args.begin(), args.end());
+    const CommandResult report = host.Report(all);
+    INFO(report.err);
+    REQUIRE(report.status == 0);
+    const Json parsed = Json::parse(report.out);
+    uint64_t sum = 0;
+    for (const Json& row : parsed["rows"]) sum += row["samples"][0].get<uint64_t>();
+    return sum;
+  };
+  CHECK(table_sum({"--pid=100", "--mode=user"}) == expected);
+  CHECK(table_sum({"--comm=dom0-app", "--mode=user"}) == expected);
+  CHECK(table_sum({"--pid=100", "--mode=user", "--by-process"}) == expected);
+  // The passive guests' processes are not pid 100's: with the pid, every user sample is dom0's.
+  CHECK(table_sum({"--pid=100"}) == table_sum({"--pid=100", "--domain=dom0"}));
+  CHECK(table_sum({"--pid=4242"}) == 0);
+  // Stacks, folded: the same samples.
+  const CommandResult folded = host.Report({"--format=folded", "--pid=100", "--mode=user"});
+  REQUIRE(folded.status == 0);
+  uint64_t stacked = 0;
+  std::istringstream lines(folded.out);
+  for (std::string line; std::getline(lines, line);) {
+    CHECK(line.rfind("dom0;", 0) == 0);
+    stacked += std::stoull(line.substr(line.rfind(' ') + 1));
+  }
+  CHECK(stacked == expected);
+  // Process frames at the root: dom0's user stacks all sit under its one process.
+  const CommandResult rooted = host.Report({"--format=folded", "--stack-root=process", "--domain=dom0", "--mode=user"});
+  REQUIRE(rooted.status == 0);
+  uint64_t under_process = 0;
+  std::istringstream rooted_lines(rooted.out);
+  for (std::string line; std::getline(rooted_lines, line);) {
+    CHECK(line.rfind("dom0;dom0-app (100);[user];", 0) == 0);
+    under_process += std::stoull(line.substr(line.rfind(' ') + 1));
+  }
+  CHECK(under_process == expected);
+  // A name no process had is an error that says where to look.
+  const CommandResult unknown = host.Report({"-l", "--comm=no-such-app"});
+  CHECK(unknown.status == 2);
+  CHECK(unknown.err.find("no process of the session") != std::string::npos);
 }

@@ -104,12 +104,27 @@ TEST_CASE("folded stacks: roots, filters and bad options", "[report][stacks]") {
   CHECK(ParseFolded(text.str()) == by_domain);
   for (const std::vector<std::string>& refused :
        {std::vector<std::string>{"--format=folded", "--image=libc*"}, {"--format=folded", "-t", "1"},
-        {"--format=folded", "--all-domains"}, {"-c", "--merge=cpu"}, {"-c", "--symbol=vfs_*"}}) {
+        {"--format=folded", "--all-domains"}, {"-c", "--merge=cpu"}}) {
     const CommandResult result = host.Report(refused);
     INFO(refused[1]);
     CHECK(result.status == 2);
     CHECK(result.out.empty());
   }
+  // -c --symbol: the call graph focused on vfs_read, its one node counting every stack through it.
+  const CommandResult focused = host.Report({"-c", "--symbol=vfs_read", "--format=json"});
+  REQUIRE(focused.status == 0);
+  const Json graph = Json::parse(focused.out);
+  REQUIRE(graph["nodes"].size() == 1);
+  CHECK(graph["nodes"][0]["symbol"] == "vfs_read");
+  uint64_t through = 0;
+  for (const auto& [stack, count] : by_domain) {
+    if ((stack + ";").find(";vfs_read;") != std::string::npos) through += count;
+  }
+  CHECK(through > 0);
+  CHECK(graph["nodes"][0]["inclusive"].get<uint64_t>() == through);
+  bool from_ksys_read = false;
+  for (const Json& caller : graph["nodes"][0]["callers"]) from_ksys_read |= caller["symbol"] == "ksys_read";
+  CHECK(from_ksys_read);
   const CommandResult bad = host.Report({"--format=folded", "--stack-root=cpu"});
   CHECK(bad.status == 2);
   CHECK(bad.err.find("--stack-root=cpu: expected domain") != std::string::npos);

@@ -98,7 +98,9 @@ TEST_CASE("go tool pprof reads the inlined calls: twice, marked inline, above wo
   MakeInlinedSession(made);
   auto profile = report::LoadProfile(made.session, InlineOptions());
   REQUIRE(profile.has_value());
-  auto bytes = report::FormatPprof(profile.value(), report::StackFilter{{0}, {}, {}});
+  report::StackFilter filter;
+  filter.events = {0};
+  auto bytes = report::FormatPprof(profile.value(), filter);
   REQUIRE(bytes.has_value());
   made.dir.Write("inlined.pb.gz", bytes.value());
   const testing::CommandResult traces =

@@ -1,6 +1,7 @@
 #include "hvprof/report/views/stacks.h"
 
 #include <algorithm>
+#include <map>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -29,7 +30,9 @@ bool StackFilter::Selects(const Stack& stack) const {
   const bool idle_kept = include_idle || std::find(domains.begin(), domains.end(), kIdleDomain) != domains.end();
   return SelectsEvent(stack.event) && (idle_kept || !stack.idle) &&
          (domains.empty() || std::find(domains.begin(), domains.end(), stack.domain) != domains.end()) &&
-         (modes.empty() || std::find(modes.begin(), modes.end(), stack.mode) != modes.end());
+         (modes.empty() || std::find(modes.begin(), modes.end(), stack.mode) != modes.end()) &&
+         (pids.empty() || std::find(pids.begin(), pids.end(), stack.pid) != pids.end()) &&
+         (tids.empty() || std::find(tids.begin(), tids.end(), stack.tid) != tids.end());
 }
 
 Result<std::vector<uint32_t>> SelectStackEvents(const Profile& profile, const std::vector<uint32_t>& requested,
@@ -95,11 +98,12 @@ std::string StackEventName(const Profile& profile, const StackFilter& filter) {
 
 Result<StackRoot> ParseStackRoot(std::string_view text) {
   if (text == "domain") return StackRoot::kDomain;
+  if (text == "process") return StackRoot::kProcess;
   if (text == "mode") return StackRoot::kMode;
   if (text == "none") return StackRoot::kNone;
   return MakeError(ErrorKind::kInvalidArgument,
-                   "--stack-root={}: expected domain (the domain, then the mode, at the root), mode (the mode "
-                   "at the root) or none",
+                   "--stack-root={}: expected domain (the domain, then the mode, at the root), process (the domain, "
+                   "the process, then the mode), mode (the mode at the root) or none",
                    text);
 }
 
@@ -133,12 +137,29 @@ NamedStacks NameStacks(const Profile& profile, const StackOptions& options) {
       return static_cast<size_t>(hash);
     }
   };
+  // --stack-root=process: each process's frame, "comm (pid)", named once.
+  std::map<std::pair<uint16_t, uint32_t>, uint32_t> process_frames;
+  auto process_frame = [&](uint16_t domain, uint32_t pid) {
+    auto [it, inserted] = process_frames.try_emplace({domain, pid}, 0);
+    if (inserted) {
+      std::string name = pid == kNoPid || pid == store::kAnyProcess ? std::string("(no process)")
+                                                                    : fmt::format("pid {}", pid);
+      for (const auto& [known, comm] : profile.context().Processes(domain)) {
+        if (known == pid && !comm.empty()) name = fmt::format("{} ({})", comm, pid);
+      }
+      it->second = intern(std::move(name), kRootFrame);
+    }
+    return it->second;
+  };
   std::unordered_map<std::vector<uint32_t>, size_t, KeyHash> merged;
   std::vector<uint32_t> key;
   for (const Stack& stack : profile.stacks()) {
     if (!options.filter.Selects(stack)) continue;
     key.clear();
-    if (options.root == StackRoot::kDomain) key.push_back(intern(profile.DomainName(stack.domain), kRootFrame));
+    if (options.root == StackRoot::kDomain || options.root == StackRoot::kProcess) {
+      key.push_back(intern(profile.DomainName(stack.domain), kRootFrame));
+    }
+    if (options.root == StackRoot::kProcess) key.push_back(process_frame(stack.domain, stack.pid));
     if (options.root != StackRoot::kNone) key.push_back(intern(ModeFrame(stack.mode), stack.mode));
     for (auto frame = stack.frames.rbegin(); frame != stack.frames.rend(); ++frame) key.push_back(frame_ids[*frame]);
     auto [it, inserted] = merged.try_emplace(key, out.stacks.size());

@@ -201,7 +201,7 @@ void SortRows(const Profile& profile, const ReportOptions& options,
   }
 }
 
-// Whether --domain, --mode, --image and -x keep an entry.
+// Whether --domain, --mode, --pid (and --comm), --image and -x keep an entry.
 bool Selected(const Profile& profile, const ReportOptions& options, const std::set<std::string>& main_images,
               const Entry& entry) {
   if (!options.domains.empty() &&
@@ -209,6 +209,9 @@ bool Selected(const Profile& profile, const ReportOptions& options, const std::s
     return false;
   }
   if (!options.modes.empty() && std::find(options.modes.begin(), options.modes.end(), entry.mode) == options.modes.end()) {
+    return false;
+  }
+  if (!options.pids.empty() && std::find(options.pids.begin(), options.pids.end(), entry.pid) == options.pids.end()) {
     return false;
   }
   const Image& image = profile.images()[entry.image];

@@ -67,6 +67,8 @@ struct ReportRequest {
   // --domain and --event as given: names are resolved against each session.
   std::vector<std::string> domains;
   std::vector<std::string> events;
+  std::vector<std::string> comms;  // --comm as given: resolved to pids against the session
+  std::vector<uint32_t> tids;      // --tid: the stack views' threads
   report::StackRoot root = report::StackRoot::kDomain;  // folded, html, stack diffs
   bool children = false;                                // -c --children
   bool timing = false;                                  // --timing

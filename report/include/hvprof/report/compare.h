@@ -17,6 +17,10 @@ namespace hvprof::report {
 // resolved against one session: the ids go into `options`.
 Result<void> ResolveNamedFilters(const Profile& profile, const std::vector<std::string>& domains,
                                  const std::vector<std::string>& events, ReportOptions* options);
+// --comm against `profile`'s processes: appends to options->pids every process (of any domain)
+// whose name is one of `comms`; a name no process had is an error naming the session.
+Result<void> ResolveProcessNames(const Profile& profile, const std::vector<std::string>& comms,
+                                 ReportOptions* options);
 
 struct DiffRequest {
   std::vector<std::string> base;  // session arguments, as OpenSessionSource takes them

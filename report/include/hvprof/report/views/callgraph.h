@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "hvprof/report/model.h"
@@ -18,6 +19,9 @@ struct CallgraphOptions {
   bool by_domain = false;         // one node per domain and symbol
   bool children = false;          // rank by inclusive samples
   double threshold = 0.0;         // percent of all samples, of self (or inclusive with children)
+  // --symbol: only the nodes of symbols matching these globs (each with all its callers and
+  // callees); percentages stay shares of every sample the filter keeps.
+  std::vector<std::string> symbols;
 };
 
 // A caller or callee of a node, and the samples taken under that call.

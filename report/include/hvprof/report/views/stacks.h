@@ -14,9 +14,11 @@ namespace hvprof::report {
 
 // What the root of every stack is, so that one graph can show the whole host.
 enum class StackRoot {
-  kDomain,  // the domain's name ("dom0", "dom1 (build-vm)"), then the mode
-  kMode,    // the mode ("[user]", "[kernel]", "[hypervisor]")
-  kNone,    // the outermost caller
+  kDomain,   // the domain's name ("dom0", "dom1 (build-vm)"), then the mode
+  kProcess,  // the domain's name, the process ("make (4242)"), then the mode
+             // (LoadOptions::processes keeps each stack's process)
+  kMode,     // the mode ("[user]", "[kernel]", "[hypervisor]")
+  kNone,     // the outermost caller
 };
 
 // Which stacks a stack view (folded, -c, pprof) takes: one event (or several added up, as
@@ -25,6 +27,10 @@ struct StackFilter {
   std::vector<uint32_t> events;   // the logical counters whose samples are counted
   std::vector<uint16_t> domains;  // only these (all when empty)
   std::vector<uint8_t> modes;     // only these (all when empty)
+  // Only stacks of these processes (LoadOptions::processes) and threads (stack_threads); all
+  // when empty.
+  std::vector<uint32_t> pids;
+  std::vector<uint32_t> tids;
   // Keep the idle loop's stacks (Stack::idle): --include-idle, or --domain names idle.
   bool include_idle = false;
   bool Selects(const Stack& stack) const;

@@ -35,6 +35,9 @@ struct ReportOptions {
   // --symbol: only rows of symbols matching these globs; percentages stay shares of all the
   // samples the other filters keep.
   std::vector<std::string> symbols;
+  // --pid and --comm (as resolved against the session): only samples taken in these processes
+  // (a kernel sample counts for the process it interrupted). Needs LoadOptions::processes.
+  std::vector<uint32_t> pids;
   double threshold = 0.0;           // -t: hide rows below this percent (of the first column)
   std::vector<SortKey> sort = {SortKey::kSamples};
   bool reverse = false;             // -r
