@@ -96,8 +96,20 @@ for program in "${programs[@]}" hvprof-archive hvprof-run; do
     grep -qF -- "$option" "$work/$program.man" || missing+=("$option")
   done < <("${help[@]}" | grep -oE -- '--[a-z][a-z0-9-]*' | sort -u)
   [ ${#missing[@]} -eq 0 ] || fail "$page lacks these options of ${help[*]}: ${missing[*]}"
+  # Laid out, not run together: every usage line is in SYNOPSIS, and every example command
+  # (a line indented by two spaces in the blocks that --help heads "Examples:" or names a
+  # workflow) is a line of its own in the page.
+  trimmed=$(sed -E 's/^ +//; s/ +$//' "$work/$program.man")
+  while read -r usage; do
+    grep -qxF -- "$usage" <<<"$trimmed" || fail "$page does not lay out the usage line '$usage' on a line of its own"
+  done < <("${help[@]}" | sed -nE 's/^(Usage|  or): +//p')
+  while read -r example; do
+    grep -qxF -- "$example" <<<"$trimmed" || fail "$page runs the example '$example' into other text"
+  done < <("${help[@]}" | awk '/^(Examples|The Xenoprof workflow|One workload)/ {on = 1; next}
+                                 /^[^ ]/ {on = 0}
+                                 on && /^  [^ ]/ {sub(/^  /, ""); print}')
 done
-echo "test-package: installed; man pages render and list every option"
+echo "test-package: installed; man pages render, list every option and lay out usage and examples"
 
 # 4. The demo (scripts/demo.sh) from the installed programs: `hvprof run --platform=sim` starts the
 # installed hvprof-hv on the installed default scenario (found by name beside /usr/bin), profiles

@@ -635,8 +635,13 @@ std::optional<PidFileHolder> ReadPidFile(const std::string& path) {
   auto file = OpenRegularFile(path, O_RDONLY);
   if (!file) return std::nullopt;
   PidFileHolder holder;
-  // A shared lock is refused while the holder keeps its exclusive one; read-only is enough.
-  holder.held = ::flock(file.value().get(), LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  // A shared lock is refused while the holder keeps its exclusive one; read-only is enough. One
+  // that was granted is given back at once: a process taking the lock meanwhile must get it.
+  if (::flock(file.value().get(), LOCK_SH | LOCK_NB) == 0) {
+    ::flock(file.value().get(), LOCK_UN);
+  } else {
+    holder.held = errno == EWOULDBLOCK;
+  }
   auto text = ReadFileToString(path, 8192, Links::kRefuse);
   if (!text) return holder;
   std::string_view lines = text.value();

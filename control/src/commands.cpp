@@ -588,6 +588,8 @@ Result<Outcome> Status(const store::SessionPaths& paths) {
   return Outcome{FormatStatus(status)};
 }
 
+namespace {
+
 // The CPU types hvprof has event tables for, comma-separated.
 std::string KnownCpuTypes() {
   uint32_t count = 0;
@@ -596,6 +598,8 @@ std::string KnownCpuTypes() {
   for (uint32_t i = 0; i < count; ++i) known.push_back(tables[i]->cpu_type);
   return fmt::format("{}", fmt::join(known, ", "));
 }
+
+}  // namespace
 
 Result<Outcome> ListEvents(const EventListing& listing) {
   std::string type = listing.cpu_type;
@@ -621,6 +625,7 @@ Result<Outcome> ListEvents(const EventListing& listing) {
       asked = std::move(started);
       link = agent::ConnectHostedDomain(asked->run_dir(), 0);
     }
+    if (!link && link.error().kind() != ErrorKind::kNotFound) return link.error();  // e.g. another user's server
     if (!link) {
       return MakeError(ErrorKind::kNotFound, "{}.\nWithout a running hypervisor, name the CPU type: --cpu-type=TYPE, one of {}",
                        link.error().message(), KnownCpuTypes());

@@ -11,6 +11,7 @@
 #include "did_you_mean.h"
 #include "hvprof/base/escape.h"
 #include "hvprof/base/units.h"
+#include "hvpmu/abi/ring.h"
 #include "hvprof/control/hypervisor.h"
 #include "hvprof/store/session.h"
 
@@ -20,70 +21,95 @@ namespace po = boost::program_options;
 
 namespace {
 
-constexpr const char* kUsage = R"(Usage: hvprof ACTION [options]                      (hvprof --ACTION --help)
-       hvprof run [setup options] [--duration=T] [--repeat=N] [--json=FILE]
-                  [--baseline=SESSION [--fail-on-regression[=POINTS]]] [--] [CMD ...]
-                                                    (hvprof run --help; `record` is `run`)
-       hvprof archive [--session-dir=DIR] [SESSION] -o FILE.tar   (hvprof archive --help)
+constexpr const char* kUsage = R"(Usage: hvprof ACTION [options]
+  or:  hvprof run [setup options] [--duration=T] [--repeat=N] [--json=FILE] [--] [CMD ...]
+  or:  hvprof record [setup options] [--] [CMD ...]
+  or:  hvprof archive [--session-dir=DIR] [SESSION] -o FILE.tar
 
-System-wide profiling of a virtualized host: the hypervisor, dom0 and every guest.
-One action per call; every action is safe to repeat. The Xenoprof workflow:
+System-wide profiling of a virtualized host: the hypervisor, dom0 and every guest. One action
+per call; every action is safe to repeat. `hvprof --ACTION --help`, `hvprof run --help` and
+`hvprof archive --help` show one command's options.
 
-  in dom0:   hvprof --start-daemon --active-domains=1,2 --passive-domains=3
-  in each active guest: hvprof --start-daemon && hvprof --start
-             (on the sim, a guest's commands say which domain they run in: --domain=1;
-              on Xen, add --platform=xen to --start-daemon everywhere, and --domain=ID in guests)
-  in dom0:   hvprof --start
-             ... the workload runs ...
-  in dom0:   hvprof --stop          (samples are written; profiling can start again)
-             hvprof --shutdown      (releases the hypervisor's profiler)
-             hvprof-report -l       (the report, by symbol)
-  in a guest: hvprof --publish      (its symbolized profile, for dom0's `hvprof-report --all-domains`)
+The Xenoprof workflow, step by step:
+  hvprof --start-daemon --active-domains=1,2 --passive-domains=3
+      in dom0, first: check the setup and start hvprofd (the counters stay off)
+  hvprof --start-daemon && hvprof --start
+      in each active guest (on the sim its commands add --domain=ID; on Xen, every
+      --start-daemon adds --platform=xen, and a guest's commands --domain=ID)
+  hvprof --start
+      in dom0, once every active guest has started; then the workload runs
+  hvprof --stop
+      in dom0: the samples are written, and profiling can start again
+  hvprof --publish
+      in a guest: its symbolized profile, for dom0's `hvprof-report --all-domains`
+  hvprof --shutdown
+      in dom0: releases the hypervisor's profiler and ends hvprofd
+  hvprof-report -l
+      the report, by symbol
 
-`hvprof run` does all of that for one workload, saves the session and prints the report;
-its exit status is CMD's. `hvprof run --platform=sim` simulates the machine of --scenario
-for --duration (its guests profiled from dom0). On this host (as root), as perf record:
-`hvprof record -g CMD ARGS...` (beside hvprofd.service: add --session-dir=/tmp/hvprof).
-As a gate in benchmark scripts, `hvprof run --repeat=5 --baseline=before \
-  --fail-on-regression=1 CMD` diffs the runs against the saved session `before` (with the
-tests of hvprof-report's diff) and exits 5 when a symbol's share grew significantly by 1
-point or more, or 6 when `before` or a run has no samples, so nothing was compared (CMD's
-own failure wins). `hvprof --save` refuses to save a session without samples.
+One workload, as perf record takes it:
+  hvprof record -g CMD ARGS...
+      profiles this host (as root) while CMD runs, saves the session and prints its report;
+      beside hvprofd.service on linux, add --session-dir=/tmp/hvprof
+  hvprof run --platform=sim --duration=2s
+      a simulated host of --scenario, its guests profiled from dom0
+  hvprof run --repeat=5 --baseline=before --fail-on-regression=1 CMD
+      a gate for benchmark scripts: exits 5 when a symbol's share grew significantly by 1
+      point or more against the saved session `before`, or 6 when a side has no samples
 
 The sim and linux platforms run under hvprof-hv (hvprof-hv --help): dom0's --start-daemon and
 `hvprof run` start one when none serves --run-dir, and --shutdown (or the run's end) ends it.
+--shutdown always finishes: an hvprofd that does not answer within 5 s is ended (SIGTERM, then
+SIGKILL) and the next --start-daemon recovers. If hvprof-hv goes away, hvprofd writes the
+session, marks it incomplete and exits by itself. The session directory must be changeable
+only by root and you (it is refused otherwise). `hvprof --save` refuses a session without
+samples.
 
-Exit status: 0 done; 1 failed (the message says why and what to do); 2 bad usage; 3 done, but
-samples were lost on the way (a full disk, a peer that died; --stop, --dump and --shutdown
-print a warning saying which). --shutdown always finishes: an hvprofd that does not answer
-within 5 s is ended (SIGTERM, then SIGKILL) and the next --start-daemon recovers.
-If hvprof-hv goes away, hvprofd writes the session, marks it incomplete and exits by itself.
-The session directory must be changeable only by root and you (it is refused otherwise).
+Exit status:
+  0   done
+  1   failed: the message says why and what to do
+  2   bad usage
+  3   done, but samples were lost on the way (a full disk, a peer that died); --stop, --dump
+      and --shutdown print a warning saying which
+  5   hvprof run --fail-on-regression: a regression, and CMD succeeded
+  6   hvprof run --baseline: a side has no samples, and CMD succeeded
+  N   hvprof run: CMD's own status
 
 Actions)";
 
 constexpr const char* kRunUsage = R"(Usage: hvprof run [options] [--] CMD [ARGS...]
-       hvprof run --platform=sim [--scenario=FILE] [--duration=T] [options]
-       (`hvprof record` is the same command, as perf calls it)
+  or:  hvprof run --platform=sim [--scenario=FILE] [--duration=T] [options]
+  or:  hvprof record [options] [--] CMD [ARGS...]
 
 Profiles one workload system-wide: starts hvprofd (and the hvprof-hv that sim and linux need),
 starts profiling, runs CMD, stops, saves the session as samples/run-DATE-TIME and prints its
-report by symbol. hvprof's options end at `--`, or at CMD (the first word that is not one of
-them), so `hvprof record -g ./bench --threads=4` passes --threads=4 to ./bench. Without CMD, a
-real machine is profiled for --duration; a simulated one (--platform=sim) runs for --duration.
+report by symbol. `hvprof record` is the same command, as perf calls it. hvprof's options end
+at `--`, or at CMD (the first word that is not one of them), so `hvprof record -g ./bench
+--threads=4` passes --threads=4 to ./bench. Without CMD, a real machine is profiled for
+--duration; a simulated one (--platform=sim) runs for --duration.
 
-Beside a running hvprofd (hvprofd.service holds /var/lib/hvprof): give the run a session
-directory of its own (e.g. --session-dir=/tmp/hvprof). The run then uses an hvprof-hv of its
-own too, and says so; the service keeps profiling. A run never joins a running hvprofd's
-session: that would cut the service's session where the run starts and ends.
+Beside a running hvprofd on linux or the sim (hvprofd.service holds /var/lib/hvprof), give the
+run a session directory of its own (e.g. --session-dir=/tmp/hvprof). The run then uses an
+hvprof-hv of its own too, and says so; the service keeps profiling. On Xen the hypervisor has
+one profiler: stop the service first. A run never joins a running hvprofd's session: that
+would cut the service's session where the run starts and ends.
 
-With --repeat=N, the runs are tabled by each symbol's mean share and its spread. With the
-option --baseline=SESSION, they are diffed against a saved session (hvprof-report --diff's
-tests); with --fail-on-regression[=POINTS] that is a gate for benchmark scripts.
+Examples:
+  hvprof record -g ./bench --threads=4
+      this host (as root), with call chains; the report by symbol at the end
+  hvprof run --platform=sim --duration=2s
+      the simulated host of --scenario (default: hvprof's own), its guests from dom0
+  hvprof run --repeat=5 --json=summary.json -- ./bench
+      five runs, each symbol's mean share and spread, and a JSON summary
+  hvprof run --repeat=5 --baseline=before --fail-on-regression=1 -- ./bench
+      a gate: each run diffed against the saved session `before` (hvprof-report's tests)
 
-Exit status: CMD's (0 without CMD); 1 hvprof failed (the message says why); 2 bad usage;
-5 --fail-on-regression found a regression and CMD succeeded; 6 the baseline or a run has no
-samples, so nothing was compared, and CMD succeeded.)";
+Exit status:
+  N   CMD's own status (0 without CMD)
+  1   hvprof failed: the message says why
+  2   bad usage
+  5   --fail-on-regression found a regression, and CMD succeeded
+  6   the baseline or a run has no samples, so nothing was compared, and CMD succeeded)";
 
 // `hvprof --ACTION --help`: the action's own line and the options that go with it.
 constexpr const char* kActionUsage = "Usage: hvprof {} [options]\n\nOne action per call (hvprof --help lists "
@@ -248,7 +274,7 @@ void DescribeArchive(ArchiveRequest& request, po::options_description& described
 }
 
 // -g's depth: the deepest chain the engine walks (setup::CheckNumber's bound for --callgraph).
-constexpr int64_t kDeepestCallgraph = 64;
+constexpr int64_t kDeepestCallgraph = hvpmu::ring::kMaxBacktraceDepth;
 
 constexpr HvprofAction kActions[] = {HvprofAction::kStartDaemon, HvprofAction::kStart,      HvprofAction::kStop,
                                      HvprofAction::kDump,        HvprofAction::kShutdown,   HvprofAction::kReset,
@@ -404,30 +430,21 @@ Result<void> ReadAction(const po::variables_map& values, Words& w, HvprofRequest
   return Ok();
 }
 
-// Where `hvprof run`'s options end in `args`: at `--`, or at the first word that is neither an
-// option nor an option's value (perf record's rule), whichever comes first; args.size() when
-// neither does.
-size_t OptionsEnd(const std::vector<std::string>& args, const po::options_description& all) {
-  const auto takes_value = [](const po::option_description* option) {
-    // An option with an implicit value (--fail-on-regression) takes one only as --NAME=VALUE.
-    return option != nullptr && option->semantic()->min_tokens() > 0;
-  };
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& word = args[i];
-    if (word.size() < 2 || word[0] != '-' || word == "--") return i;
-    if (word.starts_with("--")) {
-      if (word.find('=') == std::string::npos && takes_value(all.find_nothrow(word.substr(2), true))) ++i;
-      continue;
-    }
-    // -F 997, -F997, -gF 997: short options, the last of them perhaps with its value apart.
-    for (size_t k = 1; k < word.size(); ++k) {
-      if (takes_value(all.find_nothrow(std::string("-") + word[k], false, false, false))) {
-        if (k + 1 == word.size()) ++i;
-        break;
-      }
-    }
+// hvprof run's workload, as perf record takes it: from the first word that is not an option
+// (Boost reads the options, and their values, before it), every word is the command's. Words
+// after `--` are positional to Boost already.
+std::vector<po::option> WorkloadFromHere(std::vector<std::string>& tokens) {
+  if (tokens.empty() || (tokens[0].size() > 1 && tokens[0][0] == '-')) return {};
+  std::vector<po::option> workload;
+  for (std::string& token : tokens) {
+    po::option word;
+    word.string_key = "command";
+    word.value.push_back(token);
+    word.original_tokens.push_back(std::move(token));
+    workload.push_back(std::move(word));
   }
-  return args.size();
+  tokens.clear();
+  return workload;
 }
 
 // A first word that is not an option is a command only if it is one hvprof has.
@@ -528,17 +545,29 @@ Result<HvprofRequest> ParseHvprofRequest(const std::vector<std::string>& argumen
   po::options_description all;
   Describe(w, all);
   std::vector<std::string> command;
-  if (const size_t end = run ? OptionsEnd(args, all) : args.size(); end < args.size()) {
-    command.assign(args.begin() + static_cast<std::ptrdiff_t>(args[end] == "--" ? end + 1 : end), args.end());
-    args.resize(end);
-  }
+  po::options_description with_command;
+  with_command.add(all);
+  if (run) with_command.add_options()("command", po::value(&command)->multitoken());
+  po::positional_options_description positional;
+  if (run) positional.add("command", -1);
   po::variables_map values;
   try {
-    po::store(po::command_line_parser(args).options(all).run(), values);
+    po::command_line_parser parser(args);
+    parser.options(with_command).positional(positional);
+    if (run) parser.extra_style_parser(WorkloadFromHere);
+    po::store(parser.run(), values);
     po::notify(values);
   } catch (const po::error& error) {
     return Error(ErrorKind::kInvalidArgument,
                  DescribeCommandLineError(error, all, run ? "Try 'hvprof run --help'." : "Try 'hvprof --help'."));
+  }
+  // `--fail-on-regression 1 CMD`: its points go with '=', so the 1 would be run as the workload.
+  if (run && values.count("fail-on-regression") != 0 && !command.empty() &&
+      !command[0].empty() && command[0].find_first_not_of("0123456789.") == std::string::npos) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "--fail-on-regression takes its points as --fail-on-regression={}: '{}' would be run as the "
+                     "command\nTry 'hvprof run --help'.",
+                     command[0], command[0]);
   }
   HVPROF_TRYV(ReadSetup(values, w, run, environment));
   if (values.count("version") != 0) {

@@ -178,6 +178,7 @@ Result<std::unique_ptr<ScopedHypervisor>> ScopedHypervisor::Start(const Hypervis
   own->pid_ = child;
   if (auto serving = WaitServing(child, started, pattern); !serving) {
     own->pid_ = 0;
+    own->keep_run_dir_ = spec.log_path.empty();  // the message may send the user to its log there
     return serving.error();
   }
   return own;
@@ -186,7 +187,7 @@ Result<std::unique_ptr<ScopedHypervisor>> ScopedHypervisor::Start(const Hypervis
 ScopedHypervisor::~ScopedHypervisor() {
   if (pid_ > 0) End(pid_, std::chrono::seconds(5));
   std::error_code ignored;
-  std::filesystem::remove_all(run_dir_, ignored);
+  if (!keep_run_dir_) std::filesystem::remove_all(run_dir_, ignored);
 }
 
 Result<int> StartOwnHypervisor(const HypervisorSpec& spec, const std::string& run_dir,

@@ -41,11 +41,17 @@ class Say {
   void Note(std::string_view text) const { err_ << "hvprof-report: " << EscapeForTerminal(text) << "\n"; }
   void Warning(std::string_view text) const { err_ << "hvprof-report: warning: " << EscapeForTerminal(text) << "\n"; }
   // Exit status 3 (kReportIncomplete), with why on stderr whatever the output showed: the first
-  // of `warnings` and how many more. 0 when there are none.
-  int IncompleteIf(const std::vector<std::string>& warnings, std::string_view what) const {
+  // of `warnings` and how many more, or (`said`: stderr has them already) that they are above.
+  // 0 when there are none.
+  int IncompleteIf(const std::vector<std::string>& warnings, std::string_view what, bool said = false) const {
     if (warnings.empty()) return 0;
-    err_ << "hvprof-report: " << what << " is incomplete (exit status 3): " << EscapeForTerminal(warnings[0]);
-    if (warnings.size() > 1) err_ << " (and " << warnings.size() - 1 << " more warnings)";
+    err_ << "hvprof-report: " << what << " is incomplete (exit status 3): ";
+    if (said) {
+      err_ << (warnings.size() == 1 ? "see the warning above" : "see the warnings above");
+    } else {
+      err_ << EscapeForTerminal(warnings[0]);
+      if (warnings.size() > 1) err_ << " (and " << warnings.size() - 1 << " more warnings)";
+    }
     err_ << "\n";
     return kReportIncomplete;
   }
@@ -113,7 +119,7 @@ int RunDiff(const ReportRequest& request, const ReportSink& sink, const Say& say
       return kReportRegression;
     }
   }
-  return say.IncompleteIf(diff.warnings, "the comparison");
+  return say.IncompleteIf(diff.warnings, "the comparison", request.format != ReportFormat::kText);
 }
 
 struct SchedOutput {
@@ -193,7 +199,7 @@ int RunSched(const ReportRequest& request, const report::SessionSource& source, 
     for (const std::string& warning : made.value().warnings) say.Warning(warning);
   }
   if (int status = Emit(sink, say, text, 0); status != 0) return status;
-  return say.IncompleteIf(made.value().warnings, "the scheduling report");
+  return say.IncompleteIf(made.value().warnings, "the scheduling report", request.format != ReportFormat::kText);
 }
 
 // The samples' views of one profile: the call graph, whole stacks, or a table.
@@ -295,6 +301,7 @@ int RunProfile(const ReportRequest& request, const report::SessionSource& source
   filter.domains = options.domains;
   filter.modes = options.modes;
   filter.pids = options.pids;
+  filter.processes = options.processes;
   filter.tids = request.tids;
   filter.include_idle = options.include_idle;
   auto text = WriteProfile(request, profile.value(), options, filter, say);

@@ -20,51 +20,78 @@ namespace po = boost::program_options;
 namespace {
 
 constexpr const char* kUsage = R"(Usage: hvprof-report [SESSION] [options]
+  or:  hvprof-report --diff BASE NEW [options]
+  or:  hvprof-report --list
 
 Reports where the samples of a profiling session went: by image (the default), by symbol (-l),
 per instruction (-d), by source line (-g), or per domain (--by-domain). SESSION is a session
 directory, the name given to `hvprof --save`, or archive:FILE, an archive `hvprof archive` wrote
 (reported from the images in it, wherever it is). Without SESSION it is the current session if
-that has samples, else the newest saved session with samples (a note on stderr says which);
-`hvprof-report --list` lists the sessions.
+that has samples, else the newest saved session with samples (its header names it; --verbose
+says why); `hvprof-report --list` lists the sessions.
 
 Samples in the idle loop (the hypervisor's idle domain, on linux the idle task, and kernel or
 hypervisor samples in idle functions such as default_idle or mwait_idle) are left out of the
 rows and shares; the header says how idle each CPU was. --include-idle keeps them.
 
 Examples:
-  hvprof-report                       images, most sampled first
-  hvprof-report --list                the sessions: date, platform, time sampled, samples, losses
-  hvprof-report -l -t 1               symbols above 1% of the samples
-  hvprof-report -l --by-domain        symbols, domain by domain
+  hvprof-report
+      images, most sampled first
+  hvprof-report --list
+      the sessions: date, platform, time sampled, samples, losses
+  hvprof-report -l -t 1
+      symbols above 1% of the samples
+  hvprof-report -l --by-domain
+      symbols, domain by domain
   hvprof-report -l --domain=dom0 --mode=kernel
+      dom0's kernel, symbol by symbol
+  hvprof-report -l --comm=make --mode=user
+      one program's own code (--pid=PID for one process)
   hvprof-report --format=json -o report.json
-  hvprof-report archive:run1.tar -l   from an archive (`hvprof archive run1 -o run1.tar`)
-  hvprof-report -c -t 2                callers and callees of each symbol above 2%
-  hvprof-report --format=folded -o stacks.folded   call stacks for flame-graph tools
-  hvprof-report --format=html -o flame.html        an interactive flame graph, opens offline
-  hvprof-report --format=pprof -o cpu.pb.gz        for `go tool pprof` and Pyroscope
-  hvprof-report --push=http://127.0.0.1:4040       also send the stacks to a Pyroscope server
-                                      (stacks need `hvprof --start-daemon --callgraph=16`)
-  hvprof-report --diff before after -l             what changed, symbol by symbol, and whether it is
-                                                   significant (docs/compare.md)
-  hvprof-report { a-1 a-2 a-3 } { b-1 b-2 b-3 } -l the same with three runs a side (OProfile's spelling;
-                                                   --diff a-1,a-2,a-3 b-1,b-2,b-3 too): a rank test across runs
-  hvprof-report --diff before after --format=html -o diff.html   a differential flame graph
-  hvprof-report --sched               running, runnable, blocked and offline time per domain and vCPU,
-                                      wake-up latency, waits, migrations, preemptors (sessions
-                                      recorded with `hvprof --sched`; docs/sched.md)
-  hvprof-report --sched -l            the same, and each domain's CPU time beside its sample share
-  hvprof-report --timeline --buckets=120   which domain ran on each pCPU, in 120 columns
-  hvprof-report --timeline --format=perfetto -o trace.json   open it in https://ui.perfetto.dev
-  hvprof-report --timeline --format=html -o lanes.html   a swim lane per pCPU, in any browser
+      the same tables, for scripts
+  hvprof-report archive:run1.tar -l
+      from an archive (`hvprof archive run1 -o run1.tar`)
+  hvprof-report -c -t 2
+      callers and callees of each symbol above 2% (stacks need `hvprof --start-daemon -g`)
+  hvprof-report -c --symbol=vfs_read
+      the call graph of one function
+  hvprof-report --format=folded -o stacks.folded
+      call stacks for flame-graph tools (--stack-root=process: each process apart)
+  hvprof-report --format=html -o flame.html
+      an interactive flame graph that opens offline
+  hvprof-report --format=pprof -o cpu.pb.gz
+      for `go tool pprof` and Pyroscope
+  hvprof-report --push=http://127.0.0.1:4040
+      also send the stacks to a Pyroscope server
+  hvprof-report --diff before after -l
+      what changed, symbol by symbol, and whether it is significant (docs/compare.md)
+  hvprof-report { a-1 a-2 a-3 } { b-1 b-2 b-3 } -l
+      the same with three runs a side (OProfile's spelling; --diff a-1,a-2,a-3 b-1,b-2,b-3
+      too): a rank test across runs
+  hvprof-report --diff before after --format=html -o diff.html
+      a differential flame graph
+  hvprof-report --sched
+      running, runnable, blocked and offline time per domain and vCPU, wake-up latency,
+      waits, migrations, preemptors (sessions recorded with `hvprof --sched`; docs/sched.md)
+  hvprof-report --sched -l
+      the same, and each domain's CPU time beside its sample share
+  hvprof-report --timeline --buckets=120
+      which domain ran on each pCPU, in 120 columns
+  hvprof-report --timeline --format=perfetto -o trace.json
+      open it in https://ui.perfetto.dev
+  hvprof-report --timeline --format=html -o lanes.html
+      a swim lane per pCPU, in any browser
 
-Exit status: 0 complete report; 1 no report (e.g. no session); 2 bad usage;
-3 report printed but incomplete (damaged samples, images missing or changed: see its warnings);
-4 report printed but the push (--push) failed: the message says why; the session is untouched;
-5 with --diff and --fail-on-regression: a significant regression over the threshold (the rows are
-printed on stderr);
-6 with --diff: a session of one side has no samples (of what was selected): nothing was compared.
+Exit status:
+  0   a complete report
+  1   no report (e.g. no session)
+  2   bad usage
+  3   a report, but incomplete (damaged samples, images missing or changed): stderr says why
+  4   a report, but the push (--push) failed: the message says why; the session is untouched
+  5   with --diff and --fail-on-regression: a significant regression over the threshold (the
+      rows are printed on stderr)
+  6   with --diff: a session of one side has no samples (of what was selected): nothing was
+      compared
 
 Options)";
 
@@ -428,6 +455,8 @@ Result<void> ReadFilters(const Words& w, ReportRequest& request) {
       }
       target->push_back(id);
     }
+    std::sort(target->begin(), target->end());  // looked up by binary search, sample by sample
+    target->erase(std::unique(target->begin(), target->end()), target->end());
   }
   // --domain and --event are resolved against each session.
   for (auto [text, option, target] : {std::tuple{&w.symbols, "symbol", &options.symbols},

@@ -167,7 +167,7 @@ Result<RunResult> Summarize(const std::string& session, uint32_t top, std::strin
 // directory `effective` then names. One is started too when the serving one's dom0 profiler is
 // driven by another hvprofd (a service's): the run then profiles beside it, and says so.
 Result<std::unique_ptr<ScopedHypervisor>> HypervisorForRun(const RunOptions& options, const store::SessionPaths& paths,
-                                                           RunOptions& effective, const Say& say) {
+                                                           RunOptions& effective, const RunNotice& say) {
   std::unique_ptr<ScopedHypervisor> own_hypervisor;
   if (NeedsHostedHypervisor(options.setup.platform)) {
     const std::string& run_dir = options.setup.hv_run_dir;
@@ -325,16 +325,16 @@ Result<void> WriteRunJson(const RunOptions& options, const std::vector<RunResult
 
 }  // namespace
 
-Result<Outcome> RunProfile(const RunOptions& options, const Say& say) {
+Result<Outcome> RunProfile(const RunOptions& options, const RunNotice& say) {
   const store::SessionPaths paths{options.setup.session_root};
   if (FindAgent(paths).running) {
     // Joining a running hvprofd's session would cut it where the run starts and ends: the run
     // takes a session directory of its own instead, and profiles beside that hvprofd.
     return MakeError(ErrorKind::kBadState,
                      "hvprofd is already running for {} (a service, or --start-daemon); `hvprof run` needs a session "
-                     "directory to itself: give it another (e.g. --session-dir=/tmp/hvprof: the run then profiles "
-                     "beside that hvprofd, which keeps running), or end it first with `hvprof --shutdown "
-                     "--session-dir={}`",
+                     "directory to itself: give it another (e.g. --session-dir=/tmp/hvprof: on linux and the sim the "
+                     "run then profiles beside that hvprofd, which keeps running), or end it first with `hvprof "
+                     "--shutdown --session-dir={}`",
                      paths.root, paths.root);
   }
   struct sigaction action {};

@@ -46,7 +46,10 @@ Result<PushSummary> PushProfile(const report::Profile& profile, const report::St
   if (domains.empty()) {
     return MakeError(ErrorKind::kNotFound,
                      "--push: the session has no samples of the chosen event{} to push",
-                     filter.domains.empty() && filter.modes.empty() ? "" : " in the chosen domains and modes");
+                     filter.domains.empty() && filter.modes.empty() && filter.pids.empty() &&
+                             filter.processes.empty() && filter.tids.empty()
+                         ? ""
+                         : " in the chosen domains, modes, processes and threads");
   }
   const std::string event = report::StackEventName(profile, filter);
   // The profiling interval, in unix seconds; a session still running ends now.

@@ -51,10 +51,13 @@ Result<void> ResolveProcessNames(const Profile& profile, const std::vector<std::
       for (size_t i = 0; i < comms.size(); ++i) {
         if (name != comms[i]) continue;
         found[i] = true;
-        options->pids.push_back(pid);
+        options->processes.emplace_back(domain.id, pid);  // pids are per domain
       }
     }
   }
+  std::sort(options->processes.begin(), options->processes.end());
+  options->processes.erase(std::unique(options->processes.begin(), options->processes.end()),
+                           options->processes.end());
   for (size_t i = 0; i < comms.size(); ++i) {
     if (!found[i]) {
       return MakeError(ErrorKind::kInvalidArgument,

@@ -288,6 +288,13 @@ TEST_CASE("narrowed by --pid and --comm, every view shows one process's samples,
     stacked += std::stoull(line.substr(line.rfind(' ') + 1));
   }
   CHECK(stacked == expected);
+  // One thread: the simulated process runs one, whose tid is its pid.
+  const CommandResult thread = host.Report({"--format=folded", "--tid=100", "--mode=user"});
+  REQUIRE(thread.status == 0);
+  uint64_t threaded = 0;
+  std::istringstream thread_lines(thread.out);
+  for (std::string line; std::getline(thread_lines, line);) threaded += std::stoull(line.substr(line.rfind(' ') + 1));
+  CHECK(threaded == expected);
   // Process frames at the root: dom0's user stacks all sit under its one process.
   const CommandResult rooted = host.Report({"--format=folded", "--stack-root=process", "--domain=dom0", "--mode=user"});
   REQUIRE(rooted.status == 0);

@@ -104,6 +104,11 @@ TEST_CASE("perf's words: record, -g, a workload without --, did you mean, per-ac
     CHECK(Accept({"run", "--platform=sim", "-gF", "997", "make"}).run.setup.rate == 997);
     CHECK(Accept({"run", "--platform=sim", "-gF", "997", "make"}).run.command == std::vector<std::string>{"make"});
     CHECK(Accept({"run", "--platform=sim"}).run.command.empty());
+    CHECK(Accept({"run", "--platform=sim", "--", "-x", "y"}).run.command == std::vector<std::string>{"-x", "y"});
+    // A prefix that fits two options is Boost's usage error, not a crash.
+    RequireRefusal({"run", "--session", "/tmp/x", "true"}, "ambiguous");
+    RequireRefusal({"record", "--baseline=b", "--fail-on-regression", "1", "--", "./bench"},
+                   "takes its points as --fail-on-regression=1: '1' would be run as the command");
   }
   SECTION("-g and its refusals") {
     CHECK(Accept({"--start-daemon", "--platform=sim", "-g"}).setup.callgraph == 64);

@@ -210,7 +210,7 @@ TEST_CASE("hvprof-report's accepted commands, as typed requests", "[cli]") {
   }
   SECTION("narrowed to processes and threads: every entry and stack keeps its process") {
     const ReportRequest r = Accept({"-l", "--pid=42,7", "--comm=make,cc1"});
-    CHECK(r.table.pids == std::vector<uint32_t>{42, 7});
+    CHECK(r.table.pids == std::vector<uint32_t>{7, 42});  // sorted, for lookups
     CHECK(r.comms == std::vector<std::string>{"make", "cc1"});
     CHECK(r.load.processes);
     CHECK_FALSE(Accept({"-l"}).load.processes);

@@ -15,26 +15,29 @@ namespace po = boost::program_options;
 namespace {
 
 constexpr const char* kUsage = R"(Usage: hvprof-hv --platform=sim [--scenario=FILE|NAME] [options]
-       hvprof-hv --platform=linux [--domain-map=MAP] [options]
+  or:  hvprof-hv --platform=linux [--domain-map=MAP] [options]
 
 Runs hvprof's hypervisor-side profiling engine and serves the profiling operations to each
 domain over that domain's own Unix socket (RUN_DIR/domain-N.sock). Start it first; then run
 `hvprof --start-daemon` as dom0. It runs in the foreground until SIGTERM or Ctrl-C.
 
+Platforms:
   sim    a simulated machine running real images (docs/sim-scenarios.md), with exact
          ground truth; `hvprof run --platform=sim` starts one for you
   linux  this host, sampled through perf_event_open (root, or kernel.perf_event_paranoid
-         <= 0). The host kernel is the "hypervisor"; host processes are dom0 unless
+         <= 0). Host processes are dom0 (their kernel is the host kernel) unless
          --domain-map gives a process tree or a cgroup a domain of its own; KVM guests are
-         domains of their own. `hvprof run --platform=linux -- CMD` starts one for you.
+         domains of their own, and the host kernel in their vCPU threads their hypervisor.
+         `hvprof run --platform=linux -- CMD` starts one for you.
 
 Examples:
-  hvprof-hv --platform=sim &                       # the scenario named default
+  hvprof-hv --platform=sim &
+      the scenario named default
   hvprof-hv --platform=sim --scenario=my-host.json &
-  hvprof --start-daemon --active-domains=1,2 --passive-domains=3
-
+      a host of your own; then, as dom0: hvprof --start-daemon --passive-domains=all
   hvprof-hv --platform=linux --domain-map=pid:4242=1,cgroup:/machine.slice/vm.scope=2 &
-  hvprof --start-daemon --passive-domains=1,2
+      this host, a process tree and a VM's cgroup as domains 1 and 2; then, as dom0:
+      hvprof --start-daemon --passive-domains=1,2
 
 Options)";
 

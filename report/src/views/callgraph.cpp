@@ -1,11 +1,11 @@
 #include "hvprof/report/views/callgraph.h"
 
-#include <fnmatch.h>
-
 #include <algorithm>
 #include <map>
 #include <tuple>
 #include <unordered_map>
+
+#include "hvprof/report/views/table.h"
 
 namespace hvprof::report {
 
@@ -63,18 +63,14 @@ Callgraph BuildCallgraph(const Profile& profile, const CallgraphOptions& options
     for (uint32_t symbol : symbols) nodes[{domain, symbol}].inclusive += stack.count;
   }
   const double base = graph.samples == 0 ? 1.0 : static_cast<double>(graph.samples);
-  auto focused = [&](uint32_t symbol) {
-    const std::string& name = profile.symbols()[symbol].name;
-    return options.symbols.empty() ||
-           std::any_of(options.symbols.begin(), options.symbols.end(),
-                       [&](const std::string& glob) { return ::fnmatch(glob.c_str(), name.c_str(), 0) == 0; });
-  };
   for (auto& [key, node] : nodes) {
     const uint64_t ranked = options.children ? node.inclusive : node.self;
     if (100.0 * static_cast<double>(ranked) / base < options.threshold) continue;
-    if (ranked == 0 && options.symbols.empty()) continue;
-    // A focused symbol is shown even if it never ran itself: its callees are why it was asked for.
-    if (!focused(key.symbol) || (ranked == 0 && node.inclusive == 0)) continue;
+    // A symbol --symbol asks for is shown even if it never ran itself: its callees are why.
+    if (options.symbols.empty() ? ranked == 0
+                                : !MatchesAnyGlob(options.symbols, profile.symbols()[key.symbol].name)) {
+      continue;
+    }
     graph.nodes.push_back({key.symbol, key.domain, node.self, node.inclusive, Sorted(node.callers), Sorted(node.callees)});
   }
   std::sort(graph.nodes.begin(), graph.nodes.end(), [&](const CallgraphNode& a, const CallgraphNode& b) {

@@ -31,8 +31,9 @@ bool StackFilter::Selects(const Stack& stack) const {
   return SelectsEvent(stack.event) && (idle_kept || !stack.idle) &&
          (domains.empty() || std::find(domains.begin(), domains.end(), stack.domain) != domains.end()) &&
          (modes.empty() || std::find(modes.begin(), modes.end(), stack.mode) != modes.end()) &&
-         (pids.empty() || std::find(pids.begin(), pids.end(), stack.pid) != pids.end()) &&
-         (tids.empty() || std::find(tids.begin(), tids.end(), stack.tid) != tids.end());
+         ((pids.empty() && processes.empty()) || std::binary_search(pids.begin(), pids.end(), stack.pid) ||
+          std::binary_search(processes.begin(), processes.end(), std::pair{stack.domain, stack.pid})) &&
+         (tids.empty() || std::binary_search(tids.begin(), tids.end(), stack.tid));
 }
 
 Result<std::vector<uint32_t>> SelectStackEvents(const Profile& profile, const std::vector<uint32_t>& requested,
@@ -142,12 +143,13 @@ NamedStacks NameStacks(const Profile& profile, const StackOptions& options) {
   auto process_frame = [&](uint16_t domain, uint32_t pid) {
     auto [it, inserted] = process_frames.try_emplace({domain, pid}, 0);
     if (inserted) {
-      std::string name = pid == kNoPid || pid == store::kAnyProcess ? std::string("(no process)")
-                                                                    : fmt::format("pid {}", pid);
-      for (const auto& [known, comm] : profile.context().Processes(domain)) {
-        if (known == pid && !comm.empty()) name = fmt::format("{} ({})", comm, pid);
-      }
-      it->second = intern(std::move(name), kRootFrame);
+      const std::string* comm = pid == kNoPid || pid == store::kAnyProcess
+                                    ? nullptr
+                                    : profile.context().Comm(domain, pid, UINT64_MAX);  // its last name
+      it->second = intern(pid == kNoPid || pid == store::kAnyProcess ? std::string("(no process)")
+                          : comm == nullptr || comm->empty()        ? fmt::format("pid {}", pid)
+                                                                    : fmt::format("{} ({})", *comm, pid),
+                          kRootFrame);
     }
     return it->second;
   };

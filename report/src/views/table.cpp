@@ -31,13 +31,7 @@ struct RowKeyHash {
 };
 
 bool Matches(const std::vector<std::string>& globs, const Image& image) {
-  for (const std::string& glob : globs) {
-    if (::fnmatch(glob.c_str(), image.name.c_str(), 0) == 0 ||
-        ::fnmatch(glob.c_str(), image.long_name.c_str(), 0) == 0) {
-      return true;
-    }
-  }
-  return false;
+  return MatchesAnyGlob(globs, image.name) || MatchesAnyGlob(globs, image.long_name);
 }
 
 }  // namespace
@@ -201,6 +195,21 @@ void SortRows(const Profile& profile, const ReportOptions& options,
   }
 }
 
+}  // namespace
+
+bool ReportOptions::SelectsProcess(uint16_t domain, uint32_t pid) const {
+  if (pids.empty() && processes.empty()) return true;
+  return std::binary_search(pids.begin(), pids.end(), pid) ||
+         std::binary_search(processes.begin(), processes.end(), std::pair{domain, pid});
+}
+
+bool MatchesAnyGlob(const std::vector<std::string>& globs, const std::string& name) {
+  return std::any_of(globs.begin(), globs.end(),
+                     [&](const std::string& glob) { return ::fnmatch(glob.c_str(), name.c_str(), 0) == 0; });
+}
+
+namespace {
+
 // Whether --domain, --mode, --pid (and --comm), --image and -x keep an entry.
 bool Selected(const Profile& profile, const ReportOptions& options, const std::set<std::string>& main_images,
               const Entry& entry) {
@@ -211,9 +220,7 @@ bool Selected(const Profile& profile, const ReportOptions& options, const std::s
   if (!options.modes.empty() && std::find(options.modes.begin(), options.modes.end(), entry.mode) == options.modes.end()) {
     return false;
   }
-  if (!options.pids.empty() && std::find(options.pids.begin(), options.pids.end(), entry.pid) == options.pids.end()) {
-    return false;
-  }
+  if (!options.SelectsProcess(entry.domain, entry.pid)) return false;
   const Image& image = profile.images()[entry.image];
   if (!options.images.empty() && !Matches(options.images, image)) return false;
   return !options.exclude_dependent || (entry.mode == sample_mode::kUser && main_images.count(image.path) != 0);
@@ -319,9 +326,7 @@ Result<Table> BuildTable(const Profile& profile, const ReportOptions& options, s
     if (symbol >= symbol_shown.size()) return false;
     if (symbol_shown[symbol] < 0) {
       const std::string& name = profile.symbols()[symbol].name;
-      symbol_shown[symbol] = std::any_of(options.symbols.begin(), options.symbols.end(), [&](const std::string& glob) {
-        return ::fnmatch(glob.c_str(), name.c_str(), 0) == 0;
-      });
+      symbol_shown[symbol] = options.SelectsSymbol(name);
     }
     return symbol_shown[symbol] == 1;
   };

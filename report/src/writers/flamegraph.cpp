@@ -49,6 +49,15 @@ nlohmann::json Facts(const Profile& profile, const NamedStacks& stacks, const St
     for (uint8_t mode : filter.modes) names.emplace_back(sample_mode::Name(mode));
     shown += fmt::format("; modes {}", fmt::join(names, ", "));
   }
+  if (!filter.pids.empty() || !filter.processes.empty()) {
+    std::vector<std::string> names;
+    for (uint32_t pid : filter.pids) names.push_back(fmt::format("pid {}", pid));
+    for (const auto& [domain, pid] : filter.processes) {
+      names.push_back(fmt::format("{} pid {}", profile.DomainName(domain), pid));
+    }
+    shown += fmt::format("; processes {}", fmt::join(names, ", "));
+  }
+  if (!filter.tids.empty()) shown += fmt::format("; threads {}", fmt::join(filter.tids, ", "));
   add("Shown", shown);
   add("Call chains", m.backtrace_depth == 0
                          ? std::string("none recorded: every stack is one frame (profile with --callgraph=16)")

@@ -58,6 +58,7 @@ class ScopedHypervisor {
   explicit ScopedHypervisor(std::string run_dir) : run_dir_(std::move(run_dir)) {}
   std::string run_dir_;
   int pid_ = 0;
+  bool keep_run_dir_ = false;  // it failed to start, and its log is in there
 };
 
 // An hvprof-hv started for the daemon of `paths`: in `run_dir` (empty: its default), detached

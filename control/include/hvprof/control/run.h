@@ -46,11 +46,11 @@ inline constexpr int kRegressionExit = 5;
 inline constexpr int kEmptyBaselineExit = 6;
 
 // Says something to the user as it is decided (on stderr), before the outcome.
-using Say = std::function<void(const std::string&)>;
+using RunNotice = std::function<void(const std::string&)>;
 
 // Runs the whole sequence and prints the report of (the last) run. Outcome::exit_code is the
 // command's exit status (0 without a command). Whatever happens, hvprofd is shut down. `say`
 // hears what was decided for the user on the way (an hvprof-hv of the run's own, and why).
-Result<Outcome> RunProfile(const RunOptions& options, const Say& say = {});
+Result<Outcome> RunProfile(const RunOptions& options, const RunNotice& say = {});
 
 }  // namespace hvprof::control

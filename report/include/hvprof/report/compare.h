@@ -17,8 +17,9 @@ namespace hvprof::report {
 // resolved against one session: the ids go into `options`.
 Result<void> ResolveNamedFilters(const Profile& profile, const std::vector<std::string>& domains,
                                  const std::vector<std::string>& events, ReportOptions* options);
-// --comm against `profile`'s processes: appends to options->pids every process (of any domain)
-// whose name is one of `comms`; a name no process had is an error naming the session.
+// --comm against `profile`'s processes: adds to options->processes every (domain, pid) whose
+// latest name is one of `comms` (a pid reused under another name counts as that one); a name no
+// process had is an error naming the session.
 Result<void> ResolveProcessNames(const Profile& profile, const std::vector<std::string>& comms,
                                  ReportOptions* options);
 

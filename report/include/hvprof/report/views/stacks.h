@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hvprof/base/result.h"
@@ -27,9 +28,10 @@ struct StackFilter {
   std::vector<uint32_t> events;   // the logical counters whose samples are counted
   std::vector<uint16_t> domains;  // only these (all when empty)
   std::vector<uint8_t> modes;     // only these (all when empty)
-  // Only stacks of these processes (LoadOptions::processes) and threads (stack_threads); all
-  // when empty.
+  // Only stacks of these processes (LoadOptions::processes: --pid in any domain, --comm's by
+  // domain) and threads (stack_threads); all when empty. Each sorted.
   std::vector<uint32_t> pids;
+  std::vector<std::pair<uint16_t, uint32_t>> processes;
   std::vector<uint32_t> tids;
   // Keep the idle loop's stacks (Stack::idle): --include-idle, or --domain names idle.
   bool include_idle = false;

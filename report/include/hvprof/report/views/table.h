@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hvprof/base/result.h"
@@ -22,6 +23,9 @@ enum class View {
 
 enum class SortKey { kSamples, kImage, kSymbol, kDebug, kVma, kDomain };
 
+// Whether `name` matches one of `globs` (fnmatch(3), as --symbol and --image take them).
+bool MatchesAnyGlob(const std::vector<std::string>& globs, const std::string& name);
+
 struct ReportOptions {
   View view = View::kImage;
   bool by_domain = false;           // --by-domain: rows per domain first
@@ -35,9 +39,14 @@ struct ReportOptions {
   // --symbol: only rows of symbols matching these globs; percentages stay shares of all the
   // samples the other filters keep.
   std::vector<std::string> symbols;
-  // --pid and --comm (as resolved against the session): only samples taken in these processes
-  // (a kernel sample counts for the process it interrupted). Needs LoadOptions::processes.
+  // --pid (in any domain) and --comm (resolved against the session, domain by domain): only
+  // samples taken in these processes (a kernel sample counts for the process it interrupted);
+  // both sorted. Needs LoadOptions::processes. SelectsProcess says whether a sample's is one.
   std::vector<uint32_t> pids;
+  std::vector<std::pair<uint16_t, uint32_t>> processes;
+  bool SelectsProcess(uint16_t domain, uint32_t pid) const;
+  // Whether `name` matches one of --symbol's globs; true when there are none.
+  bool SelectsSymbol(const std::string& name) const { return symbols.empty() || MatchesAnyGlob(symbols, name); }
   double threshold = 0.0;           // -t: hide rows below this percent (of the first column)
   std::vector<SortKey> sort = {SortKey::kSamples};
   bool reverse = false;             // -r
