@@ -14,6 +14,7 @@
 
 #include "hvprof/base/files.h"
 #include "hvprof/base/log.h"
+#include "hvprof/store/session_files.h"
 
 namespace hvprof::agent {
 
@@ -177,12 +178,7 @@ Result<bool> ContinueSession(const std::string& directory, store::SessionMetadat
   if (!SameEvents(before, metadata) || (empty && before.profiling.empty())) {
     // Nothing was recorded under the old events, or nothing at all (a fresh session left by a
     // --save, or by a daemon that never profiled): the session starts again, with no note.
-    std::filesystem::remove(samples_path, ec);
-    std::filesystem::remove(directory + "/" + store::kSchedFile, ec);
-    std::filesystem::remove(directory + "/" + store::kAggregateFile, ec);
-    std::filesystem::remove(directory + "/" + store::kContextFile, ec);  // of the old session's id
-    std::filesystem::remove(metadata_path, ec);
-    std::filesystem::remove_all(directory + "/" + store::kJitDirectory, ec);
+    store::RemoveSessionFiles(directory);
     return false;
   }
   // Continue it: same id, keep what it recorded so far.

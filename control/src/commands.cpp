@@ -94,11 +94,8 @@ Result<Json> Send(const store::SessionPaths& paths, const Json& request,
 }
 
 std::string LockPid(const store::SessionPaths& paths) {
-  auto text = ReadFileToString(paths.lock(), 4096, Links::kRefuse);
-  if (!text) return "";
-  std::string pid = text.value();
-  pid.erase(pid.find_last_not_of(" \n") + 1);
-  return pid;
+  const auto holder = ReadPidFile(paths.lock());
+  return holder ? holder->pid : std::string();
 }
 
 std::string Plural(uint64_t n, const char* word) {
@@ -137,14 +134,10 @@ AgentProcess FindAgent(const store::SessionPaths& paths) {
     return agent;
   }
   if (agent.pid != 0) {
-    // The lock is held while an hvprofd lives; if we can take it, nobody holds it.
-    // Read-only: flock needs no write access, and the lock is root's.
-    ScopedFd lock(::open(paths.lock().c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-    if (lock.valid() && ::flock(lock.get(), LOCK_EX | LOCK_NB) == 0) {
-      agent.stale = true;
-      ::flock(lock.get(), LOCK_UN);
-    } else if (lock.valid()) {
-      agent.running = true;  // alive, but not answering yet (starting up or busy)
+    // The lock is held while an hvprofd lives (looked at after the ping, which may have waited).
+    if (const auto holder = ReadPidFile(paths.lock())) {
+      agent.running = holder->held;  // alive, but not answering yet (starting up or busy)
+      agent.stale = !holder->held;
     }
   }
   return agent;

@@ -1,7 +1,6 @@
 #include "did_you_mean.h"
 
 #include <algorithm>
-#include <numeric>
 
 #include <fmt/format.h>
 
