@@ -40,6 +40,7 @@ benches=(
   "sched|bench/sched/run.sh 10|bench/sched/run.sh 2"
   "long|bench/long/run.sh 1 5 30|bench/long/run.sh 1"
   "sim-day|bench/long/sim-day.sh 24 60|bench/long/sim-day.sh 1 15"
+  "buildid-cache|bench/buildid-cache/run.sh 3|bench/buildid-cache/run.sh 1"
 )
 if [ "$list" = 1 ]; then
   for entry in "${benches[@]}"; do IFS='|' read -r name full short <<<"$entry"; echo "$name: $full"; done

@@ -13,7 +13,7 @@ set -u
 cd "$(dirname "$0")/.."
 
 status=0
-files=$(find . -path './build*' -prune -o -path './.*' -prune -o -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.c' -o -name '*.cc' \) -print |
+files=$(find . \( -path './build' -o -path './build-*' -o -path './build/*' \) -prune -o -path './.*' -prune -o -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.c' -o -name '*.cc' \) -print |
         sed 's|^\./||' | grep -v -E '^(hypervisor-pmu|xen-engine|facts|tests|fuzz|bench)/' | sort)
 report() {  # pattern, what is wrong
   local hits

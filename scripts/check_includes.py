@@ -31,19 +31,21 @@ LAYERS = {
     "hvprof-hv/protocol": ["context", "hypervisor-pmu", "base"],
     "hvprof-hv/daemon": ["hvprof-hv/protocol", "sim", "linux", "hosted", "context", "hypervisor-pmu", "base",
                          "symbolizer"],
-    "agent-core": ["hvprof-hv/protocol", "store", "context", "facts", "hypervisor-pmu", "base"],
+    # Copies of sampled images by build-id, for reports of sessions whose files were rebuilt.
+    "buildid-cache": ["symbolizer", "base"],
+    "agent-core": ["hvprof-hv/protocol", "buildid-cache", "store", "context", "facts", "hypervisor-pmu", "base"],
     # A Linux domain under Xen follows its own tasks with linux/'s task tracker.
     "xen": ["agent-core", "linux", "store", "context", "hypervisor-pmu", "base"],
     "setup": ["store", "context", "symbolizer", "hypervisor-pmu", "base"],
-    "dom0-agent": ["agent-core", "setup", "store", "context", "hypervisor-pmu", "base", "symbolizer"],
+    "dom0-agent": ["agent-core", "buildid-cache", "setup", "store", "context", "hypervisor-pmu", "base", "symbolizer"],
     # A guest publishes its own profile for dom0: its agent reports its own session.
-    "guest-agent": ["report", "agent-core", "setup", "store", "context", "hypervisor-pmu", "base", "symbolizer"],
+    "guest-agent": ["report", "agent-core", "buildid-cache", "setup", "store", "context", "hypervisor-pmu", "base", "symbolizer"],
     # Session archives: a session and its images by build-id, written and unpacked (tar).
-    "archive": ["store", "symbolizer", "base"],
-    "report": ["stats", "archive", "store", "context", "symbolizer", "base"],
+    "archive": ["buildid-cache", "store", "symbolizer", "base"],
+    "report": ["stats", "archive", "buildid-cache", "store", "context", "symbolizer", "base"],
     # Sends the report's stacks (as pprof) to other tools' servers.
     "push": ["report", "store", "symbolizer", "base"],
-    "control": ["archive", "push", "report", "agent-core", "setup", "hvprof-hv/protocol", "store", "symbolizer", "hypervisor-pmu",
+    "control": ["archive", "buildid-cache", "push", "report", "agent-core", "setup", "hvprof-hv/protocol", "store", "symbolizer", "hypervisor-pmu",
                 "base"],
     "tests/fake-platform": ["hosted", "hypervisor-pmu", "base"],
 }
@@ -58,7 +60,9 @@ def library_folders():
     """Folders that hold a library: those with an include/ or src/ beside a CMakeLists.txt."""
     found = []
     for root, dirs, files in os.walk("."):
-        dirs[:] = [d for d in dirs if not d.startswith(".") and not d.startswith("build")]
+        # Build trees (build/, build-asan/, ...) hold a CMakeCache.txt; buildid-cache/ is source.
+        dirs[:] = [d for d in dirs
+                   if not d.startswith(".") and not os.path.exists(os.path.join(root, d, "CMakeCache.txt"))]
         if "CMakeLists.txt" in files and ("include" in dirs or "src" in dirs):
             found.append(os.path.relpath(root, "."))
     return sorted(found)

@@ -189,6 +189,8 @@ store::SessionMetadata AgentDaemon::NewMetadata(const hvpmu::InitV2& init, const
 
 Result<void> AgentDaemon::OpenSession(store::SessionMetadata base) {
   base_metadata_ = std::move(base);
+  if (build_id_cache_) base_metadata_.build_id_cache = build_id_cache_->directory();
+  kept_images_.clear();  // each session marks the cached images it uses as used
   HVPROF_TRY(session, SessionWriter::Open(paths_.current(), base_metadata_));
   session_ = std::make_unique<SessionWriter>(std::move(session));
   context_next_ = 0;  // a new session starts from what is alive
@@ -335,6 +337,7 @@ void AgentDaemon::OnHypervisorLost() {
     }
     UpdateMetadata(nullptr);
     if (auto dumped = session_->Dump(); !dumped) Log(LogLevel::kError, "{}", dumped.error().message());
+    KeepSampledImages();
     Log(LogLevel::kInfo, "session kept in {} ({} samples)", session_->directory(), session_->stats().samples);
   }
   rings_.Clear();
@@ -536,6 +539,7 @@ Result<Json> AgentDaemon::Dump() {
     UpdateMetadata(&status);
   }
   HVPROF_TRYV(session_->Dump());
+  KeepSampledImages();
   Json result{{"message", "samples written"}, {"session", session_->directory()}, {"samples", session_->stats().samples}};
   if (const uint64_t failed = session_->stats().failed; failed != 0) {
     result["warning"] = fmt::format("{} samples could not be written to {} ({}); they are counted as lost",
@@ -544,6 +548,44 @@ Result<Json> AgentDaemon::Dump() {
                                                                    : std::string("a write error"));
   }
   return result;
+}
+
+Result<void> AgentDaemon::OpenBuildIdCache(const std::string& directory, uint64_t max_bytes) {
+  const std::string chosen = directory.empty() ? buildid_cache::DefaultDirectory() : directory;
+  if (chosen == buildid_cache::kNone) return Ok();
+  auto cache = buildid_cache::Cache::Open(chosen, max_bytes != 0 ? max_bytes : buildid_cache::kDefaultMaxBytes);
+  if (!cache) {
+    if (!directory.empty()) return cache.error().WithContext("--build-id-cache");
+    Log(LogLevel::kWarning, "no build-id cache: {} (give --build-id-cache=DIR to keep one elsewhere)",
+        cache.error().message());
+    return Ok();
+  }
+  build_id_cache_.emplace(std::move(cache).value());
+  return Ok();
+}
+
+void AgentDaemon::KeepSampledImages() {
+  if (!build_id_cache_ || !session_) return;
+  std::vector<buildid_cache::Wanted> wanted;
+  for (const store::SampledImage& image : session_->sampled_images()) {
+    // Kernel maps (kallsyms, System.map) have no build-id: the session copies what it needs.
+    if (image.format != "elf" || image.build_id.empty() || kept_images_.count(image.build_id) != 0) continue;
+    wanted.push_back({image.path, image.build_id});
+  }
+  if (wanted.empty()) return;
+  auto kept = build_id_cache_->Add(wanted);
+  if (!kept) {
+    Log(LogLevel::kWarning, "the build-id cache {} kept no images of this session: {}", build_id_cache_->directory(),
+        kept.error().message());
+    return;
+  }
+  // Tried once per agent: an image that could not be kept now will not be at the next dump.
+  for (const buildid_cache::Wanted& image : wanted) kept_images_.insert(image.build_id);
+  const buildid_cache::AddSummary& summary = kept.value();
+  Log(LogLevel::kInfo, "build-id cache {}: {} images kept ({} bytes, {} debug files), {} already there, {} evicted; "
+      "{} bytes in all", build_id_cache_->directory(), summary.added, summary.bytes_added, summary.debug_added,
+      summary.present, summary.evicted, summary.bytes);
+  for (const std::string& skipped : summary.skipped) Log(LogLevel::kInfo, "build-id cache: {}", skipped);
 }
 
 Result<Json> AgentDaemon::Reset() {

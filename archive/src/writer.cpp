@@ -9,10 +9,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
-#include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -21,7 +19,9 @@
 #include "hvprof/base/files.h"
 #include "hvprof/base/progress.h"
 #include "hvprof/base/unique_resource.h"
+#include "hvprof/buildid_cache/cache.h"
 #include "hvprof/store/context_file.h"
+#include "hvprof/store/sampled_images.h"
 #include "hvprof/store/session.h"
 #include "hvprof/symbolizer/debuginfod.h"
 #include "hvprof/symbolizer/symbolizer.h"
@@ -31,9 +31,6 @@ namespace hvprof::archive {
 namespace sym = hvprof::symbolizer;
 
 namespace {
-
-using sample_mode::kHypervisor;
-using sample_mode::kKernel;
 
 void FreeWriter(struct archive* writer) { archive_write_free(writer); }
 using Writer = UniqueResource<struct archive*, &FreeWriter, nullptr>;
@@ -66,11 +63,7 @@ std::string BuildIdOf(sym::Symbolizer& symbolizer, int fd) {
 }
 
 // An image the samples need, as the session recorded it.
-struct NeededImage {
-  std::string path;
-  std::string build_id;
-  std::string format;  // "elf", "kallsyms", "system_map"
-};
+using NeededImage = store::SampledImage;
 
 // by-path/RECORDED/PATH, or nothing for a path that could name something outside it.
 std::optional<std::string> ByPathName(const std::string& path) {
@@ -87,57 +80,10 @@ std::optional<std::string> ByPathName(const std::string& path) {
   return name;
 }
 
-// Every image the session's samples (and their call chains) fall in.
-class Needs {
- public:
-  explicit Needs(const store::SessionMetadata& m) : m_(m) {}
-
-  void Visit(uint16_t domain, uint8_t mode, uint64_t ip) {
-    if (mode == kHypervisor || domain == hvprof::kIdleDomain) {
-      if (hypervisor_done_) return;
-      hypervisor_done_ = true;
-      for (const store::ImageRecord& image : m_.images) {
-        if (image.role == "hypervisor") Add(image.path, image.build_id, image.format);
-      }
-      return;
-    }
-    if (mode == kKernel) {
-      if (!kernels_done_.insert(domain).second) return;
-      for (const store::ImageRecord& image : m_.images) {
-        if ((image.role == "kernel" || image.role == "passive-kernel") && image.domain == domain) {
-          Add(image.path, image.build_id, image.format);
-        }
-      }
-      return;
-    }
-    // User code: counted by image (the aggregate's table names it), or not in a file.
-    if (!store::IsImageWord(ip)) return;
-    if (const auto it = images_by_id_.find(store::ImageOfWord(ip)); it != images_by_id_.end()) {
-      Add(it->second->path, it->second->build_id, "elf");
-    }
-  }
-  // The images user addresses were counted by (store::ImageWord).
-  void UseImages(const std::vector<store::AggregateImage>& images) {
-    for (const store::AggregateImage& image : images) images_by_id_[image.id] = &image;
-  }
-  void NeedHypervisor() { Visit(0, kHypervisor, 0); }
-  const std::map<std::pair<std::string, std::string>, NeededImage>& images() const { return images_; }
-
- private:
-  void Add(const std::string& path, const std::string& build_id, const std::string& format) {
-    if (path.empty()) return;
-    images_.try_emplace({path, build_id}, NeededImage{path, build_id, format});
-  }
-  const store::SessionMetadata& m_;
-  bool hypervisor_done_ = false;
-  std::set<uint16_t> kernels_done_;
-  std::map<uint32_t, const store::AggregateImage*> images_by_id_;
-  std::map<std::pair<std::string, std::string>, NeededImage> images_;
-};
-
 class Planner {
  public:
-  Planner(const WriteOptions& options, WriteSummary& summary) : options_(options), summary_(summary) {}
+  Planner(const WriteOptions& options, WriteSummary& summary, std::vector<std::string> caches)
+      : options_(options), summary_(summary), caches_(std::move(caches)), symbolizer_(WithCaches(caches_)) {}
 
   Result<void> Init() {
     if (!options_.debuginfod) return Ok();
@@ -195,6 +141,19 @@ class Planner {
     std::string from = "local";
     auto info = symbolizer_.Describe(sym::ImageSpec::Elf(image.path));
     std::string found_id = info ? info.value().build_id : std::string();
+    if (!info || found_id != id) {
+      // Rebuilt or removed since: hvprofd's copy in the build-id cache, when it kept one.
+      if (const std::string cached = buildid_cache::FindImage(caches_, id); !cached.empty()) {
+        auto cached_info = symbolizer_.Describe(sym::ImageSpec::Elf(cached));
+        if (cached_info && cached_info.value().build_id == id) {
+          source = cached;
+          from = "build-id cache";
+          info = std::move(cached_info);
+          found_id = id;
+          summary_.notes.push_back(fmt::format("{} (build-id {}) came from the build-id cache, {}", image.path, id, cached));
+        }
+      }
+    }
     if (!info || found_id != id) {
       std::string fetched_problem;
       if (debuginfod_) {
@@ -272,9 +231,17 @@ class Planner {
     return true;
   }
 
+  // Separate debug files are looked for where the system keeps them, then in the caches.
+  static sym::SymbolizerOptions WithCaches(const std::vector<std::string>& caches) {
+    sym::SymbolizerOptions options;
+    options.debug_roots.insert(options.debug_roots.end(), caches.begin(), caches.end());
+    return options;
+  }
+
   nlohmann::json skipped_ = nlohmann::json::array();
   const WriteOptions& options_;
   WriteSummary& summary_;
+  std::vector<std::string> caches_;  // build-id caches, searched in order
   sym::Symbolizer symbolizer_;
   std::unique_ptr<sym::Debuginfod> debuginfod_;
 };
@@ -429,7 +396,6 @@ Result<WriteSummary> WriteArchive(const std::string& session_directory, const st
   if (ec) return ErrnoError(ec.value(), fmt::format("cannot list {}", directory));
 
   // What the samples need: every sampled address and every frame of their call chains.
-  Needs needs(m);
   const std::string samples = directory + "/" + store::kSamplesFile;
   store::Aggregate aggregate;
   if (std::filesystem::exists(samples, ec)) {
@@ -443,22 +409,15 @@ Result<WriteSummary> WriteArchive(const std::string& session_directory, const st
                             samples, nullptr, id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt,
                             store::StackDetail::kStacks, {}, 0, store::Translation{&context, false}));
     aggregate = std::move(counted);
-    needs.UseImages(aggregate.images);
-    for (const store::AggregateEntry& entry : aggregate.entries) {
-      needs.Visit(entry.key.domain, entry.key.mode, entry.key.ip);
-    }
-    for (const store::CountedStack& stack : aggregate.stacks) {
-      const auto words = aggregate.Addresses(stack);
-      for (const uint64_t word : words) needs.Visit(stack.key.domain, stack.key.mode, word);
-    }
   }
   // The guests' published profiles leave their hypervisor addresses to dom0.
-  if (std::filesystem::exists(directory + "/published", ec)) needs.NeedHypervisor();
+  const bool published = std::filesystem::exists(directory + "/published", ec);
+  const std::vector<store::SampledImage> needed = store::SampledImagesOf(m, aggregate, published);
 
-  Planner planner(options, summary);
+  Planner planner(options, summary, buildid_cache::SearchDirectories(m.build_id_cache));
   HVPROF_TRYV(planner.Init());
   std::vector<std::string> problems;
-  for (const auto& [key, image] : needs.images()) planner.Place(image, members, problems);
+  for (const store::SampledImage& image : needed) planner.Place(image, members, problems);
   if (!problems.empty() && !options.partial) {
     std::string message = fmt::format("cannot archive {}: {} of the images its samples need cannot be added:",
                                       directory, problems.size());

@@ -10,6 +10,7 @@
 
 #include "did_you_mean.h"
 #include "hvprof/base/escape.h"
+#include "hvprof/buildid_cache/cache.h"
 #include "hvprof/base/units.h"
 #include "hvpmu/abi/ring.h"
 #include "hvprof/control/hypervisor.h"
@@ -146,6 +147,7 @@ struct Words {
   std::map<std::string, int64_t> numbers{{"buffer-size", 0}, {"callgraph", 0}, {"poll-interval", 0}, {"rate", 0}};
   RunOptions run;
   std::string duration;
+  std::string build_id_cache_size;
 };
 
 // Which help page Describe lays out; every page's options are all read on every call.
@@ -209,6 +211,14 @@ void Describe(Words& w, po::options_description& all, Page page = Page::kWhole, 
                 "sched_migrate_task tracepoints (root, tracefs), a KVM guest's vCPU threads as its vCPUs and "
                 "other threads as tasks; xen: from Xen's trace buffers, as xentrace reads them (hvprof sets "
                 "Xen's global trace mask; no xentrace may run meanwhile)")
+      ("build-id-cache", po::value(&w.setup.build_id_cache),
+       "keep a copy of every image (and separate debug file) the sessions sample in this directory, by build-id, "
+       "so that a session still reports its symbols after its binaries are rebuilt, upgraded or removed, as "
+       "perf's ~/.debug; none: keep no copies. Default: /var/cache/hvprof/build-id for root, else "
+       "~/.cache/hvprof/build-id")
+      ("build-id-cache-size", po::value(&w.build_id_cache_size),
+       "the bytes the build-id cache keeps (k, M, G, T: powers of 1024; default 2G): the images no session used "
+       "for longest go first")
       ("verbose,V", "log more in hvprofd.log");
   po::options_description general("General options");
   general.add_options()
@@ -355,6 +365,19 @@ Result<void> ReadSetup(const po::variables_map& values, Words& w, bool run, cons
   if (setup.domain != 0 && values["session-dir"].defaulted()) {
     setup.session_root = std::string(store::kDefaultSessionRoot) + "/domain-" + std::to_string(setup.domain);
   }
+  if (!setup.build_id_cache.empty() && setup.build_id_cache != buildid_cache::kNone &&
+      setup.build_id_cache[0] != '/') {
+    return Refuse(fmt::format("--build-id-cache={}: give an absolute path, or none", setup.build_id_cache));
+  }
+  if (!w.build_id_cache_size.empty()) {
+    HVPROF_TRY(bytes, buildid_cache::ParseSize(w.build_id_cache_size));
+    if (bytes < (uint64_t{1} << 20)) {
+      return Refuse(fmt::format("--build-id-cache-size={} keeps less than 1 MiB, too little for any image: give more "
+                                "(e.g. 2G), or --build-id-cache=none for no cache",
+                                w.build_id_cache_size));
+    }
+    setup.build_id_cache_bytes = bytes;
+  }
   setup.no_vmlinux = values.count("no-vmlinux") != 0;
   setup.verbose = values.count("verbose") != 0;
   setup.sched = values.count("sched") != 0;
@@ -414,7 +437,7 @@ Result<void> ReadAction(const po::variables_map& values, Words& w, HvprofRequest
   request.action = chosen[0];
   for (const char* setup_only : {"xen", "vmlinux", "no-vmlinux", "active-domains", "passive-domains",
                                  "passive-images", "event", "buffer-size", "callgraph", "-g", "poll-interval", "rate",
-                                 "jit", "sched", "verbose", "scenario"}) {
+                                 "jit", "sched", "verbose", "scenario", "build-id-cache", "build-id-cache-size"}) {
     if (values.count(setup_only) != 0 && request.action != HvprofAction::kStartDaemon) {
       return MakeError(ErrorKind::kInvalidArgument, "{}{} is a setup option; it only goes with --start-daemon",
                        setup_only[0] == '-' ? "" : "--", setup_only);

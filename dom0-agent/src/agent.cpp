@@ -311,6 +311,7 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
   // On linux every domain's processes are this host's; on Xen (and the sim, when asked) only
   // dom0's own are.
   if (setup_.JitWanted()) SetJitScope(setup_.platform == "linux" ? JitScope::kAllDomains : JitScope::kOwnDomain);
+  HVPROF_TRYV(OpenBuildIdCache(setup_.build_id_cache, setup_.build_id_cache_bytes));
   HVPROF_TRYV(OpenSession(m));
   HVPROF_TRYV(ListenForControl());
   configured_ = true;

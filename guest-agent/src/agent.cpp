@@ -199,6 +199,7 @@ Result<Json> GuestAgent::Start() {
 Result<Json> GuestAgent::BeginSession(store::SessionMetadata metadata) {
   // The guest's own processes: the samples of its user space carry its own pids.
   if (setup_.JitWanted()) SetJitScope(JitScope::kOwnDomain);
+  HVPROF_TRYV(OpenBuildIdCache(setup_.build_id_cache, setup_.build_id_cache_bytes));
   HVPROF_TRYV(OpenSession(std::move(metadata)));
   MarkProfiling(true);
   HVPROF_TRYV(session_->WriteMetadata());

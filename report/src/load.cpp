@@ -1,6 +1,7 @@
 // LoadProfile: which source stands for the session's samples (its aggregate or samples.hvs),
 // and the order of the steps; the steps are in load/ (load/profile_builder.h).
 #include "load/profile_builder.h"
+#include "hvprof/buildid_cache/cache.h"
 
 namespace hvprof::report {
 
@@ -219,7 +220,7 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
   if (options.all_domains) published = ProfileBuilder::ReadPublished(profile, &aggregate, TotalCount(aggregate));
   profile.timings_.read_seconds = reading.Seconds();
   profile.timings_.from_aggregate = from_aggregate;
-  ProfileBuilder builder(profile, options);
+  ProfileBuilder builder(profile, options, buildid_cache::SearchDirectories(profile.metadata_.build_id_cache));
   for (const PublishedProfile& guest : published) builder.published_domains.push_back(guest.domain);
   if (options.debuginfod) {
     auto client = sym::Debuginfod::FromEnvironment();

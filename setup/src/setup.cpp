@@ -121,7 +121,9 @@ Json SetupOptions::ToJson() const {
               {"jit", jit},
               {"sched", sched},
               {"verbose", verbose},
-              {"session_group", session_group}};
+              {"session_group", session_group},
+              {"build_id_cache", build_id_cache},
+              {"build_id_cache_bytes", build_id_cache_bytes}};
 }
 
 namespace {
@@ -161,6 +163,8 @@ Result<SetupOptions> SetupOptions::FromJson(std::string_view text, const std::st
   HVPROF_TRY(sched, root.Get<bool>("sched", false));
   HVPROF_TRY(jit, root.Get("jit", "auto"));
   HVPROF_TRY(session_group, root.Get("session_group", ""));
+  HVPROF_TRY(build_id_cache, root.Get("build_id_cache", ""));
+  HVPROF_TRY(build_id_cache_bytes, root.Get<uint64_t>("build_id_cache_bytes", 0));
   o.platform = platform;
   o.domain = domain;
   o.hv_run_dir = hv_run_dir;
@@ -180,6 +184,8 @@ Result<SetupOptions> SetupOptions::FromJson(std::string_view text, const std::st
   o.sched = sched;
   o.jit = jit;
   o.session_group = session_group;
+  o.build_id_cache = build_id_cache;
+  o.build_id_cache_bytes = build_id_cache_bytes;
   // Someone may have edited it since --start-daemon checked the same numbers.
   HVPROF_TRYV(o.CheckNumbers());
   return o;

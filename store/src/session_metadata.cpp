@@ -60,6 +60,7 @@ std::string SerializeMetadata(const SessionMetadata& m) {
   out["role"] = m.role;
   out["agent_domain"] = m.agent_domain;
   out["created_ns"] = m.created_ns;
+  if (!m.build_id_cache.empty()) out["build_id_cache"] = m.build_id_cache;
   Json intervals = Json::array();
   for (const auto& interval : m.profiling) {
     intervals.push_back({{"start_ns", interval.start_ns}, {"stop_ns", interval.stop_ns}});
@@ -174,6 +175,8 @@ Result<void> ParseIdentity(const json::Node& root, std::string_view origin, Sess
   m.machine = machine;
   HVPROF_TRY(cpu_type, root.Get<std::string>("cpu_type"));
   m.cpu_type = cpu_type;
+  HVPROF_TRY(build_id_cache, root.Get("build_id_cache", ""));
+  m.build_id_cache = build_id_cache;
   HVPROF_TRY(num_cpus, root.Get<uint32_t>("num_cpus", 0));
   m.num_cpus = num_cpus;
   HVPROF_TRY(num_counters, root.Get<uint32_t>("num_counters", 0));

@@ -429,4 +429,10 @@ std::optional<uint32_t> FileCrc32(const std::string& path) {
   return static_cast<uint32_t>(crc);
 }
 
+Result<std::string> ReadBuildId(const std::string& path) {
+  auto file = ElfFile::Open(path);
+  if (!file) return Error(file.error().kind, file.error().detail);
+  return BuildIdToHex(file.value()->build_id());
+}
+
 }  // namespace hvprof::symbolizer

@@ -9,6 +9,8 @@
 #include "hvprof/base/files.h"
 #include "hvprof/symbolizer/symbolizer.h"
 #include "programs.h"
+#include "sim_harness.h"
+#include "skip.h"
 #include "synthetic_session.h"
 
 namespace hvprof::testing {
@@ -78,6 +80,28 @@ std::string WriteImageSession(const std::string& root, const std::string& name, 
     REQUIRE(WriteFileAtomically(metadata_path, store::SerializeMetadata(metadata.value())).has_value());
   }
   return directory;
+}
+
+std::optional<nlohmann::json> ScenarioOfCopies(const std::string& directory, std::map<std::string, std::string>* copies) {
+  for (const char* image : {kXenSyms, kXenMap, kLibc, kLibz}) {
+    if (!std::filesystem::exists(image)) {
+      (void)SkipTest(std::string("needs ") + image + " (scripts/install-deps.sh installs it)");
+      return std::nullopt;
+    }
+    (*copies)[image] = directory + "/" + std::filesystem::path(image).filename().string();
+    CopyFile(image, (*copies)[image]);
+  }
+  nlohmann::json scenario = TestScenario("intel-arch-v4", 11);
+  scenario["hypervisor"]["image"] = copies->at(kXenSyms);
+  for (auto& domain : scenario["domains"]) {
+    domain["kernel"]["system_map"] = copies->at(kXenMap);
+    for (auto& process : domain["processes"]) {
+      for (auto& mapping : process["mappings"]) mapping["path"] = copies->at(mapping["path"].get<std::string>());
+    }
+    auto& user = domain["workload"]["user"]["auto"];
+    user["image"] = copies->at(user["image"].get<std::string>());
+  }
+  return scenario;
 }
 
 }  // namespace hvprof::testing

@@ -3,8 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "hvprof/store/session.h"
 
@@ -32,5 +36,11 @@ struct SampledImage {
 // text (recorded without a build-id, as kallsyms is). Returns the session directory.
 std::string WriteImageSession(const std::string& root, const std::string& name, const std::vector<SampledImage>& images,
                               const std::string& kallsyms = "", const std::vector<uint64_t>& kernel_addresses = {});
+
+// The sim scenario of the archive tests (TestScenario("intel-arch-v4", 11)) with every image it
+// names (xen-syms, its map, libc, libz) copied into `directory`, so that a test may delete or
+// replace them; `copies` maps each original to its copy. nullopt, the test skipped, when one is
+// missing here.
+std::optional<nlohmann::json> ScenarioOfCopies(const std::string& directory, std::map<std::string, std::string>* copies);
 
 }  // namespace hvprof::testing

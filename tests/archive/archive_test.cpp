@@ -241,28 +241,12 @@ TEST_CASE("an archived sim session reports identically without its session and i
   // The scenario's images, copied: the archive must stand in for them once they are deleted.
   TempDir images;
   std::map<std::string, std::string> copies;
-  for (const char* image : {testing::kXenSyms, testing::kXenMap, testing::kLibc, testing::kLibz}) {
-    if (!std::filesystem::exists(image)) {
-      (void)testing::SkipTest(std::string("needs ") + image + " (scripts/install-deps.sh installs it)");
-      return;
-    }
-    copies[image] = images.File(std::filesystem::path(image).filename().string());
-    testing::CopyFile(image, copies[image]);
-  }
-  nlohmann::json scenario = testing::TestScenario("intel-arch-v4", 11);
-  scenario["hypervisor"]["image"] = copies[testing::kXenSyms];
-  for (auto& domain : scenario["domains"]) {
-    domain["kernel"]["system_map"] = copies[testing::kXenMap];
-    for (auto& process : domain["processes"]) {
-      for (auto& mapping : process["mappings"]) mapping["path"] = copies[mapping["path"].get<std::string>()];
-    }
-    auto& user = domain["workload"]["user"]["auto"];
-    user["image"] = copies[user["image"].get<std::string>()];
-  }
+  const std::optional<nlohmann::json> scenario = testing::ScenarioOfCopies(images.path(), &copies);
+  if (!scenario) return;
   const std::string tar = images.File("sim.tar");
   std::string before;
   {
-    testing::Host host(scenario);
+    testing::Host host(*scenario);
     REQUIRE(host.Hvprof({"--start-daemon", "--passive-domains=guest1,guest2,guest3",
                          "--event=CPU_CLK_UNHALTED:20000"}).status == 0);
     REQUIRE(host.Hvprof({"--start"}).status == 0);

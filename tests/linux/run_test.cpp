@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -421,4 +422,73 @@ TEST_CASE("hvprof run --platform=linux: an archive of the session reports as the
   for (const std::string& row : session_rows) kernel |= row.starts_with("[kernel.kallsyms] ") && row.find("(no symbols)") == std::string::npos;
   CHECK(kernel);  // kernel time of the fixture's syscalls and page faults, named from kallsyms
   CHECK(rows(after.out) == session_rows);
+}
+
+namespace {
+
+// [start, end) of `function` in `image`, as `nm -S` (and objdump -d) give it: link-time addresses.
+std::pair<uint64_t, uint64_t> FunctionRange(const std::string& image, const std::string& function) {
+  const CommandResult nm = hvprof::testing::RunProgram({"/usr/bin/nm", "-S", image});
+  REQUIRE(nm.status == 0);
+  std::istringstream lines(nm.out);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    std::string start, size, type, name;
+    if (words >> start >> size >> type >> name && name == function) {
+      const uint64_t at = std::stoull(start, nullptr, 16);
+      return {at, at + std::stoull(size, nullptr, 16)};
+    }
+  }
+  FAIL("nm lists no " << function << " in " << image);
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("hvprof record -g on linux: -d shows objdump's addresses, and the session outlives a rebuild of its program",
+          "[linux][live][run][build-id-cache]") {
+  if (!PerfUsable()) return;
+  hvprof::testing::TempDir dir;
+  // A program of the user's own, rebuilt after the run (another build at the same path).
+  const std::string program = dir.File("linux_hotspots");
+  std::filesystem::copy_file(kFixture, program);
+  LinuxRun run;
+  // perf's words: record, -g, the workload at the first word that is not an option.
+  const CommandResult recorded = hvprof::testing::RunProgram(
+      {hvprof::testing::Binary("hvprof"), "record", "-g", "--platform=linux", "--run-dir=" + run.run_dir(),
+       "--session-dir=" + run.session_root(), "--build-id-cache=" + dir.File("cache"), program, "--seconds", "1.5"});
+  INFO(recorded.out << recorded.err);
+  REQUIRE(recorded.status == 0);
+  const Json before = run.Report({"--symbol=hot_*"});
+  CheckShares(HotSamples(before), 0.03);
+
+  // -d: each sampled address of hot_fifty lies in it as nm and objdump -d of the file place it.
+  const auto [start, end] = FunctionRange(program, "hot_fifty");
+  const CommandResult details = run.ReportOn({"-d", "-n", "--symbol=hot_fifty", "--image=linux_hotspots"});
+  INFO(details.out << details.err);
+  std::istringstream lines(details.out);
+  size_t addresses = 0;
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    std::string samples, share, address;
+    // Detail lines: "SAMPLES SHARE ADDRESS" (the row above them names the image and symbol).
+    if (!(words >> samples >> share >> address) || address.size() != 16 || words >> samples) continue;
+    const uint64_t at = std::stoull(address, nullptr, 16);
+    INFO(line);
+    CHECK(at >= start);
+    CHECK(at < end);
+    ++addresses;
+  }
+  CHECK(addresses > 0);
+
+  // Rebuilt: another program at its path. The old session still names the functions it ran.
+  std::filesystem::copy_file(HVPROF_LINUX_CALLPATHS, program, std::filesystem::copy_options::overwrite_existing);
+  const Json after = run.Report({"--symbol=hot_*"});
+  CheckShares(HotSamples(after), 0.03);
+  CHECK(HotSamples(after) == HotSamples(before));
+  bool from_cache = false;
+  for (const Json& note : after["notes"]) {
+    from_cache |= note.get<std::string>().find("copy in the build-id cache") != std::string::npos;
+  }
+  CHECK(from_cache);
 }

@@ -64,8 +64,11 @@ void LogCaseEvent(const std::string& kind, const std::string& extra) {
 }  // namespace hvprof::testing
 
 // Under CTest (HVPROF_UNDER_CTEST, set by hvprof_discover_tests): no debuginfod server but the
-// ones tests start themselves on loopback, whatever the machine's profile sets.
+// ones tests start themselves on loopback, whatever the machine's profile sets. Always: no
+// build-id cache but the ones tests give (--build-id-cache=DIR), so that no test fills or reads
+// the machine's (/var/cache/hvprof/build-id, ~/.cache/hvprof/build-id).
 int main(int argc, char** argv) {
   if (std::getenv("HVPROF_UNDER_CTEST") != nullptr) ::setenv("DEBUGINFOD_URLS", "", 1);
+  ::setenv("HVPROF_BUILD_ID_CACHE", "none", 1);
   return Catch::Session().run(argc, argv);
 }

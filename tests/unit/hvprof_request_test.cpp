@@ -70,6 +70,12 @@ TEST_CASE("hvprof refuses what it cannot honour: actions and their options", "[c
   RequireRefusal({"--start-daemon", "--platform=sim", "--passive-domains=,"}, "empty item in the list");
   RequireRefusal({"--start-daemon", "--platform=sim", "--passive-images=a,"}, "empty item in the list");
   RequireRefusal({"--run-sim=soon"}, "--run-sim: 'soon' is not a duration");
+  RequireRefusal({"--start-daemon", "--platform=sim", "--build-id-cache=cache"},
+                 "--build-id-cache=cache: give an absolute path, or none");
+  RequireRefusal({"--start-daemon", "--platform=sim", "--build-id-cache-size=lots"}, "'lots' is not a size");
+  RequireRefusal({"run", "--platform=sim", "--build-id-cache-size=1000k"}, "keeps less than 1 MiB");
+  RequireRefusal({"--start", "--platform=sim", "--build-id-cache=/c"},
+                 "--build-id-cache is a setup option; it only goes with --start-daemon");
 }
 
 TEST_CASE("hvprof refuses what it cannot honour: hvprof run", "[cli]") {
@@ -180,8 +186,17 @@ TEST_CASE("hvprof's accepted commands, as typed requests", "[cli]") {
     CHECK(r.setup.rate == 997);
     CHECK(r.setup.sched);
     CHECK(r.setup.session_root == "/tmp/s");
+    CHECK(r.setup.build_id_cache.empty());  // hvprofd's default for its user
+    CHECK(r.setup.build_id_cache_bytes == 0);
     CHECK(r.run.hvprofd_path == "/opt/hvprof/bin/hvprofd");
     CHECK(r.run.hv_path == "/opt/hvprof/bin/hvprof-hv");
+  }
+  SECTION("the build-id cache: a directory or none, and its size") {
+    const HvprofRequest r = Accept({"--start-daemon", "--platform=sim", "--build-id-cache=/srv/ids",
+                                    "--build-id-cache-size=512M"});
+    CHECK(r.setup.build_id_cache == "/srv/ids");
+    CHECK(r.setup.build_id_cache_bytes == uint64_t{512} << 20);
+    CHECK(Accept({"run", "--platform=sim", "--build-id-cache=none", "--", "true"}).setup.build_id_cache == "none");
   }
   SECTION("a guest's commands on the sim keep their own session root") {
     const HvprofRequest r = Accept({"--start", "--domain=2"});

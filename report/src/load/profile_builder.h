@@ -55,10 +55,12 @@ inline std::string KernelImageName(const store::ImageRecord& image) {
   return Basename(image.path);
 }
 
-// The symbolizer looks for separate debug files in the build-id roots (an archive's) first.
-inline sym::SymbolizerOptions SymbolizerOptionsFor(const LoadOptions& options) {
+// The symbolizer looks for separate debug files in the build-id roots (an archive's) first,
+// then where the system keeps them, then in the build-id caches (`caches`).
+inline sym::SymbolizerOptions SymbolizerOptionsFor(const LoadOptions& options, const std::vector<std::string>& caches) {
   sym::SymbolizerOptions out;
   out.debug_roots.insert(out.debug_roots.begin(), options.build_id_roots.begin(), options.build_id_roots.end());
+  out.debug_roots.insert(out.debug_roots.end(), caches.begin(), caches.end());
   return out;
 }
 
@@ -87,8 +89,11 @@ CollectedStacks CollectStacks(store::Aggregate& aggregate, bool by_thread);
 // target in one batch, and names images and symbols.
 class ProfileBuilder {
  public:
-  ProfileBuilder(Profile& profile, const LoadOptions& options)
-      : p_(profile), options_(options), symbolizer_(SymbolizerOptionsFor(options)) {}
+  ProfileBuilder(Profile& profile, const LoadOptions& options, std::vector<std::string> build_id_caches)
+      : p_(profile),
+        options_(options),
+        build_id_caches_(std::move(build_id_caches)),
+        symbolizer_(SymbolizerOptionsFor(options, build_id_caches_)) {}
 
   // Attributes every entry of `aggregate` into `out` (the profile's entries or its frames).
   Result<void> Build(const store::Aggregate& aggregate, std::vector<Entry>& out);
@@ -166,6 +171,8 @@ class ProfileBuilder {
     return std::binary_search(domains.begin(), domains.end(), domain);
   }
   std::string ResolvePath(const Target& target) const;
+  // Replaces a missing (or different) image with its copy in a build-id cache, when one has it.
+  void FromBuildIdCache(const Target& target, sym::ImageSpec& spec);
   // Replaces a missing (or different) image and missing debug info with debuginfod's.
   void AskDebuginfod(const Target& target, sym::ImageSpec& spec);
   // Adds a note for the report's reader, once.
@@ -187,6 +194,8 @@ class ProfileBuilder {
 
   Profile& p_;
   const LoadOptions& options_;
+  // Where copies of rebuilt or removed images are looked for (buildid_cache::SearchDirectories).
+  std::vector<std::string> build_id_caches_;
   std::vector<Entry>* out_ = nullptr;      // what Build fills in
   std::map<std::string, Target> targets_;  // by a key naming image and bias
   std::unordered_map<uint32_t, store::AggregateImage> aggregate_images_;  // the aggregate's table, by number

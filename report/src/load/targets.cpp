@@ -1,6 +1,8 @@
 // What each sample is symbolized against (its target: an image and its bias), and the symbolizing.
 #include "profile_builder.h"
 
+#include "hvprof/buildid_cache/cache.h"
+
 namespace hvprof::report {
 
 const store::DomainRecord* ProfileBuilder::FindDomain(uint16_t id) const {
@@ -199,6 +201,20 @@ void ProfileBuilder::NoteOnce(const std::string& note) {
   if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
 }
 
+void ProfileBuilder::FromBuildIdCache(const Target& target, sym::ImageSpec& spec) {
+  std::string id;
+  if (build_id_caches_.empty() || !sym::NormalizeBuildIdHex(target.build_id, &id) || id.empty()) return;
+  if (auto here = symbolizer_.Describe(spec); here && here.value().build_id == id) return;  // still the one sampled
+  const std::string cached = buildid_cache::FindImage(build_id_caches_, id);
+  if (cached.empty()) return;
+  sym::ImageSpec from_cache = spec;
+  from_cache.path = cached;
+  if (auto found = symbolizer_.Describe(from_cache); !found || found.value().build_id != id) return;
+  spec.path = cached;
+  NoteOnce(fmt::format("{} was rebuilt or removed since: its symbols are those of the copy in the build-id cache, {}",
+                       target.path, cached));
+}
+
 void ProfileBuilder::AskDebuginfod(const Target& target, sym::ImageSpec& spec) {
   std::string id;
   if (!sym::NormalizeBuildIdHex(target.build_id, &id) || id.empty()) return;
@@ -261,6 +277,7 @@ void ProfileBuilder::Symbolize(Target& target) {
   spec.format = target.format;
   spec.bias = target.bias;
   spec.expected_build_id = target.build_id;
+  if (spec.format == sym::ImageFormat::kElf && !target.build_id.empty()) FromBuildIdCache(target, spec);
   if (debuginfod && spec.format == sym::ImageFormat::kElf && !target.build_id.empty()) AskDebuginfod(target, spec);
   std::vector<uint64_t> addresses;
   addresses.reserve(target.entries.size());

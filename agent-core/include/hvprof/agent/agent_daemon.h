@@ -6,6 +6,8 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "hvprof/agent/session_writer.h"
 #include "hvprof/base/result.h"
 #include "hvprof/base/scoped_fd.h"
+#include "hvprof/buildid_cache/cache.h"
 #include "hvprof/store/session.h"
 
 namespace hvprof::agent {
@@ -63,6 +66,11 @@ class AgentDaemon {
   // OpenSession.
   enum class JitScope { kNone, kOwnDomain, kAllDomains };
   void SetJitScope(JitScope scope) { jit_scope_ = scope; }
+  // Keeps copies of the images each session samples in the build-id cache `directory` (empty:
+  // buildid_cache::DefaultDirectory(); "none": no cache) of at most `max_bytes` (0: the default),
+  // at each dump (KeepSampledImages). A directory given that cannot be used is an error; the
+  // default one is a warning, and no cache. Called before OpenSession: the sessions name it.
+  Result<void> OpenBuildIdCache(const std::string& directory, uint64_t max_bytes);
   // Opens (or continues) the current session with `base` as its metadata.
   Result<void> OpenSession(store::SessionMetadata base);
   Result<void> ListenForControl();
@@ -121,6 +129,8 @@ class AgentDaemon {
   std::unique_ptr<SessionWriter> session_;
   JitScope jit_scope_ = JitScope::kNone;
   std::unique_ptr<JitSnapshots> jit_;  // with the session, when jit_scope_ says so
+  std::optional<buildid_cache::Cache> build_id_cache_;
+  std::set<std::string> kept_images_;  // build-ids this agent's sessions put in the cache, or found there
   store::SessionMetadata base_metadata_;
   bool configured_ = false;
   bool profiling_ = false;  // as far as this agent's session is concerned
@@ -132,6 +142,9 @@ class AgentDaemon {
 
  private:
   Json Handle(const Json& request);
+  // The images the session sampled since the last call, into the build-id cache; what could not
+  // be kept is logged (a report of the session says what is missing when it is).
+  void KeepSampledImages();
 
   ScopedFd control_;
   ScopedFd profiler_lock_;

@@ -19,6 +19,7 @@
 #include "hvprof/store/context_file.h"
 #include "hvprof/store/samples_file.h"
 #include "hvprof/store/sched_file.h"
+#include "hvprof/store/sampled_images.h"
 #include "hvprof/store/session.h"
 
 namespace hvprof::agent {
@@ -99,6 +100,9 @@ class SessionWriter {
   store::SchedSummary WithSchedFile(store::SchedSummary recorded) const;
 
   store::SessionMetadata& metadata() { return metadata_; }
+  // The images the samples fell in, as of the last Dump that wrote the aggregate
+  // (store::SampledImagesOf): what the agent keeps in its build-id cache.
+  const std::vector<store::SampledImage>& sampled_images() const { return sampled_images_; }
   store::WriterStats stats() const { return writer_.stats(); }
   const std::string& directory() const { return directory_; }
   uint64_t samples(uint16_t domain, uint8_t mode) const;
@@ -128,6 +132,7 @@ class SessionWriter {
   // with user addresses resolved by image through them. The index is on the heap: the builder
   // keeps its address while the writer moves.
   std::unique_ptr<store::ContextIndex> context_;
+  std::vector<store::SampledImage> sampled_images_;
   std::optional<store::ContextWriter> context_writer_;
   std::optional<Error> context_failure_;
   store::AggregateBuilder aggregate_{store::StackDetail::kStacks, nullptr};

@@ -57,6 +57,11 @@ struct SetupOptions {
   // --session-group: a group that may read the sessions (directories 2750, files 0640); empty:
   // their owner alone (0700, 0600). They say which processes ran, what they mapped, and stacks.
   std::string session_group;
+  // --build-id-cache: where hvprofd keeps copies of the images its sessions sample, by build-id
+  // (buildid_cache::Cache); empty: the default for its user (buildid_cache::DefaultDirectory);
+  // "none": no cache. --build-id-cache-size: the bytes it keeps (0: the default).
+  std::string build_id_cache;
+  uint64_t build_id_cache_bytes = 0;
 
   // CheckNumber for each numeric field and --jit's value (a daemonrc.json may have been
   // edited).

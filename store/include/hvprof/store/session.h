@@ -209,6 +209,9 @@ struct SessionMetadata {
   std::string role;           // "dom0" or "guest"
   uint16_t agent_domain = 0;  // the domain whose agent wrote this session
   uint64_t created_ns = 0;
+  // Where the agent kept copies of the images sampled, by build-id (buildid_cache::Cache); empty
+  // when it kept none. Reports look there when an image was rebuilt or removed since.
+  std::string build_id_cache;
   std::vector<ProfilingInterval> profiling;
   std::vector<EventRecord> events;
   std::vector<DomainRecord> domains;

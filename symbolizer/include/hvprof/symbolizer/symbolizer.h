@@ -112,6 +112,11 @@ class Symbolizer {
   std::unique_ptr<Impl> impl_;
 };
 
+// The build-id of the ELF image (or separate debug file) at `path`, lower-case hex, "" when it
+// has none: read from its notes alone, so a stripped image whose debug file is elsewhere has one
+// too (Describe needs a symbol table). An error when it is not an ELF image that can be read.
+Result<std::string> ReadBuildId(const std::string& path);
+
 // The answers of one Symbolize call, one per input address, in input order. Duplicated input
 // addresses share one resolution.
 class BatchResult {
