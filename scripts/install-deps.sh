@@ -20,6 +20,7 @@ packages=(
   xen-hypervisor-4.17-amd64-dbg
   golang-go          # `go tool pprof` reads the pprof files in the tests
   chromium           # headless, network off, opens the HTML flame graph in the tests
+  libpng-dev         # the browser tests read Chromium's screenshots of the pages
   libcurl4-openssl-dev  # --push sends profiles to Pyroscope
   libarchive-dev     # hvprof archive writes, and hvprof-report archive:FILE reads, tar archives
   libdebuginfod-dev  # images and debug info by build-id from debuginfod servers

@@ -190,7 +190,7 @@ store::SessionMetadata AgentDaemon::NewMetadata(const hvpmu::InitV2& init, const
 Result<void> AgentDaemon::OpenSession(store::SessionMetadata base) {
   base_metadata_ = std::move(base);
   if (build_id_cache_) base_metadata_.build_id_cache = build_id_cache_->directory();
-  kept_images_.clear();  // each session marks the cached images it uses as used
+  not_kept_images_.clear();
   HVPROF_TRY(session, SessionWriter::Open(paths_.current(), base_metadata_));
   session_ = std::make_unique<SessionWriter>(std::move(session));
   context_next_ = 0;  // a new session starts from what is alive
@@ -565,26 +565,30 @@ Result<void> AgentDaemon::OpenBuildIdCache(const std::string& directory, uint64_
 }
 
 void AgentDaemon::KeepSampledImages() {
-  if (!build_id_cache_ || !session_) return;
+  // Copying may take long, and this runs where the rings are drained: only while the counters
+  // are off (a stop, a save, the end of a run), never at a dump while sampling goes on.
+  if (!build_id_cache_ || !session_ || profiling_) return;
   std::vector<buildid_cache::Wanted> wanted;
   for (const store::SampledImage& image : session_->sampled_images()) {
     // Kernel maps (kallsyms, System.map) have no build-id: the session copies what it needs.
-    if (image.format != "elf" || image.build_id.empty() || kept_images_.count(image.build_id) != 0) continue;
+    if (image.format != "elf" || image.build_id.empty() || not_kept_images_.count(image.build_id) != 0) continue;
     wanted.push_back({image.path, image.build_id});
   }
   if (wanted.empty()) return;
   auto kept = build_id_cache_->Add(wanted);
   if (!kept) {
-    Log(LogLevel::kWarning, "the build-id cache {} kept no images of this session: {}", build_id_cache_->directory(),
-        kept.error().message());
+    Log(LogLevel::kWarning, "the build-id cache {} kept no images of this session now: {}",
+        build_id_cache_->directory(), kept.error().message());
     return;
   }
-  // Tried once per agent: an image that could not be kept now will not be at the next dump.
-  for (const buildid_cache::Wanted& image : wanted) kept_images_.insert(image.build_id);
   const buildid_cache::AddSummary& summary = kept.value();
-  Log(LogLevel::kInfo, "build-id cache {}: {} images kept ({} bytes, {} debug files), {} already there, {} evicted; "
-      "{} bytes in all", build_id_cache_->directory(), summary.added, summary.bytes_added, summary.debug_added,
-      summary.present, summary.evicted, summary.bytes);
+  // Every dump offers every image again (so that each is marked used), but for those that
+  // cannot be kept: a file rebuilt since it was sampled stays so.
+  not_kept_images_.insert(summary.not_kept.begin(), summary.not_kept.end());
+  Log(summary.added != 0 || summary.evicted != 0 ? LogLevel::kInfo : LogLevel::kDebug,
+      "build-id cache {}: {} images kept ({} bytes, {} debug files), {} already there, {} evicted; {} bytes in all",
+      build_id_cache_->directory(), summary.added, summary.bytes_added, summary.debug_added, summary.present,
+      summary.evicted, summary.bytes);
   for (const std::string& skipped : summary.skipped) Log(LogLevel::kInfo, "build-id cache: {}", skipped);
 }
 

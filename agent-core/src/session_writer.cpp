@@ -557,12 +557,11 @@ Result<void> SessionWriter::Dump() {
       ::stat(aggregate_path.c_str(), &aggregate_st) == 0) {
     return Ok();  // written at the dump before, and nothing came since
   }
-  Result<void> cached = MakeError(ErrorKind::kNoSpace, "samples were lost before the file");
-  if (writer_.stats().failed == 0) {
-    store::Aggregate snapshot = aggregate_.Snapshot(file_bytes);
-    sampled_images_ = store::SampledImagesOf(metadata_, snapshot);
-    cached = store::WriteAggregate(aggregate_path, snapshot);
-  }
+  store::Aggregate snapshot = aggregate_.Snapshot(file_bytes);
+  sampled_images_ = store::SampledImagesOf(metadata_, snapshot);
+  Result<void> cached = writer_.stats().failed == 0
+                            ? store::WriteAggregate(aggregate_path, snapshot)
+                            : Result<void>(MakeError(ErrorKind::kNoSpace, "samples were lost before the file"));
   if (cached) {
     aggregate_file_bytes_ = file_bytes;
     aggregate_samples_ = aggregate_.samples();

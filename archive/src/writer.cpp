@@ -83,7 +83,7 @@ std::optional<std::string> ByPathName(const std::string& path) {
 class Planner {
  public:
   Planner(const WriteOptions& options, WriteSummary& summary, std::vector<std::string> caches)
-      : options_(options), summary_(summary), caches_(std::move(caches)), symbolizer_(WithCaches(caches_)) {}
+      : options_(options), summary_(summary), caches_(std::move(caches)) {}
 
   Result<void> Init() {
     if (!options_.debuginfod) return Ok();
@@ -144,7 +144,10 @@ class Planner {
     if (!info || found_id != id) {
       // Rebuilt or removed since: hvprofd's copy in the build-id cache, when it kept one.
       if (const std::string cached = buildid_cache::FindImage(caches_, id); !cached.empty()) {
-        auto cached_info = symbolizer_.Describe(sym::ImageSpec::Elf(cached));
+        // With its debug file from beside it, when hvprofd kept one.
+        sym::ImageSpec spec = sym::ImageSpec::Elf(cached);
+        if (std::filesystem::is_regular_file(cached + ".debug", ec)) spec.debug_file = cached + ".debug";
+        auto cached_info = symbolizer_.Describe(spec);
         if (cached_info && cached_info.value().build_id == id) {
           source = cached;
           from = "build-id cache";
@@ -229,13 +232,6 @@ class Planner {
     member.planned = opened.value().st;
     members.push_back(std::move(member));
     return true;
-  }
-
-  // Separate debug files are looked for where the system keeps them, then in the caches.
-  static sym::SymbolizerOptions WithCaches(const std::vector<std::string>& caches) {
-    sym::SymbolizerOptions options;
-    options.debug_roots.insert(options.debug_roots.end(), caches.begin(), caches.end());
-    return options;
   }
 
   nlohmann::json skipped_ = nlohmann::json::array();

@@ -54,7 +54,11 @@ Result<void> MakeReadableDirectories(const std::string& path) {
     at /= part;
     if (part.empty() || at == at.root_path()) continue;
     if (::mkdir(at.c_str(), 0755) == 0) {
-      if (::chmod(at.c_str(), 0755) != 0) return ErrnoError(errno, fmt::format("cannot set the mode of {}", at.string()));
+      // The mode is set through the directory made, never through a link someone put there since.
+      ScopedFd made(::open(at.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!made.valid() || ::fchmod(made.get(), 0755) != 0) {
+        return ErrnoError(errno, fmt::format("cannot set the mode of {}", at.string()));
+      }
     } else if (errno != EEXIST) {
       return ErrnoError(errno, fmt::format("cannot create directory {}", at.string()));
     }
@@ -66,13 +70,14 @@ Result<void> MakeReadableDirectories(const std::string& path) {
   return Ok();
 }
 
-// Whether everyone could read the file at `path`: it and every directory above it let others
-// read and search. A copy in the cache is readable by others only then.
-bool EveryoneCouldRead(const std::string& path, const struct stat& st) {
+// Whether everyone could read the file open at `fd`: it and every directory above where it is
+// (as the kernel names the file opened, not the path asked for) let others read and search. A
+// copy in the cache is readable by others only then.
+bool EveryoneCouldRead(int fd, const struct stat& st) {
   if ((st.st_mode & S_IROTH) == 0) return false;
   std::error_code ec;
-  std::filesystem::path real = std::filesystem::canonical(path, ec);
-  if (ec) return false;
+  std::filesystem::path real = std::filesystem::read_symlink(fmt::format("/proc/self/fd/{}", fd), ec);
+  if (ec || !real.is_absolute()) return false;
   for (real = real.parent_path();; real = real.parent_path()) {
     struct stat dir {};
     if (::stat(real.c_str(), &dir) != 0 || (dir.st_mode & S_IXOTH) == 0) return false;
@@ -86,23 +91,25 @@ std::string BuildIdOf(const std::string& path) {
   return id ? id.value() : std::string();
 }
 
-// Copies what `from` holds (from its start) to the new file `to`.
-Result<uint64_t> CopyContents(int from, int to, const std::string& to_path) {
+// Copies the first `size` bytes of `from` to the new file `to`; a file that is shorter now (cut
+// while it was copied) is an error.
+Result<uint64_t> CopyContents(int from, uint64_t size, int to, const std::string& to_path) {
   uint64_t copied = 0;
   bool kernel_copy = true;
   std::vector<char> buffer;
-  while (true) {
+  while (copied < size) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(size - copied, uint64_t{1} << 30));
     ssize_t n;
     if (kernel_copy) {
       loff_t in = static_cast<loff_t>(copied);
-      n = ::copy_file_range(from, &in, to, nullptr, size_t{1} << 30, 0);
+      n = ::copy_file_range(from, &in, to, nullptr, want, 0);
       if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP)) {
         kernel_copy = false;
         buffer.resize(size_t{1} << 20);
         continue;
       }
     } else {
-      n = ::pread(from, buffer.data(), buffer.size(), static_cast<off_t>(copied));
+      n = ::pread(from, buffer.data(), std::min(buffer.size(), want), static_cast<off_t>(copied));
       if (n > 0) {
         HVPROF_TRYV(WriteAll(to, std::as_bytes(std::span(buffer.data(), static_cast<size_t>(n))), to_path));
       }
@@ -111,9 +118,18 @@ Result<uint64_t> CopyContents(int from, int to, const std::string& to_path) {
       if (errno == EINTR) continue;
       return ErrnoError(errno, fmt::format("cannot copy into {}", to_path));
     }
-    if (n == 0) return copied;
+    if (n == 0) return MakeError(ErrorKind::kCorrupt, "it was cut while it was copied");
     copied += static_cast<uint64_t>(n);
   }
+  return copied;
+}
+
+// Whether the file open at `fd` is as `before` says: not written to since.
+bool Unchanged(int fd, const struct stat& before) {
+  struct stat now {};
+  return ::fstat(fd, &now) == 0 && now.st_size == before.st_size && now.st_mtim.tv_sec == before.st_mtim.tv_sec &&
+         now.st_mtim.tv_nsec == before.st_mtim.tv_nsec && now.st_ctim.tv_sec == before.st_ctim.tv_sec &&
+         now.st_ctim.tv_nsec == before.st_ctim.tv_nsec;
 }
 
 // One entry of the cache as its files say: its bytes and when a session last used it.
@@ -169,7 +185,10 @@ std::string FindImage(const std::vector<std::string>& directories, std::string_v
   for (const std::string& directory : directories) {
     const std::string file = ImageFile(directory, build_id);
     struct stat st {};
-    if (file.empty() || ::lstat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    // A copy this user may not read (of a file only root could) leaves the next cache to try.
+    if (file.empty() || ::lstat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || ::access(file.c_str(), R_OK) != 0) {
+      continue;
+    }
     if (!CheckTrustedDirectory(directory, "the build-id cache", "")) continue;
     return file;
   }
@@ -192,8 +211,9 @@ Result<Cache> Cache::Open(const std::string& directory, uint64_t max_bytes) {
     return MakeError(ErrorKind::kInvalidArgument,
                      "a build-id cache of 0 bytes keeps nothing: give a size (e.g. 2G), or --build-id-cache=none");
   }
-  HVPROF_TRYV(MakeReadableDirectories(directory + "/" + std::string(kFolder)));
+  HVPROF_TRYV(MakeReadableDirectories(directory));
   HVPROF_TRYV(CheckTrustedDirectory(directory, "the build-id cache", "or give another --build-id-cache (or none)"));
+  HVPROF_TRYV(MakeReadableDirectories(directory + "/" + std::string(kFolder)));
   return Cache(directory, max_bytes);
 }
 
@@ -201,19 +221,30 @@ Result<AddSummary> Cache::Add(std::span<const Wanted> images) {
   AddSummary summary;
   // One process at a time adds and evicts (two hvprofds may share the cache).
   HVPROF_TRY(lock, OpenRegularFile(directory_ + "/" + kLockFile, O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-  while (::flock(lock.get(), LOCK_EX) != 0) {
-    if (errno != EINTR) return ErrnoError(errno, fmt::format("cannot lock the build-id cache {}", directory_));
+  // Another hvprofd adding to it now: waited for up to 2 s, then left for the next dump (this
+  // runs where the agent drains, and a copy may take long).
+  for (int tries = 0; ::flock(lock.get(), LOCK_EX | LOCK_NB) != 0; ++tries) {
+    if (errno != EWOULDBLOCK && errno != EINTR) {
+      return ErrnoError(errno, fmt::format("cannot lock the build-id cache {}", directory_));
+    }
+    if (tries == 40) {
+      return MakeError(ErrorKind::kBusy, "another process has been adding to the build-id cache {} for 2 s",
+                       directory_);
+    }
+    ::usleep(50000);
   }
   std::set<std::string> used;  // the entries of this call: never evicted by it
   static uint64_t counter = 0;
 
   // Copies `source` (open at `fd`) to `file`, through a temporary file that is renamed into
   // place once its build-id is checked to be `id`. Returns the bytes copied.
-  auto copy_in = [&](int fd, const std::string& file, const std::string& id, mode_t mode) -> Result<uint64_t> {
+  auto copy_in = [&](int fd, const struct stat& st, const std::string& file, const std::string& id,
+                     mode_t mode) -> Result<uint64_t> {
     HVPROF_TRYV(MakeReadableDirectories(Dirname(file)));
     const std::string temporary = fmt::format("{}{}{}.{}", file, kTemporaryMark, ::getpid(), ++counter);
     HVPROF_TRY(out, OpenRegularFile(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode));
-    auto copied = CopyContents(fd, out.get(), temporary);
+    auto copied = CopyContents(fd, static_cast<uint64_t>(st.st_size), out.get(), temporary);
+    if (copied && !Unchanged(fd, st)) copied = MakeError(ErrorKind::kCorrupt, "it changed while it was copied");
     // The mode asked for, whatever the umask.
     if (copied && ::fchmod(out.get(), mode) != 0) copied = ErrnoError(errno, fmt::format("cannot set the mode of {}", temporary));
     out.Reset();
@@ -227,11 +258,15 @@ Result<AddSummary> Cache::Add(std::span<const Wanted> images) {
     return copied;
   };
 
+  bool disk_full = false;  // then nothing more is copied; what is cached is still marked used
+  auto not_kept = [&](const std::string& id, std::string why) {
+    summary.skipped.push_back(std::move(why));
+    if (!id.empty()) summary.not_kept.push_back(id);
+  };
   for (const Wanted& wanted : images) {
     const std::string id = Normalized(wanted.build_id);
     if (id.empty()) {
-      summary.skipped.push_back(fmt::format("{} has no build-id: a copy could not be told from a rebuilt file",
-                                            wanted.path));
+      not_kept(id, fmt::format("{} has no build-id: a copy could not be told from a rebuilt file", wanted.path));
       continue;
     }
     const std::string image_file = ImageFile(directory_, id);
@@ -245,34 +280,40 @@ Result<AddSummary> Cache::Add(std::span<const Wanted> images) {
       ++summary.present;
       continue;
     }
+    if (disk_full) continue;  // not copied now, nor marked as never to be
     // Opened as the archive opens a session's images: links followed, never a FIFO or a device;
     // what it holds is checked by its build-id, on the copy.
     auto source = OpenUserFile(wanted.path, FileTrust{.links = Links::kFollow, .users = {},
                                                      .refuse_replaceable = false, .check_path = true});
     if (!source) {
-      summary.skipped.push_back(fmt::format("{}: {}", wanted.path, source.error().message()));
+      not_kept(id, fmt::format("{}: {}", wanted.path, source.error().message()));
       continue;
     }
     const uint64_t size = static_cast<uint64_t>(source.value().st.st_size);
     if (size > max_bytes_ / 4) {
-      summary.skipped.push_back(fmt::format("{} is {}, more than a quarter of the cache's {}: not kept (a larger "
-                                            "--build-id-cache-size keeps it)",
-                                            wanted.path, MiB(size), MiB(max_bytes_)));
+      not_kept(id, fmt::format("{} is {}, more than a quarter of the cache's {}: not kept (a larger "
+                               "--build-id-cache-size keeps it)",
+                               wanted.path, MiB(size), MiB(max_bytes_)));
       continue;
     }
     const int fd = source.value().fd.get();
     const std::string found = BuildIdOf(fmt::format("/proc/self/fd/{}", fd));
     if (found != id) {
-      summary.skipped.push_back(fmt::format("{} is no longer the file that was sampled (its build-id is {}, the "
-                                            "session's {}): not kept",
-                                            wanted.path, found.empty() ? "none" : found, id));
+      not_kept(id, fmt::format("{} is no longer the file that was sampled (its build-id is {}, the session's {}): "
+                               "not kept",
+                               wanted.path, found.empty() ? "none" : found, id));
       continue;
     }
-    const mode_t mode = EveryoneCouldRead(wanted.path, source.value().st) ? 0644 : 0600;
-    auto copied = copy_in(fd, image_file, id, mode);
+    const mode_t mode = EveryoneCouldRead(fd, source.value().st) ? 0644 : 0600;
+    auto copied = copy_in(fd, source.value().st, image_file, id, mode);
     if (!copied) {
-      if (copied.error().kind() == ErrorKind::kNoSpace) return copied.error();
-      summary.skipped.push_back(fmt::format("{}: {}", wanted.path, copied.error().message()));
+      if (copied.error().kind() == ErrorKind::kNoSpace) {
+        disk_full = true;
+        summary.skipped.push_back(fmt::format("{}: {}; nothing more is copied until there is room", wanted.path,
+                                              copied.error().message()));
+      } else {
+        not_kept(id, fmt::format("{}: {}", wanted.path, copied.error().message()));
+      }
       continue;
     }
     ++summary.added;
@@ -292,10 +333,11 @@ Result<AddSummary> Cache::Add(std::span<const Wanted> images) {
       continue;
     }
     const bool shared = mode == 0644;  // literal: a file mode
-    const mode_t debug_mode = shared && EveryoneCouldRead(debug, debug_source.value().st) ? 0644 : 0600;
-    auto debug_copied = copy_in(debug_source.value().fd.get(), debug_file, id, debug_mode);
+    const int debug_fd = debug_source.value().fd.get();
+    const mode_t debug_mode = shared && EveryoneCouldRead(debug_fd, debug_source.value().st) ? 0644 : 0600;
+    auto debug_copied = copy_in(debug_fd, debug_source.value().st, debug_file, id, debug_mode);
     if (!debug_copied) {
-      if (debug_copied.error().kind() == ErrorKind::kNoSpace) return debug_copied.error();
+      disk_full = disk_full || debug_copied.error().kind() == ErrorKind::kNoSpace;
       summary.skipped.push_back(fmt::format("{}, the debug file of {}: {}", debug, wanted.path,
                                             debug_copied.error().message()));
       continue;
@@ -319,7 +361,7 @@ Result<AddSummary> Cache::Add(std::span<const Wanted> images) {
       const std::string path = file->path().string();
       struct stat st {};
       if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-      if (path.find(kTemporaryMark) != std::string::npos) {
+      if (file->path().filename().string().find(kTemporaryMark) != std::string::npos) {
         if (now - st.st_mtim.tv_sec > kStaleTemporarySeconds) ::unlink(path.c_str());
         continue;
       }
@@ -338,7 +380,7 @@ Result<AddSummary> Cache::Add(std::span<const Wanted> images) {
     for (const auto& [stem, entry] : oldest) {
       if (summary.bytes <= max_bytes_) break;
       if (used.count(stem) != 0) continue;
-      ::unlink(stem.c_str());
+      if (::unlink(stem.c_str()) != 0 && errno != ENOENT) continue;
       ::unlink((stem + std::string(kDebugSuffix)).c_str());
       summary.bytes -= entry.bytes;
       summary.bytes_evicted += entry.bytes;

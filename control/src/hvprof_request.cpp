@@ -212,13 +212,13 @@ void Describe(Words& w, po::options_description& all, Page page = Page::kWhole, 
                 "other threads as tasks; xen: from Xen's trace buffers, as xentrace reads them (hvprof sets "
                 "Xen's global trace mask; no xentrace may run meanwhile)")
       ("build-id-cache", po::value(&w.setup.build_id_cache),
-       "keep a copy of every image (and separate debug file) the sessions sample in this directory, by build-id, "
-       "so that a session still reports its symbols after its binaries are rebuilt, upgraded or removed, as "
-       "perf's ~/.debug; none: keep no copies. Default: /var/cache/hvprof/build-id for root, else "
-       "~/.cache/hvprof/build-id")
+       "when a session stops, keep a copy of each image (and separate debug file) it sampled in this directory "
+       "(an absolute path), by build-id, so that the session still reports its symbols after its binaries are "
+       "rebuilt, upgraded or removed, as perf's ~/.debug; none: keep no copies. Default: $HVPROF_BUILD_ID_CACHE, "
+       "else /var/cache/hvprof/build-id for root and $XDG_CACHE_HOME/hvprof/build-id (~/.cache/...) for others")
       ("build-id-cache-size", po::value(&w.build_id_cache_size),
-       "the bytes the build-id cache keeps (k, M, G, T: powers of 1024; default 2G): the images no session used "
-       "for longest go first")
+       "the bytes the build-id cache keeps (k, M, G, T: powers of 1024; at least 1M; default 2G): the images no "
+       "session used for longest go first, and a file over a quarter of it is not kept")
       ("verbose,V", "log more in hvprofd.log");
   po::options_description general("General options");
   general.add_options()

@@ -80,7 +80,7 @@ Examples:
   hvprof-report --timeline --format=perfetto -o trace.json
       open it in https://ui.perfetto.dev
   hvprof-report --timeline --format=html -o lanes.html
-      a swim lane per pCPU, in any browser
+      a swim lane per pCPU (or per task: lanes.html#lanes=task), coloured by process, in any browser
 
 Exit status:
   0   a complete report

@@ -175,6 +175,15 @@ std::string SchedEntityLabel(const SchedEntity& entity, const SchedOptions& opti
   return fmt::format("{} {}[{}/{}]", domain, thread, entity.tid, entity.pid);
 }
 
+std::string SchedProcessLabel(const SchedEntity& entity, const SchedOptions& options) {
+  if (entity.idle) return "idle";
+  const std::string domain = options.DomainName(entity.domain);
+  if (!entity.task) return domain;
+  // Named by its main thread, or not at all: every thread of it must give the same label.
+  const auto comm = options.thread_names.find({entity.domain, entity.pid, entity.pid});
+  return fmt::format("{} {}[{}]", domain, comm == options.thread_names.end() ? "" : comm->second, entity.pid);
+}
+
 Result<SchedSession> LoadSchedRecords(const std::string& session_dir) {
   HVPROF_TRY(session, store::OpenSession(session_dir));
   if (!store::HasSched(session.directory)) {

@@ -197,6 +197,19 @@ TEST_CASE("the build-id cache stays within its size, the least recently used goi
     CHECK(added.value().evicted == 0);
     SetUsed(cached(i), 1000000 + static_cast<time_t>(i) * 3600);
   }
+  SECTION("what the session being written uses is never evicted, however old the others look") {
+    // The others were used "later" than now (a clock set back): only the session's own are
+    // newer in fact, and they stay.
+    const time_t later = ::time(nullptr) + 86400;
+    for (size_t i = 1; i < 4; ++i) SetUsed(cached(i), later + static_cast<time_t>(i) * 60);
+    std::vector<bc::Wanted> session{images[0], images[4], images[5]};
+    auto kept = cache.value().Add(session);
+    REQUIRE(kept.has_value());
+    CHECK(kept.value().evicted == 1);
+    for (size_t i : {0, 4, 5}) CHECK(std::filesystem::exists(cached(i)));
+    CHECK(!std::filesystem::exists(cached(1)));  // the oldest of the others
+    return;
+  }
   // A fifth session samples the first image again and two new ones: six do not fit in five.
   std::vector<bc::Wanted> fifth{images[0], images[4], images[5]};
   auto added = cache.value().Add(fifth);
@@ -239,15 +252,16 @@ TEST_CASE("the build-id cache shows others only what they could read, and lives 
   REQUIRE(::chmod(open_image.c_str(), 0644) == 0);
   REQUIRE(::chmod(closed_file.c_str(), 0600) == 0);
   REQUIRE(::chmod(closed_directory.c_str(), 0644) == 0);
-  ::umask(077);  // as hvprofd's
+  const mode_t umask = ::umask(077);  // as hvprofd's
   auto cache = bc::Cache::Open(dir.File("cache"), 64 << 20);
-  ::umask(022);
   REQUIRE(cache.has_value());
   auto added = cache.value().Add(images);
+  ::umask(umask);
   REQUIRE(added.has_value());
   CHECK(added.value().added == 3);
   CHECK(ModeOf(dir.File("cache")) == 0755);
   CHECK(ModeOf(dir.File("cache") + "/.build-id") == 0755);
+  CHECK(ModeOf(dir.File("cache") + "/.build-id/" + images[0].build_id.substr(0, 2)) == 0755);
   CHECK(ModeOf(bc::ImageFile(dir.File("cache"), images[0].build_id)) == 0644);
   CHECK(ModeOf(bc::ImageFile(dir.File("cache"), images[1].build_id)) == 0600);
   CHECK(ModeOf(bc::ImageFile(dir.File("cache"), images[2].build_id)) == 0600);
@@ -321,7 +335,9 @@ TEST_CASE("the build-id cache's size and place as typed", "[build-id-cache][cli]
   // The tests' main sets HVPROF_BUILD_ID_CACHE=none: only the session's own cache is looked in.
   CHECK(bc::SearchDirectories("/srv/cache") == std::vector<std::string>{"/srv/cache"});
   CHECK(bc::SearchDirectories("").empty());
-  const std::string saved = std::getenv(bc::kEnvironment);
+  const char* set = std::getenv(bc::kEnvironment);
+  REQUIRE(set != nullptr);
+  const std::string saved = set;
   ::unsetenv(bc::kEnvironment);
   const std::vector<std::string> searched = bc::SearchDirectories("/srv/cache");
   ::setenv(bc::kEnvironment, saved.c_str(), 1);

@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <png.h>
 
 #include "programs.h"
 #include "temp_dir.h"
@@ -20,24 +22,60 @@ std::string Chromium() {
   return "";
 }
 
-Page Open(const std::string& chromium, const std::string& file, const std::string& fragment) {
-  TempDir profile;
+namespace {
+
+// The browser's command line for `file` offline, doing `what` (--dump-dom, --screenshot=PATH).
+std::vector<std::string> BrowserCommand(const std::string& chromium, const std::string& profile, const std::string& url,
+                                        const std::string& window, const std::string& what) {
   std::vector<std::string> argv;
   // No network at all where a network namespace can be made; the browser is also told to use a
   // proxy that does not exist and to resolve no name, so nothing leaves even without one.
   if (RunProgram({"/usr/bin/unshare", "-n", "/bin/true"}).status == 0) argv = {"/usr/bin/unshare", "-n"};
   for (const std::string& arg :
        {std::string("/usr/bin/timeout"), std::string("120"), chromium, std::string("--headless"), std::string("--no-sandbox"),
-        std::string("--disable-gpu"), std::string("--no-first-run"), "--user-data-dir=" + profile.path(),
+        std::string("--disable-gpu"), std::string("--no-first-run"), "--user-data-dir=" + profile,
         std::string("--proxy-server=127.0.0.1:9"), std::string("--host-resolver-rules=MAP * ~NOTFOUND"),
-        std::string("--enable-logging=stderr"), std::string("--log-level=0"), std::string("--window-size=1200,900"),
-        std::string("--dump-dom"), "file://" + file + fragment}) {
+        std::string("--enable-logging=stderr"), std::string("--log-level=0"), "--window-size=" + window,
+        std::string("--hide-scrollbars"), std::string("--force-device-scale-factor=1"), what, url}) {
     argv.push_back(arg);
   }
-  const CommandResult result = RunProgram(argv);
+  return argv;
+}
+
+}  // namespace
+
+Page Open(const std::string& chromium, const std::string& file, const std::string& fragment) {
+  TempDir profile;
+  const CommandResult result =
+      RunProgram(BrowserCommand(chromium, profile.path(), "file://" + file + fragment, "1200,900", "--dump-dom"));
   INFO(result.err.substr(0, 4000));
   REQUIRE(result.status == 0);
   return {result.out, result.err};
+}
+
+Screenshot Shoot(const std::string& chromium, const std::string& file, const std::string& fragment, uint32_t width,
+                 uint32_t height) {
+  TempDir profile;
+  const std::string png = profile.File("screen.png");
+  const CommandResult result = RunProgram(BrowserCommand(chromium, profile.path(), "file://" + file + fragment,
+                                                         fmt::format("{},{}", width, height), "--screenshot=" + png));
+  INFO(result.err.substr(0, 4000));
+  REQUIRE(result.status == 0);
+  png_image image{};
+  image.version = PNG_IMAGE_VERSION;
+  REQUIRE(png_image_begin_read_from_file(&image, png.c_str()) != 0);
+  image.format = PNG_FORMAT_RGBA;
+  Screenshot shot;
+  shot.width = image.width;
+  shot.height = image.height;
+  shot.rgba.resize(PNG_IMAGE_SIZE(image));
+  const bool read = png_image_finish_read(&image, nullptr, shot.rgba.data(), 0, nullptr) != 0;
+  INFO(image.message);
+  png_image_free(&image);
+  REQUIRE(read);
+  REQUIRE(shot.width == width);
+  REQUIRE(shot.height == height);
+  return shot;
 }
 
 namespace {

@@ -32,4 +32,19 @@ std::vector<Frame> Frames(const std::string& dom);
 // No console message, the page finished drawing, and its error box is empty.
 void CheckClean(const Page& page);
 
+// What the page looks like: a screenshot of its first screen (`width` x `height` CSS pixels, one
+// pixel each), read with libpng.
+struct Screenshot {
+  uint32_t width = 0;
+  uint32_t height = 0;
+  std::vector<uint8_t> rgba;  // row by row, 4 bytes a pixel
+  // The pixel at (x, y) as 0xRRGGBB.
+  uint32_t At(uint32_t x, uint32_t y) const {
+    const uint8_t* p = &rgba[(static_cast<size_t>(y) * width + x) * 4];
+    return (uint32_t{p[0]} << 16) | (uint32_t{p[1]} << 8) | p[2];
+  }
+};
+Screenshot Shoot(const std::string& chromium, const std::string& file, const std::string& fragment,
+                 uint32_t width = 1200, uint32_t height = 900);
+
 }  // namespace hvprof::testing

@@ -55,12 +55,11 @@ inline std::string KernelImageName(const store::ImageRecord& image) {
   return Basename(image.path);
 }
 
-// The symbolizer looks for separate debug files in the build-id roots (an archive's) first,
-// then where the system keeps them, then in the build-id caches (`caches`).
-inline sym::SymbolizerOptions SymbolizerOptionsFor(const LoadOptions& options, const std::vector<std::string>& caches) {
+// The symbolizer looks for separate debug files in the build-id roots (an archive's) first. A
+// build-id cache is not one of them: its debug files serve only the images taken from it.
+inline sym::SymbolizerOptions SymbolizerOptionsFor(const LoadOptions& options) {
   sym::SymbolizerOptions out;
   out.debug_roots.insert(out.debug_roots.begin(), options.build_id_roots.begin(), options.build_id_roots.end());
-  out.debug_roots.insert(out.debug_roots.end(), caches.begin(), caches.end());
   return out;
 }
 
@@ -93,7 +92,7 @@ class ProfileBuilder {
       : p_(profile),
         options_(options),
         build_id_caches_(std::move(build_id_caches)),
-        symbolizer_(SymbolizerOptionsFor(options, build_id_caches_)) {}
+        symbolizer_(SymbolizerOptionsFor(options)) {}
 
   // Attributes every entry of `aggregate` into `out` (the profile's entries or its frames).
   Result<void> Build(const store::Aggregate& aggregate, std::vector<Entry>& out);

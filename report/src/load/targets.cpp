@@ -209,8 +209,12 @@ void ProfileBuilder::FromBuildIdCache(const Target& target, sym::ImageSpec& spec
   if (cached.empty()) return;
   sym::ImageSpec from_cache = spec;
   from_cache.path = cached;
+  // Its debug file from beside it, when hvprofd kept one: only for an image taken from the cache.
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(cached + ".debug", ec)) from_cache.debug_file = cached + ".debug";
   if (auto found = symbolizer_.Describe(from_cache); !found || found.value().build_id != id) return;
   spec.path = cached;
+  spec.debug_file = from_cache.debug_file;
   NoteOnce(fmt::format("{} was rebuilt or removed since: its symbols are those of the copy in the build-id cache, {}",
                        target.path, cached));
 }

@@ -466,6 +466,7 @@ class Analyzer {
     for (uint32_t e = 0; e < entities_.size(); ++e) {
       out.entities[e].entity = entities_[e];
       out.entities[e].label = SchedEntityLabel(entities_[e], options_);
+      out.entities[e].process = SchedProcessLabel(entities_[e], options_);
       out.entities[e].latency = latencies_[e].Summary();
       if (!Idle(e)) out.shown.push_back(e);
     }

@@ -134,14 +134,13 @@ std::string FormatTimelineHtml(const Timeline& timeline, const std::string& sess
   data["facts"] = std::move(facts);
   data["window_ns"] = report.window_ns();
   data["pcpus"] = report.pcpus;
-  Json domains = Json::array();
-  for (uint16_t domain : timeline.legend) {
-    if (domain == hvprof::kIdleDomain || domain == kTimelineUnknown) continue;
-    domains.push_back({domain, report.DomainName(domain)});
-  }
-  data["domains"] = std::move(domains);
+  // [label, domain, vCPU, process, task, pid, tid]: a task's colour is its process's, a vCPU's
+  // its domain's (the process of a vCPU is its domain).
   Json entities = Json::array();
-  for (const SchedEntityStats& e : report.entities) entities.push_back({e.label, e.entity.domain, e.entity.vcpu});
+  for (const SchedEntityStats& e : report.entities) {
+    entities.push_back({e.label, e.entity.domain, e.entity.vcpu, e.process, e.entity.task,
+                        e.entity.task ? Json(e.entity.pid) : Json(nullptr), e.entity.task ? Json(e.entity.tid) : Json(nullptr)});
+  }
   data["entities"] = std::move(entities);
   std::vector<uint64_t> slices;
   slices.reserve(timeline.slices.size() * 4);

@@ -130,7 +130,7 @@ class AgentDaemon {
   JitScope jit_scope_ = JitScope::kNone;
   std::unique_ptr<JitSnapshots> jit_;  // with the session, when jit_scope_ says so
   std::optional<buildid_cache::Cache> build_id_cache_;
-  std::set<std::string> kept_images_;  // build-ids this agent's sessions put in the cache, or found there
+  std::set<std::string> not_kept_images_;  // build-ids of the session's images the cache could not keep
   store::SessionMetadata base_metadata_;
   bool configured_ = false;
   bool profiling_ = false;  // as far as this agent's session is concerned
@@ -142,8 +142,8 @@ class AgentDaemon {
 
  private:
   Json Handle(const Json& request);
-  // The images the session sampled since the last call, into the build-id cache; what could not
-  // be kept is logged (a report of the session says what is missing when it is).
+  // The images the session sampled, into the build-id cache (those there marked used), while
+  // profiling is off; what could not be kept is logged.
   void KeepSampledImages();
 
   ScopedFd control_;

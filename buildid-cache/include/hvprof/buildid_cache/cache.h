@@ -55,9 +55,9 @@ std::vector<std::string> SearchDirectories(const std::string& recorded);
 std::string ImageFile(const std::string& directory, std::string_view build_id);
 std::string DebugFile(const std::string& directory, std::string_view build_id);
 
-// The cached copy of the image with `build_id` in the first of `directories` that has one, when
-// that directory is one nobody but root and this user could have changed (as a session root);
-// empty when none has it. What the copy holds is for the caller to check (the symbolizer checks
+// The cached copy of the image with `build_id` in the first of `directories` that has one this
+// user may read, when that directory is one nobody but root and this user could have changed (as
+// a session root); empty when none has it. What the copy holds is for the caller to check (the symbolizer checks
 // its build-id).
 std::string FindImage(const std::vector<std::string>& directories, std::string_view build_id);
 
@@ -77,6 +77,9 @@ struct AddSummary {
   uint64_t bytes = 0;        // what the cache holds afterwards
   // Images not kept, each with why ("PATH is not the file that was sampled ..."): for the log.
   std::vector<std::string> skipped;
+  // The build-ids of those not kept for a reason that holds at the next dump too (rebuilt, gone,
+  // too large); not those a full disk or a busy cache kept out.
+  std::vector<std::string> not_kept;
 };
 
 class Cache {
@@ -96,8 +99,10 @@ class Cache {
   // marks those already cached as used now; then removes the least recently used entries (never
   // one of these) until the cache holds at most max_bytes. An image that cannot be kept (gone,
   // rebuilt, unreadable, larger than a quarter of the cache) is in AddSummary::skipped; an error
-  // only when the cache itself cannot be used (its lock, a full disk). Safe against other
-  // processes adding to the same cache at the same time.
+  // only when the cache itself cannot be used (another process has held its lock for 2 s). A
+  // full disk stops the copying: what is cached is still marked used, and the eviction runs.
+  // Safe against other processes adding to the same cache at the same time. A file is copied
+  // only as it was opened: one written to (or cut) while it is copied is not kept.
   Result<AddSummary> Add(std::span<const Wanted> images);
 
  private:

@@ -209,5 +209,9 @@ Result<SchedSession> LoadSchedRecords(const std::string& session_dir);
 // "dom3 (web) v1"; a task "dom0 sshd[812]" (tid == pid) or "dom0 qemu[1202/1200]" (tid/pid),
 // "dom0 [1202/1200]" when its name is unknown; "idle" for an idle vCPU.
 std::string SchedEntityLabel(const SchedEntity& entity, const SchedOptions& options);
+// What a task belongs to, for colours and legends: its process, "dom0 make[4242]" (named by the
+// thread whose tid is the pid; "dom0 [4242]" when its name is unknown, the same for every
+// thread); a vCPU's, its domain's name; "idle".
+std::string SchedProcessLabel(const SchedEntity& entity, const SchedOptions& options);
 
 }  // namespace hvprof::report

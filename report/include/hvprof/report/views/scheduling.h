@@ -43,7 +43,8 @@ struct SchedPreemptor {
 
 struct SchedEntityStats {
   SchedEntity entity;
-  std::string label;  // SchedEntityLabel, unescaped
+  std::string label;    // SchedEntityLabel, unescaped
+  std::string process;  // SchedProcessLabel, unescaped
   std::array<uint64_t, kSchedStates> ns{};  // per SchedState; they add up to the window
   uint64_t wakeups = 0;       // blocked or offline -> runnable (or straight to running)
   uint64_t switches_in = 0;   // times it started running
