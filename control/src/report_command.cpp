@@ -29,6 +29,7 @@
 #include "hvprof/report/writers/sessions.h"
 #include "hvprof/report/writers/text.h"
 #include "hvprof/report/writers/timeline.h"
+#include "hvprof/store/session.h"
 
 namespace hvprof::control {
 
@@ -346,6 +347,17 @@ int RunReport(const ReportRequest& request, const ReportSink& sink) {
   load.build_id_roots = source.value().build_id_roots;
   load.shown_directory = source.value().shown_directory;
   if (request.kind == ReportKind::kSched) return RunSched(request, source.value(), load, sink, say);
+  // On linux, folded stacks and flame graphs start at their process unless --stack-root says
+  // otherwise, as perf's do: every process's main and libc frames would merge into one tower.
+  if (request.kind == ReportKind::kStacks && !request.root_chosen &&
+      (request.format == ReportFormat::kFolded || request.format == ReportFormat::kHtml)) {
+    if (auto session = store::OpenSession(source.value().directory); session && session.value().metadata.platform == "linux") {
+      ReportRequest by_process = request;
+      by_process.root = report::StackRoot::kProcess;
+      load.processes = true;
+      return RunProfile(by_process, source.value(), load, sink, say);
+    }
+  }
   return RunProfile(request, source.value(), load, sink, say);
 }
 

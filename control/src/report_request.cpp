@@ -171,7 +171,8 @@ po::options_description Describe(Words& w) {
        "trace-event JSON, which ui.perfetto.dev and chrome://tracing open (docs/report-formats.md)")
       ("stack-root", po::value(&w.stack_root)->default_value("domain"),
        "folded and html: what each stack starts with: domain (the domain's name, then the mode), process (the "
-       "domain, the process as \"comm (pid)\", then the mode), mode, or none")
+       "domain, the process as \"comm (pid)\", then the mode), mode, or none. Default: process for a linux "
+       "session (as perf's flame graphs), domain for the others")
       ("output,o", po::value(&w.output), "write the report to this file")
       ("push", po::value(&w.push_url),
        "also send the stacks to the Grafana Pyroscope server at this base URL (http:// or https://, e.g. "
@@ -496,6 +497,7 @@ void ChooseLoad(const po::variables_map& values, const Words& w, ReportRequest& 
   const bool narrowed = !request.table.pids.empty() || !request.comms.empty() || !request.tids.empty() ||
                         request.root == report::StackRoot::kProcess;
   load.processes = request.table.by_process || narrowed;
+  request.root_chosen = !values["stack-root"].defaulted();
   load.stack_threads = load.stack_threads || !request.tids.empty();
   load.debuginfod = values.count("no-debuginfod") == 0;
   request.timing = values.count("timing") != 0;

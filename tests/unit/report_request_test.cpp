@@ -215,6 +215,9 @@ TEST_CASE("hvprof-report's accepted commands, as typed requests", "[cli]") {
     CHECK(r.load.processes);
     CHECK_FALSE(Accept({"-l"}).load.processes);
     CHECK(Accept({"--format=folded", "--stack-root=process"}).load.processes);
+    // Without --stack-root the session decides (process on linux): whether it was given is kept.
+    CHECK_FALSE(Accept({"--format=folded"}).root_chosen);
+    CHECK(Accept({"--format=folded", "--stack-root=domain"}).root_chosen);
     RequireRefusal({"--diff", "a", "b", "--format=folded", "--stack-root=process"}, "is not for --diff");
     const ReportRequest threads = Accept({"--format=folded", "--tid=9"});
     CHECK(threads.tids == std::vector<uint32_t>{9});

@@ -70,6 +70,9 @@ struct ReportRequest {
   std::vector<std::string> comms;  // --comm as given: resolved to pids against the session
   std::vector<uint32_t> tids;      // --tid: the stack views' threads
   report::StackRoot root = report::StackRoot::kDomain;  // folded, html, stack diffs
+  // --stack-root was given; without it, folded and html stacks of a linux session start at their
+  // process (RunReport), those of other sessions at their domain.
+  bool root_chosen = false;
   bool children = false;                                // -c --children
   bool timing = false;                                  // --timing
   PushRequest push;
