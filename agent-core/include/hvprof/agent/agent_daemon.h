@@ -68,8 +68,9 @@ class AgentDaemon {
   void SetJitScope(JitScope scope) { jit_scope_ = scope; }
   // Keeps copies of the images each session samples in the build-id cache `directory` (empty:
   // buildid_cache::DefaultDirectory(); "none": no cache) of at most `max_bytes` (0: the default),
-  // at each dump (KeepSampledImages). A directory given that cannot be used is an error; the
-  // default one is a warning, and no cache. Called before OpenSession: the sessions name it.
+  // at each dump with the counters off (KeepSampledImages). A directory given that cannot be used
+  // is an error; the default one a warning, and no cache. Called before OpenSession: the
+  // sessions name it.
   Result<void> OpenBuildIdCache(const std::string& directory, uint64_t max_bytes);
   // Opens (or continues) the current session with `base` as its metadata.
   Result<void> OpenSession(store::SessionMetadata base);
