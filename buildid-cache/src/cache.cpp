@@ -143,6 +143,100 @@ bool Older(const struct timespec& a, const struct timespec& b) {
   return a.tv_sec != b.tv_sec ? a.tv_sec < b.tv_sec : a.tv_nsec < b.tv_nsec;
 }
 
+// A file a session sampled (or its debug file), opened as the archive opens them: links
+// followed, never a FIFO or a device; what it holds is checked by its build-id, on the copy.
+Result<UserFile> OpenSampled(const std::string& path) {
+  return OpenUserFile(path, FileTrust{.links = Links::kFollow, .users = {}, .refuse_replaceable = false,
+                                      .check_path = true});
+}
+
+// Takes the cache's lock: one process at a time adds and evicts (two hvprofds may share the
+// cache). Another one adding now is waited for up to 2 s, then left for the next stop (this runs
+// where the agent drains, and a copy may take long).
+Result<ScopedFd> LockCache(const std::string& directory) {
+  HVPROF_TRY(lock, OpenRegularFile(directory + "/" + kLockFile, O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  for (int tries = 0; ::flock(lock.get(), LOCK_EX | LOCK_NB) != 0; ++tries) {
+    if (errno != EWOULDBLOCK && errno != EINTR) {
+      return ErrnoError(errno, fmt::format("cannot lock the build-id cache {}", directory));
+    }
+    if (tries == 40) {
+      return MakeError(ErrorKind::kBusy, "another process has been adding to the build-id cache {} for 2 s",
+                       directory);
+    }
+    ::usleep(50000);
+  }
+  return lock;
+}
+
+// Copies the file open at `fd` (as `st` says it was when opened) to `file`, through a temporary
+// file that is renamed into place once the source is seen unchanged and the copy's build-id is
+// `id`. Returns the bytes copied.
+Result<uint64_t> CopyIn(int fd, const struct stat& st, const std::string& file, const std::string& id, mode_t mode) {
+  static uint64_t counter = 0;
+  HVPROF_TRYV(MakeReadableDirectories(Dirname(file)));
+  const std::string temporary = fmt::format("{}{}{}.{}", file, kTemporaryMark, ::getpid(), ++counter);
+  HVPROF_TRY(out, OpenRegularFile(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode));
+  auto copied = CopyContents(fd, static_cast<uint64_t>(st.st_size), out.get(), temporary);
+  if (copied && !Unchanged(fd, st)) copied = MakeError(ErrorKind::kCorrupt, "it changed while it was copied");
+  // The mode asked for, whatever the umask.
+  if (copied && ::fchmod(out.get(), mode) != 0) copied = ErrnoError(errno, fmt::format("cannot set the mode of {}", temporary));
+  out.Reset();
+  if (copied && BuildIdOf(temporary) != id) copied = MakeError(ErrorKind::kCorrupt, "it changed while it was copied");
+  if (copied && ::rename(temporary.c_str(), file.c_str()) != 0) {
+    copied = ErrnoError(errno, fmt::format("cannot rename {} to {}", temporary, file));
+  }
+  if (!copied) ::unlink(temporary.c_str());
+  return copied;
+}
+
+// Sums what the cache holds, entry by entry (an image with its debug file), removes the
+// temporary files of copies that died, then removes the least recently used entries but those
+// in `used` until the cache holds at most `max_bytes`; into `summary`.
+Result<void> Evict(const std::string& directory, uint64_t max_bytes, const std::set<std::string>& used,
+                   AddSummary& summary) {
+  std::map<std::string, Entry> entries;
+  const std::string root = directory + "/" + std::string(kFolder);
+  const time_t now = ::time(nullptr);
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(root, ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec)) {
+    const std::string prefix = it->path().filename().string();
+    if (prefix.size() != 2 || it->is_symlink(ec) || !it->is_directory(ec)) continue;
+    std::error_code inner;
+    for (auto file = std::filesystem::directory_iterator(it->path(), inner);
+         !inner && file != std::filesystem::directory_iterator(); file.increment(inner)) {
+      const std::string path = file->path().string();
+      struct stat st {};
+      if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      if (file->path().filename().string().find(kTemporaryMark) != std::string::npos) {
+        if (now - st.st_mtim.tv_sec > kStaleTemporarySeconds) ::unlink(path.c_str());
+        continue;
+      }
+      const bool debug = path.ends_with(kDebugSuffix);
+      Entry& entry = entries[debug ? path.substr(0, path.size() - kDebugSuffix.size()) : path];
+      entry.bytes += static_cast<uint64_t>(st.st_size);
+      if (!debug || !entry.has_image) entry.used = st.st_mtim;
+      entry.has_image = entry.has_image || !debug;
+    }
+  }
+  if (ec) return ErrnoError(ec.value(), fmt::format("cannot list the build-id cache {}", root));
+  for (const auto& [stem, entry] : entries) summary.bytes += entry.bytes;
+  if (summary.bytes > max_bytes) {
+    std::vector<std::pair<std::string, Entry>> oldest(entries.begin(), entries.end());
+    std::sort(oldest.begin(), oldest.end(), [](const auto& a, const auto& b) { return Older(a.second.used, b.second.used); });
+    for (const auto& [stem, entry] : oldest) {
+      if (summary.bytes <= max_bytes) break;
+      if (used.count(stem) != 0) continue;
+      if (::unlink(stem.c_str()) != 0 && errno != ENOENT) continue;
+      ::unlink((stem + std::string(kDebugSuffix)).c_str());
+      summary.bytes -= entry.bytes;
+      summary.bytes_evicted += entry.bytes;
+      ++summary.evicted;
+    }
+  }
+  return Ok();
+}
+
 }  // namespace
 
 std::string DefaultDirectory() {
@@ -219,45 +313,10 @@ Result<Cache> Cache::Open(const std::string& directory, uint64_t max_bytes) {
 
 Result<AddSummary> Cache::Add(std::span<const Wanted> images) {
   AddSummary summary;
-  // One process at a time adds and evicts (two hvprofds may share the cache).
-  HVPROF_TRY(lock, OpenRegularFile(directory_ + "/" + kLockFile, O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-  // Another hvprofd adding to it now: waited for up to 2 s, then left for the next dump (this
-  // runs where the agent drains, and a copy may take long).
-  for (int tries = 0; ::flock(lock.get(), LOCK_EX | LOCK_NB) != 0; ++tries) {
-    if (errno != EWOULDBLOCK && errno != EINTR) {
-      return ErrnoError(errno, fmt::format("cannot lock the build-id cache {}", directory_));
-    }
-    if (tries == 40) {
-      return MakeError(ErrorKind::kBusy, "another process has been adding to the build-id cache {} for 2 s",
-                       directory_);
-    }
-    ::usleep(50000);
-  }
+  auto locked = LockCache(directory_);
+  if (!locked) return locked.error();
+  const ScopedFd lock = std::move(locked).value();  // held until the eviction is done
   std::set<std::string> used;  // the entries of this call: never evicted by it
-  static uint64_t counter = 0;
-
-  // Copies `source` (open at `fd`) to `file`, through a temporary file that is renamed into
-  // place once its build-id is checked to be `id`. Returns the bytes copied.
-  auto copy_in = [&](int fd, const struct stat& st, const std::string& file, const std::string& id,
-                     mode_t mode) -> Result<uint64_t> {
-    HVPROF_TRYV(MakeReadableDirectories(Dirname(file)));
-    const std::string temporary = fmt::format("{}{}{}.{}", file, kTemporaryMark, ::getpid(), ++counter);
-    HVPROF_TRY(out, OpenRegularFile(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode));
-    auto copied = CopyContents(fd, static_cast<uint64_t>(st.st_size), out.get(), temporary);
-    if (copied && !Unchanged(fd, st)) copied = MakeError(ErrorKind::kCorrupt, "it changed while it was copied");
-    // The mode asked for, whatever the umask.
-    if (copied && ::fchmod(out.get(), mode) != 0) copied = ErrnoError(errno, fmt::format("cannot set the mode of {}", temporary));
-    out.Reset();
-    if (copied && BuildIdOf(temporary) != id) {
-      copied = MakeError(ErrorKind::kCorrupt, "it changed while it was copied");
-    }
-    if (copied && ::rename(temporary.c_str(), file.c_str()) != 0) {
-      copied = ErrnoError(errno, fmt::format("cannot rename {} to {}", temporary, file));
-    }
-    if (!copied) ::unlink(temporary.c_str());
-    return copied;
-  };
-
   bool disk_full = false;  // then nothing more is copied; what is cached is still marked used
   auto not_kept = [&](const std::string& id, std::string why) {
     summary.skipped.push_back(std::move(why));
@@ -281,10 +340,7 @@ Result<AddSummary> Cache::Add(std::span<const Wanted> images) {
       continue;
     }
     if (disk_full) continue;  // not copied now, nor marked as never to be
-    // Opened as the archive opens a session's images: links followed, never a FIFO or a device;
-    // what it holds is checked by its build-id, on the copy.
-    auto source = OpenUserFile(wanted.path, FileTrust{.links = Links::kFollow, .users = {},
-                                                     .refuse_replaceable = false, .check_path = true});
+    auto source = OpenSampled(wanted.path);
     if (!source) {
       not_kept(id, fmt::format("{}: {}", wanted.path, source.error().message()));
       continue;
@@ -305,7 +361,7 @@ Result<AddSummary> Cache::Add(std::span<const Wanted> images) {
       continue;
     }
     const mode_t mode = EveryoneCouldRead(fd, source.value().st) ? 0644 : 0600;
-    auto copied = copy_in(fd, source.value().st, image_file, id, mode);
+    auto copied = CopyIn(fd, source.value().st, image_file, id, mode);
     if (!copied) {
       if (copied.error().kind() == ErrorKind::kNoSpace) {
         disk_full = true;
@@ -324,8 +380,7 @@ Result<AddSummary> Cache::Add(std::span<const Wanted> images) {
     const std::string debug = info && info.value().build_id == id ? info.value().debug_file : std::string();
     symbolizer_->ClearCache();
     if (debug.empty()) continue;
-    auto debug_source = OpenUserFile(debug, FileTrust{.links = Links::kFollow, .users = {},
-                                                      .refuse_replaceable = false, .check_path = true});
+    auto debug_source = OpenSampled(debug);
     if (!debug_source || static_cast<uint64_t>(debug_source.value().st.st_size) > max_bytes_ / 4) {
       summary.skipped.push_back(fmt::format("{}, the debug file of {}: {}", debug, wanted.path,
                                             debug_source ? "more than a quarter of the cache; not kept"
@@ -335,7 +390,7 @@ Result<AddSummary> Cache::Add(std::span<const Wanted> images) {
     const bool shared = mode == 0644;  // literal: a file mode
     const int debug_fd = debug_source.value().fd.get();
     const mode_t debug_mode = shared && EveryoneCouldRead(debug_fd, debug_source.value().st) ? 0644 : 0600;
-    auto debug_copied = copy_in(debug_fd, debug_source.value().st, debug_file, id, debug_mode);
+    auto debug_copied = CopyIn(debug_fd, debug_source.value().st, debug_file, id, debug_mode);
     if (!debug_copied) {
       disk_full = disk_full || debug_copied.error().kind() == ErrorKind::kNoSpace;
       summary.skipped.push_back(fmt::format("{}, the debug file of {}: {}", debug, wanted.path,
@@ -346,47 +401,7 @@ Result<AddSummary> Cache::Add(std::span<const Wanted> images) {
     summary.bytes_added += debug_copied.value();
   }
 
-  // What the cache holds, entry by entry, and the temporary files of copies that died.
-  std::map<std::string, Entry> entries;
-  const std::string root = directory_ + "/" + std::string(kFolder);
-  const time_t now = ::time(nullptr);
-  std::error_code ec;
-  for (auto it = std::filesystem::directory_iterator(root, ec); !ec && it != std::filesystem::directory_iterator();
-       it.increment(ec)) {
-    const std::string prefix = it->path().filename().string();
-    if (prefix.size() != 2 || it->is_symlink(ec) || !it->is_directory(ec)) continue;
-    std::error_code inner;
-    for (auto file = std::filesystem::directory_iterator(it->path(), inner);
-         !inner && file != std::filesystem::directory_iterator(); file.increment(inner)) {
-      const std::string path = file->path().string();
-      struct stat st {};
-      if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-      if (file->path().filename().string().find(kTemporaryMark) != std::string::npos) {
-        if (now - st.st_mtim.tv_sec > kStaleTemporarySeconds) ::unlink(path.c_str());
-        continue;
-      }
-      const bool debug = path.ends_with(kDebugSuffix);
-      Entry& entry = entries[debug ? path.substr(0, path.size() - kDebugSuffix.size()) : path];
-      entry.bytes += static_cast<uint64_t>(st.st_size);
-      if (!debug || !entry.has_image) entry.used = st.st_mtim;
-      entry.has_image = entry.has_image || !debug;
-    }
-  }
-  if (ec) return ErrnoError(ec.value(), fmt::format("cannot list the build-id cache {}", root));
-  for (const auto& [stem, entry] : entries) summary.bytes += entry.bytes;
-  if (summary.bytes > max_bytes_) {
-    std::vector<std::pair<std::string, Entry>> oldest(entries.begin(), entries.end());
-    std::sort(oldest.begin(), oldest.end(), [](const auto& a, const auto& b) { return Older(a.second.used, b.second.used); });
-    for (const auto& [stem, entry] : oldest) {
-      if (summary.bytes <= max_bytes_) break;
-      if (used.count(stem) != 0) continue;
-      if (::unlink(stem.c_str()) != 0 && errno != ENOENT) continue;
-      ::unlink((stem + std::string(kDebugSuffix)).c_str());
-      summary.bytes -= entry.bytes;
-      summary.bytes_evicted += entry.bytes;
-      ++summary.evicted;
-    }
-  }
+  HVPROF_TRYV(Evict(directory_, max_bytes_, used, summary));
   return summary;
 }
 

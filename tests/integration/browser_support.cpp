@@ -78,19 +78,15 @@ Screenshot Shoot(const std::string& chromium, const std::string& file, const std
   return shot;
 }
 
-namespace {
-
 std::string Unescape(std::string text) {
   for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
-           {"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&#39;", "'"}, {"&amp;", "&"}}) {
+           {"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&#39;", "'"}, {"&nbsp;", "\u00a0"}, {"&amp;", "&"}}) {
     for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
       text.replace(at, from.size(), to);
     }
   }
   return text;
 }
-
-}  // namespace
 
 std::vector<Frame> Frames(const std::string& dom) {
   static const std::regex frame(

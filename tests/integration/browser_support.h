@@ -29,6 +29,9 @@ struct Frame {
 };
 std::vector<Frame> Frames(const std::string& dom);
 
+// Text or an attribute's value as Chromium serialized it, its entities decoded.
+std::string Unescape(std::string text);
+
 // No console message, the page finished drawing, and its error box is empty.
 void CheckClean(const Page& page);
 

@@ -20,6 +20,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "hvprof/linux/tracepoints.h"
 #include "skip.h"
 
 namespace hvprof::testing {
@@ -307,6 +308,14 @@ DomainId GuestDomainOf(LinuxMachine& machine, pid_t vmm) {
   }
   REQUIRE(domain != kDomainInvalid);
   return domain;
+}
+
+std::optional<std::string> TracepointsUnusable() {
+  auto points = linux_host::SchedTracepoints::Read({});
+  if (points) return std::nullopt;
+  const auto kind = points.error().kind();
+  if (kind == ErrorKind::kUnsupported || kind == ErrorKind::kPermissionDenied) return points.error().message();
+  return std::nullopt;
 }
 
 }  // namespace hvprof::testing

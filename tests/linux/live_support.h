@@ -82,6 +82,10 @@ std::optional<std::string> PerfUnusable();
 std::optional<std::string> KvmUnusable();
 // False after SkipTest with PerfUnusable's reason. Call it first in a live test.
 bool PerfUsable();
+// Whether tracefs and the scheduler's tracepoints can be read here, as a reason to skip
+// (tracefs absent and not mountable, or not readable): nullopt where they can. Any other error
+// (a format hvprof cannot parse) is the code under test's, and the test goes on to fail on it.
+std::optional<std::string> TracepointsUnusable();
 
 // The user and system CPU time process `pid` used so far, from /proc/PID/stat (0 once it is gone).
 double CpuSeconds(pid_t pid);

@@ -41,19 +41,6 @@ namespace {
 
 const std::string kWorkload = HVPROF_LINUX_SCHED_MIX;
 
-// Whether tracefs and the scheduler's tracepoints can be read here, as a reason to skip
-// (tracefs absent and not mountable, or not readable): nullopt where they can. Any other error
-// (a format hvprof cannot parse) is the code under test's, and the test goes on to fail on it.
-std::optional<std::string> TracepointsUnusable() {
-  auto points = hvprof::linux_host::SchedTracepoints::Read({});
-  if (points) return std::nullopt;
-  const auto kind = points.error().kind();
-  if (kind == hvprof::ErrorKind::kUnsupported || kind == hvprof::ErrorKind::kPermissionDenied) {
-    return points.error().message();
-  }
-  return std::nullopt;
-}
-
 // The truth: every scheduler tracepoint of the workload's threads, as BPF sees them (a BPF
 // program runs at each one; perf's events, which hvprof and perf sched read, miss some on some
 // kernels: on the one this was written on, most sched_switch events out of the idle task). A
@@ -190,7 +177,7 @@ void Record(const std::string& bpftrace, Json* report, std::map<uint32_t, Truth>
 TEST_CASE("hvprof run --sched on linux: each task's run and wait time hold what the kernel's tracepoints say",
           "[linux][live][sched][alone]") {
   if (!PerfUsable()) return;
-  if (auto why = TracepointsUnusable(); why && hvprof::testing::SkipTest(*why)) return;
+  if (auto why = hvprof::testing::TracepointsUnusable(); why && hvprof::testing::SkipTest(*why)) return;
   const std::string bpftrace = hvprof::testing::FindOnPath("bpftrace");
   if (auto why = BpftraceUnusable(bpftrace); why && hvprof::testing::SkipTest(*why)) return;
 
@@ -251,7 +238,7 @@ TEST_CASE("linux --sched: a KVM guest's vCPU thread is the guest's vCPU in the s
           "[linux][live][sched]") {
   using namespace std::chrono_literals;
   if (!PerfUsable()) return;
-  if (auto why = TracepointsUnusable(); why && hvprof::testing::SkipTest(*why)) return;
+  if (auto why = hvprof::testing::TracepointsUnusable(); why && hvprof::testing::SkipTest(*why)) return;
   if (auto why = hvprof::testing::KvmUnusable(); why && hvprof::testing::SkipTest(*why)) return;
   Child guest({HVPROF_LINUX_KVM_GUEST, "1.0"}, false);
   hvprof::testing::KvmGuestRunning(guest);

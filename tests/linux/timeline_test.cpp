@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "browser_support.h"
-#include "hvprof/linux/tracepoints.h"
+#include "live_support.h"
 #include "hvprof/store/session.h"
 #include "run_support.h"
 #include "skip.h"
@@ -38,19 +38,8 @@ std::string Attribute(const std::string& dom, const std::string& name) {
   return found[1];
 }
 
-// An attribute's value as the page set it (Chromium escapes these in what it serializes).
-std::string Unquote(std::string text) {
-  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
-           {"&quot;", "\""}, {"&lt;", "<"}, {"&gt;", ">"}, {"&nbsp;", "\u00a0"}, {"&#39;", "'"}, {"&amp;", "&"}}) {
-    for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
-      text.replace(at, from.size(), to);
-    }
-  }
-  return text;
-}
-
 Json JsonAttribute(const std::string& dom, const std::string& name) {
-  const std::string value = Unquote(Attribute(dom, name));
+  const std::string value = hvprof::testing::Unescape(Attribute(dom, name));
   INFO(name << ": " << value.substr(0, 300));
   REQUIRE(!value.empty());
   return Json::parse(value);
@@ -116,13 +105,7 @@ TEST_CASE("linux: the --sched time line colours each process, with a legend, and
           "(screenshots in headless Chromium)",
           "[linux][live][sched][browser]") {
   if (!PerfUsable()) return;
-  if (auto points = hvprof::linux_host::SchedTracepoints::Read({}); !points) {
-    const auto kind = points.error().kind();
-    if ((kind == hvprof::ErrorKind::kUnsupported || kind == hvprof::ErrorKind::kPermissionDenied) &&
-        hvprof::testing::SkipTest(points.error().message())) {
-      return;
-    }
-  }
+  if (auto why = hvprof::testing::TracepointsUnusable(); why && hvprof::testing::SkipTest(*why)) return;
   const std::string chromium = hvprof::testing::Chromium();
   if (chromium.empty() && hvprof::testing::SkipTest("needs Chromium (Debian package chromium) to open the page")) {
     return;
