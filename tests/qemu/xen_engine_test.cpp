@@ -236,13 +236,23 @@ TEST_CASE("qemu_xen_engine") {
   // over-sampled there by a few points (4.3% against 2.4%, 13.2% against 7.1% in two runs).
   CHECK(std::abs(idle_sampled - idle_running) <= 0.10);
 
-  // dom0's hypercall loop: 3 s of xen_version, whose path through Xen is the largest part of
-  // dom0's hypervisor samples.
+  // dom0's hypercall loop: 3 s of xen_version on one vCPU, whose path through Xen is one of the
+  // three largest of dom0's hypervisor samples. Not necessarily the largest: softirq work done in
+  // dom0's time (process_softirqs) grows with the length of the whole boot, and outranked the
+  // loop's 3 s in a CI run where QEMU shared the host with other tests (131 s of boot against
+  // 108 s). The floor: a tenth of the loop's 3,000 ticks of 1 ms, where the walk of Xen's frames
+  // or the domain of its samples going wrong gives none.
   CHECK(Contains(boot->at(5).output, " hypercalls, 0 failed"));
   const std::string& entries = boot->at(19).output;
+  std::printf("qemu_xen_engine: dom0's hypervisor samples by Xen's first two frames:\n%s", entries.c_str());
   INFO("dom0's hypervisor samples by Xen's first two frames:\n" << entries);
-  CHECK(entries.find("lstar_enter;pv_hypercall") != std::string::npos);
-  CHECK(entries.find("lstar_enter;pv_hypercall") < entries.find('\n'));
+  std::istringstream ranked(entries);
+  std::string ranked_line;
+  long hypercall_path = -1;
+  while (std::getline(ranked, ranked_line)) {
+    if (ranked_line.find(" lstar_enter;pv_hypercall") != std::string::npos) hypercall_path = std::atol(ranked_line.c_str());
+  }
+  CHECK(hypercall_path >= 300);
   // The same stacks in the flame graph and in pprof: each holds that caller frame.
   std::istringstream formats(boot->at(20).output);
   int in_html = 0, in_pprof = 0;
