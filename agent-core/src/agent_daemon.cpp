@@ -245,37 +245,44 @@ void AgentDaemon::DrainAll(bool final) {
   if (jit_) jit_->Poll();
 }
 
+Result<void> FetchContextUntilCaughtUp(uint64_t from, bool settle, const ContextFetch& fetch,
+                                       const std::function<void(const context::ContextEventBatch&)>& on_batch,
+                                       int max_requests) {
+  for (int request = 0; request < max_requests; ++request) {
+    HVPROF_TRY(batch, fetch(from, settle && request == 0));
+    on_batch(batch);
+    if (!batch.more || batch.next == from) break;
+    from = batch.next;
+  }
+  return Ok();
+}
+
 void AgentDaemon::FetchContext(bool final) {
   if (!session_ || hypervisor_lost_) return;
-  // A reply holds a bounded number: ask until caught up.
-  for (int round = 0; round < 1024; ++round) {
-    // The last drain of a session asks once for the mappings' answers still to come.
-    auto fetched = link_->FetchContextEvents(context_next_, final && round == 0);
-    if (!fetched) {
-      if (!context_warned_) {
-        Log(LogLevel::kWarning, "cannot read the processes' events: {}; user samples are counted by process",
-            fetched.error().message());
-        context_warned_ = true;
-      }
-      return;
-    }
-    if (context_next_ != 0 && fetched.value().first > context_next_) {
-      context_lost_ += fetched.value().first - context_next_;
-      const std::string note = fmt::format(
-          "hvprof-hv dropped {} events of the processes before hvprofd took them (its queue was full): samples of "
-          "the processes they told of may be shown by process and address instead of by function",
-          context_lost_);
-      auto& notes = session_->metadata().notes;
-      notes.erase(std::remove_if(notes.begin(), notes.end(),
-                                 [](const std::string& n) { return n.rfind("hvprof-hv dropped ", 0) == 0; }),
-                  notes.end());
-      notes.push_back(note);
-    }
-    for (const context::ContextEvent& event : fetched.value().events) session_->AddContext(event);
-    // An empty reply, or one that moves nothing on, says the agent has caught up.
-    const bool more = fetched.value().next != context_next_ && !fetched.value().events.empty();
-    context_next_ = fetched.value().next;
-    if (!more) return;
+  // The last drain of a session asks once for the mappings' answers still to come.
+  auto fetched = FetchContextUntilCaughtUp(
+      context_next_, final,
+      [this](uint64_t from, bool settle) { return link_->FetchContextEvents(from, settle); },
+      [this](const context::ContextEventBatch& batch) {
+        if (context_next_ != 0 && batch.first > context_next_) {
+          context_lost_ += batch.first - context_next_;
+          const std::string note = fmt::format(
+              "hvprof-hv dropped {} events of the processes before hvprofd took them (its queue was full): samples "
+              "of the processes they told of may be shown by process and address instead of by function",
+              context_lost_);
+          auto& notes = session_->metadata().notes;
+          notes.erase(std::remove_if(notes.begin(), notes.end(),
+                                     [](const std::string& n) { return n.rfind("hvprof-hv dropped ", 0) == 0; }),
+                      notes.end());
+          notes.push_back(note);
+        }
+        for (const context::ContextEvent& event : batch.events) session_->AddContext(event);
+        context_next_ = batch.next;
+      });
+  if (!fetched && !context_warned_) {
+    Log(LogLevel::kWarning, "cannot read the processes' events: {}; user samples are counted by process",
+        fetched.error().message());
+    context_warned_ = true;
   }
 }
 

@@ -259,6 +259,7 @@ class HostedLink final : public HypervisorLink {
     ContextEvents out;
     out.first = answer.first;
     out.next = answer.next;
+    out.more = (answer.flags & hv::kContextEventsMore) != 0;
     out.events.reserve(answer.events);
     const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
     if (!context::DecodeContextEvents(std::span<const uint8_t>(data, bytes.size()),

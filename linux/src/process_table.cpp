@@ -315,6 +315,7 @@ ProcessTable::Events ProcessTable::TakeEvents(uint64_t from, size_t max) const {
   for (uint64_t seq = out.first; seq < end && out.events.size() < max; ++seq, ++out.next) {
     out.events.push_back(events_[seq - events_first_]);
   }
+  out.more = out.next < end;
   return out;
 }
 

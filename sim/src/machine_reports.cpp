@@ -202,7 +202,10 @@ SimMachine::ContextBatch SimMachine::ContextEvents(DomainId domain_id, uint64_t 
     }
     if (pick == count) break;
     const Process& process = domain->processes[pick];
-    if (told != 0 && batch.events.size() + process.images.size() + 2 > max_events) break;
+    if (told != 0 && batch.events.size() + process.images.size() + 2 > max_events) {
+      batch.more = true;
+      break;
+    }
     tell_run(process, cursor.next_run[pick]++);
     ++told;
   }

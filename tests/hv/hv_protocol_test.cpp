@@ -167,6 +167,49 @@ TEST_CASE("the sim host tells dom0 of every domain, a guest only of itself, and 
   CHECK(guest_images.value().hypervisor.empty());
 }
 
+TEST_CASE("context events come in bounded replies that say when more are waiting, and only then", "[hv][long]") {
+  // A program run 20,000 times a second: one second of it is far more events than one reply holds.
+  Json scenario = hvprof::testing::TestScenario();
+  scenario["domains"][0]["processes"][0]["churn"] = {{"per_second", 20000}, {"lifetime_ms", 0.2}, {"pids", 50}};
+  const size_t mappings = scenario["domains"][0]["processes"][0]["mappings"].size();
+  RunningDaemon daemon(scenario);
+  auto dom0 = daemon.Connect(0);
+  auto alive = dom0->FetchContextEvents(0, false);
+  REQUIRE(alive.has_value());
+  CHECK_FALSE(alive.value().more);
+  REQUIRE(dom0->SimRunFor(1'000'000'000).has_value());
+
+  uint64_t next = alive.value().next;
+  size_t replies = 0, events = 0, runs = 0;
+  for (bool more = true; more; ++replies) {
+    REQUIRE(replies < 1000);
+    auto batch = dom0->FetchContextEvents(next, false);
+    REQUIRE(batch.has_value());
+    INFO("reply " << replies << ": " << batch.value().events.size() << " events, more " << batch.value().more);
+    // A reply that says more is one the bound cut short.
+    if (batch.value().more) CHECK(batch.value().events.size() + mappings + 2 > 8192);
+    events += batch.value().events.size();
+    for (const hvprof::context::ContextEvent& event : batch.value().events) {
+      if (event.kind == hvprof::context::ContextKind::kProcess) ++runs;
+    }
+    more = batch.value().more;
+    next = batch.value().next;
+  }
+  // Every run born in that second, each with its mappings and its exit, in ceil(events / 8192)
+  // replies or one more.
+  INFO(replies << " replies, " << events << " events, " << runs << " runs");
+  CHECK(runs >= 19'990);
+  CHECK(runs <= 20'001);
+  CHECK(events == runs * (mappings + 2));
+  CHECK(replies >= events / 8192);
+  CHECK(replies <= events / 8192 + 2);
+  // Caught up: nothing more until the clock moves.
+  auto after = dom0->FetchContextEvents(next, false);
+  REQUIRE(after.has_value());
+  CHECK(after.value().events.empty());
+  CHECK_FALSE(after.value().more);
+}
+
 TEST_CASE("a whole session over the sockets matches the ground truth", "[hv]") {
   RunningDaemon daemon;
   auto dom0 = daemon.Connect(0);

@@ -216,6 +216,27 @@ TEST_CASE("a long session forgets what exited, and its context went out as event
   CHECK(born == 3000);
   CHECK(mapped == 3000);
   CHECK(exited == 3000);
+  CHECK_FALSE(events.more);
+  // In bounded batches, each but the last says more are waiting; together they are the same.
+  uint64_t from = 1, batches = 0, batched = 0;
+  for (bool more = true; more; ++batches) {
+    const ProcessTable::Events batch = table.TakeEvents(from, 1000);
+    CHECK(batch.first == from);
+    CHECK(batch.more == (batch.next < events.next));
+    if (batch.more) CHECK(batch.events.size() == 1000);
+    batched += batch.events.size();
+    from = batch.next;
+    more = batch.more;
+  }
+  CHECK(batched == events.events.size());
+  CHECK(batches == (events.events.size() + 999) / 1000);
+  // Starting over with a bound that what is alive already fills: the reply still moves on from
+  // 0 and says more, so an agent goes on to the kept events instead of starting over again.
+  const ProcessTable::Events start = table.TakeEvents(0, 1);
+  CHECK(start.events.size() > 1);
+  CHECK(start.next == 1);
+  CHECK(start.more);
+  CHECK(table.TakeEvents(start.next, SIZE_MAX).events.size() == events.events.size());
   // Once the agent has them, they are not kept.
   table.Acknowledge(events.next);
   CHECK(table.stats().context_pending == 0);

@@ -122,6 +122,7 @@ std::string Daemon::ContextEventsFor(DomainId caller, uint64_t from, uint32_t ma
   context::ContextEventBatch batch = host_->ContextEvents(caller, from, max, flags);
   reply->first = batch.first;
   reply->next = batch.next;
+  reply->flags = batch.more ? hv::kContextEventsMore : 0;
   std::string encoded;
   for (const context::ContextEvent& event : batch.events) {
     // A guest is told only of its own domain's processes.

@@ -25,6 +25,19 @@
 
 namespace hvprof::agent {
 
+// Takes what the platform learned of the processes from event `from` on: asks `fetch` (the
+// first request settling when `settle`, HypervisorLink::FetchContextEvents) and hands each reply
+// to `on_batch`, asking again only while a reply says more were already waiting
+// (ContextEventBatch::more) and moved `next` on, at most `max_requests` times. Not while replies
+// merely have events: on a host that forks all day every request (each a drain of hvprof-hv's
+// rings) finds new ones, and asking until none came could take hundreds of rounds a drain once
+// a round trip grew. Events that come after belong to samples not drained yet. A failed request
+// ends it with its error; the replies before it were handed on.
+using ContextFetch = std::function<Result<context::ContextEventBatch>(uint64_t from, bool settle)>;
+Result<void> FetchContextUntilCaughtUp(uint64_t from, bool settle, const ContextFetch& fetch,
+                                       const std::function<void(const context::ContextEventBatch&)>& on_batch,
+                                       int max_requests = 1024);
+
 class AgentDaemon {
  public:
   virtual ~AgentDaemon();

@@ -46,10 +46,14 @@ struct ContextEvent {
 // Events as a platform hands them on, from a point in its sequence: what hvprof-hv's
 // ContextEvents reply carries, and what the linux process table, the simulated machine and an
 // agent's link each give. `first` is events[0]'s number (above what was asked for when some were
-// lost untaken); `next` is what to ask from next time.
+// lost untaken); `next` is what to ask from next time. `more`: the batch stopped at its bound
+// with events already waiting after `next`; ask again now. Without it the asker has caught up
+// with what the platform had when it answered: events that come after belong to samples not yet
+// drained, and a caller that kept asking while events came would chase a busy host's forks.
 struct ContextEventBatch {
   uint64_t first = 0;
   uint64_t next = 0;
+  bool more = false;
   std::vector<ContextEvent> events;
 };
 

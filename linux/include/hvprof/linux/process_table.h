@@ -120,7 +120,8 @@ class ProcessTable {
 
   // The context events from sequence number `from` on, at most `max` of them (all domains'), and
   // the number of the first of them; events before the first kept are lost (kMaxPendingEvents).
-  // With `from` 0, what is alive is told first, as events (a new agent, or one that lost some).
+  // With `from` 0, what is alive is told first, as events (a new agent, or one that lost some);
+  // events are numbered from 1.
   using Events = context::ContextEventBatch;
   Events TakeEvents(uint64_t from, size_t max) const;
   // The agent has what came before `sequence`: it need not be kept.
@@ -181,7 +182,9 @@ class ProcessTable {
   // come in runs of a few processes, interleaved across CPUs. Cleared when a node goes.
   std::array<Process*, 16> recent_{};
   std::deque<context::ContextEvent> events_;  // not yet acknowledged
-  uint64_t events_first_ = 0;                 // sequence number of events_.front()
+  // Sequence number of events_.front(). From 1: `from` 0 asks to start over (what is alive, then
+  // the kept events), and a reply to it moves `next` on from 0 even when what is alive filled it.
+  uint64_t events_first_ = 1;
   uint64_t events_made_ = 0;
   uint64_t events_dropped_ = 0;
   uint64_t last_time_ = 0;                    // of the latest record: a process found in /proc is born then

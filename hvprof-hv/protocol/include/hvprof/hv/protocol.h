@@ -26,7 +26,8 @@ std::string DomainSocketPath(const std::string& run_dir, DomainId domain);
 std::string AgentLockPath(const std::string& socket_path);
 
 inline constexpr uint32_t kProtocolMagic = 0x50485648;  // "HVHP" little-endian
-inline constexpr uint16_t kProtocolVersion = 1;
+// 2: ContextEventsReply has flags (kContextEventsMore).
+inline constexpr uint16_t kProtocolVersion = 2;
 inline constexpr uint32_t kMaxRequestPayload = 64 * 1024;
 inline constexpr uint32_t kMaxPublishPayload = 16u << 20;  // a Publish request may be this big
 inline constexpr uint32_t kMaxReplyPayload = 256u << 20;
@@ -174,11 +175,16 @@ struct ContextEventsRequest {
 // finding out of mappings it told (their files' ELF headers, read off its drain thread), so that
 // the answers come in this reply.
 inline constexpr uint32_t kContextEventsSettle = 1;
+// In a reply: the reply stopped at its bound with more events already waiting; ask again from
+// `next` now. Without it, the caller has what the platform knew when it answered.
+inline constexpr uint32_t kContextEventsMore = 1;
 struct ContextEventsReply {
   int32_t error;  // ProtocolError
   uint32_t events;
   uint64_t first;
   uint64_t next;
+  uint32_t flags;  // kContextEventsMore, or 0
+  uint32_t reserved;
 };
 
 struct FetchPublishedRequest {
