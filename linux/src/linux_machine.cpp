@@ -241,11 +241,7 @@ void LinuxMachine::Wake() {
 }
 
 
-bool LinuxMachine::SettleImages(std::chrono::milliseconds timeout) {
-  const bool settled = processes_->WaitForImages(timeout);
-  processes_->TakeImages();
-  return settled;
-}
+bool LinuxMachine::SettleImages(std::chrono::milliseconds timeout) { return processes_->SettleImages(timeout); }
 
 context::DomainImages LinuxMachine::Images(DomainId domain) const {
   context::DomainImages images;

@@ -494,6 +494,12 @@ bool ProcessTable::WaitForImages(std::chrono::milliseconds timeout) const {
   return images_ == nullptr || images_->WaitIdle(timeout);
 }
 
+bool ProcessTable::SettleImages(std::chrono::milliseconds timeout) {
+  const bool settled = WaitForImages(timeout);
+  TakeImages();
+  return settled;
+}
+
 void ProcessTable::AddMapping(Process& process, Mapping mapping, uint64_t time_ns) {
   mapping.time_ns = time_ns;
   // Told unless it is what the process has there already (a /proc scan of a known process),

@@ -400,8 +400,7 @@ TEST_CASE("bias and build-id from the fixture binary symbolize it", "[linux][pro
   ProcessTable table(registry, {proc.root(), true});
   table.OnMmap2(Mmap(77, start, text->memsz + 0x1000, pgoff, path));
   // The file is read off this thread; the answer is taken when asked for.
-  REQUIRE(table.WaitForImages(std::chrono::seconds(60)));
-  table.TakeImages();
+  REQUIRE(table.SettleImages(std::chrono::seconds(60)));
   REQUIRE(table.Find(77)->mappings.size() == 1);
   const Mapping& mapping = table.Find(77)->mappings[0];
   CHECK(mapping.bias == base);
@@ -419,8 +418,7 @@ TEST_CASE("bias and build-id from the fixture binary symbolize it", "[linux][pro
 
   // A file we cannot read keeps the record's build-id and the usual bias.
   table.OnMmap2(Mmap(78, 0x400000, 0x1000, 0, "/nonexistent/binary", "feed"));
-  REQUIRE(table.WaitForImages(std::chrono::seconds(60)));
-  table.TakeImages();
+  REQUIRE(table.SettleImages(std::chrono::seconds(60)));
   CHECK(table.Find(78)->mappings[0].build_id == "feed");
   CHECK(table.Find(78)->mappings[0].bias == 0x400000);
   CHECK(table.stats().elf_failures == 1);
@@ -458,8 +456,7 @@ TEST_CASE("a file read late is told again as of its mapping and only to the mapp
   table.OnMmap2(two);
   // Both were told at once with the usual guess.
   const auto told = table.TakeEvents(0, 1000);
-  REQUIRE(table.WaitForImages(std::chrono::seconds(60)));
-  table.TakeImages();
+  REQUIRE(table.SettleImages(std::chrono::seconds(60)));
   CHECK(table.Find(20)->mappings[0].build_id == first_info.value().build_id);
   CHECK(table.Find(21)->mappings[0].build_id == second_info.value().build_id);
   CHECK(table.Find(20)->mappings[0].awaiting.empty());

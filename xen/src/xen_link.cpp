@@ -275,11 +275,8 @@ class XenLink final : public agent::HypervisorLink {
     std::lock_guard lock(tasks_mutex_);
     if (!tasks_) return ContextEvents{};
     tasks_->Drain();
-    if (settle) {
-      // The answers that came meanwhile become events now (Drain took those before it).
-      tasks_->processes().WaitForImages(std::chrono::seconds(2));
-      tasks_->processes().TakeImages();
-    }
+    // The answers that come meanwhile become events now (Drain took those before it).
+    if (settle) tasks_->processes().SettleImages(std::chrono::seconds(2));
     tasks_->Acknowledge(from);  // this domain's only agent has what came before
     auto taken = tasks_->TakeEvents(from, 4096);
     // On the samples' clock, the engine's: a sample is looked up among the processes by time.

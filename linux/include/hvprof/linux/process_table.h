@@ -142,10 +142,12 @@ class ProcessTable {
   // and its record's build-id at once (and is told so as an event), and the file's once its
   // answer is taken (told again, as of the mapping's time). TakeImages takes the answers there
   // are without waiting (the machine does after each drain);
-  // WaitForImages waits up to `timeout` for the reads asked for so far, from any thread.
+  // WaitForImages waits up to `timeout` for the reads asked for so far, from any thread;
+  // SettleImages (a session closing) waits, then takes the answers, where drains are made.
   // Whether every read asked for was answered.
   void TakeImages();
   bool WaitForImages(std::chrono::milliseconds timeout) const;
+  bool SettleImages(std::chrono::milliseconds timeout);
 
   // "CPU 3/KVM" -> 3; -1 if the name does not look like a vCPU thread.
   static int32_t ParseVcpuName(std::string_view comm);
