@@ -13,6 +13,7 @@
 #include "hvprof/base/escape.h"
 #include "hvprof/base/files.h"
 #include "hvprof/base/log.h"
+#include "hvprof/base/units.h"
 #include "hvprof/base/probes.h"
 #include "hvprof/base/signals.h"
 
@@ -340,7 +341,7 @@ void AgentDaemon::OnHypervisorLost() {
       session_->AddIncomplete(fmt::format(
           "hvprof-hv (the hypervisor side) went away while profiling, at about {}: the session ends there, and "
           "samples the engine took but had not yet put in a ring were lost uncounted",
-          FormatWallClock(WallClockNs())));
+          FormatLocalTime(WallClockNs())));
     }
     UpdateMetadata(nullptr);
     if (auto dumped = session_->Dump(); !dumped) Log(LogLevel::kError, "{}", dumped.error().message());
@@ -369,6 +370,14 @@ Json AgentDaemon::Handle(const Json& request) {
   else if (action == "start") result = Start();
   else if (action == "stop") result = Stop();
   else if (action == "dump") result = Dump();
+  else if ((action == "reset" || action == "save") && continuous_) {
+    result = MakeError(ErrorKind::kBadState,
+                       "hvprofd profiles continuously: its windows are saved by themselves as samples/window-*, "
+                       "and the budget (--keep-size, --keep-age) removes the old ones. Report one with "
+                       "`hvprof-report --session=NAME` (--list names them); to {} a session, run hvprofd without "
+                       "--continuous",
+                       action);
+  }
   else if (action == "reset") result = Reset();
   else if (action == "save") result = Save(request.value("name", ""), request.value("allow_empty", false));
   else if (action == "shutdown") {
@@ -523,6 +532,7 @@ AgentStatus AgentDaemon::SessionStatus(AgentRole role) const {
     status.store.failed_chunks = stats.failed_chunks;
     if (session_->store_failure()) status.store.error = session_->store_failure()->message();
   }
+  status.continuous = ContinuousState();
   if (role == AgentRole::kGuest) return status;  // scheduling is dom0's to tell
   if (std::optional<store::SchedSummary> sched = RecordedSched()) {
     if (session_) sched = session_->WithSchedFile(std::move(*sched));

@@ -135,6 +135,32 @@ Result<SimClockStatus> ParseSim(const json::Node& node) {
   return sim;
 }
 
+Json ContinuousJson(const ContinuousStatus& c) {
+  Json out{{"window_ns", c.window_ns}, {"index", c.index},     {"start_ns", c.start_ns},
+           {"clock", c.clock},         {"windows", c.windows}, {"bytes", c.bytes},
+           {"other_bytes", c.other_bytes}, {"keep_bytes", c.keep_bytes}, {"keep_age_ns", c.keep_age_ns},
+           {"removed", c.removed},     {"thinned", c.thinned}};
+  PutOptional(out, "last_problem", c.last_problem);
+  return out;
+}
+
+Result<ContinuousStatus> ParseContinuous(const json::Node& node) {
+  ContinuousStatus c;
+  for (auto [key, field] : {std::pair{"window_ns", &c.window_ns}, std::pair{"index", &c.index},
+                            std::pair{"start_ns", &c.start_ns}, std::pair{"windows", &c.windows},
+                            std::pair{"bytes", &c.bytes}, std::pair{"other_bytes", &c.other_bytes},
+                            std::pair{"keep_bytes", &c.keep_bytes}, std::pair{"keep_age_ns", &c.keep_age_ns},
+                            std::pair{"removed", &c.removed}, std::pair{"thinned", &c.thinned}}) {
+    HVPROF_TRY(value, node.Get<uint64_t>(key));
+    *field = value;
+  }
+  HVPROF_TRY(clock, node.Get<std::string>("clock"));
+  HVPROF_TRY(problem, node.GetOptional<std::string>("last_problem"));
+  c.clock = std::move(clock);
+  c.last_problem = std::move(problem);
+  return c;
+}
+
 Result<StoreHealth> ParseStore(const json::Node& node) {
   StoreHealth store;
   HVPROF_TRY(failed, node.Get<uint64_t>("failed"));
@@ -227,6 +253,10 @@ Result<void> ParseDom0(const json::Node& root, AgentStatus& s) {
     HVPROF_TRY(parsed, ParseSim(*sim));
     s.sim = parsed;
   }
+  if (const std::optional<json::Node> continuous = root.OptionalMember("continuous")) {
+    HVPROF_TRY(parsed, ParseContinuous(*continuous));
+    s.continuous = std::move(parsed);
+  }
   return Ok();
 }
 
@@ -273,6 +303,7 @@ Json ToJson(const AgentStatus& s) {
   PutOptional(out, "note", s.note);
   if (s.sched) out["sched"] = SchedJson(*s.sched);
   if (s.sim) out["sim"] = {{"time_ns", s.sim->time_ns}, {"pmis", s.sim->pmis}, {"halted", s.sim->halted}};
+  if (s.continuous) out["continuous"] = ContinuousJson(*s.continuous);
   return out;
 }
 

@@ -1,5 +1,7 @@
 #include "hvprof/agent/session_writer.h"
 
+#include "hvprof/base/units.h"
+
 #include <fcntl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -26,15 +28,6 @@ std::array<uint8_t, 16> NewSessionId() {
     std::memcpy(id.data(), &now, sizeof now);
   }
   return id;
-}
-
-std::string FormatWallClock(uint64_t ns) {
-  const std::time_t seconds = static_cast<std::time_t>(ns / 1'000'000'000);
-  std::tm tm{};
-  ::localtime_r(&seconds, &tm);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", &tm);
-  return text;
 }
 
 namespace {
@@ -188,6 +181,7 @@ Result<bool> ContinueSession(const std::string& directory, store::SessionMetadat
   metadata.created_ns = old.created_ns;
   metadata.profiling = old.profiling;
   metadata.jit = old.jit;  // the copies already in jit/
+  metadata.window = old.window;  // continuous mode's window in progress, which the new one continues
   carried.incomplete = old.incomplete;
   carried.losses = old.losses;
   carried.sched = old.sched;
@@ -202,7 +196,7 @@ Result<bool> ContinueSession(const std::string& directory, store::SessionMetadat
     carried.incomplete.push_back(fmt::format(
         "an earlier hvprofd stopped while profiling without closing the session (it died or was killed) "
         "about {}: what it had read but not yet written, and what its rings still held, was lost uncounted",
-        FormatWallClock(last)));
+        FormatLocalTime(last)));
   }
   std::vector<std::string> notes = old.notes;
   notes.push_back("more than one hvprofd added to this session: it was set up again (--start-daemon) and went on "

@@ -26,6 +26,7 @@
 #include "hvprof/base/process.h"
 #include "hvprof/base/progress.h"
 #include "hvprof/base/scoped_fd.h"
+#include "hvprof/base/units.h"
 
 namespace hvprof::control {
 
@@ -354,7 +355,12 @@ Result<std::string> Launch(const setup::SetupOptions& setup, const std::string& 
   const std::string next = guest ? fmt::format("\nnow run `hvprof --domain={} --start` once dom0 has run `hvprof "
                                               "--start-daemon --active-domains={}`",
                                               setup.domain, setup.domain)
-                                 : std::string("\nnow run `hvprof --start`");
+                     : setup.continuous()
+                         ? fmt::format("\nprofiling continuously: a window every {} s into {}/window-*, kept within "
+                                       "{} and {} (`hvprof --status` says how far; `hvprof-report --list` lists them)",
+                                       static_cast<double>(setup.window_ns) / 1e9, paths.samples_dir(),
+                                       FormatBytes(setup.keep_bytes), FormatDuration(setup.keep_age_ns))
+                         : std::string("\nnow run `hvprof --start`");
   return result.value("message", "hvprofd started") + next;
 }
 
@@ -688,6 +694,23 @@ std::string FormatLosses(const agent::AgentStatus& s) {
                      lost.unprofiled_domain.value_or(0), s.idle_samples.value_or(0));
 }
 
+std::string FormatContinuous(const agent::ContinuousStatus& c) {
+  const uint64_t used = c.bytes + c.other_bytes;
+  std::string out = fmt::format(
+      "windows: {} s each; window {} in progress since {}{}; {} kept, {} of {} on disk ({:.0f}%, the current "
+      "session and build-id cache included), none older than {}\n",
+      static_cast<double>(c.window_ns) / 1e9, c.index, FormatLocalTime(c.start_ns),
+      c.clock == "sim" ? " (simulated time)" : "", Plural(c.windows, "window"), FormatBytes(used),
+      FormatBytes(c.keep_bytes), c.keep_bytes != 0 ? 100.0 * static_cast<double>(used) / static_cast<double>(c.keep_bytes) : 0.0,
+      FormatDuration(c.keep_age_ns));
+  if (c.removed != 0 || c.thinned != 0) {
+    out += fmt::format("budget:  {} removed and {} reduced to their aggregate since hvprofd started\n",
+                       Plural(c.removed, "window"), Plural(c.thinned, "window"));
+  }
+  if (c.last_problem) out += fmt::format("WINDOWS: {}\n", EscapeForTerminal(*c.last_problem));
+  return out;
+}
+
 std::string FormatSched(const agent::SchedStatus& sched) {
   uint64_t total = 0;
   std::string causes;
@@ -723,6 +746,7 @@ std::string FormatStatus(const agent::AgentStatus& s) {
                        s.sim->halted ? " (halted: duration reached)" : "");
   }
   out += fmt::format("session: {} ({} stored)\n", EscapeForTerminal(s.session), Plural(s.samples_stored, "sample"));
+  if (s.continuous) out += FormatContinuous(*s.continuous);
   if (s.store.failed != 0) {
     out += fmt::format("NOT WRITTEN: {} ({}) could not be written to the session{}; free space there\n",
                        Plural(s.store.failed, "sample"), Plural(s.store.failed_chunks, "chunk"),

@@ -148,6 +148,7 @@ struct Words {
   RunOptions run;
   std::string duration;
   std::string build_id_cache_size;
+  std::string continuous, keep_size, keep_age;
 };
 
 // Which help page Describe lays out; every page's options are all read on every call.
@@ -219,6 +220,18 @@ void Describe(Words& w, po::options_description& all, Page page = Page::kWhole, 
       ("build-id-cache-size", po::value(&w.build_id_cache_size),
        "the bytes the build-id cache keeps (k, M, G, T: powers of 1024; at least 1M; default 2G): the images no "
        "session used for longest go first, and a file over a quarter of it is not kept")
+      ("continuous", po::value(&w.continuous)->implicit_value("60s"),
+       "profile always: hvprofd starts profiling at once (no --start) and every WINDOW (default 60s; 1s to 1d, "
+       "on the sim of simulated time) closes the window into a saved session of its own, samples/window-INDEX-TIME, "
+       "without stopping the counters: no sample is in two windows or none. Without -e and -F it samples at "
+       "99 Hz per CPU. Reports read a window like any saved session (hvprof-report --list shows them); docs/"
+       "continuous.md")
+      ("keep-size", po::value(&w.keep_size),
+       "--continuous: the bytes the windows and the current session may take on disk (k, M, G, T: powers of 1024; "
+       "default 2G). Over it, the oldest windows lose their raw samples first (their aggregate stays, for flat, "
+       "call-graph and stack reports), then go whole; the newest window always stays")
+      ("keep-age", po::value(&w.keep_age),
+       "--continuous: windows that ended longer ago than this go (e.g. 12h, 30d; default 7d)")
       ("verbose,V", "log more in hvprofd.log");
   po::options_description general("General options");
   general.add_options()
@@ -337,6 +350,49 @@ Result<void> SplitDomainLists(const Words& w, setup::SetupOptions& setup) {
   return Ok();
 }
 
+// --continuous and its budget.
+Result<void> ReadContinuous(const po::variables_map& values, Words& w) {
+  setup::SetupOptions& setup = w.setup;
+  if (values.count("continuous") == 0) {
+    for (const char* option : {"keep-size", "keep-age"}) {
+      if (values.count(option) != 0) return Refuse(fmt::format("--{} is the budget of --continuous's windows", option));
+    }
+    return Ok();
+  }
+  auto window = ParseDurationNs(w.continuous);
+  if (!window) return Refuse(fmt::format("--continuous: {}", window.error().message()));
+  HVPROF_TRYV(setup::CheckWindow(window.value(), setup.platform));
+  setup.window_ns = window.value();
+  if (setup.domain != 0) {
+    return Refuse("--continuous profiles the host from dom0; a guest's own agent does not run continuously yet");
+  }
+  if (!w.active.empty()) {
+    return Refuse("--continuous starts profiling at once, which waits for no guest's agent: profile the guests "
+                  "as --passive-domains");
+  }
+  setup.keep_bytes = setup::kDefaultKeepBytes;
+  if (!w.keep_size.empty()) {
+    HVPROF_TRY(bytes, buildid_cache::ParseSize(w.keep_size));
+    if (bytes < (uint64_t{16} << 20)) {
+      return Refuse(fmt::format("--keep-size={} keeps less than 16 MiB, too little for the windows: give more "
+                                "(e.g. 2G)",
+                                w.keep_size));
+    }
+    setup.keep_bytes = bytes;
+  }
+  setup.keep_age_ns = setup::kDefaultKeepAgeNs;
+  if (!w.keep_age.empty()) {
+    auto age = ParseDurationNs(w.keep_age);
+    if (!age) return Refuse(fmt::format("--keep-age: {}", age.error().message()));
+    if (age.value() < setup.window_ns) {
+      return Refuse(fmt::format("--keep-age={} is shorter than a window ({}): no window would stay", w.keep_age,
+                                w.continuous));
+    }
+    setup.keep_age_ns = age.value();
+  }
+  return Ok();
+}
+
 // The setup every kind shares: the platform, the numbers in their ranges, the session root.
 Result<void> ReadSetup(const po::variables_map& values, Words& w, bool run, const HvprofEnvironment& environment) {
   setup::SetupOptions& setup = w.setup;
@@ -378,6 +434,7 @@ Result<void> ReadSetup(const po::variables_map& values, Words& w, bool run, cons
     }
     setup.build_id_cache_bytes = bytes;
   }
+  HVPROF_TRYV(ReadContinuous(values, w));
   setup.no_vmlinux = values.count("no-vmlinux") != 0;
   setup.verbose = values.count("verbose") != 0;
   setup.sched = values.count("sched") != 0;
@@ -403,6 +460,9 @@ Result<void> ReadRun(const po::variables_map& values, Words& w, const std::vecto
     auto parsed = ParseDurationNs(w.duration);
     if (!parsed) return MakeError(ErrorKind::kInvalidArgument, "--duration: {}", parsed.error().message());
     run.duration_ns = parsed.value();
+  }
+  if (values.count("continuous") != 0) {
+    return Refuse("--continuous goes with --start-daemon: `hvprof run` profiles one workload and ends");
   }
   if (run.repeat == 0) return Refuse("--repeat must be at least 1");
   if (values.count("fail-on-regression") != 0 && run.baseline.empty()) {
@@ -437,7 +497,8 @@ Result<void> ReadAction(const po::variables_map& values, Words& w, HvprofRequest
   request.action = chosen[0];
   for (const char* setup_only : {"xen", "vmlinux", "no-vmlinux", "active-domains", "passive-domains",
                                  "passive-images", "event", "buffer-size", "callgraph", "-g", "poll-interval", "rate",
-                                 "jit", "sched", "verbose", "scenario", "build-id-cache", "build-id-cache-size"}) {
+                                 "jit", "sched", "verbose", "scenario", "build-id-cache", "build-id-cache-size",
+                                 "continuous", "keep-size", "keep-age"}) {
     if (values.count(setup_only) != 0 && request.action != HvprofAction::kStartDaemon) {
       return MakeError(ErrorKind::kInvalidArgument, "{}{} is a setup option; it only goes with --start-daemon",
                        setup_only[0] == '-' ? "" : "--", setup_only);

@@ -59,7 +59,30 @@ Result<std::unique_ptr<Dom0Agent>> Dom0Agent::Create(const setup::SetupOptions& 
     (void)agent->Recover(/*own_setup=*/true);
     return configured.error();
   }
+  if (setup.continuous()) {
+    if (auto started = agent->StartContinuous(); !started) {
+      agent->rings_.Clear();
+      (void)agent->Recover(/*own_setup=*/true);
+      return started.error().WithContext("--continuous");
+    }
+  }
   return agent;
+}
+
+Result<void> Dom0Agent::StartContinuous() {
+  HVPROF_TRYV(Start());
+  const std::optional<uint64_t> now = WindowClockNs();
+  if (!now) return MakeError(ErrorKind::kIo, "the simulated machine does not say its time");
+  BeginContinuous(setup_.window_ns, {.bytes = setup_.keep_bytes, .age_ns = setup_.keep_age_ns},
+                  link_->platform_name() == "sim", *now);
+  return Ok();
+}
+
+std::optional<uint64_t> Dom0Agent::WindowClockNs() {
+  if (link_->platform_name() != "sim") return agent::WallClockNs();
+  auto clock = link_->SimQuery();
+  if (!clock) return std::nullopt;
+  return clock.value().sim_time_ns;
 }
 
 Result<void> Dom0Agent::Recover(bool own_setup) {
@@ -159,16 +182,26 @@ Result<hvpmu::InitV2> Dom0Agent::Identify() {
 // those given without a count.
 Result<void> Dom0Agent::ChooseEvents(const hvpmu::InitV2& init, const hvpmu::CpuEventTable& table) {
   std::optional<setup::SampleRate> rate;
-  if (setup_.rate != 0 || setup_.platform == "linux") {
-    rate = setup::SampleRate{setup_.rate != 0 ? setup_.rate : setup::kLinuxDefaultRate, 0,
-                             setup_.rate != 0 ? "--rate" : "the linux default rate"};
+  const bool continuous_default = setup_.continuous() && setup_.rate == 0 && setup_.events.empty();
+  if (setup_.rate != 0 || setup_.platform == "linux" || continuous_default) {
+    rate = setup::SampleRate{setup_.rate != 0       ? setup_.rate
+                             : continuous_default ? setup::kContinuousDefaultRate
+                                                  : setup::kLinuxDefaultRate,
+                             0,
+                             setup_.rate != 0       ? "--rate"
+                             : continuous_default ? "the continuous default rate"
+                                                  : "the linux default rate"};
     if (auto info = link_->PlatformInfo()) rate->nominal_hz = info.value().nominal_mhz * 1e6;
   }
   HVPROF_TRY(events, setup::ResolveEventOptions(setup_.events, table, init, rate));
   events_ = std::move(events);
   peak_rate_ = 0;
   for (const auto& event : events_) peak_rate_ += agent::PeakSampleRate(event.event->name, event.count);
-  if (rate && setup_.rate == 0 && setup_.events.empty() && !events_.empty()) {
+  if (continuous_default && !events_.empty()) {
+    notes_.push_back(fmt::format("continuous: sampling at {} samples a second per CPU, the continuous default "
+                                 "(-F/--rate sets another rate; -e EVENT:COUNT a count)",
+                                 setup::kContinuousDefaultRate));
+  } else if (rate && setup_.rate == 0 && setup_.events.empty() && !events_.empty()) {
     notes_.push_back(fmt::format("sampling at the linux default of {} samples a second per CPU, as perf record does "
                                  "(-F/--rate sets another rate; -e EVENT:COUNT a count)",
                                  setup::kLinuxDefaultRate));
@@ -311,7 +344,10 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
   // On linux every domain's processes are this host's; on Xen (and the sim, when asked) only
   // dom0's own are.
   if (setup_.JitWanted()) SetJitScope(setup_.platform == "linux" ? JitScope::kAllDomains : JitScope::kOwnDomain);
-  HVPROF_TRYV(OpenBuildIdCache(setup_.build_id_cache, setup_.build_id_cache_bytes));
+  // Continuously, the build-id cache is part of the windows' budget: at most a quarter of it.
+  uint64_t cache_bytes = setup_.build_id_cache_bytes != 0 ? setup_.build_id_cache_bytes : buildid_cache::kDefaultMaxBytes;
+  if (setup_.continuous() && setup_.keep_bytes != 0) cache_bytes = std::min(cache_bytes, setup_.keep_bytes / 4);
+  HVPROF_TRYV(OpenBuildIdCache(setup_.build_id_cache, cache_bytes));
   HVPROF_TRYV(OpenSession(m));
   HVPROF_TRYV(ListenForControl());
   configured_ = true;
@@ -448,6 +484,9 @@ uint32_t Dom0Agent::PollIntervalMs() const {
 }
 
 void Dom0Agent::OnTick() {
+  if (continuous()) {
+    if (const std::optional<uint64_t> clock = WindowClockNs()) CloseWindowIfDue(*clock);
+  }
   const auto now = std::chrono::steady_clock::now();
   if (now - last_collect_ < std::chrono::seconds(1)) return;
   last_collect_ = now;
@@ -632,12 +671,19 @@ Result<Json> Dom0Agent::RunSim(uint64_t duration_ns) {
       peak_rate_ > 0 ? static_cast<uint64_t>(std::clamp(1e9 * capacity_ / peak_rate_ / 4, 1e5, 2e7)) : 20'000'000;
   uint64_t done = 0;
   agent::SimClock clock{};
+  if (continuous()) {
+    HVPROF_TRY(now, link_->SimQuery());
+    clock = now;
+  }
   while (done < duration_ns) {
-    const uint64_t chunk = std::min(step, duration_ns - done);
+    // A window closes exactly at its end: the clock stops there, and what it sampled is drained.
+    uint64_t chunk = std::min(step, duration_ns - done);
+    if (continuous() && WindowDueNs() > clock.sim_time_ns) chunk = std::min(chunk, WindowDueNs() - clock.sim_time_ns);
     HVPROF_TRY(after, link_->SimRunFor(chunk));
     clock = after;
     done += chunk;
     DrainAll();
+    CloseWindowIfDue(clock.sim_time_ns);
     if (clock.halted) break;
   }
   return Json{{"sim_time_ns", clock.sim_time_ns}, {"halted", clock.halted}, {"ran_ns", done}};

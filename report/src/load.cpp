@@ -161,8 +161,12 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
   auto context = std::make_shared<store::ContextIndex>();
   const std::string context_path = profile.directory_ + "/" + store::kContextFile;
   struct stat context_st {};
-  const bool may_skip_context = options.use_aggregate && have_samples && !options.processes &&
-                                profile.metadata_.context.has_value() && ::stat(context_path.c_str(), &context_st) == 0;
+  // A window of continuous profiling whose raw samples were dropped to keep within its budget
+  // (store::DropRawSamples) has its aggregate alone, and no context.hvc.
+  const bool raw_dropped = profile.metadata_.window && profile.metadata_.window->raw_dropped;
+  const bool may_skip_context = options.use_aggregate && (have_samples || raw_dropped) && !options.processes &&
+                                profile.metadata_.context.has_value() &&
+                                (raw_dropped || ::stat(context_path.c_str(), &context_st) == 0);
   std::optional<Result<store::ContextReadSummary>> context_read;
   std::jthread context_reader;
   if (!may_skip_context) {
@@ -204,7 +208,17 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
   };
   profile.keeps_pids_ = options.processes;
   std::optional<store::Aggregate> usable =
-      have_samples ? UsableAggregate(profile, options, aggregate_path, static_cast<uint64_t>(st.st_size)) : std::nullopt;
+      have_samples  ? UsableAggregate(profile, options, aggregate_path, static_cast<uint64_t>(st.st_size))
+      : raw_dropped ? UsableAggregate(profile, options, aggregate_path, profile.metadata_.samples_file_bytes)
+                    : std::nullopt;
+  if (raw_dropped && !usable) {
+    return MakeError(ErrorKind::kUnsupported,
+                     "{} is a window whose raw samples were dropped to keep the windows within their disk budget "
+                     "(hvprofd --keep-size): its aggregate serves the flat, call-graph and stack views, not this one "
+                     "(by process, or pprof's thread labels), or it is damaged; report a newer window, or keep more "
+                     "(docs/continuous.md)",
+                     profile.directory_);
+  }
   const bool from_aggregate = usable.has_value();
   store::Aggregate aggregate = from_aggregate ? std::move(*usable) : store::Aggregate();
   if (from_aggregate && may_skip_context && aggregate.has_regions) take_regions(aggregate);
@@ -215,7 +229,13 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
     HVPROF_TRY(raw, ReadRawSamples(profile, options, samples, translation));
     aggregate = std::move(raw);
   }
-  NoteSessionState(profile, have_samples ? std::optional<uint64_t>(st.st_size) : std::nullopt);
+  if (raw_dropped) {
+    profile.metadata_.notes.push_back(
+        "this window's raw samples were dropped to keep the windows within their disk budget: it is reported from "
+        "its aggregate");
+  } else {
+    NoteSessionState(profile, have_samples ? std::optional<uint64_t>(st.st_size) : std::nullopt);
+  }
   std::vector<PublishedProfile> published;
   if (options.all_domains) published = ProfileBuilder::ReadPublished(profile, &aggregate, TotalCount(aggregate));
   profile.timings_.read_seconds = reading.Seconds();

@@ -65,11 +65,23 @@ Result<uint32_t> CheckNumber(std::string_view option, int64_t value, std::string
   return static_cast<uint32_t>(value);
 }
 
+Result<void> CheckWindow(uint64_t window_ns, std::string_view platform) {
+  const uint64_t least = platform == "sim" ? kMinSimWindowNs : kMinWindowNs;
+  if (window_ns < least || window_ns > kMaxWindowNs) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "--continuous={}ms: a window lasts {} to 1 day{} (the default is {} s)", window_ns / 1'000'000,
+                     platform == "sim" ? "1 ms" : "1 s", platform == "sim" ? " of simulated time" : "",
+                     kDefaultWindowNs / 1'000'000'000);
+  }
+  return Ok();
+}
+
 Result<void> SetupOptions::CheckNumbers() const {
   HVPROF_TRYV(CheckNumber("buffer-size", buffer_size, platform));
   HVPROF_TRYV(CheckNumber("callgraph", callgraph, platform));
   HVPROF_TRYV(CheckNumber("poll-interval", poll_interval_ms, platform));
   HVPROF_TRYV(CheckNumber("rate", rate, platform));
+  if (window_ns != 0) HVPROF_TRYV(CheckWindow(window_ns, platform));
   if (jit != "auto" && jit != "on" && jit != "off") {
     return MakeError(ErrorKind::kInvalidArgument, "--jit={}: say auto, on or off", jit);
   }
@@ -123,7 +135,10 @@ Json SetupOptions::ToJson() const {
               {"verbose", verbose},
               {"session_group", session_group},
               {"build_id_cache", build_id_cache},
-              {"build_id_cache_bytes", build_id_cache_bytes}};
+              {"build_id_cache_bytes", build_id_cache_bytes},
+              {"window_ns", window_ns},
+              {"keep_bytes", keep_bytes},
+              {"keep_age_ns", keep_age_ns}};
 }
 
 namespace {
@@ -165,6 +180,9 @@ Result<SetupOptions> SetupOptions::FromJson(std::string_view text, const std::st
   HVPROF_TRY(session_group, root.Get("session_group", ""));
   HVPROF_TRY(build_id_cache, root.Get("build_id_cache", ""));
   HVPROF_TRY(build_id_cache_bytes, root.Get<uint64_t>("build_id_cache_bytes", 0));
+  HVPROF_TRY(window_ns, root.Get<uint64_t>("window_ns", 0));
+  HVPROF_TRY(keep_bytes, root.Get<uint64_t>("keep_bytes", 0));
+  HVPROF_TRY(keep_age_ns, root.Get<uint64_t>("keep_age_ns", 0));
   o.platform = platform;
   o.domain = domain;
   o.hv_run_dir = hv_run_dir;
@@ -186,6 +204,9 @@ Result<SetupOptions> SetupOptions::FromJson(std::string_view text, const std::st
   o.session_group = session_group;
   o.build_id_cache = build_id_cache;
   o.build_id_cache_bytes = build_id_cache_bytes;
+  o.window_ns = window_ns;
+  o.keep_bytes = keep_bytes;
+  o.keep_age_ns = keep_age_ns;
   // Someone may have edited it since --start-daemon checked the same numbers.
   HVPROF_TRYV(o.CheckNumbers());
   return o;

@@ -143,6 +143,11 @@ std::string SerializeMetadata(const SessionMetadata& m) {
     out["context"] = {{"processes", m.context->processes}, {"images", m.context->images},
                       {"domains", m.context->domains}};
   }
+  if (m.window) {
+    out["window"] = {{"series", m.window->series},   {"index", m.window->index},
+                     {"start_ns", m.window->start_ns}, {"end_ns", m.window->end_ns},
+                     {"clock", m.window->clock},     {"raw_dropped", m.window->raw_dropped}};
+  }
   return out.dump(1, ' ', false, Json::error_handler_t::replace) + "\n";  // names from outside need not be UTF-8
 }
 
@@ -485,6 +490,24 @@ Result<void> ParseSummaries(const json::Node& root, SessionMetadata& m) {
     std::sort(summary.domains.begin(), summary.domains.end());
     summary.domains.erase(std::unique(summary.domains.begin(), summary.domains.end()), summary.domains.end());
     m.context = std::move(summary);
+  }
+  if (const auto window = root.OptionalMember("window")) {
+    if (!window->IsObject()) return window->Fail("expected an object, got {}", window->Describe());
+    WindowRecord record;
+    HVPROF_TRY(series, window->Get<std::string>("series"));
+    HVPROF_TRY(index, window->Get<uint64_t>("index"));
+    HVPROF_TRY(start, window->Get<uint64_t>("start_ns"));
+    HVPROF_TRY(end, window->Get<uint64_t>("end_ns"));
+    HVPROF_TRY(clock, window->Get<std::string>("clock"));
+    HVPROF_TRY(raw_dropped, window->Get("raw_dropped", false));
+    if (end != 0 && end < start) return window->Fail("ends at {} before it starts at {}", end, start);
+    record.series = series;
+    record.index = index;
+    record.start_ns = start;
+    record.end_ns = end;
+    record.clock = clock;
+    record.raw_dropped = raw_dropped;
+    m.window = std::move(record);
   }
   return Ok();
 }

@@ -1,6 +1,7 @@
 // hvprofd's status record: what each kind of agent writes reads back the same, and a record
 // with a required member missing or of the wrong type is refused by name, not read as 0.
 #include <string>
+#include <tuple>
 
 #include <catch2/catch.hpp>
 
@@ -121,6 +122,14 @@ void CheckSame(const AgentStatus& a, const AgentStatus& b) {
     CHECK(a.sim->pmis == b.sim->pmis);
     CHECK(a.sim->halted == b.sim->halted);
   }
+  CHECK(a.continuous.has_value() == b.continuous.has_value());
+  if (a.continuous && b.continuous) {
+    const hvprof::agent::ContinuousStatus &x = *a.continuous, &y = *b.continuous;
+    CHECK(std::tie(x.window_ns, x.index, x.start_ns, x.clock, x.windows, x.bytes, x.other_bytes, x.keep_bytes,
+                   x.keep_age_ns, x.removed, x.thinned, x.last_problem) ==
+          std::tie(y.window_ns, y.index, y.start_ns, y.clock, y.windows, y.bytes, y.other_bytes, y.keep_bytes,
+                   y.keep_age_ns, y.removed, y.thinned, y.last_problem));
+  }
 }
 
 AgentStatus RoundTrip(const AgentStatus& s) {
@@ -147,6 +156,11 @@ TEST_CASE("each agent's status reads back as it was written", "[agent][status]")
     sched.lost.unknown_type = 9;
     sched.notes = {"first", "second"};
     s.sim = hvprof::agent::SimClockStatus{.time_ns = 2'000'000'000, .pmis = 77, .halted = true};
+    s.continuous = hvprof::agent::ContinuousStatus{.window_ns = 60'000'000'000, .index = 42, .start_ns = 17,
+                                                   .clock = "sim", .windows = 41, .bytes = 1 << 30,
+                                                   .other_bytes = 5, .keep_bytes = uint64_t{2} << 30,
+                                                   .keep_age_ns = 6, .removed = 3, .thinned = 7,
+                                                   .last_problem = "the disk is full"};
     CheckSame(RoundTrip(s), s);
   }
   SECTION("dom0 on Xen's legacy interface: full rings only, a note, no engine state") {

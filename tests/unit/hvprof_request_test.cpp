@@ -245,3 +245,34 @@ TEST_CASE("hvprof's accepted commands, as typed requests", "[cli]") {
     CHECK(r.archive.options.debuginfod);
   }
 }
+
+TEST_CASE("hvprof --continuous: its window, its budget and what it does not go with", "[cli][continuous]") {
+  const HvprofRequest plain = Accept({"--start-daemon", "--platform=linux", "--continuous"});
+  CHECK(plain.setup.window_ns == setup::kDefaultWindowNs);
+  CHECK(plain.setup.keep_bytes == setup::kDefaultKeepBytes);
+  CHECK(plain.setup.keep_age_ns == setup::kDefaultKeepAgeNs);
+  const HvprofRequest given = Accept({"--start-daemon", "--platform=linux", "--continuous=10s", "--keep-size=500M",
+                                      "--keep-age=2d", "--passive-domains=all"});
+  CHECK(given.setup.window_ns == 10'000'000'000);
+  CHECK(given.setup.keep_bytes == uint64_t{500} << 20);
+  CHECK(given.setup.keep_age_ns == 2 * 86'400'000'000'000);
+  // The sim's windows are of simulated time: they may be short.
+  CHECK(Accept({"--start-daemon", "--platform=sim", "--continuous=50ms"}).setup.window_ns == 50'000'000);
+  // The setup survives hvprofd's reading of daemonrc.json.
+  auto reread = setup::SetupOptions::FromJson(given.setup.ToJson().dump(), "daemonrc.json");
+  REQUIRE(reread.has_value());
+  CHECK(reread.value().window_ns == given.setup.window_ns);
+  CHECK(reread.value().keep_bytes == given.setup.keep_bytes);
+  CHECK(reread.value().keep_age_ns == given.setup.keep_age_ns);
+
+  RequireRefusal({"--start-daemon", "--platform=linux", "--continuous=50ms"}, "1 s to 1 day");
+  RequireRefusal({"--start-daemon", "--platform=linux", "--continuous=2d"}, "1 s to 1 day");
+  RequireRefusal({"--start-daemon", "--platform=linux", "--continuous=soon"}, "not a duration");
+  RequireRefusal({"--start-daemon", "--platform=linux", "--keep-size=1G"}, "budget of --continuous");
+  RequireRefusal({"--start-daemon", "--platform=linux", "--continuous", "--keep-size=1M"}, "less than 16 MiB");
+  RequireRefusal({"--start-daemon", "--platform=linux", "--continuous=1h", "--keep-age=30m"}, "shorter than a window");
+  RequireRefusal({"--start-daemon", "--platform=sim", "--continuous", "--active-domains=1"}, "--passive-domains");
+  RequireRefusal({"--start-daemon", "--platform=sim", "--domain=1", "--continuous"}, "from dom0");
+  RequireRefusal({"--start", "--continuous"}, "only goes with --start-daemon");
+  RequireRefusal({"run", "--platform=sim", "--continuous"}, "goes with --start-daemon");
+}

@@ -1,26 +1,12 @@
 #include "hvprof/report/writers/sessions.h"
 
-#include <time.h>
-
 #include <nlohmann/json.hpp>
+
+#include "hvprof/base/units.h"
 
 #include "writers/common.h"
 
 namespace hvprof::report {
-
-namespace {
-
-// Local time, to the second: what `ls -l` and `date` show the user.
-std::string LocalTime(uint64_t ns) {
-  if (ns == 0) return "?";
-  const time_t seconds = static_cast<time_t>(ns / 1'000'000'000);
-  struct tm local {};
-  if (::localtime_r(&seconds, &local) == nullptr) return "?";
-  char text[32];
-  return ::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", &local) == 0 ? "?" : std::string(text);
-}
-
-}  // namespace
 
 std::string FormatSessionList(const std::string& session_root, const std::vector<SessionSummary>& sessions,
                               bool color) {
@@ -42,7 +28,7 @@ std::string FormatSessionList(const std::string& session_root, const std::vector
     std::string state = s.state;
     if (!s.problem.empty()) state += ": " + Safe(s.problem);
     out += fmt::format("{} {:<{}}  {:<19}  {:<8}  {:>9}  {:>10}  {:>8}  {}\n", s.chosen ? "*" : " ", Safe(s.name),
-                       name_width, LocalTime(s.created_ns), Safe(s.platform.empty() ? "?" : s.platform), sampled,
+                       name_width, FormatLocalTime(s.created_ns), Safe(s.platform.empty() ? "?" : s.platform), sampled,
                        s.samples, s.lost, state);
   }
   return out;

@@ -22,6 +22,7 @@
 #include "hvprof/base/scoped_fd.h"
 #include "hvprof/buildid_cache/cache.h"
 #include "hvprof/store/session.h"
+#include "hvprof/store/windows.h"
 
 namespace hvprof::agent {
 
@@ -113,6 +114,24 @@ class AgentDaemon {
   // Marks the current profiling interval as started or stopped in the metadata.
   void MarkProfiling(bool on);
 
+  // Continuous mode (setup::SetupOptions::window_ns): windows of `window_ns` follow each other,
+  // each closed into a saved session of its own (store/windows.h) within `budget`. Called once
+  // the session is open and the counters run. `clock_ns` is the window clock's now: the wall
+  // clock (CLOCK_REALTIME), or with `sim` the simulated time, which the windows record from the
+  // wall clock of this call on. A current session that an earlier hvprofd left as an open window
+  // stays that window (its series, index and start).
+  void BeginContinuous(uint64_t window_ns, const store::WindowBudget& budget, bool sim, uint64_t clock_ns);
+  bool continuous() const { return continuous_.has_value(); }
+  // When the window in progress is due to close, on the window clock given to BeginContinuous.
+  uint64_t WindowDueNs() const;
+  // Closes the window in progress when `clock_ns` reached its end: everything drained so far
+  // goes into it, it is saved as samples/window-INDEX-START, the next one opens where it ended
+  // (the counters run on: each sample is in one window), and the budget is applied. A failed
+  // save (a full disk) keeps the window open, says why in the status and the log, and tries
+  // again a window later.
+  void CloseWindowIfDue(uint64_t clock_ns);
+  std::optional<ContinuousStatus> ContinuousState() const;
+
   // Role-specific.
   virtual Result<Json> Start() = 0;
   virtual Result<Json> Stop() = 0;
@@ -160,6 +179,22 @@ class AgentDaemon {
   // profiling is off; what could not be kept is logged.
   void KeepSampledImages();
 
+  struct Continuous {
+    uint64_t window_ns = 0;
+    store::WindowBudget budget;
+    bool sim = false;
+    uint64_t offset_ns = 0;  // window clock + offset = the time windows record
+    uint64_t due_ns = 0;     // on the window clock
+    std::string series;
+    uint64_t index = 0;
+    uint64_t start_ns = 0;   // recorded time
+    ContinuousStatus status;
+  };
+  // The window record of the current session, as the window in progress says.
+  void StampWindow();
+  void ApplyBudget(uint64_t now_ns);
+
+  std::optional<Continuous> continuous_;
   ScopedFd control_;
   ScopedFd profiler_lock_;
   std::atomic<bool> shutdown_requested_{false};

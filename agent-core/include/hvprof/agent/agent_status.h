@@ -87,6 +87,22 @@ struct SimClockStatus {
   bool halted = false;  // its --duration was reached
 };
 
+// Continuous mode (hvprofd --continuous): the window in progress and the windows' budget.
+struct ContinuousStatus {
+  uint64_t window_ns = 0;         // each window's length
+  uint64_t index = 0;             // of the window in progress
+  uint64_t start_ns = 0;          // its start (WindowRecord's clock)
+  std::string clock;              // realtime, sim
+  uint64_t windows = 0;           // closed windows kept
+  uint64_t bytes = 0;             // what the windows take on disk, at the last close
+  uint64_t other_bytes = 0;       // and what else counts against the budget (current session, build-id cache)
+  uint64_t keep_bytes = 0;        // the budget
+  uint64_t keep_age_ns = 0;
+  uint64_t removed = 0;           // windows removed by the budget since hvprofd started
+  uint64_t thinned = 0;           // windows whose raw samples it dropped
+  std::optional<std::string> last_problem;  // the last close's or prune's failure, if any
+};
+
 struct AgentStatus {
   AgentRole role = AgentRole::kDom0;
   // Dom0: whether this agent has the counters running. A guest: whether dom0's profiler does
@@ -125,6 +141,7 @@ struct AgentStatus {
 
   std::optional<SchedStatus> sched;
   std::optional<SimClockStatus> sim;
+  std::optional<ContinuousStatus> continuous;
 };
 
 // The record as the control channel carries it, and back. Reading refuses a record that lacks

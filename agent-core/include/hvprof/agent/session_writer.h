@@ -160,9 +160,6 @@ class SessionWriter {
 // 16 random bytes for a session id (store::SessionIdHex gives its hex form).
 std::array<uint8_t, 16> NewSessionId();
 
-// A CLOCK_REALTIME time in ns as local "YYYY-MM-DD HH:MM:SS", for messages.
-std::string FormatWallClock(uint64_t ns);
-
 // What a session directory keeps free for its metadata on a full disk.
 inline constexpr uint64_t kSpaceReserveBytes = 1u << 20;
 inline constexpr const char* kSpaceReserveFile = ".space-reserve";

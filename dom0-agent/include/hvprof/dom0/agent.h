@@ -7,6 +7,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,11 @@ class Dom0Agent final : public agent::AgentDaemon {
   // (host processes on linux), as they are now: processes come and go while profiling.
 
   Result<agent::Json> RunSim(uint64_t duration_ns);
+  // --continuous: profiling starts with the agent, and the first window opens.
+  Result<void> StartContinuous();
+  // The clock continuous mode's windows close by: the simulated time on the sim, else the wall
+  // clock. nullopt when the sim does not answer.
+  std::optional<uint64_t> WindowClockNs();
   std::string DomainLabel(uint16_t id) const;
 
   setup::SetupOptions setup_;

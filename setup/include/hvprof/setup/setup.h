@@ -62,6 +62,13 @@ struct SetupOptions {
   // "none": no cache. --build-id-cache-size: the bytes it keeps (0: the default).
   std::string build_id_cache;
   uint64_t build_id_cache_bytes = 0;
+  // --continuous[=WINDOW]: hvprofd profiles from its start and, every window_ns (0: not
+  // continuous), closes the window into a saved session of its own without stopping the counters
+  // (store/windows.h). --keep-size and --keep-age: the windows' budget (0: the defaults).
+  uint64_t window_ns = 0;
+  uint64_t keep_bytes = 0;
+  uint64_t keep_age_ns = 0;
+  bool continuous() const { return window_ns != 0; }
 
   // CheckNumber for each numeric field and --jit's value (a daemonrc.json may have been
   // edited).
@@ -83,6 +90,21 @@ struct SetupOptions {
 // The rate the linux platform samples at when neither -e nor -F says: perf record's default,
 // whose cost on a busy machine stays near 1%.
 inline constexpr uint32_t kLinuxDefaultRate = 4000;
+// Continuous mode's defaults (docs/continuous.md has the arithmetic). 99 samples a second per
+// CPU when neither -e nor -F says: 5,940 a minute per busy CPU tell a function's share of 5% to
+// within half a point, at a fortieth of perf record's default cost; 99, not 100, so that the
+// samples do not beat with the 100 Hz and 1 kHz ticks of guests and timers.
+inline constexpr uint32_t kContinuousDefaultRate = 99;
+inline constexpr uint64_t kDefaultWindowNs = 60'000'000'000;
+// The window's bounds: shorter ones cost a session's files and a save each; on the sim, whose
+// time is simulated, any from 1 ms.
+inline constexpr uint64_t kMinWindowNs = 1'000'000'000;
+inline constexpr uint64_t kMinSimWindowNs = 1'000'000;
+inline constexpr uint64_t kMaxWindowNs = 86'400'000'000'000;
+inline constexpr uint64_t kDefaultKeepBytes = uint64_t{2} << 30;
+inline constexpr uint64_t kDefaultKeepAgeNs = 7 * 86'400'000'000'000;
+// Checks --continuous's window for `platform`.
+Result<void> CheckWindow(uint64_t window_ns, std::string_view platform);
 
 struct EventSpec {
   std::string text;  // as typed, for messages

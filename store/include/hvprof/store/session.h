@@ -197,6 +197,21 @@ struct ProfilingInterval {
   uint64_t stop_ns = 0;   // 0 while running
 };
 
+// A window of continuous profiling (hvprofd --continuous): one of a series of sessions that
+// follow each other without a gap, each closed after the window's time. Its span is on the
+// clock the agent closed it by, as CLOCK_REALTIME nanoseconds: the wall clock on linux and xen;
+// on the sim, the series' first wall-clock time plus the simulated time since (a simulated week
+// spans a week). `raw_dropped`: samples.hvs and context.hvc were removed to keep the windows
+// within their disk budget, and aggregate.hva is what remains of the samples.
+struct WindowRecord {
+  std::string series;     // the series' id: the session id of its first window
+  uint64_t index = 0;     // 0, 1, 2... within the session root, across restarts of hvprofd
+  uint64_t start_ns = 0;
+  uint64_t end_ns = 0;    // 0 while the window is open
+  std::string clock;      // "realtime" or "sim"
+  bool raw_dropped = false;
+};
+
 struct SessionMetadata {
   int version = kSessionFormatVersion;
   std::string session_id;     // 32 hex digits
@@ -244,6 +259,8 @@ struct SessionMetadata {
   std::optional<SchedSummary> sched;
   // Only when hvprofd wrote context.hvc; absent in older sessions.
   std::optional<ContextSummary> context;
+  // Only in continuous mode's windows.
+  std::optional<WindowRecord> window;
 };
 
 std::string SerializeMetadata(const SessionMetadata& metadata);

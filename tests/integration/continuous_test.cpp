@@ -1,0 +1,208 @@
+// Continuous mode on a simulated host, run by the real programs: windows that follow each other
+// on the simulated clock with every sample in exactly one of them (against the sim's ground
+// truth), a restart that continues the series, a window reduced to its aggregate that reports
+// as before, and the budget.
+#include <filesystem>
+#include <map>
+#include <tuple>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "hvprof/report/load.h"
+#include "hvprof/store/session.h"
+#include "hvprof/store/windows.h"
+#include "host_harness.h"
+#include "sim_harness.h"
+
+using namespace hvprof;
+using hvprof::testing::Host;
+using hvprof::testing::TestScenario;
+using Json = nlohmann::json;
+
+namespace {
+
+using Key = std::tuple<uint16_t, uint8_t, std::string>;  // domain, mode, image path
+
+constexpr const char* kModes[] = {"user", "kernel", "hypervisor"};
+
+// What the sim sampled (`truth`: its ground truth) of `counter`, by domain, mode and image, for
+// dom0, the idle loop and the passive domain 2 (a session's view of them).
+std::map<Key, uint64_t> Truth(const Json& truth, uint32_t counter) {
+  std::map<Key, uint64_t> expected;
+  for (const Json& row : truth["rows"]) {
+    const uint64_t overflows = row["overflows"][counter].get<uint64_t>();
+    const auto domain = row["domain"].get<uint16_t>();
+    if (overflows == 0 || (domain != 0 && domain != 2 && domain != 0x7FFF)) continue;
+    uint8_t mode = 0;
+    while (row["mode"] != kModes[mode]) ++mode;
+    // A passive domain's user and kernel code is counted by mode alone (its images are not
+    // known inside it).
+    expected[{domain, mode, domain == 2 ? std::string() : row["image"].get<std::string>()}] += overflows;
+  }
+  return expected;
+}
+
+void Count(const report::Profile& profile, std::map<Key, uint64_t>& seen) {
+  for (const report::Entry& entry : profile.entries()) {
+    const std::string image = entry.domain == 2 ? std::string() : profile.images()[entry.image].path;
+    seen[{entry.domain, entry.mode, image}] += entry.count;
+  }
+}
+
+std::vector<store::WindowEntry> Windows(const Host& host) {
+  const store::WindowList list = store::ListWindows(store::SessionPaths{host.session_root()});
+  CHECK(list.problems.empty());
+  return list.windows;
+}
+
+}  // namespace
+
+TEST_CASE("continuous windows follow each other on the clock, and every sample is in exactly one",
+          "[continuous][e2e]") {
+  Host host(TestScenario("intel-arch-v4", 31));
+  auto setup = host.Hvprof({"--start-daemon", "--passive-domains=guest2", "--event=CPU_CLK_UNHALTED:20000",
+                            "--continuous=50ms"});
+  INFO(setup.out << setup.err);
+  REQUIRE(setup.status == 0);
+  CHECK(setup.out.find("profiling continuously") != std::string::npos);
+  (void)host.GroundTruth(true);
+  // 1,030 ms of simulated time: 20 windows close, the 21st is 30 ms old.
+  REQUIRE(host.Hvprof({"--run-sim=400ms"}).status == 0);
+  REQUIRE(host.Hvprof({"--run-sim=630ms"}).status == 0);
+
+  // The sim stands still between commands: what it sampled so far is what the windows hold once
+  // hvprofd has shut down.
+  const Json truth = host.GroundTruth(false);
+  auto status = host.Hvprof({"--status"});
+  INFO(status.out);
+  CHECK(status.out.find("window 20 in progress") != std::string::npos);
+  CHECK(status.out.find("20 windows kept") != std::string::npos);
+  // Saving and resetting are the windows' own business.
+  auto save = host.Hvprof({"--save=mine"});
+  CHECK(save.status != 0);
+  CHECK(save.err.find("profiles continuously") != std::string::npos);
+
+  REQUIRE(host.Hvprof({"--shutdown"}).status == 0);
+
+  const std::vector<store::WindowEntry> windows = Windows(host);
+  REQUIRE(windows.size() == 20);
+  std::map<Key, uint64_t> seen;
+  uint64_t previous_last_sample = 0;
+  for (size_t i = 0; i < windows.size(); ++i) {
+    const store::WindowEntry& w = windows[i];
+    INFO(w.name);
+    CHECK(w.window.index == i);
+    CHECK(w.window.clock == "sim");
+    CHECK(w.window.series == windows[0].window.series);
+    CHECK(w.name == store::WindowName(w.window.index, w.window.start_ns));
+    if (i > 0) CHECK(w.window.start_ns == windows[i - 1].window.end_ns);
+    CHECK(w.window.end_ns - w.window.start_ns == 50'000'000);
+    auto profile = report::LoadProfile(w.directory, {});
+    REQUIRE(profile.has_value());
+    CHECK(profile.value().problems().empty());
+    Count(profile.value(), seen);
+    const store::SessionMetadata& m = profile.value().metadata();
+    CHECK(m.samples_stored > 0);
+    // On the platform's clock, no window's samples overlap the next one's.
+    CHECK(m.first_sample_ns > previous_last_sample);
+    previous_last_sample = m.last_sample_ns;
+  }
+  auto current = report::LoadProfile(host.current(), {});
+  REQUIRE(current.has_value());
+  Count(current.value(), seen);
+  REQUIRE(current.value().metadata().window.has_value());
+  CHECK(current.value().metadata().window->index == windows.size());
+
+  const uint32_t counter = current.value().metadata().events.at(0).counter;
+  const std::map<Key, uint64_t> expected = Truth(truth, counter);
+  REQUIRE(expected.size() > 3);
+  for (const auto& [key, count] : expected) {
+    INFO("domain " << std::get<0>(key) << " " << kModes[std::get<1>(key)] << " " << std::get<2>(key));
+    CHECK(seen[key] == count);
+  }
+  uint64_t total_seen = 0, total_expected = 0;
+  for (const auto& [key, count] : seen) total_seen += count;
+  for (const auto& [key, count] : expected) total_expected += count;
+  CHECK(total_seen == total_expected);
+}
+
+TEST_CASE("a restarted hvprofd continues the window in progress, then the series", "[continuous][restart]") {
+  Host host(TestScenario("intel-arch-v4", 33));
+  const std::vector<std::string> setup{"--start-daemon", "--continuous=50ms", "--event=CPU_CLK_UNHALTED:20000"};
+  REQUIRE(host.Hvprof(setup).status == 0);
+  REQUIRE(host.Hvprof({"--run-sim=120ms"}).status == 0);
+  REQUIRE(host.Hvprof({"--shutdown"}).status == 0);
+  auto open = store::OpenSession(host.current());
+  REQUIRE(open.has_value());
+  REQUIRE(open.value().metadata.window.has_value());
+  const store::WindowRecord in_progress = *open.value().metadata.window;
+  CHECK(in_progress.index == 2);
+  CHECK(in_progress.end_ns == 0);
+  const uint64_t samples_before = open.value().metadata.samples_stored;
+  CHECK(samples_before > 0);
+
+  auto again = host.Hvprof(setup);
+  INFO(again.out << again.err);
+  REQUIRE(again.status == 0);
+  REQUIRE(host.Hvprof({"--run-sim=100ms"}).status == 0);
+  REQUIRE(host.Hvprof({"--shutdown"}).status == 0);
+  const std::vector<store::WindowEntry> windows = Windows(host);
+  REQUIRE(windows.size() >= 3);
+  for (size_t i = 0; i < windows.size(); ++i) {
+    INFO(windows[i].name);
+    CHECK(windows[i].window.index == i);
+    CHECK(windows[i].window.series == in_progress.series);
+    if (i > 0) CHECK(windows[i].window.start_ns == windows[i - 1].window.end_ns);
+  }
+  // The window in progress at the restart kept its start and the first hvprofd's samples (it
+  // closes at the second one's first drain), and says that two hvprofds wrote it.
+  const store::WindowEntry& spanning = windows[2];
+  CHECK(spanning.window.start_ns == in_progress.start_ns);
+  CHECK(spanning.samples >= samples_before);
+  auto continued = store::OpenSession(spanning.directory);
+  REQUIRE(continued.has_value());
+  CHECK(continued.value().metadata.profiling.size() == 2);
+}
+
+TEST_CASE("a window reduced to its aggregate by the budget reports as before, and says so",
+          "[continuous][budget]") {
+  Host host(TestScenario("intel-arch-v4", 32));
+  REQUIRE(host.Hvprof({"--start-daemon", "--event=CPU_CLK_UNHALTED:20000", "--continuous=100ms", "-g"}).status == 0);
+  REQUIRE(host.Hvprof({"--run-sim=250ms"}).status == 0);
+  REQUIRE(host.Hvprof({"--shutdown"}).status == 0);
+  const std::vector<store::WindowEntry> windows = Windows(host);
+  REQUIRE(windows.size() == 2);
+  const std::string& window = windows[0].directory;
+
+  report::LoadOptions stacks;
+  stacks.stacks = true;
+  auto before = report::LoadProfile(window, {});
+  auto before_stacks = report::LoadProfile(window, stacks);
+  REQUIRE(before.has_value());
+  REQUIRE(before_stacks.has_value());
+  REQUIRE(store::DropRawSamples(window).has_value());
+  CHECK(!std::filesystem::exists(window + "/" + store::kSamplesFile));
+  CHECK(!std::filesystem::exists(window + "/" + store::kContextFile));
+  CHECK(store::DiskBytes(window) < windows[0].bytes);
+
+  auto after = report::LoadProfile(window, {});
+  REQUIRE(after.has_value());
+  CHECK(after.value().problems().empty());
+  std::map<Key, uint64_t> a, b;
+  Count(before.value(), b);
+  Count(after.value(), a);
+  CHECK(a == b);
+  CHECK(after.value().total_samples() == before.value().total_samples());
+  auto after_stacks = report::LoadProfile(window, stacks);
+  REQUIRE(after_stacks.has_value());
+  CHECK(after_stacks.value().stacks().size() == before_stacks.value().stacks().size());
+  // The report says what it was read from; a view the aggregate cannot serve says why.
+  auto report = host.Report({"--session=" + windows[0].name});
+  INFO(report.out << report.err);
+  CHECK(report.status == 0);
+  CHECK(report.out.find("raw samples were dropped") != std::string::npos);
+  auto by_process = host.Report({"--session=" + windows[0].name, "--by-process"});
+  CHECK(by_process.status != 0);
+  CHECK(by_process.err.find("raw samples were dropped") != std::string::npos);
+}
