@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 seeds=$(realpath -m "${1:?usage: scripts/fuzz-seeds.sh OUT_DIR}")
 targets=(elf_image_fuzzer kernel_symbols_fuzzer session_files_fuzzer published_profile_fuzzer
          ring_reader_fuzzer scenario_fuzzer engine_ops_fuzzer archive_reader_fuzzer jit_symbols_fuzzer
-         perf_records_fuzzer tracepoint_fuzzer xen_trace_fuzzer status_records_fuzzer elf_info_fuzzer redact_urls_fuzzer)
+         perf_records_fuzzer tracepoint_fuzzer xen_trace_fuzzer status_records_fuzzer elf_info_fuzzer redact_urls_fuzzer
+         quantities_fuzzer)
 cc=$(command -v clang || command -v gcc) || { echo "fuzz-seeds: needs clang or gcc" >&2; exit 1; }
 
 # Seeds: small ELF images made here (DWARF 4 and 5, inlining, a shared object, stripped, and
@@ -34,6 +35,10 @@ cp "$elf_seeds"/* "$seeds/elf_info_fuzzer/"
 # Messages that name servers, with and without credentials.
 printf '%s' 'https://alice:s3cret@debuginfod.example/ http://plain:8002' > "$seeds/redact_urls_fuzzer/debuginfod-urls"
 printf '%s' 'http://a:b@c@host/p@q?x=y#z ftp://@ x:// user@example.com' > "$seeds/redact_urls_fuzzer/odd"
+# Durations and times as users type them.
+for typed in 60s 1.5m 7d 250ms 12h 100us 5000ns "2026-11-30 14:25" 2026-11-30T14:25:30 14:25 @1796000000 now -2h; do
+  printf '%s' "$typed" > "$seeds/quantities_fuzzer/$(printf '%s' "$typed" | tr -c 'A-Za-z0-9.-' '_')"
+done
 cp fuzz/corpus/kernel_symbols/* "$seeds/kernel_symbols_fuzzer/"
 if [ -r /proc/kallsyms ]; then head -n 300 /proc/kallsyms > "$seeds/kernel_symbols_fuzzer/proc-kallsyms"; fi
 # A small session (committed), the example scenarios, and rings and op sequences made here.

@@ -194,6 +194,7 @@ Result<void> AgentDaemon::OpenSession(store::SessionMetadata base) {
   not_kept_images_.clear();
   HVPROF_TRY(session, SessionWriter::Open(paths_.current(), base_metadata_));
   session_ = std::make_unique<SessionWriter>(std::move(session));
+  counts_at_open_ = counts_now_;
   context_next_ = 0;  // a new session starts from what is alive
   context_lost_ = 0;
   jit_.reset();
@@ -367,17 +368,17 @@ Json AgentDaemon::Handle(const Json& request) {
     auto status = Status();
     result = status ? Result<Json>(ToJson(status.value())) : Result<Json>(status.error());
   }
-  else if (action == "start") result = Start();
-  else if (action == "stop") result = Stop();
-  else if (action == "dump") result = Dump();
-  else if ((action == "reset" || action == "save") && continuous_) {
+  else if ((action == "reset" || action == "save" || action == "stop") && continuous_) {
     result = MakeError(ErrorKind::kBadState,
                        "hvprofd profiles continuously: its windows are saved by themselves as samples/window-*, "
                        "and the budget (--keep-size, --keep-age) removes the old ones. Report one with "
-                       "`hvprof-report --session=NAME` (--list names them); to {} a session, run hvprofd without "
-                       "--continuous",
+                       "`hvprof-report --session=NAME` (--list names them); `hvprof --shutdown` ends profiling. To {} "
+                       "a session, run hvprofd without --continuous",
                        action);
   }
+  else if (action == "start") result = Start();
+  else if (action == "stop") result = Stop();
+  else if (action == "dump") result = Dump();
   else if (action == "reset") result = Reset();
   else if (action == "save") result = Save(request.value("name", ""), request.value("allow_empty", false));
   else if (action == "shutdown") {
@@ -472,24 +473,51 @@ void AgentDaemon::UpdateMetadata(const hvpmu::Status* status) {
     m.losses.corrupt_index = status->lost[static_cast<int>(LossReason::kCorruptIndex)];
     m.losses.no_ring = status->lost[static_cast<int>(LossReason::kNoRing)];
     m.losses.unprofiled_domain = status->lost[static_cast<int>(LossReason::kUnprofiledDomain)];
-    m.idle_samples = status->idle_samples;
+    counts_now_.idle = status->idle_samples;
+    m.idle_samples = status->idle_samples - std::min(status->idle_samples, counts_at_open_.idle);
   } else if (hypervisor_lost_) {
     // The engine's counts, last read while it lived, cover every domain's rings: never less.
-    m.losses.ring_full = std::max(m.losses.ring_full, own.ring_full);
-    m.losses.corrupt_index = std::max(m.losses.corrupt_index, own.corrupt_index);
-    m.losses.no_ring = std::max(m.losses.no_ring, own.no_ring);
+    const store::LossRecord& engine = counts_now_.losses;
+    m.losses.ring_full = std::max(engine.ring_full, own.ring_full);
+    m.losses.corrupt_index = std::max(engine.corrupt_index, own.corrupt_index);
+    m.losses.no_ring = std::max(engine.no_ring, own.no_ring);
+    m.losses.unprofiled_domain = engine.unprofiled_domain;
   } else {
     m.losses.ring_full = own.ring_full;
     m.losses.corrupt_index = own.corrupt_index;
     m.losses.no_ring = own.no_ring;
+    m.losses.unprofiled_domain = counts_now_.losses.unprofiled_domain;  // only the engine says
   }
   m.losses.malformed_records = malformed;
+  // What they grew by in this session.
+  for (uint64_t store::LossRecord::*field : {&store::LossRecord::ring_full, &store::LossRecord::corrupt_index,
+                                             &store::LossRecord::no_ring, &store::LossRecord::unprofiled_domain,
+                                             &store::LossRecord::malformed_records}) {
+    m.losses.*field = SinceSessionOpened(field, m.losses.*field);
+  }
+  for (store::RingRecord& record : m.rings) {
+    const auto key = std::tuple(record.owner, record.index, record.kind);
+    counts_now_.rings[key] = record;
+    const auto before = counts_at_open_.rings.find(key);
+    if (before == counts_at_open_.rings.end()) continue;
+    const store::RingRecord& at_open = before->second;
+    const auto grown = [](uint64_t now, uint64_t then) { return now - std::min(now, then); };
+    record.drained = grown(record.drained, at_open.drained);
+    record.malformed = grown(record.malformed, at_open.malformed);
+    record.written = grown(record.written, at_open.written);
+    for (size_t r = 0; r < ring::kLossSlots; ++r) record.lost[r] = grown(record.lost[r], at_open.lost[r]);
+  }
   if (sched_source_) {
     for (const std::string& note : sched_source_->notes()) {
       if (std::find(m.notes.begin(), m.notes.end(), note) == m.notes.end()) m.notes.push_back(note);
     }
   }
   if (auto sched = RecordedSched()) m.sched = std::move(sched);
+}
+
+uint64_t AgentDaemon::SinceSessionOpened(uint64_t store::LossRecord::*field, uint64_t absolute) {
+  counts_now_.losses.*field = absolute;
+  return absolute - std::min(absolute, counts_at_open_.losses.*field);
 }
 
 std::optional<store::SchedSummary> AgentDaemon::RecordedSched() const {
@@ -583,7 +611,9 @@ Result<void> AgentDaemon::OpenBuildIdCache(const std::string& directory, uint64_
 
 void AgentDaemon::KeepSampledImages() {
   // Copying may take long, and this runs where the rings are drained: only while the counters
-  // are off (a stop, a save, the end of a run), never at a dump while sampling goes on.
+  // are off (a stop, a save, the end of a run), never at a dump while sampling goes on. A save
+  // counts as off: continuous mode saves a window while the counters run, at a rate whose rings
+  // hold minutes of samples.
   if (!build_id_cache_ || !session_ || profiling_) return;
   std::vector<buildid_cache::Wanted> wanted;
   for (const store::SampledImage& image : session_->sampled_images()) {
@@ -602,6 +632,7 @@ void AgentDaemon::KeepSampledImages() {
   // Every dump offers every image again (so that each is marked used), but for those that
   // cannot be kept: a file rebuilt since it was sampled stays so.
   not_kept_images_.insert(summary.not_kept.begin(), summary.not_kept.end());
+  build_id_cache_bytes_ = summary.bytes;
   Log(summary.added != 0 || summary.evicted != 0 ? LogLevel::kInfo : LogLevel::kDebug,
       "build-id cache {}: {} images kept ({} bytes, {} debug files), {} already there, {} evicted; {} bytes in all",
       build_id_cache_->directory(), summary.added, summary.bytes_added, summary.debug_added, summary.present,
@@ -612,6 +643,12 @@ void AgentDaemon::KeepSampledImages() {
 Result<Json> AgentDaemon::Reset() {
   if (!session_) return Json{{"message", "there is no session to empty"}};
   DrainAll();
+  // The counts the emptied session had taken are not the new one's.
+  if (link_->legacy_only() || hypervisor_lost_) {
+    UpdateMetadata(nullptr);
+  } else if (auto status = EngineStatus()) {
+    UpdateMetadata(&status.value());
+  }
   const std::string directory = session_->directory();
   session_.reset();
   std::error_code ec;

@@ -221,15 +221,17 @@ void Describe(Words& w, po::options_description& all, Page page = Page::kWhole, 
        "the bytes the build-id cache keeps (k, M, G, T: powers of 1024; at least 1M; default 2G): the images no "
        "session used for longest go first, and a file over a quarter of it is not kept")
       ("continuous", po::value(&w.continuous)->implicit_value("60s"),
-       "profile always: hvprofd starts profiling at once (no --start) and every WINDOW (default 60s; 1s to 1d, "
-       "on the sim of simulated time) closes the window into a saved session of its own, samples/window-INDEX-TIME, "
-       "without stopping the counters: no sample is in two windows or none. Without -e and -F it samples at "
-       "99 Hz per CPU. Reports read a window like any saved session (hvprof-report --list shows them); docs/"
-       "continuous.md")
+       "profile always: hvprofd starts profiling at once (no --start; --stop, --save and --reset are refused, "
+       "--shutdown ends it) and every WINDOW (default 60s; 1s to 1d; on the sim 1ms to 1d of simulated time) "
+       "closes the window into a saved session of its own, samples/window-INDEX-START, without stopping the "
+       "counters: no sample is in two windows or none. Without -e and -F it samples at 99 Hz per CPU. Reports "
+       "read a window like any saved session (hvprof-report --list shows them), and a range of them merged "
+       "(hvprof-report --since, --until, --last); docs/continuous.md")
       ("keep-size", po::value(&w.keep_size),
-       "--continuous: the bytes the windows and the current session may take on disk (k, M, G, T: powers of 1024; "
-       "default 2G). Over it, the oldest windows lose their raw samples first (their aggregate stays, for flat, "
-       "call-graph and stack reports), then go whole; the newest window always stays")
+       "--continuous: the bytes the windows, the window in progress and the build-id cache may take on disk (k, "
+       "M, G, T: powers of 1024; default 2G; the cache is held to a quarter of it). Over it, the oldest windows "
+       "lose their raw samples first (their aggregate stays, for flat, call-graph and stack reports), then go "
+       "whole; the newest window always stays")
       ("keep-age", po::value(&w.keep_age),
        "--continuous: windows that ended longer ago than this go (e.g. 12h, 30d; default 7d)")
       ("verbose,V", "log more in hvprofd.log");

@@ -282,7 +282,8 @@ void PrintTiming(const report::Profile& profile, std::chrono::steady_clock::time
 int RunProfile(const ReportRequest& request, const report::SessionSource& source, const report::LoadOptions& load,
                const ReportSink& sink, const Say& say) {
   const auto started = std::chrono::steady_clock::now();
-  auto profile = report::LoadProfile(source.directory, load);
+  auto profile = request.range ? report::LoadWindows(request.session_root, *request.range, load)
+                               : report::LoadProfile(source.directory, load);
   if (!profile) return say.Fail(profile.error(), 1);
   // Filters that need the session: domains by name, events by name.
   report::ReportOptions options = request.table;
@@ -331,6 +332,17 @@ int RunReport(const ReportRequest& request, const ReportSink& sink) {
   const Say say(*sink.err);
   if (request.kind == ReportKind::kList) return RunList(request, sink, say);
   if (request.kind == ReportKind::kDiff) return RunDiff(request, sink, say);
+  // Continuous mode's windows in a range, merged: no one session.
+  if (request.range) {
+    // Each window's aggregate counts the stacks of every thread together: pprof's without their
+    // thread labels.
+    report::LoadOptions load = request.load;
+    if (load.stack_threads) {
+      load.stack_threads = false;
+      say.Note("over a time range, pprof's samples carry no vcpu, pcpu or tid labels (report one window for them)");
+    }
+    return RunProfile(request, report::SessionSource{}, load, sink, say);
+  }
   // The session: a directory, a saved name, or (none named) the one with samples.
   Result<report::SessionSource> source = Error(ErrorKind::kNotFound, "no session");
   if (request.session.empty()) {

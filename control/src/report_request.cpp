@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <chrono>
 #include <sstream>
 #include <tuple>
 #include <utility>
@@ -11,6 +12,7 @@
 
 #include "did_you_mean.h"
 #include "hvprof/base/terminal.h"
+#include "hvprof/base/units.h"
 #include "hvprof/setup/setup.h"
 
 namespace hvprof::control {
@@ -105,6 +107,7 @@ struct Words {
   std::string color = "auto";
   std::string push_url, push_app, push_tenant;
   std::string image_path;
+  std::string since, until, last;
   double threshold = 0.0;
   double alpha = 0.05;
   double fail_points = -1;
@@ -121,6 +124,12 @@ po::options_description Describe(Words& w) {
       ("session-dir", po::value(&w.session_root)->default_value(w.session_root), "the session root given to hvprof")
       ("list", "list the sessions of the session root, oldest first (created, platform, time sampled, samples, "
                "lost, state); '*' marks the one a report takes when none is named; --format=json too")
+      ("since", po::value(&w.since),
+       "continuous mode (hvprof --continuous): merge the windows from TIME on into one report, in any view and "
+       "format but those by process: 2026-11-30 14:25, 14:25 (today), @SECONDS, or -2h (before now); windows "
+       "count whole, so the report covers from the start of the first to the end of the last, as its header says")
+      ("until", po::value(&w.until), "with --since (or alone: every window before TIME): up to TIME")
+      ("last", po::value(&w.last), "the windows of the last DURATION (e.g. 5m, 1h): --since=-DURATION")
       ("include-idle", "keep the idle loop's samples in the rows and shares (by default they are left out and "
                        "the header gives each CPU's idle share)")
       ("color", po::value(&w.color)->default_value("auto"),
@@ -292,6 +301,39 @@ Result<void> CheckSessions(const po::variables_map& values, const Words& w, bool
   for (const char* option : {"fdr", "slices", "fail-on-regression"}) {
     if (values.count(option) != 0) return MakeError(ErrorKind::kInvalidArgument, "--{} goes with --diff", option);
   }
+  return Ok();
+}
+
+// --since, --until and --last: continuous mode's windows in a range, merged.
+Result<void> ReadRange(const po::variables_map& values, const Words& w, bool diffing, ReportRequest& request) {
+  const bool since = values.count("since") != 0, until = values.count("until") != 0, last = values.count("last") != 0;
+  if (!since && !until && !last) return Ok();
+  if (last && (since || until)) return Refuse("--last is --since=-DURATION until now: give it or --since/--until");
+  if (diffing || !w.sessions.empty() || values.count("list") != 0 || values.count("sched") != 0 ||
+      values.count("timeline") != 0 || values.count("all-domains") != 0) {
+    return Refuse("--since, --until and --last merge continuous mode's windows into one profile: not with a session "
+                  "named, --diff, --list, --sched, --timeline or --all-domains");
+  }
+  const uint64_t now = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  report::TimeRange range;
+  if (last) {
+    auto duration = ParseDurationNs(w.last);
+    if (!duration) return Refuse(fmt::format("--last: {}", duration.error().message()));
+    range.since_ns = now - std::min(now, duration.value());
+  }
+  if (since) {
+    auto time = ParseTimeNs(w.since, now);
+    if (!time) return Refuse(fmt::format("--since: {}", time.error().message()));
+    range.since_ns = time.value();
+  }
+  if (until) {
+    auto time = ParseTimeNs(w.until, now);
+    if (!time) return Refuse(fmt::format("--until: {}", time.error().message()));
+    range.until_ns = time.value();
+  }
+  if (range.until_ns <= range.since_ns) return Refuse("--until is not after --since: the range is empty");
+  request.range = range;
   return Ok();
 }
 
@@ -640,6 +682,7 @@ Result<ReportRequest> ParseReportRequest(const std::vector<std::string>& argumen
                      w.format);
   }
   HVPROF_TRYV(CheckSchedOptions(values, w, diffing, request));
+  HVPROF_TRYV(ReadRange(values, w, diffing, request));
   if (values.count("list") != 0) {
     if (request.format != ReportFormat::kText && request.format != ReportFormat::kJson) {
       return Refuse("--list prints text or json");

@@ -505,8 +505,8 @@ void Dom0Agent::OnDump() {
   if (!info.value().stats) return;  // the sim's notes are for its log, not the session
   store::SessionMetadata& m = session_->metadata();
   const context::PlatformStats& stats = *info.value().stats;
-  m.losses.platform_lost = stats.Lost();
-  m.losses.throttled = stats.totals.throttled;
+  m.losses.platform_lost = SinceSessionOpened(&store::LossRecord::platform_lost, stats.Lost());
+  m.losses.throttled = SinceSessionOpened(&store::LossRecord::throttled, stats.totals.throttled);
   for (const std::string& note : info.value().notes) {
     if (std::find(m.notes.begin(), m.notes.end(), note) == m.notes.end()) m.notes.push_back(note);
   }

@@ -5,11 +5,7 @@
 
 namespace hvprof::report {
 
-namespace {
-
-// What a report of an aggregate needs of the context, from the aggregate: its images, numbered as
-// context.hvc numbers them, and the regions its per-process addresses fell in, in time order.
-void ContextOfAggregate(const store::Aggregate& counted, store::ContextIndex& context) {
+void ProfileBuilder::ContextOfAggregate(const store::Aggregate& counted, store::ContextIndex& context) {
   for (const store::AggregateImage& image : counted.images) {
     store::ContextEvent named;
     named.kind = store::ContextKind::kImage;
@@ -33,8 +29,6 @@ void ContextOfAggregate(const store::Aggregate& counted, store::ContextIndex& co
     context.Apply(mapped);
   }
 }
-
-}  // namespace
 
 // The sum of an aggregate's counts, which UsableAggregate checked (or, from the raw samples, one
 // per sample read) cannot wrap.

@@ -54,7 +54,8 @@ WindowList ListWindows(const SessionPaths& paths) {
   std::error_code ec;
   for (fs::directory_iterator it(paths.samples_dir(), ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (!name.starts_with(kWindowPrefix) || !it->is_directory(ec)) continue;
+    // A window is a directory hvprofd made: a symbolic link by that name is not followed.
+    if (!name.starts_with(kWindowPrefix) || it->symlink_status(ec).type() != fs::file_type::directory) continue;
     auto opened = OpenSession(it->path().string());
     if (!opened || !opened.value().metadata.window) {
       list.problems.push_back(fmt::format("{} is named as a window of continuous profiling but is not one: {}",
@@ -77,14 +78,24 @@ Result<void> DropRawSamples(const std::string& directory) {
   HVPROF_TRY(opened, OpenSession(directory));
   SessionMetadata m = std::move(opened.metadata);
   if (!m.window) return MakeError(ErrorKind::kBadState, "{} is not a window of continuous profiling", directory);
-  struct stat st {};
-  if (::stat((directory + "/" + kAggregateFile).c_str(), &st) != 0) {
-    return MakeError(ErrorKind::kBadState, "{} has no {}: its raw samples are all it has", directory, kAggregateFile);
-  }
   if (!m.window->raw_dropped) {
+    // Only an aggregate that stands for every sample, and names the regions its per-process
+    // addresses fell in (context.hvc goes too), may stay alone.
+    const std::string aggregate_path = directory + "/" + kAggregateFile;
+    auto aggregate = ReadAggregate(aggregate_path);
+    if (!aggregate) {
+      return MakeError(ErrorKind::kBadState, "{} has no readable {} ({}): its raw samples are all it has", directory,
+                       kAggregateFile, aggregate.error().message());
+    }
+    if (aggregate.value().source_bytes != m.samples_file_bytes ||
+        (m.context.has_value() && !aggregate.value().has_regions)) {
+      return MakeError(ErrorKind::kBadState, "{}'s {} does not stand for all its samples: its raw samples stay",
+                       directory, kAggregateFile);
+    }
     m.window->raw_dropped = true;
     HVPROF_TRYV(WriteFileAtomically(directory + "/" + kMetadataFile, SerializeMetadata(m)));
   }
+  // Again after a crash between the two steps: the files go whichever step it reached.
   for (const char* file : {kSamplesFile, kContextFile, kSchedFile}) {
     const std::string path = directory + "/" + file;
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
@@ -96,25 +107,48 @@ Result<void> DropRawSamples(const std::string& directory) {
 
 namespace {
 
+constexpr std::string_view kRemovingPrefix = ".removing-";
+
+// Renamed first, so that a window half removed (a crash, a report reading it) is never listed as
+// one; the rest of it goes at the next prune if this one fails.
 bool RemoveWindow(const WindowEntry& entry, PruneOutcome& outcome) {
+  const fs::path from(entry.directory);
+  const fs::path to = from.parent_path() / (std::string(kRemovingPrefix) + from.filename().string());
   std::error_code ec;
-  fs::remove_all(entry.directory, ec);
+  fs::rename(from, to, ec);
   if (ec) {
     outcome.problems.push_back(fmt::format("cannot remove {}: {}", entry.directory, ec.message()));
     return false;
   }
+  // Renamed, it is no window any more; what remove_all leaves goes at the next prune.
   ++outcome.removed;
+  fs::remove_all(to, ec);
+  if (ec) outcome.problems.push_back(fmt::format("cannot remove {} yet: {}", to.string(), ec.message()));
   return true;
+}
+
+// What a crash left of windows being removed.
+void FinishRemovals(const std::string& samples_dir, PruneOutcome& outcome) {
+  std::error_code ec;
+  for (fs::directory_iterator it(samples_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!it->path().filename().string().starts_with(kRemovingPrefix)) continue;
+    std::error_code removed;
+    fs::remove_all(it->path(), removed);
+    if (removed) outcome.problems.push_back(fmt::format("cannot remove {}: {}", it->path().string(), removed.message()));
+  }
+}
+
+bool HasRawSamples(const WindowEntry& entry) {
+  std::error_code ec;
+  return !entry.window.raw_dropped || fs::exists(entry.directory + "/" + kSamplesFile, ec);
 }
 
 }  // namespace
 
-PruneOutcome PruneWindows(const SessionPaths& paths, const WindowBudget& budget, uint64_t now_ns,
+PruneOutcome PruneWindows(std::vector<WindowEntry>& windows, const WindowBudget& budget, uint64_t now_ns,
                           uint64_t other_bytes) {
   PruneOutcome outcome;
-  WindowList list = ListWindows(paths);
-  outcome.problems = std::move(list.problems);
-  std::vector<WindowEntry>& windows = list.windows;
+  if (!windows.empty()) FinishRemovals(fs::path(windows.front().directory).parent_path().string(), outcome);
   // By age: whole windows, the newest kept.
   size_t first = 0;
   if (budget.age_ns != 0 && now_ns > budget.age_ns) {
@@ -131,12 +165,13 @@ PruneOutcome PruneWindows(const SessionPaths& paths, const WindowBudget& budget,
   // By bytes: first the raw samples of the oldest windows, then whole windows.
   for (size_t i = first; over() && i + 1 < windows.size(); ++i) {
     WindowEntry& entry = windows[i];
-    if (entry.window.raw_dropped) continue;
+    if (!HasRawSamples(entry)) continue;
     if (auto dropped = DropRawSamples(entry.directory); !dropped) {
       if (dropped.error().kind() != ErrorKind::kBadState) outcome.problems.push_back(dropped.error().message());
       continue;
     }
-    ++outcome.thinned;
+    if (!entry.window.raw_dropped) ++outcome.thinned;
+    entry.window.raw_dropped = true;
     const uint64_t after = DiskBytes(entry.directory);
     total -= entry.bytes - std::min(entry.bytes, after);
     entry.bytes = after;
@@ -146,7 +181,8 @@ PruneOutcome PruneWindows(const SessionPaths& paths, const WindowBudget& budget,
     total -= windows[first].bytes;
     ++first;
   }
-  outcome.kept = windows.size() - first;
+  windows.erase(windows.begin(), windows.begin() + static_cast<std::ptrdiff_t>(first));
+  outcome.kept = windows.size();
   outcome.bytes = total;
   return outcome;
 }

@@ -2,14 +2,17 @@
 // on the simulated clock with every sample in exactly one of them (against the sim's ground
 // truth), a restart that continues the series, a window reduced to its aggregate that reports
 // as before, and the budget.
+#include <chrono>
 #include <filesystem>
 #include <map>
+#include <thread>
 #include <tuple>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
 #include "hvprof/report/load.h"
+#include "hvprof/store/samples_file.h"
 #include "hvprof/store/session.h"
 #include "hvprof/store/windows.h"
 #include "host_harness.h"
@@ -79,9 +82,12 @@ TEST_CASE("continuous windows follow each other on the clock, and every sample i
   CHECK(status.out.find("window 20 in progress") != std::string::npos);
   CHECK(status.out.find("20 windows kept") != std::string::npos);
   // Saving and resetting are the windows' own business.
-  auto save = host.Hvprof({"--save=mine"});
-  CHECK(save.status != 0);
-  CHECK(save.err.find("profiles continuously") != std::string::npos);
+  for (const char* refused : {"--save=mine", "--stop", "--reset"}) {
+    auto tried = host.Hvprof({refused});
+    INFO(refused << ": " << tried.err);
+    CHECK(tried.status != 0);
+    CHECK(tried.err.find("profiles continuously") != std::string::npos);
+  }
 
   REQUIRE(host.Hvprof({"--shutdown"}).status == 0);
 
@@ -205,4 +211,94 @@ TEST_CASE("a window reduced to its aggregate by the budget reports as before, an
   auto by_process = host.Report({"--session=" + windows[0].name, "--by-process"});
   CHECK(by_process.status != 0);
   CHECK(by_process.err.find("raw samples were dropped") != std::string::npos);
+}
+
+TEST_CASE("a report over a time range merges its windows: what they hold added up, in every view",
+          "[continuous][range]") {
+  Host host(TestScenario("intel-arch-v4", 34));
+  REQUIRE(host.Hvprof({"--start-daemon", "--passive-domains=guest2", "--event=CPU_CLK_UNHALTED:20000", "-g",
+                       "--continuous=50ms"})
+              .status == 0);
+  (void)host.GroundTruth(true);
+  REQUIRE(host.Hvprof({"--run-sim=520ms"}).status == 0);
+  const Json truth = host.GroundTruth(false);
+  // The window in progress, as hvprofd has flushed it so far (it flushes every second).
+  const auto flushed = [&] {
+    auto read = store::ReadSamplesFile(host.current() + "/" + store::kSamplesFile, [](const store::StoredSample&) {});
+    return read ? read.value().samples : 0;
+  };
+  const std::vector<store::WindowEntry> windows = Windows(host);
+  REQUIRE(windows.size() == 10);
+
+  // Windows 3 to 6 by their times: those that overlap the range, whole.
+  const report::TimeRange middle{.since_ns = windows[3].window.start_ns, .until_ns = windows[6].window.end_ns};
+  report::LoadOptions stacks;
+  stacks.stacks = true;
+  auto merged = report::LoadWindows(host.session_root(), middle, stacks);
+  INFO((merged ? std::string() : merged.error().message()));
+  REQUIRE(merged.has_value());
+  CHECK(merged.value().problems().empty());
+  std::map<Key, uint64_t> seen, added;
+  Count(merged.value(), seen);
+  uint64_t samples = 0, stacks_added = 0;
+  for (size_t i = 3; i <= 6; ++i) {
+    auto one = report::LoadProfile(windows[i].directory, stacks);
+    REQUIRE(one.has_value());
+    Count(one.value(), added);
+    samples += one.value().metadata().samples_stored;
+    for (const report::Stack& stack : one.value().stacks()) stacks_added += stack.count;
+  }
+  CHECK(seen == added);
+  const store::SessionMetadata& m = merged.value().metadata();
+  CHECK(m.samples_stored == samples);
+  REQUIRE(m.window.has_value());
+  CHECK(m.window->start_ns == windows[3].window.start_ns);
+  CHECK(m.window->end_ns == windows[6].window.end_ns);
+  uint64_t stacks_seen = 0;
+  for (const report::Stack& stack : merged.value().stacks()) stacks_seen += stack.count;
+  CHECK(stacks_seen == stacks_added);
+  CHECK(stacks_seen == merged.value().total_samples());
+
+  // Every window and the one in progress: the ground truth, once the window in progress is
+  // flushed (no --dump: its aggregate is behind, and its samples are counted), and through the
+  // command as a user runs it.
+  auto first = store::OpenSession(windows[0].directory);
+  REQUIRE(first.has_value());
+  const std::map<Key, uint64_t> expected = Truth(truth, first.value().metadata.events.at(0).counter);
+  uint64_t in_windows = 0, sampled = 0;
+  for (const store::WindowEntry& w : windows) in_windows += w.samples;
+  for (const auto& [key, count] : expected) sampled += count;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (in_windows + flushed() < sampled && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  auto all = report::LoadWindows(host.session_root(), {}, {});
+  REQUIRE(all.has_value());
+  CHECK(all.value().problems().empty());
+  std::map<Key, uint64_t> everything;
+  Count(all.value(), everything);
+  for (const auto& [key, count] : expected) {
+    INFO("domain " << std::get<0>(key) << " " << kModes[std::get<1>(key)] << " " << std::get<2>(key));
+    CHECK(everything[key] == count);
+  }
+  auto flat = host.Report({"--last=1d", "-l"});
+  INFO(flat.out << flat.err);
+  CHECK(flat.status == 0);
+  CHECK(flat.out.find("11 windows of continuous profiling merged") != std::string::npos);
+  auto folded = host.Report({"--last=1d", "--format=folded"});
+  CHECK(folded.status == 0);
+  CHECK(!folded.out.empty());
+  const std::string pprof = host.session_root() + "/range.pb.gz";
+  auto profile = host.Report({"--last=1d", "--format=pprof", "-o", pprof});
+  INFO(profile.err);
+  CHECK(profile.status == 0);
+  CHECK(profile.err.find("no vcpu, pcpu or tid labels") != std::string::npos);
+  CHECK(std::filesystem::file_size(pprof) > 100);
+  auto by_process = host.Report({"--last=1d", "--by-process"});
+  CHECK(by_process.status == 1);
+  CHECK(by_process.err.find("report one window") != std::string::npos);
+  auto none = host.Report({"--since=@1", "--until=@2"});
+  CHECK(none.status == 1);
+  CHECK(none.err.find("no window of continuous profiling") != std::string::npos);
+  REQUIRE(host.Hvprof({"--shutdown"}).status == 0);
 }

@@ -279,3 +279,31 @@ TEST_CASE("hvprof-report's accepted commands, as typed requests", "[cli]") {
     }
   }
 }
+
+TEST_CASE("hvprof-report --since, --until and --last: a range of continuous mode's windows", "[cli][continuous]") {
+  auto parse = [](std::vector<std::string> args) { return control::ParseReportRequest(args, {}); };
+  auto given = parse({"--since=@1796000000", "--until=@1796003600", "-l"});
+  REQUIRE(given.has_value());
+  REQUIRE(given.value().range.has_value());
+  CHECK(given.value().range->since_ns == 1'796'000'000'000'000'000);
+  CHECK(given.value().range->until_ns == 1'796'003'600'000'000'000);
+  auto last = parse({"--last=5m"});
+  REQUIRE(last.has_value());
+  REQUIRE(last.value().range.has_value());
+  CHECK(last.value().range->until_ns == UINT64_MAX);
+  CHECK(parse({"--since=2026-11-30 14:25"}).has_value());
+  CHECK(parse({"--since=00:00", "--until=23:59:59"}).has_value());
+  for (const auto& [args, words] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--last=5m", "--since=-1h"}, "give it or --since/--until"},
+           {{"--since=@2", "--until=@1"}, "not after --since"},
+           {{"--since=yesterday"}, "not a time"},
+           {{"--last=soon"}, "not a duration"},
+           {{"--last=1h", "baseline"}, "not with a session named"},
+           {{"--last=1h", "--list"}, "not with a session named"},
+           {{"--last=1h", "--sched"}, "not with a session named"}}) {
+    auto refused = parse(args);
+    REQUIRE_FALSE(refused.has_value());
+    INFO(refused.error().message());
+    CHECK(refused.error().message().find(words) != std::string::npos);
+  }
+}

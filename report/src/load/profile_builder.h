@@ -115,6 +115,17 @@ class ProfileBuilder {
 
   // LoadProfile: reads the session and builds its Profile.
   static Result<Profile> Load(const std::string& directory, const LoadOptions& options);
+  // LoadWindows (load/windows.cpp): the windows in a time range as one Profile.
+  static Result<Profile> LoadWindows(const std::string& session_root, const TimeRange& range,
+                                     const LoadOptions& options);
+  // A profile of the session `directory` whose metadata is `metadata`, nothing counted yet.
+  static void Adopt(Profile& profile, store::SessionMetadata metadata, std::string directory) {
+    profile.metadata_ = std::move(metadata);
+    profile.directory_ = std::move(directory);
+  }
+  // What a report of an aggregate needs of the context, from the aggregate: its images, numbered
+  // as context.hvc numbers them, and the regions its per-process addresses fell in, in time order.
+  static void ContextOfAggregate(const store::Aggregate& counted, store::ContextIndex& context);
   static Result<std::vector<uint32_t>> Slice(const Profile& profile, uint32_t slices);
   // Slice's counts of the entries an address was split into by time (SplitJitByTime), from the
   // raw samples.

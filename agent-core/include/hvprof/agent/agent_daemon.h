@@ -5,11 +5,13 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "hvprof/agent/agent_status.h"
@@ -97,8 +99,12 @@ class AgentDaemon {
   // session closes, the platform first settles what it still finds out (FetchContextEvents).
   void FetchContext(bool final);
   // Records every ring's counters and the losses the engine reports (`status`; null where the
-  // hypervisor has no status op) in the session metadata.
+  // hypervisor has no status op) in the session metadata: what they grew by since the session
+  // opened (a window, or a session after --save, repeats none of the one before).
   void UpdateMetadata(const hvpmu::Status* status);
+  // A loss count the hypervisor or the platform keeps for the agent's life (`absolute`, now), as
+  // the current session counts it: what it grew by since the session opened.
+  uint64_t SinceSessionOpened(uint64_t store::LossRecord::*field, uint64_t absolute);
 
   // The actions both roles share.
   Result<Json> Dump();
@@ -188,13 +194,26 @@ class AgentDaemon {
     std::string series;
     uint64_t index = 0;
     uint64_t start_ns = 0;   // recorded time
+    std::vector<store::WindowEntry> windows;  // the closed windows kept, oldest first
     ContinuousStatus status;
   };
   // The window record of the current session, as the window in progress says.
   void StampWindow();
   void ApplyBudget(uint64_t now_ns);
 
+  // The counts the engine, the rings and the platform keep for the agent's life, as last read and
+  // as they stood when the current session opened.
+  struct LifetimeCounts {
+    store::LossRecord losses;
+    uint64_t idle = 0;
+    std::map<std::tuple<uint16_t, uint32_t, std::string>, store::RingRecord> rings;  // owner, index, kind
+  };
+  LifetimeCounts counts_now_;
+  LifetimeCounts counts_at_open_;
+
   std::optional<Continuous> continuous_;
+  // What the build-id cache holds, as its last use said (continuous mode counts it).
+  std::optional<uint64_t> build_id_cache_bytes_;
   ScopedFd control_;
   ScopedFd profiler_lock_;
   std::atomic<bool> shutdown_requested_{false};

@@ -20,6 +20,11 @@ std::string FormatDuration(uint64_t ns);
 // ("2026-11-30 14:25:00"); "?" for 0.
 std::string FormatLocalTime(uint64_t ns);
 
+// A point in time as a user types it, as CLOCK_REALTIME ns: "2026-11-30 14:25", "2026-11-30T14:25:00",
+// "2026-11-30" (midnight), "14:25" or "14:25:30" (today), all local time; "@1796000000" (seconds
+// since the epoch); "now"; "-2h" (a duration before `now_ns`).
+Result<uint64_t> ParseTimeNs(std::string_view text, uint64_t now_ns);
+
 // Decimal, or hex with 0x.
 Result<uint64_t> ParseUnsigned(std::string_view text);
 

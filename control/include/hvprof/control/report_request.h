@@ -59,6 +59,9 @@ struct ReportRequest {
   std::string output;        // -o; empty (or "-"): standard output
   std::string session;       // the one session reported; empty: the one report::ChooseSession picks
   std::string session_root;  // --session-dir
+  // --since, --until, --last: continuous mode's windows in this range, merged (report::LoadWindows),
+  // instead of one session.
+  std::optional<report::TimeRange> range;
   // The tables' view and filters (the colour decided for the terminal the report goes to).
   report::ReportOptions table;
   // What the command line says of loading; the session's own fields (build-id roots, the

@@ -3,6 +3,7 @@
 // its active guests published, and every sample attributed to an image and a symbol.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,23 @@ struct LoadOptions {
 };
 
 Result<Profile> LoadProfile(const std::string& directory, const LoadOptions& options);
+
+// A span of wall-clock time, CLOCK_REALTIME ns: [since_ns, until_ns).
+struct TimeRange {
+  uint64_t since_ns = 0;
+  uint64_t until_ns = UINT64_MAX;
+};
+
+// Continuous mode's windows under `session_root` (store/windows.h) that overlap `range`, whole,
+// and the window in progress (samples/current) when it does, as one profile: each window's
+// samples counted as its aggregate counts them (from samples.hvs where the aggregate is missing
+// or behind, as in the window in progress), the aggregates merged (store::MergeAggregates), the
+// metadata summed (samples, losses, idle samples, profiling intervals; the window record spans
+// them all). Every view of one session's aggregate works on it: flat, call graph, stacks. Not the
+// views that need every sample (LoadOptions::processes, stack_threads) nor --all-domains: those
+// are refused (kUnsupported), saying to report one window. No window in the range is kNotFound,
+// saying which span the windows cover.
+Result<Profile> LoadWindows(const std::string& session_root, const TimeRange& range, const LoadOptions& options);
 
 // Each of profile.entries()'s samples in `slices` equal spans of time, from the session's first
 // sample to its last (by the platform's clock each sample carries), entry by entry:

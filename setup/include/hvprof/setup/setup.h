@@ -64,7 +64,8 @@ struct SetupOptions {
   uint64_t build_id_cache_bytes = 0;
   // --continuous[=WINDOW]: hvprofd profiles from its start and, every window_ns (0: not
   // continuous), closes the window into a saved session of its own without stopping the counters
-  // (store/windows.h). --keep-size and --keep-age: the windows' budget (0: the defaults).
+  // (store/windows.h). --keep-size and --keep-age: the windows' budget (the command line fills in
+  // the defaults; 0 here: no bound).
   uint64_t window_ns = 0;
   uint64_t keep_bytes = 0;
   uint64_t keep_age_ns = 0;

@@ -353,6 +353,14 @@ struct Aggregate {
   std::vector<uint32_t> slice_counts;
 };
 
+// The aggregates of several sessions (continuous mode's windows) as one: images by path and
+// build-id renumbered and their words rewritten, equal keys' counts added, stacks merged, regions
+// kept (the latest of equal ones). Regions and stacks only where every part has them; no time
+// slices (each part's span is its own); source_bytes 0 (no one samples.hvs stands behind it).
+// A word naming an image its part does not list stays an unknown address. More distinct images
+// than image words can number is kUnsupported.
+Result<Aggregate> MergeAggregates(std::vector<Aggregate> parts);
+
 // The time slices hvprofd counts into aggregate.hva (and hvprof-report --diff uses by default).
 inline constexpr uint32_t kAggregateTimeSlices = 10;
 // At most this many slices are kept in an aggregate.

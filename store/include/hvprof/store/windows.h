@@ -54,18 +54,22 @@ struct PruneOutcome {
   std::vector<std::string> problems;
 };
 
-// Keeps the windows within `budget`, oldest first: removes the windows that ended more than
-// age_ns before `now_ns`; then, while the windows and `other_bytes` (what else the budget holds:
-// the current session, the build-id cache) take more than budget.bytes, drops the raw samples
-// (samples.hvs, context.hvc, sched.hvs) of the oldest window that still has them and has an
-// aggregate, and once none has, removes the oldest window. The newest window is never removed:
-// a budget smaller than one window keeps one.
-PruneOutcome PruneWindows(const SessionPaths& paths, const WindowBudget& budget, uint64_t now_ns,
+// Keeps `windows` (ListWindows's, kept up to date by the caller) within `budget`, oldest first:
+// removes the windows that ended more than age_ns before `now_ns`; then, while the windows and
+// `other_bytes` (what else the budget holds: the window in progress, the build-id cache) take
+// more than budget.bytes, drops the raw samples (samples.hvs, context.hvc, sched.hvs) of the
+// oldest window that still has them and an aggregate that stands for them, and once none has,
+// removes the oldest window (renamed to .removing-NAME first, so that no one lists it half
+// removed). The newest window is never removed: a budget smaller than one window keeps one.
+// `windows` is left as what remains.
+PruneOutcome PruneWindows(std::vector<WindowEntry>& windows, const WindowBudget& budget, uint64_t now_ns,
                           uint64_t other_bytes);
 
 // Drops a window's raw samples, keeping its aggregate (and JIT files, published profiles):
-// session.json first says so (WindowRecord::raw_dropped), then the files go. Refused (kBadState)
-// for a window without an aggregate.
+// session.json first says so (WindowRecord::raw_dropped), then the files go (again, when a crash
+// came between). Refused (kBadState) for a window whose aggregate is missing, damaged, or does not
+// stand for all its samples (written before its last samples, or without the regions that name
+// per-process addresses when context.hvc would go).
 Result<void> DropRawSamples(const std::string& directory);
 
 }  // namespace hvprof::store
