@@ -226,7 +226,16 @@ TEST_CASE("a process that exits during the run is still symbolized", "[linux][li
 
   const Process* process = machine->processes().Find(pid);
   REQUIRE(process != nullptr);
-  CHECK(process->exited);
+  // perf's exit record comes through the ring the samples fill: where perf says it lost records
+  // (an overflow, seen once under ASan on a loaded machine), the exit may be among them, and the
+  // process is not known to have ended. Without a loss it must be.
+  const uint64_t lost_records = machine->Stats().totals.lost;
+  INFO("perf lost " << lost_records << " records");
+  if (lost_records == 0 || process->exited) {
+    CHECK(process->exited);
+  } else {
+    WARN("the exit was not seen; perf lost " << lost_records << " records, which may hold it");
+  }
   CHECK(process->comm == "linux_hotspots");
   CHECK(machine->SettleImages(std::chrono::seconds(60)));
   const std::string canonical = std::filesystem::canonical(kFixture).string();
