@@ -154,30 +154,9 @@ struct Words {
 // Which help page Describe lays out; every page's options are all read on every call.
 enum class Page : uint8_t { kWhole, kRun, kAction };
 
-void Describe(Words& w, po::options_description& all, Page page = Page::kWhole, std::string_view action = {}) {
-  po::options_description actions(kUsage);
-  actions.add_options()
-      ("start-daemon", "check the setup options below, start hvprofd and set up the "
-                       "hypervisor's profiler (counters stay off). Again with the same options: nothing to do "
-                       "(exit 0); with others: refused until --shutdown. Other events than the current "
-                       "session's are refused unless it recorded nothing (--save or --reset it first)")
-      ("start,s", "start profiling (in dom0: once every active guest has started)")
-      ("stop,t", "stop profiling and write the samples; the daemon stays up")
-      ("dump,d", "write the samples collected so far (fails when no hvprofd runs: there is nothing to write)")
-      ("shutdown", "stop, write the samples, release the profiler and end the daemon, then the hvprof-hv its "
-                   "--start-daemon started, if any, even if another session root's daemon uses it too "
-                   "(opcontrol's -h is help here)")
-      ("reset", "empty the current session (samples/current)")
-      ("save", po::value(&w.save_name), "keep the current session as samples/NAME and carry on in a fresh one; a session without samples is not "
-                                          "saved (`hvprof run` saves each of its runs itself)")
-      ("status", "the daemon, the hypervisor's profiler, every domain's role and rings, losses; with --sched, the scheduling records stored and lost")
-      ("list-events,l", "the events of this machine's CPU and their unit masks")
-      ("publish", "in an active guest: hand this domain's symbolized profile to dom0 for its whole-host report "
-                  "(hvprof-report --all-domains)")
-      ("run-sim", po::value(&w.run_sim), "simulated machines: advance the clock by DURATION (e.g. 2s) while draining")
-      ("help,h", "show this help")
-      ("version", "print hvprof's version");
-  // The run page starts with its usage, and the setup options are its first.
+// --start-daemon's setup options (`hvprof run` takes them too). The run page starts with its
+// usage, and the setup options are its first.
+po::options_description DescribeSetup(Words& w, Page page) {
   po::options_description options(page == Page::kRun ? std::string(kRunUsage) + "\n\nSetup options"
                                                      : std::string("Setup options (with --start-daemon)"));
   options.add_options()
@@ -235,6 +214,33 @@ void Describe(Words& w, po::options_description& all, Page page = Page::kWhole, 
       ("keep-age", po::value(&w.keep_age),
        "--continuous: windows that ended longer ago than this go (e.g. 12h, 30d; default 7d)")
       ("verbose,V", "log more in hvprofd.log");
+  return options;
+}
+
+void Describe(Words& w, po::options_description& all, Page page = Page::kWhole, std::string_view action = {}) {
+  po::options_description actions(kUsage);
+  actions.add_options()
+      ("start-daemon", "check the setup options below, start hvprofd and set up the "
+                       "hypervisor's profiler (counters stay off). Again with the same options: nothing to do "
+                       "(exit 0); with others: refused until --shutdown. Other events than the current "
+                       "session's are refused unless it recorded nothing (--save or --reset it first)")
+      ("start,s", "start profiling (in dom0: once every active guest has started)")
+      ("stop,t", "stop profiling and write the samples; the daemon stays up")
+      ("dump,d", "write the samples collected so far (fails when no hvprofd runs: there is nothing to write)")
+      ("shutdown", "stop, write the samples, release the profiler and end the daemon, then the hvprof-hv its "
+                   "--start-daemon started, if any, even if another session root's daemon uses it too "
+                   "(opcontrol's -h is help here)")
+      ("reset", "empty the current session (samples/current)")
+      ("save", po::value(&w.save_name), "keep the current session as samples/NAME and carry on in a fresh one; a session without samples is not "
+                                          "saved (`hvprof run` saves each of its runs itself)")
+      ("status", "the daemon, the hypervisor's profiler, every domain's role and rings, losses; with --sched, the scheduling records stored and lost")
+      ("list-events,l", "the events of this machine's CPU and their unit masks")
+      ("publish", "in an active guest: hand this domain's symbolized profile to dom0 for its whole-host report "
+                  "(hvprof-report --all-domains)")
+      ("run-sim", po::value(&w.run_sim), "simulated machines: advance the clock by DURATION (e.g. 2s) while draining")
+      ("help,h", "show this help")
+      ("version", "print hvprof's version");
+  po::options_description options = DescribeSetup(w, page);
   po::options_description general("General options");
   general.add_options()
       ("domain", po::value(&w.setup.domain), "the domain this command runs in: 0 (the default) is dom0; on the sim, "
@@ -352,6 +358,16 @@ Result<void> SplitDomainLists(const Words& w, setup::SetupOptions& setup) {
   return Ok();
 }
 
+// A size option (k, M, G, T) of at least `least_mib` MiB; `advice` says what to give instead.
+Result<uint64_t> SizeOption(std::string_view option, const std::string& typed, uint64_t least_mib,
+                            std::string_view advice) {
+  HVPROF_TRY(bytes, buildid_cache::ParseSize(typed));
+  if (bytes < (least_mib << 20)) {
+    return Refuse(fmt::format("--{}={} keeps less than {} MiB, {}", option, typed, least_mib, advice));
+  }
+  return bytes;
+}
+
 // --continuous and its budget.
 Result<void> ReadContinuous(const po::variables_map& values, Words& w) {
   setup::SetupOptions& setup = w.setup;
@@ -374,12 +390,7 @@ Result<void> ReadContinuous(const po::variables_map& values, Words& w) {
   }
   setup.keep_bytes = setup::kDefaultKeepBytes;
   if (!w.keep_size.empty()) {
-    HVPROF_TRY(bytes, buildid_cache::ParseSize(w.keep_size));
-    if (bytes < (uint64_t{16} << 20)) {
-      return Refuse(fmt::format("--keep-size={} keeps less than 16 MiB, too little for the windows: give more "
-                                "(e.g. 2G)",
-                                w.keep_size));
-    }
+    HVPROF_TRY(bytes, SizeOption("keep-size", w.keep_size, 16, "too little for the windows: give more (e.g. 2G)"));
     setup.keep_bytes = bytes;
   }
   setup.keep_age_ns = setup::kDefaultKeepAgeNs;
@@ -428,12 +439,8 @@ Result<void> ReadSetup(const po::variables_map& values, Words& w, bool run, cons
     return Refuse(fmt::format("--build-id-cache={}: give an absolute path, or none", setup.build_id_cache));
   }
   if (!w.build_id_cache_size.empty()) {
-    HVPROF_TRY(bytes, buildid_cache::ParseSize(w.build_id_cache_size));
-    if (bytes < (uint64_t{1} << 20)) {
-      return Refuse(fmt::format("--build-id-cache-size={} keeps less than 1 MiB, too little for any image: give more "
-                                "(e.g. 2G), or --build-id-cache=none for no cache",
-                                w.build_id_cache_size));
-    }
+    HVPROF_TRY(bytes, SizeOption("build-id-cache-size", w.build_id_cache_size, 1,
+                                 "too little for any image: give more (e.g. 2G), or --build-id-cache=none for no cache"));
     setup.build_id_cache_bytes = bytes;
   }
   HVPROF_TRYV(ReadContinuous(values, w));

@@ -81,6 +81,25 @@ std::optional<store::Aggregate> ProfileBuilder::UsableAggregate(Profile& profile
   return std::move(read).value();
 }
 
+Result<std::optional<store::Aggregate>> ProfileBuilder::StoredAggregate(Profile& profile, const LoadOptions& options,
+                                                                        std::optional<uint64_t> samples_bytes) {
+  const std::string path = profile.directory_ + "/" + store::kAggregateFile;
+  if (samples_bytes) return UsableAggregate(profile, options, path, *samples_bytes);
+  const store::SessionMetadata& m = profile.metadata_;
+  if (!m.window || !m.window->raw_dropped) return std::optional<store::Aggregate>();
+  // The aggregate alone stands for what samples.hvs held.
+  std::optional<store::Aggregate> usable = UsableAggregate(profile, options, path, m.samples_file_bytes);
+  if (!usable) {
+    return MakeError(ErrorKind::kUnsupported,
+                     "{} is a window whose raw samples were dropped to keep the windows within their disk budget "
+                     "(hvprofd --keep-size): its aggregate serves the flat, call-graph and stack views, not this one "
+                     "(by process, or pprof's thread labels), or it is damaged; report a newer window, or keep more "
+                     "(docs/continuous.md)",
+                     profile.directory_);
+  }
+  return usable;
+}
+
 Result<store::Aggregate> ProfileBuilder::ReadRawSamples(Profile& profile, const LoadOptions& options,
                                                         const std::string& samples,
                                                         const store::Translation& translation) {
@@ -109,6 +128,12 @@ Result<store::Aggregate> ProfileBuilder::ReadRawSamples(Profile& profile, const 
 void ProfileBuilder::NoteSessionState(Profile& profile, std::optional<uint64_t> samples_bytes) {
   const store::SessionMetadata& m = profile.metadata_;
   const std::string samples = profile.directory_ + "/" + store::kSamplesFile;
+  if (m.window && m.window->raw_dropped) {
+    profile.metadata_.notes.push_back(
+        "this window's raw samples were dropped to keep the windows within their disk budget: it is reported from "
+        "its aggregate");
+    return;
+  }
   if (samples_bytes && *samples_bytes < m.samples_file_bytes) {
     profile.problems_.push_back(fmt::format("{} holds {} bytes where the session had written {}: it was truncated",
                                             samples, *samples_bytes, m.samples_file_bytes));
@@ -141,7 +166,6 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
   }
   profile.metadata_.notes = std::move(notes);
   const std::string samples = profile.directory_ + "/" + store::kSamplesFile;
-  const std::string aggregate_path = profile.directory_ + "/" + store::kAggregateFile;
   struct stat st {};
   const bool have_samples = ::stat(samples.c_str(), &st) == 0;
   const Stopwatch reading;
@@ -201,18 +225,8 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
     profile.whole_context_ = std::make_shared<Profile::WholeContext>();
   };
   profile.keeps_pids_ = options.processes;
-  std::optional<store::Aggregate> usable =
-      have_samples  ? UsableAggregate(profile, options, aggregate_path, static_cast<uint64_t>(st.st_size))
-      : raw_dropped ? UsableAggregate(profile, options, aggregate_path, profile.metadata_.samples_file_bytes)
-                    : std::nullopt;
-  if (raw_dropped && !usable) {
-    return MakeError(ErrorKind::kUnsupported,
-                     "{} is a window whose raw samples were dropped to keep the windows within their disk budget "
-                     "(hvprofd --keep-size): its aggregate serves the flat, call-graph and stack views, not this one "
-                     "(by process, or pprof's thread labels), or it is damaged; report a newer window, or keep more "
-                     "(docs/continuous.md)",
-                     profile.directory_);
-  }
+  HVPROF_TRY(usable, StoredAggregate(profile, options,
+                                     have_samples ? std::optional<uint64_t>(st.st_size) : std::nullopt));
   const bool from_aggregate = usable.has_value();
   store::Aggregate aggregate = from_aggregate ? std::move(*usable) : store::Aggregate();
   if (from_aggregate && may_skip_context && aggregate.has_regions) take_regions(aggregate);
@@ -223,13 +237,7 @@ Result<Profile> ProfileBuilder::Load(const std::string& directory, const LoadOpt
     HVPROF_TRY(raw, ReadRawSamples(profile, options, samples, translation));
     aggregate = std::move(raw);
   }
-  if (raw_dropped) {
-    profile.metadata_.notes.push_back(
-        "this window's raw samples were dropped to keep the windows within their disk budget: it is reported from "
-        "its aggregate");
-  } else {
-    NoteSessionState(profile, have_samples ? std::optional<uint64_t>(st.st_size) : std::nullopt);
-  }
+  NoteSessionState(profile, have_samples ? std::optional<uint64_t>(st.st_size) : std::nullopt);
   std::vector<PublishedProfile> published;
   if (options.all_domains) published = ProfileBuilder::ReadPublished(profile, &aggregate, TotalCount(aggregate));
   profile.timings_.read_seconds = reading.Seconds();

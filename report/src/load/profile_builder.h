@@ -139,6 +139,11 @@ class ProfileBuilder {
   // long) in this report, else nothing (and why, among the problems, when it is damaged).
   static std::optional<store::Aggregate> UsableAggregate(Profile& profile, const LoadOptions& options,
                                                          const std::string& path, uint64_t samples_bytes);
+  // The stored aggregate that stands for the session's samples in this report: UsableAggregate
+  // for a samples.hvs `samples_bytes` long; without one, where the budget dropped a window's raw
+  // samples, the aggregate must serve (an error says why it cannot); else nothing.
+  static Result<std::optional<store::Aggregate>> StoredAggregate(Profile& profile, const LoadOptions& options,
+                                                                 std::optional<uint64_t> samples_bytes);
   // samples.hvs counted in one pass (as the aggregate would have counted it), with its damage.
   static Result<store::Aggregate> ReadRawSamples(Profile& profile, const LoadOptions& options,
                                                  const std::string& samples, const store::Translation& translation);

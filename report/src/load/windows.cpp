@@ -80,17 +80,14 @@ Result<Chosen> ChooseWindows(const store::SessionPaths& paths, const TimeRange& 
 Result<Part> ReadPart(const std::string& name, const std::string& directory, const LoadOptions& options,
                       std::vector<std::string>& problems) {
   HVPROF_TRY(session, store::OpenSession(directory));
-  Profile scratch;  // for UsableAggregate's checks and the problems it finds
+  Profile scratch;  // for StoredAggregate's checks and the problems it finds
   ProfileBuilder::Adopt(scratch, std::move(session.metadata), session.directory);
   const store::SessionMetadata& m = scratch.metadata();
   const std::string samples = directory + "/" + store::kSamplesFile;
   struct stat st {};
   const bool have_samples = ::stat(samples.c_str(), &st) == 0;
-  const bool raw_dropped = m.window && m.window->raw_dropped;
-  std::optional<store::Aggregate> usable;
-  const std::string aggregate_path = directory + "/" + store::kAggregateFile;
-  if (have_samples) usable = ProfileBuilder::UsableAggregate(scratch, options, aggregate_path, st.st_size);
-  else if (raw_dropped) usable = ProfileBuilder::UsableAggregate(scratch, options, aggregate_path, m.samples_file_bytes);
+  HVPROF_TRY(usable, ProfileBuilder::StoredAggregate(
+                         scratch, options, have_samples ? std::optional<uint64_t>(st.st_size) : std::nullopt));
   Part part{name, m, {}};
   if (usable) {
     part.aggregate = std::move(*usable);
@@ -123,10 +120,7 @@ Result<Part> ReadPart(const std::string& name, const std::string& directory, con
                                     "losses are recorded when it closes");
     }
   } else {
-    return MakeError(ErrorKind::kUnsupported,
-                     "{} has neither raw samples nor an aggregate that serves this view (its raw samples were dropped "
-                     "to keep the windows within their budget); leave it out of the range",
-                     directory);
+    return MakeError(ErrorKind::kCorrupt, "{} has neither samples.hvs nor an aggregate that stands for it", directory);
   }
   for (const std::string& problem : scratch.problems()) problems.push_back(name + ": " + problem);
   // Its JIT files, named from the samples directory the merged profile reads them from.
