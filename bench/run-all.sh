@@ -41,14 +41,16 @@ benches=(
   "long|bench/long/run.sh 1 5 30|bench/long/run.sh 1"
   "sim-day|bench/long/sim-day.sh 24 60|bench/long/sim-day.sh 1 15"
   "buildid-cache|bench/buildid-cache/run.sh 3|bench/buildid-cache/run.sh 1"
+  "continuous-overhead|bench/continuous/overhead.sh 120 60s|bench/continuous/overhead.sh 30 10s"
+  "continuous-week|bench/continuous/week.sh 7 10m|bench/continuous/week.sh 1 10m"
 )
 if [ "$list" = 1 ]; then
   for entry in "${benches[@]}"; do IFS='|' read -r name full short <<<"$entry"; echo "$name: $full"; done
   exit 0
 fi
 
-ninja -C build sample_path_bench agent_bench sim_bench hvprof hvprofd hvprof-hv hvprof-report hvprof-symbolize \
-  linux_hotspots linux_sched_mix >/dev/null || { echo "run-all: the build failed" >&2; exit 2; }
+ninja -C build sample_path_bench agent_bench sim_bench continuous_week hvprof hvprofd hvprof-hv hvprof-report \
+  hvprof-symbolize linux_hotspots linux_sched_mix >/dev/null || { echo "run-all: the build failed" >&2; exit 2; }
 logs=$(mktemp -d /tmp/hvprof-bench.XXXXXX)
 figures="$logs/figures.tsv"
 : >"$figures"

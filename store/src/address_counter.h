@@ -6,15 +6,17 @@
 //
 // A slot is 16 bytes: the address, the number of its tag (domain, mode, event, pid: a session
 // has few distinct ones, numbered as they come) and a 32-bit count; the rare count beyond 32 bits
-// goes on in a side map. The table is anonymous memory with transparent huge pages asked for: a
-// table of millions of keys read at random then misses the TLB once per 2 MiB instead of on
-// nearly every key, and its pages need no zeroing by hand.
+// goes on in a side map. A large table (2 MiB and up) is anonymous memory with transparent huge
+// pages asked for: a table of millions of keys read at random then misses the TLB once per 2 MiB
+// instead of on nearly every key, and its pages need no zeroing by hand. A small one is heap.
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
+#include <memory>
 #include <new>
 #include <unordered_map>
 #include <utility>
@@ -171,13 +173,22 @@ class AddressCounter {
     }
   }
 
-  // A zeroed table of `capacity` slots (a power of two), in huge pages once it is large.
+  // A zeroed table of `capacity` slots (a power of two): in huge pages once it is large, else
+  // from the heap.
   void Allocate(size_t capacity) {
     const size_t bytes = capacity * sizeof(Slot);
-    auto memory = ScopedMmap::MapAnonymous(bytes, bytes >= (size_t{2} << 20));
-    if (!memory) throw std::bad_alloc();  // as a vector of the same size would
-    memory_ = std::move(memory).value();
-    slots_ = static_cast<Slot*>(memory_.data());
+    Memory memory;
+    if (bytes >= kHugeTableBytes) {
+      auto mapping = ScopedMmap::MapAnonymous(bytes, /*huge_pages=*/true);
+      if (!mapping) throw std::bad_alloc();  // as a vector of the same size would
+      memory.mapping = std::move(mapping).value();
+      slots_ = static_cast<Slot*>(memory.mapping.data());
+    } else {
+      memory.heap.reset(static_cast<Slot*>(std::calloc(capacity, sizeof(Slot))));
+      if (!memory.heap) throw std::bad_alloc();
+      slots_ = memory.heap.get();
+    }
+    memory_ = std::move(memory);
     capacity_ = capacity;
     mask_ = capacity - 1;
   }
@@ -226,7 +237,7 @@ class AddressCounter {
   }
 
   void Grow() {
-    const ScopedMmap old = std::move(memory_);
+    const Memory old = std::move(memory_);
     const Slot* old_slots = slots_;
     const size_t old_capacity = capacity_;
     Allocate(old_capacity * 2);
@@ -242,7 +253,23 @@ class AddressCounter {
     }
   }
 
-  ScopedMmap memory_;
+  // The table's memory. Small tables come from the heap, which hands a freed block to the next
+  // table: unmapping a mapping makes the kernel interrupt every CPU the process ran on to flush
+  // its TLB, and continuous mode, whose every window starts a builder with dozens of small
+  // tables (its time spans), spent most of its CPU there.
+  static constexpr size_t kHugeTableBytes = size_t{2} << 20;
+  struct FreeSlots {
+    void operator()(Slot* slots) const { std::free(slots); }
+  };
+  struct Memory {
+    ScopedMmap mapping;                  // a large table
+    std::unique_ptr<Slot, FreeSlots> heap;  // a small one
+    void Reset() {
+      mapping.Reset();
+      heap.reset();
+    }
+  };
+  Memory memory_;
   Slot* slots_ = nullptr;  // in memory_
   size_t capacity_ = 0;
   size_t mask_ = 0;

@@ -133,15 +133,15 @@ struct AggregateBuilder::State final : RegionSink {
   uint64_t samples = 0;
   uint64_t words[kMaxFrames + 1];
 
-  // Halves the number of spans: each two neighbours become one twice as wide.
+  // Halves the number of spans: each two neighbours become one twice as wide, the second counted
+  // into the first (no table made for it).
   void Widen() {
     std::vector<detail::AddressCounter> wider;
     wider.reserve(kMaxBuckets);
     for (size_t i = 0; i < buckets.size(); i += 2) {
-      wider.emplace_back(1u << 10);
-      for (size_t j = i; j < std::min(i + 2, buckets.size()); ++j) {
-        for (const AggregateEntry& entry : buckets[j].TakeSorted()) wider.back().Add(entry.key, entry.count);
-      }
+      wider.push_back(std::move(buckets[i]));
+      if (i + 1 == buckets.size()) continue;
+      for (const AggregateEntry& entry : buckets[i + 1].TakeSorted()) wider.back().Add(entry.key, entry.count);
     }
     buckets = std::move(wider);
     width_ns *= 2;
