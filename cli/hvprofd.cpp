@@ -76,7 +76,10 @@ int main(int argc, char** argv) {
     std::string setup_path;
     po::options_description described(
         "Usage: hvprofd --role=dom0|guest --setup=FILE [--ready-fd=N]\n\n"
-        "The hvprof agent. `hvprof --start-daemon` starts it with the setup it wrote; use that.\n\nOptions");
+        "The hvprof agent. `hvprof --start-daemon` starts it with the setup it wrote; use that.\n"
+        "SIGTERM and SIGINT end it as `hvprof --shutdown` does; SIGHUP makes it read the setup file again and\n"
+        "take on a new budget, --verbose or continuous window, as `hvprof --reload` does (a file that changes\n"
+        "anything else changes nothing: that needs a restart).\n\nOptions");
     described.add_options()("help,h", "show this help")("version", "print hvprof's version")(
         "role", po::value(&role), "dom0 (the primary profiler) or guest (an active domain's agent)")(
         "setup", po::value(&setup_path), "the setup file (SESSION_DIR/daemonrc.json)")(

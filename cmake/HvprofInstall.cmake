@@ -1,16 +1,16 @@
 # What `cmake --install` puts where (GNUInstallDirs, relative to the prefix), and the .deb CPack
 # builds from the same rules (README, Install; scripts/test-package.sh tests both):
-#   bin/                              the five programs (install(TARGETS) in cli/CMakeLists.txt)
+#   bin/                              the six programs (install(TARGETS) in cli/CMakeLists.txt)
 #   share/hvprof/scenarios/           the simulator's scenarios, examples/*.json
 #   share/man/man1, man8              a man page per program (and hvprof-archive), made from its --help by help2man
 #   share/bash-completion/completions packaging/bash-completion/hvprof, under each program's name
-#   lib/systemd/system                hvprofd.service and hvprof-hv.service (packaging/systemd/)
+#   lib/systemd/system                hvprofd.service, hvprof-hv.service and hvprof-push.service (packaging/systemd/)
 #   share/doc/hvprof                  README.md, LICENSE and docs/
 # packaging/ holds these sources; it is no library target.
 
 set(HVPROF_PACKAGING ${PROJECT_SOURCE_DIR}/packaging)
 # Programs and their man page sections: daemons in 8, as Debian files them.
-set(HVPROF_PROGRAMS hvprof:1 hvprof-report:1 hvprof-symbolize:1 hvprof-hv:8 hvprofd:8)
+set(HVPROF_PROGRAMS hvprof:1 hvprof-report:1 hvprof-symbolize:1 hvprof-hv:8 hvprofd:8 hvprof-push:8)
 
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/examples/ DESTINATION ${CMAKE_INSTALL_DATADIR}/hvprof/scenarios
         FILES_MATCHING PATTERN "*.json")
@@ -72,7 +72,7 @@ endforeach()
 # (the prefix /usr keeps its settings in /etc, any other in PREFIX/etc).
 set(HVPROF_SYSTEMD_UNIT_DIR lib/systemd/system CACHE STRING
     "Where the systemd units go, relative to the prefix (systemd reads /usr/lib, /lib and /usr/local/lib)")
-foreach(unit hvprofd hvprof-hv)
+foreach(unit hvprofd hvprof-hv hvprof-push)
   set(written ${CMAKE_BINARY_DIR}/packaging/systemd/${unit}.service)
   install(CODE "
     set(HVPROF_BINDIR \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}\")
@@ -96,7 +96,8 @@ hvprof profiles a whole virtualized host (the hypervisor, dom0 and every guest) 
 tradition of Xenoprof: on Xen 4.17 through xenoprof, on a Linux host through perf_event_open, \
 or on a simulated machine. hvprof drives sessions; hvprof-report reports, compares and exports \
 them (text, JSON, pprof, flame graphs); hvprof-hv is the hypervisor side on Linux and the \
-simulator, hvprofd the agent, with a systemd unit for each daemon.")
+simulator, hvprofd the agent, hvprof-push the sender of continuous profiles to Pyroscope, with a \
+systemd unit for each daemon.")
 # hvprof_VERSION_ARCH.deb, as Debian names packages.
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION devel)

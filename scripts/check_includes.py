@@ -43,8 +43,9 @@ LAYERS = {
     # Session archives: a session and its images by build-id, written and unpacked (tar).
     "archive": ["buildid-cache", "store", "symbolizer", "base"],
     "report": ["stats", "archive", "buildid-cache", "store", "context", "symbolizer", "base"],
-    # Sends the report's stacks (as pprof) to other tools' servers.
-    "push": ["report", "store", "symbolizer", "base"],
+    # Sends the report's stacks (as pprof) to other tools' servers; continuous mode's windows (store)
+    # labelled by mode (facts).
+    "push": ["report", "store", "facts", "symbolizer", "base"],
     "control": ["archive", "buildid-cache", "push", "report", "agent-core", "setup", "hvprof-hv/protocol", "store", "symbolizer", "hypervisor-pmu",
                 "base"],
     "tests/fake-platform": ["hosted", "hypervisor-pmu", "base"],

@@ -11,7 +11,7 @@ seeds=$(realpath -m "${1:?usage: scripts/fuzz-seeds.sh OUT_DIR}")
 targets=(elf_image_fuzzer kernel_symbols_fuzzer session_files_fuzzer published_profile_fuzzer
          ring_reader_fuzzer scenario_fuzzer engine_ops_fuzzer archive_reader_fuzzer jit_symbols_fuzzer
          perf_records_fuzzer tracepoint_fuzzer xen_trace_fuzzer status_records_fuzzer elf_info_fuzzer redact_urls_fuzzer
-         quantities_fuzzer)
+         quantities_fuzzer push_state_fuzzer)
 cc=$(command -v clang || command -v gcc) || { echo "fuzz-seeds: needs clang or gcc" >&2; exit 1; }
 
 # Seeds: small ELF images made here (DWARF 4 and 5, inlining, a shared object, stripped, and
@@ -50,6 +50,7 @@ for format in tests/linux/fixtures/tracefs/*/format; do
 done
 cp fuzz/corpus/published/* "$seeds/published_profile_fuzzer/"
 cp fuzz/corpus/status_records/* "$seeds/status_records_fuzzer/"
+cp fuzz/corpus/push_state/* "$seeds/push_state_fuzzer/"
 cp examples/*.json tests/golden/scenario.json fuzz/corpus/scenario/* "$seeds/scenario_fuzzer/"
 python3 - "$seeds" <<'PY'
 import struct, sys

@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 seconds=${1:-25}
 targets=(elf_image_fuzzer kernel_symbols_fuzzer session_files_fuzzer published_profile_fuzzer
          ring_reader_fuzzer scenario_fuzzer engine_ops_fuzzer archive_reader_fuzzer jit_symbols_fuzzer
-         perf_records_fuzzer tracepoint_fuzzer xen_trace_fuzzer status_records_fuzzer quantities_fuzzer)
+         perf_records_fuzzer tracepoint_fuzzer xen_trace_fuzzer status_records_fuzzer elf_info_fuzzer
+         redact_urls_fuzzer quantities_fuzzer push_state_fuzzer)
 
 build=$(scripts/configure.sh asan)
 ninja -C "$build" -j"$(nproc)" "${targets[@]}"

@@ -58,7 +58,7 @@ dpkg-deb --field "$deb" Depends | grep -q libboost-program-options || fail "Depe
 installed=1
 apt-get install -y -q "$deb" >"$work/apt-install.log" 2>&1 || { cat "$work/apt-install.log" >&2; fail "apt-get install failed"; }
 mapfile -t files < <(dpkg -L hvprof | while read -r f; do [ -d "$f" ] || echo "$f"; done)
-programs=(hvprof hvprof-report hvprof-symbolize hvprof-hv hvprofd)
+programs=(hvprof hvprof-report hvprof-symbolize hvprof-hv hvprofd hvprof-push)
 for program in "${programs[@]}"; do
   [ -x "/usr/bin/$program" ] || fail "/usr/bin/$program is not installed"
   file "/usr/bin/$program" | grep -q ', stripped' || fail "/usr/bin/$program is not stripped"
@@ -68,7 +68,7 @@ done
 for program in hvprofd hvprof-hv; do
   readelf -n "/usr/bin/$program" | grep -q 'Provider: hvprof' || fail "/usr/bin/$program lost its USDT probes"
 done
-for unit in hvprofd hvprof-hv; do
+for unit in hvprofd hvprof-hv hvprof-push; do
   f=/usr/lib/systemd/system/$unit.service
   [ -f "$f" ] || fail "$f is not installed"
   grep -q "^ExecStart=/usr/bin/" "$f" || fail "$f does not run the programs in /usr/bin"

@@ -35,6 +35,10 @@ void OnSignal(int) {
   if (g_signal_agent != nullptr) g_signal_agent->RequestShutdown();
 }
 
+void OnReloadSignal(int) {
+  if (g_signal_agent != nullptr) g_signal_agent->RequestReload();
+}
+
 }  // namespace
 
 double PeakSampleRate(std::string_view event_name, uint64_t count) {
@@ -121,9 +125,20 @@ void AgentDaemon::RequestShutdown() {
   if (wake_.valid()) [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof one);
 }
 
+void AgentDaemon::RequestReload() {
+  reload_requested_ = true;
+  const uint64_t one = 1;
+  if (wake_.valid()) [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof one);
+}
+
 void AgentDaemon::HandleSignals(AgentDaemon* agent) {
   g_signal_agent = agent;
   InstallStopHandler(OnSignal);
+  InstallReloadHandler(OnReloadSignal);
+}
+
+Result<Json> AgentDaemon::ReloadSettings() {
+  return MakeError(ErrorKind::kUnsupported, "a guest's agent has no settings to reload: its setup is dom0's");
 }
 
 Result<void> AgentDaemon::Op(uint32_t op, std::span<std::byte> argument, bool tolerate_refusal) {
@@ -299,6 +314,11 @@ Result<void> AgentDaemon::Run() {
     if (sched_source_ && sched_source_->NotificationFd() >= 0) fds.push_back({sched_source_->NotificationFd(), POLLIN, 0});
     const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(PollIntervalMs()));
     if (ready < 0 && errno != EINTR) return ErrnoError(errno, "poll");
+    if (ready > 0 && (fds[1].revents & POLLIN) != 0) {
+      // A wake-up (a signal's request) is read, or poll would return at once from now on.
+      uint64_t wakes = 0;
+      [[maybe_unused]] const ssize_t n = ::read(wake_.get(), &wakes, sizeof wakes);
+    }
     if (ready > 0 && (fds[2].revents & (POLLHUP | POLLRDHUP | POLLERR)) != 0) {
       OnHypervisorLost();
       break;
@@ -306,6 +326,14 @@ Result<void> AgentDaemon::Run() {
     rings_.ClearNotifications();
     DrainAll();
     OnTick();
+    if (reload_requested_.exchange(false)) {
+      // SIGHUP: what it took is in the log (hvprof --reload asks, and is told).
+      if (auto reloaded = ReloadSettings(); reloaded) {
+        Log(LogLevel::kInfo, "reload: {}", reloaded.value().value("message", ""));
+      } else {
+        Log(LogLevel::kError, "reload: {}", reloaded.error().message());
+      }
+    }
     if (session_ && std::chrono::steady_clock::now() - last_flush > std::chrono::seconds(1)) {
       if (auto flushed = session_->Flush(); !flushed) Log(LogLevel::kError, "{}", flushed.error().message());
       last_flush = std::chrono::steady_clock::now();
@@ -376,6 +404,7 @@ Json AgentDaemon::Handle(const Json& request) {
                        "a session, run hvprofd without --continuous",
                        action);
   }
+  else if (action == "reload") result = ReloadSettings();
   else if (action == "start") result = Start();
   else if (action == "stop") result = Stop();
   else if (action == "dump") result = Dump();
@@ -606,6 +635,15 @@ Result<void> AgentDaemon::OpenBuildIdCache(const std::string& directory, uint64_
     return Ok();
   }
   build_id_cache_.emplace(std::move(cache).value());
+  return Ok();
+}
+
+Result<void> AgentDaemon::ResizeBuildIdCache(uint64_t max_bytes) {
+  if (!build_id_cache_ || build_id_cache_->max_bytes() == max_bytes) return Ok();
+  // The new one opened first: a failure keeps the cache as it was.
+  HVPROF_TRY(resized, buildid_cache::Cache::Open(build_id_cache_->directory(), max_bytes));
+  build_id_cache_.emplace(std::move(resized));
+  build_id_cache_bytes_.reset();
   return Ok();
 }
 

@@ -153,6 +153,19 @@ void AgentDaemon::ApplyBudget(uint64_t now_ns) {
   }
 }
 
+void AgentDaemon::UpdateWindows(uint64_t window_ns, const store::WindowBudget& budget) {
+  if (!continuous_) return;
+  Continuous& c = *continuous_;
+  c.window_ns = window_ns;
+  c.budget = budget;
+  c.status.window_ns = window_ns;
+  c.status.keep_bytes = budget.bytes;
+  c.status.keep_age_ns = budget.age_ns;
+  // On the sim the windows' time moves only as the clock is run: the window in progress's start
+  // is now enough for the age (a window that is too old then goes at the next close).
+  ApplyBudget(c.sim ? c.start_ns : WallClockNs());
+}
+
 std::optional<ContinuousStatus> AgentDaemon::ContinuousState() const {
   if (!continuous_) return std::nullopt;
   ContinuousStatus status = continuous_->status;

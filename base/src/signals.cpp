@@ -13,4 +13,12 @@ void InstallStopHandler(void (*on_stop)(int)) {
   ::signal(SIGPIPE, SIG_IGN);
 }
 
+void InstallReloadHandler(void (*on_reload)(int)) {
+  struct sigaction action {};
+  action.sa_handler = on_reload;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  ::sigaction(SIGHUP, &action, nullptr);
+}
+
 }  // namespace hvprof

@@ -27,6 +27,7 @@
 #include "hvprof/base/progress.h"
 #include "hvprof/base/scoped_fd.h"
 #include "hvprof/base/units.h"
+#include "hvprof/push/windows.h"
 
 namespace hvprof::control {
 
@@ -252,6 +253,48 @@ Result<Outcome> StartDaemon(const setup::SetupOptions& setup, const std::string&
     return launched.error();
   }
   return Outcome{warning + started + launched.value()};
+}
+
+Result<Outcome> Reload(const setup::SetupOptions& setup) {
+  if (setup.domain != 0) {
+    return MakeError(ErrorKind::kInvalidArgument, "--reload is dom0's: a guest's agent takes its setup from dom0");
+  }
+  HVPROF_TRYV(setup.CheckNumbers());
+  HVPROF_TRYV(setup::CheckBudget(setup));
+  for (const std::string& event : setup.events) HVPROF_TRYV(setup::ParseEventSpec(event));
+  const store::SessionPaths paths{setup.session_root};
+  const AgentProcess agent = FindAgent(paths);
+  if (!agent.running) {
+    return MakeError(ErrorKind::kBadState,
+                     "hvprofd is not running for {}: `hvprof --start-daemon` starts it with these settings", paths.root);
+  }
+  HVPROF_TRY(text, ReadFileToString(paths.setup(), size_t{1} << 20, Links::kRefuse));
+  HVPROF_TRY(running, setup::SetupOptions::FromJson(text, paths.setup()));
+  const setup::SettingsChange change = setup::CompareSettings(running, setup);
+  if (!change.restart.empty()) {
+    return MakeError(ErrorKind::kBadState,
+                     "hvprofd (pid {}) cannot change {} while it runs: nothing was changed. Restart it with the new "
+                     "settings (`hvprof --shutdown`, then `hvprof --start-daemon` with them; or `systemctl restart "
+                     "hvprofd`), or --reload with only --keep-size, --keep-age, --build-id-cache-size, --verbose or "
+                     "--continuous's window changed",
+                     agent.pid, fmt::join(change.restart, ", "));
+  }
+  if (change.live.empty()) {
+    return Outcome{fmt::format("hvprofd (pid {}) already runs with these settings; nothing to do", agent.pid)};
+  }
+  HVPROF_TRYV(WriteFileAtomically(paths.setup(), setup.ToJson().dump(1) + "\n"));
+  auto response = Send(paths, Json{{"action", "reload"}});
+  if (!response) {
+    // The file says what hvprofd runs with: as it was.
+    if (auto restored = WriteFileAtomically(paths.setup(), text); !restored) {
+      return response.error().WithContext(
+          fmt::format("{} (and {} could not be restored: {})", "hvprofd did not take the settings", paths.setup(),
+                      restored.error().message()));
+    }
+    return response.error().WithContext("hvprofd did not take the settings; nothing was changed");
+  }
+  return Outcome{
+      fmt::format("hvprofd (pid {}): {}", agent.pid, response.value().value("message", std::string("reloaded")))};
 }
 
 namespace {
@@ -545,6 +588,39 @@ Result<Outcome> RunSim(const store::SessionPaths& paths, uint64_t duration_ns) {
   return Outcome{fmt::format("the simulated machine ran {:.3f} s", response.value("ran_ns", uint64_t{0}) / 1e9)};
 }
 
+namespace {
+
+// What hvprof-push did with the windows (push.json), when it ever ran for this root.
+std::string FormatPush(const store::SessionPaths& paths) {
+  auto read = push::ReadPushState(paths);
+  if (!read) {
+    if (read.error().kind() == ErrorKind::kNotFound) return std::string();
+    return fmt::format("PUSH:    {}\n", EscapeForTerminal(read.error().message()));
+  }
+  const push::PushState& s = read.value();
+  const std::optional<PidFileHolder> holder = ReadPidFile(paths.root + "/" + std::string(push::kPushLockFile));
+  const bool running = holder && holder->held;
+  std::string out = fmt::format("push:    {} pushed to {} ({} series, {}); {}\n", Plural(s.windows_pushed, "window"),
+                                EscapeForTerminal(s.url), s.series_pushed, FormatBytes(s.bytes_pushed),
+                                s.last_push_ns == 0 ? std::string("none yet")
+                                                    : fmt::format("the last, window {}, at {}", s.last_window,
+                                                                  FormatLocalTime(s.last_push_ns)));
+  if (!running) out += "PUSH:    hvprof-push is not running: the windows closed from now on wait on disk\n";
+  if (s.failures != 0) {
+    out += fmt::format("PUSH:    failing ({} in a row), next attempt at {}: {}\n", Plural(s.failures, "attempt"),
+                       FormatLocalTime(s.next_attempt_ns), EscapeForTerminal(s.last_error));
+  }
+  if (s.NotPushed() != 0) {
+    out += fmt::format("PUSH:    NOT PUSHED: {} ({} removed by the disk budget first, {} refused by the server, {} "
+                       "unreadable); hvprof-push's log says which\n",
+                       Plural(s.NotPushed(), "window"), s.not_pushed_removed, s.not_pushed_refused,
+                       s.not_pushed_unreadable);
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<Outcome> Status(const store::SessionPaths& paths) {
   const AgentProcess agent = FindAgent(paths);
   if (!agent.running) {
@@ -580,11 +656,11 @@ Result<Outcome> Status(const store::SessionPaths& paths) {
                  "`hvprof --start-daemon` with the same options recovers and continues it\n";
     }
     for (const std::string& reason : m.incomplete) message += "incomplete: " + EscapeForTerminal(reason) + "\n";
-    return Outcome{message};
+    return Outcome{message + FormatPush(paths)};
   }
   HVPROF_TRY(answer, Send(paths, Json{{"action", "status"}}));
   HVPROF_TRY(status, agent::ParseAgentStatus(answer));
-  return Outcome{FormatStatus(status)};
+  return Outcome{FormatStatus(status) + FormatPush(paths)};
 }
 
 namespace {

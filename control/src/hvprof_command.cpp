@@ -56,6 +56,7 @@ Result<Outcome> RunAction(const HvprofRequest& request) {
       own.log_path = paths.root + "/hvprof-hv.log";
       return StartDaemon(request.setup, request.run.hvprofd_path, &own);
     }
+    case HvprofAction::kReload: return Reload(request.setup);
     case HvprofAction::kStart: return Start(paths);
     case HvprofAction::kStop: return Stop(paths);
     case HvprofAction::kDump: return Dump(paths);

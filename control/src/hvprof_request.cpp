@@ -205,7 +205,8 @@ po::options_description DescribeSetup(Words& w, Page page) {
        "closes the window into a saved session of its own, samples/window-INDEX-START, without stopping the "
        "counters: no sample is in two windows or none. Without -e and -F it samples at 99 Hz per CPU. Reports "
        "read a window like any saved session (hvprof-report --list shows them), and a range of them merged "
-       "(hvprof-report --since, --until, --last); docs/continuous.md")
+       "(hvprof-report --since, --until, --last); hvprof-push sends each to a Pyroscope server as it closes; "
+       "docs/continuous.md")
       ("keep-size", po::value(&w.keep_size),
        "--continuous: the bytes the windows, the window in progress and the build-id cache may take on disk (k, "
        "M, G, T: powers of 1024; default 2G; the cache is held to a quarter of it). Over it, the oldest windows "
@@ -224,6 +225,11 @@ void Describe(Words& w, po::options_description& all, Page page = Page::kWhole, 
                        "hypervisor's profiler (counters stay off). Again with the same options: nothing to do "
                        "(exit 0); with others: refused until --shutdown. Other events than the current "
                        "session's are refused unless it recorded nothing (--save or --reset it first)")
+      ("reload", "give the running hvprofd new settings: the whole setup as --start-daemon takes it (the service "
+                 "passes HVPROF_OPTIONS again: `systemctl reload hvprofd`). --keep-size, --keep-age, "
+                 "--build-id-cache-size, --verbose and --continuous's window (from the next window on) take effect "
+                 "at once; a change of anything else is refused, changing nothing, as it needs a restart. hvprofd "
+                 "also reads its settings again (SESSION_DIR/daemonrc.json) on SIGHUP")
       ("start,s", "start profiling (in dom0: once every active guest has started)")
       ("stop,t", "stop profiling and write the samples; the daemon stays up")
       ("dump,d", "write the samples collected so far (fails when no hvprofd runs: there is nothing to write)")
@@ -285,7 +291,9 @@ void Describe(Words& w, po::options_description& all, Page page = Page::kWhole, 
         if ("--" + option->long_name() == action) head.add(option);
       }
       all.add(head);
-      if (action == HvprofActionOption(HvprofAction::kStartDaemon)) all.add(options);
+      if (action == HvprofActionOption(HvprofAction::kStartDaemon) || action == HvprofActionOption(HvprofAction::kReload)) {
+        all.add(options);
+      }
       all.add(general);
       break;
     }
@@ -307,10 +315,10 @@ void DescribeArchive(ArchiveRequest& request, po::options_description& described
 // -g's depth: the deepest chain the engine walks (setup::CheckNumber's bound for --callgraph).
 constexpr int64_t kDeepestCallgraph = hvpmu::ring::kMaxBacktraceDepth;
 
-constexpr HvprofAction kActions[] = {HvprofAction::kStartDaemon, HvprofAction::kStart,      HvprofAction::kStop,
-                                     HvprofAction::kDump,        HvprofAction::kShutdown,   HvprofAction::kReset,
-                                     HvprofAction::kSave,        HvprofAction::kStatus,     HvprofAction::kListEvents,
-                                     HvprofAction::kRunSim,      HvprofAction::kPublish};
+constexpr HvprofAction kActions[] = {HvprofAction::kStartDaemon, HvprofAction::kReload,   HvprofAction::kStart,
+                                     HvprofAction::kStop,        HvprofAction::kDump,     HvprofAction::kShutdown,
+                                     HvprofAction::kReset,       HvprofAction::kSave,     HvprofAction::kStatus,
+                                     HvprofAction::kListEvents,  HvprofAction::kRunSim,   HvprofAction::kPublish};
 
 Error Refuse(std::string message) { return Error(ErrorKind::kInvalidArgument, std::move(message)); }
 
@@ -412,7 +420,7 @@ Result<void> ReadSetup(const po::variables_map& values, Words& w, bool run, cons
   // Which platform, for the actions that set one up, and for the events its runs use (offline,
   // --cpu-type names the table); the others do not need it.
   const bool listing = values.count("list-events") != 0 && values.count("cpu-type") == 0;
-  if ((run || listing || values.count("start-daemon") != 0) && values.count("help") == 0 &&
+  if ((run || listing || values.count("start-daemon") != 0 || values.count("reload") != 0) && values.count("help") == 0 &&
       values.count("platform") == 0) {
     const PlatformChoice chosen =
         ChoosePlatform(setup.hv_run_dir, static_cast<uint16_t>(setup.domain), environment.xen_host);
@@ -489,9 +497,12 @@ Result<void> ReadRun(const po::variables_map& values, Words& w, const std::vecto
 
 // One action, and only the options that go with it.
 Result<void> ReadAction(const po::variables_map& values, Words& w, HvprofRequest& request) {
-  for (const char* run_only : {"baseline", "fail-on-regression"}) {
-    if (values.count(run_only) != 0) {
-      return MakeError(ErrorKind::kInvalidArgument, "--{} goes with `hvprof run`", run_only);
+  for (const char* run_only : {"baseline", "fail-on-regression", "push", "push-tenant", "push-app"}) {
+    if (values.count(run_only) != 0 && !values[run_only].defaulted()) {
+      return MakeError(ErrorKind::kInvalidArgument, "--{} goes with `hvprof run`{}", run_only,
+                       std::string_view(run_only).starts_with("push")
+                           ? "; continuous mode's windows are pushed by hvprof-push (docs/continuous.md)"
+                           : "");
     }
   }
   std::vector<HvprofAction> chosen;
@@ -508,8 +519,9 @@ Result<void> ReadAction(const po::variables_map& values, Words& w, HvprofRequest
                                  "passive-images", "event", "buffer-size", "callgraph", "-g", "poll-interval", "rate",
                                  "jit", "sched", "verbose", "scenario", "build-id-cache", "build-id-cache-size",
                                  "continuous", "keep-size", "keep-age"}) {
-    if (values.count(setup_only) != 0 && request.action != HvprofAction::kStartDaemon) {
-      return MakeError(ErrorKind::kInvalidArgument, "{}{} is a setup option; it only goes with --start-daemon",
+    if (values.count(setup_only) != 0 && request.action != HvprofAction::kStartDaemon &&
+        request.action != HvprofAction::kReload) {
+      return MakeError(ErrorKind::kInvalidArgument, "{}{} is a setup option; it only goes with --start-daemon (or --reload)",
                        setup_only[0] == '-' ? "" : "--", setup_only);
     }
   }
@@ -568,6 +580,7 @@ Error NotACommand(const std::string& word) {
 std::string_view HvprofActionOption(HvprofAction action) {
   switch (action) {
     case HvprofAction::kStartDaemon: return "--start-daemon";
+    case HvprofAction::kReload: return "--reload";
     case HvprofAction::kStart: return "--start";
     case HvprofAction::kStop: return "--stop";
     case HvprofAction::kDump: return "--dump";

@@ -72,6 +72,8 @@ Examples:
       too): a rank test across runs
   hvprof-report --diff before after --format=html -o diff.html
       a differential flame graph
+  hvprof-report --diff range:-25h..-24h range:-1h..now -l
+      continuous profiling: this hour against the same hour yesterday, window by window
   hvprof-report --sched
       running, runnable, blocked and offline time per domain and vCPU, wake-up latency,
       waits, migrations, preemptors (sessions recorded with `hvprof --sched`; docs/sched.md)
@@ -197,9 +199,10 @@ po::options_description Describe(Words& w) {
                         "DEBUGINFOD_URLS is set; the report's notes name what came from there)")
       ("verbose,V", "say more: why addresses could not be resolved, and which session was chosen when none is named")
       ("diff", "compare two sides: `--diff BASE NEW`, each side a session or a comma-separated set of sessions "
-               "(or OProfile's `{ BASE... } { NEW... }`); per image (default), symbol (-l), domain (--by-domain) "
-               "or stack (-c, --format=folded or html): shares, the change in points, its interval and a p-value "
-               "corrected for testing every row (docs/compare.md)")
+               "(or OProfile's `{ BASE... } { NEW... }`), or range:SINCE..UNTIL, continuous mode's windows in that "
+               "time range compared window by window (e.g. `--diff range:-25h..-24h range:-1h..now`); per image "
+               "(default), symbol (-l), domain (--by-domain) or stack (-c, --format=folded or html): shares, the "
+               "change in points, its interval and a p-value corrected for testing every row (docs/compare.md)")
       ("fdr", "--diff: Benjamini-Hochberg's correction (controls the share of false findings) instead of Holm's "
               "(controls the chance of any)")
       ("alpha", po::value(&w.alpha)->default_value(0.05), "--diff: the significance level")
@@ -545,7 +548,40 @@ void ChooseLoad(const po::variables_map& values, const Words& w, ReportRequest& 
   request.timing = values.count("timing") != 0;
 }
 
-// --diff BASE NEW (or { BASE... } { NEW... }): two sides, each one session or several.
+// A side of --diff written range:SINCE..UNTIL: continuous mode's windows in that time range,
+// each a run of the side. nullopt for a side of sessions.
+Result<std::optional<report::TimeRange>> RangeSide(const std::vector<std::string>& side, std::string_view which) {
+  constexpr std::string_view kPrefix = "range:";
+  const auto is_range = [&](const std::string& argument) { return argument.starts_with(kPrefix); };
+  if (std::none_of(side.begin(), side.end(), is_range)) return std::optional<report::TimeRange>();
+  if (side.size() != 1) {
+    return Refuse(fmt::format("--diff: the {} side is a time range or sessions, not both (give one range:SINCE..UNTIL)",
+                              which));
+  }
+  const std::string_view text = std::string_view(side[0]).substr(kPrefix.size());
+  const size_t dots = text.find("..");
+  if (dots == std::string_view::npos) {
+    return Refuse(fmt::format("--diff: {}: write a range as range:SINCE..UNTIL, e.g. range:-25h..-24h (times as "
+                              "--since takes them; UNTIL may be now)",
+                              side[0]));
+  }
+  const uint64_t now = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  report::TimeRange range;
+  auto since = ParseTimeNs(text.substr(0, dots), now);
+  if (!since) return Refuse(fmt::format("--diff: {}: the start: {}", side[0], since.error().message()));
+  auto until = ParseTimeNs(text.substr(dots + 2), now);
+  if (!until) return Refuse(fmt::format("--diff: {}: the end: {}", side[0], until.error().message()));
+  if (until.value() <= since.value()) {
+    return Refuse(fmt::format("--diff: {}: the end is not after the start: the range is empty", side[0]));
+  }
+  range.since_ns = since.value();
+  range.until_ns = until.value();
+  return std::optional<report::TimeRange>(range);
+}
+
+// --diff BASE NEW (or { BASE... } { NEW... }): two sides, each one session or several, or the
+// windows of a time range.
 Result<void> ReadDiff(const po::variables_map& values, const Words& w, const Braces& braces, ReportRequest& request) {
   report::DiffRequest& diff = request.diff;
   if (braces.used) {
@@ -560,6 +596,16 @@ Result<void> ReadDiff(const po::variables_map& values, const Words& w, const Bra
     HVPROF_TRY(next, setup::SplitList(w.sessions[1], "diff"));
     diff.base = std::move(base);
     diff.next = std::move(next);
+  }
+  HVPROF_TRY(base_range, RangeSide(diff.base, "base"));
+  HVPROF_TRY(next_range, RangeSide(diff.next, "new"));
+  if (base_range) {
+    diff.base_range = base_range;
+    diff.base.clear();
+  }
+  if (next_range) {
+    diff.next_range = next_range;
+    diff.next.clear();
   }
   const report::ReportOptions& options = request.table;
   if (options.view == report::View::kDetails || options.view == report::View::kDebugInfo) {

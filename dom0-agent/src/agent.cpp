@@ -344,10 +344,7 @@ Result<void> Dom0Agent::Configure(const std::string& hvprof_version) {
   // On linux every domain's processes are this host's; on Xen (and the sim, when asked) only
   // dom0's own are.
   if (setup_.JitWanted()) SetJitScope(setup_.platform == "linux" ? JitScope::kAllDomains : JitScope::kOwnDomain);
-  // Continuously, the build-id cache is part of the windows' budget: at most a quarter of it.
-  uint64_t cache_bytes = setup_.build_id_cache_bytes != 0 ? setup_.build_id_cache_bytes : buildid_cache::kDefaultMaxBytes;
-  if (setup_.continuous() && setup_.keep_bytes != 0) cache_bytes = std::min(cache_bytes, setup_.keep_bytes / 4);
-  HVPROF_TRYV(OpenBuildIdCache(setup_.build_id_cache, cache_bytes));
+  HVPROF_TRYV(OpenBuildIdCache(setup_.build_id_cache, BuildIdCacheBytes()));
   HVPROF_TRYV(OpenSession(m));
   HVPROF_TRYV(ListenForControl());
   configured_ = true;
@@ -665,10 +662,14 @@ Result<Json> Dom0Agent::Shutdown() {
 
 Result<Json> Dom0Agent::RunSim(uint64_t duration_ns) {
   if (duration_ns == 0) return MakeError(ErrorKind::kInvalidArgument, "run-sim needs a duration");
-  // Advance the simulated clock in steps small enough that no ring can fill between drains.
-  // A quarter of the time a busy CPU takes to fill a ring, within 0.1-20 ms.
+  // Advance the simulated clock in steps small enough that no ring can fill between drains: a
+  // quarter of the time a busy CPU takes to fill a ring, within 0.1-250 ms, the longest a real
+  // host's drains are apart (PollIntervalFor), so that what piles up between them (processes'
+  // events, scheduling records) is what a real host would hold. At a low rate (continuous mode's
+  // 99 Hz) that is 250 ms of simulated time a drain, not the 20 ms it once was: a simulated week
+  // takes minutes.
   const uint64_t step =
-      peak_rate_ > 0 ? static_cast<uint64_t>(std::clamp(1e9 * capacity_ / peak_rate_ / 4, 1e5, 2e7)) : 20'000'000;
+      peak_rate_ > 0 ? static_cast<uint64_t>(std::clamp(1e9 * capacity_ / peak_rate_ / 4, 1e5, 2.5e8)) : 250'000'000;
   uint64_t done = 0;
   agent::SimClock clock{};
   if (continuous()) {
@@ -687,6 +688,41 @@ Result<Json> Dom0Agent::RunSim(uint64_t duration_ns) {
     if (clock.halted) break;
   }
   return Json{{"sim_time_ns", clock.sim_time_ns}, {"halted", clock.halted}, {"ran_ns", done}};
+}
+
+uint64_t Dom0Agent::BuildIdCacheBytes() const {
+  const uint64_t asked = setup_.build_id_cache_bytes != 0 ? setup_.build_id_cache_bytes : buildid_cache::kDefaultMaxBytes;
+  // Continuously, the build-id cache is part of the windows' budget: at most a quarter of it.
+  return setup_.continuous() && setup_.keep_bytes != 0 ? std::min(asked, setup_.keep_bytes / 4) : asked;
+}
+
+Result<agent::Json> Dom0Agent::ReloadSettings() {
+  HVPROF_TRY(text, ReadFileToString(paths_.setup(), size_t{1} << 20, Links::kRefuse));
+  HVPROF_TRY(wanted, setup::SetupOptions::FromJson(text, paths_.setup()));
+  const setup::SettingsChange change = setup::CompareSettings(setup_, wanted);
+  // All or nothing, as `hvprof --reload` is: a change this hvprofd cannot make leaves every
+  // setting as it was.
+  if (!change.restart.empty()) {
+    return MakeError(ErrorKind::kBadState,
+                     "{} changes {}, which needs a restart (`hvprof --shutdown` and `hvprof --start-daemon`, or "
+                     "`systemctl restart hvprofd`): nothing was changed",
+                     paths_.setup(), fmt::join(change.restart, ", "));
+  }
+  if (change.live.empty()) return agent::Json{{"message", "no setting differs"}, {"live", agent::Json::array()}};
+  HVPROF_TRYV(setup::CheckBudget(wanted));
+  const bool cache_changed = wanted.build_id_cache_bytes != setup_.build_id_cache_bytes ||
+                             wanted.keep_bytes != setup_.keep_bytes;
+  setup_ = wanted;  // the rest is the same (CompareSettings)
+  SetLogLevel(setup_.verbose ? LogLevel::kDebug : LogLevel::kInfo);
+  if (continuous()) UpdateWindows(setup_.window_ns, {.bytes = setup_.keep_bytes, .age_ns = setup_.keep_age_ns});
+  std::string message = fmt::format("now in effect: {}", fmt::join(change.live, ", "));
+  if (cache_changed) {
+    if (auto resized = ResizeBuildIdCache(BuildIdCacheBytes()); !resized) {
+      message += fmt::format(" (but the build-id cache keeps its old size: {})", resized.error().message());
+    }
+  }
+  Log(LogLevel::kInfo, "settings reloaded from {}: {}", paths_.setup(), message);
+  return agent::Json{{"message", message}, {"live", change.live}};
 }
 
 Result<agent::AgentStatus> Dom0Agent::Status() {

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <set>
 
+#include "hvprof/facts/sample.h"
+
 #include "hvprof/report/writers/pprof.h"
 
 namespace hvprof::push {
@@ -36,14 +38,14 @@ ProfilePush PushFromCommandLine(std::string url, std::string tenant, std::string
   return push;
 }
 
-Result<PushSummary> PushProfile(const report::Profile& profile, const report::StackFilter& filter,
-                                const ProfilePush& push) {
+Result<std::vector<PyroscopeSeries>> ProfileSeries(const report::Profile& profile, const report::StackFilter& filter,
+                                                   const ProfilePush& push, const SeriesChoice& choice) {
   const store::SessionMetadata& m = profile.metadata();
-  std::set<uint16_t> domains;
+  std::set<std::pair<uint16_t, uint8_t>> parts;  // (domain, mode); mode 0 for all without by_mode
   for (const report::Stack& stack : profile.stacks()) {
-    if (filter.Selects(stack)) domains.insert(stack.domain);
+    if (filter.Selects(stack)) parts.emplace(stack.domain, choice.by_mode ? stack.mode : 0);
   }
-  if (domains.empty()) {
+  if (parts.empty()) {
     return MakeError(ErrorKind::kNotFound,
                      "--push: the session has no samples of the chosen event{} to push",
                      filter.domains.empty() && filter.modes.empty() && filter.pids.empty() &&
@@ -52,34 +54,48 @@ Result<PushSummary> PushProfile(const report::Profile& profile, const report::St
                          : " in the chosen domains, modes, processes and threads");
   }
   const std::string event = report::StackEventName(profile, filter);
-  // The profiling interval, in unix seconds; a session still running ends now.
-  const auto now_ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
-  uint64_t from_ns = m.created_ns, until_ns = 0;
-  if (!m.profiling.empty()) {
-    from_ns = m.profiling.front().start_ns;
-    for (const store::ProfilingInterval& interval : m.profiling) {
-      until_ns = std::max(until_ns, interval.stop_ns == 0 ? now_ns : interval.stop_ns);
+  uint64_t from_ns = choice.from_ns, until_ns = choice.until_ns;
+  if (from_ns == 0 && until_ns == 0) {
+    // The profiling interval; a session still running ends now.
+    const auto now_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                  std::chrono::system_clock::now().time_since_epoch())
+                                                  .count());
+    from_ns = m.created_ns;
+    if (!m.profiling.empty()) {
+      from_ns = m.profiling.front().start_ns;
+      for (const store::ProfilingInterval& interval : m.profiling) {
+        until_ns = std::max(until_ns, interval.stop_ns == 0 ? now_ns : interval.stop_ns);
+      }
     }
+    if (from_ns == 0) from_ns = now_ns;
   }
-  if (from_ns == 0) from_ns = now_ns;
   until_ns = std::max(until_ns, from_ns);
 
   std::vector<PyroscopeSeries> series;
-  for (uint16_t domain : domains) {
+  for (const auto& [domain, mode] : parts) {
     report::StackFilter one = filter;
     one.domains = {domain};
+    if (choice.by_mode) one.modes = {mode};
     HVPROF_TRY(profile_bytes, report::FormatPprof(profile, one));
     PyroscopeSeries s;
     s.app = push.app;
-    s.labels = {{"domain", std::to_string(domain)}, {"domain_name", DomainLabel(profile, domain)}, {"event", event}};
+    s.labels = {{"domain", std::to_string(domain)}, {"domain_name", DomainLabel(profile, domain)}};
+    if (choice.by_mode) s.labels.emplace_back("mode", std::string(sample_mode::Name(mode)));
+    s.labels.emplace_back("event", event);
     if (!m.platform.empty()) s.labels.emplace_back("platform", m.platform);
     if (!m.machine.empty()) s.labels.emplace_back("host", m.machine);
+    s.labels.insert(s.labels.end(), choice.labels.begin(), choice.labels.end());
     s.from_seconds = from_ns / 1'000'000'000;
     s.until_seconds = (until_ns + 999'999'999) / 1'000'000'000;
     s.profile = std::move(profile_bytes);
     series.push_back(std::move(s));
   }
+  return series;
+}
+
+Result<PushSummary> PushProfile(const report::Profile& profile, const report::StackFilter& filter,
+                                const ProfilePush& push) {
+  HVPROF_TRY(series, ProfileSeries(profile, filter, push, SeriesChoice{}));
   return PushToPyroscope(push.options, series);
 }
 

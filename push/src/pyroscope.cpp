@@ -215,6 +215,12 @@ Result<void> CheckOptions(const PushOptions& options) {
   return Ok();
 }
 
+// libcurl's progress callback (about once a second, and at every chunk): nonzero stops the
+// transfer.
+int StopWhenCancelled(void* cancel, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return static_cast<const std::atomic<bool>*>(cancel)->load(std::memory_order_relaxed) ? 1 : 0;
+}
+
 // The series checked as PushToPyroscope sends it: its name.
 Result<std::string> CheckSeries(const PyroscopeSeries& series) {
   HVPROF_TRY(name, SeriesName(series));
@@ -476,7 +482,27 @@ Result<std::string> IngestUrl(const PushOptions& options, const PyroscopeSeries&
   return BuildIngestUrl(endpoint.url, series, name, options.spy_name);
 }
 
-Result<PushSummary> PushToPyroscope(const PushOptions& options, std::span<const PyroscopeSeries> series) {
+Result<void> CheckPushOptions(const PushOptions& options, bool allow_credentials) {
+  HVPROF_TRYV(InitCurlOnce());
+  HVPROF_TRYV(CheckOptions(options));
+  HVPROF_TRY(endpoint, ParseEndpoint(options.url));
+  if (!endpoint.username.empty() && !allow_credentials) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "pyroscope URL \"{}\": holds credentials, which settings files and `ps` would show: give them "
+                     "in HVPROF_PUSH_USER and HVPROF_PUSH_PASSWORD instead",
+                     RedactRawUrl(options.url));
+  }
+  if (!options.username.empty() && !endpoint.username.empty()) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "pyroscope URL \"{}\": holds credentials, and others were given apart: give them once",
+                     RedactRawUrl(options.url));
+  }
+  return Ok();
+}
+
+Result<PushSummary> PushToPyroscope(const PushOptions& options, std::span<const PyroscopeSeries> series,
+                                    long* http_status) {
+  if (http_status != nullptr) *http_status = 0;
   HVPROF_TRYV(InitCurlOnce());
   HVPROF_TRYV(CheckOptions(options));
   HVPROF_TRY(endpoint, ParseEndpoint(options.url));
@@ -543,6 +569,11 @@ Result<PushSummary> PushToPyroscope(const PushOptions& options, std::span<const 
   HVPROF_TRYV(SetOption(curl, CURLOPT_WRITEFUNCTION, &KeepBody));
   HVPROF_TRYV(SetOption(curl, CURLOPT_WRITEDATA, static_cast<void*>(&answer)));
   HVPROF_TRYV(SetOption(curl, CURLOPT_POST, 1L));
+  if (options.cancel != nullptr) {
+    HVPROF_TRYV(SetOption(curl, CURLOPT_NOPROGRESS, 0L));
+    HVPROF_TRYV(SetOption(curl, CURLOPT_XFERINFOFUNCTION, &StopWhenCancelled));
+    HVPROF_TRYV(SetOption(curl, CURLOPT_XFERINFODATA, static_cast<const void*>(options.cancel)));
+  }
   if (!username.empty()) {
     HVPROF_TRYV(SetOption(curl, CURLOPT_HTTPAUTH, static_cast<long>(CURLAUTH_BASIC)));
     HVPROF_TRYV(SetOption(curl, CURLOPT_USERNAME, username.c_str()));
@@ -560,11 +591,14 @@ Result<PushSummary> PushToPyroscope(const PushOptions& options, std::span<const 
 
     const CURLcode rc = curl_easy_perform(curl);
     std::optional<Error> failure;
-    if (rc != CURLE_OK) {
+    if (rc == CURLE_ABORTED_BY_CALLBACK) {
+      failure = MakeError(ErrorKind::kBadState, "cancelled: hvprof is shutting down");
+    } else if (rc != CURLE_OK) {
       failure = TransferError(rc, detail, options.timeout_seconds);
     } else {
       long status = 0;
       curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+      if (http_status != nullptr) *http_status = status;
       if (status < 200 || status >= 300) {
         char* redirect = nullptr;
         curl_easy_getinfo(curl, CURLINFO_REDIRECT_URL, &redirect);

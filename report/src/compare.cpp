@@ -68,14 +68,47 @@ Result<void> ResolveProcessNames(const Profile& profile, const std::vector<std::
   return Ok();
 }
 
+namespace {
+
+// A side's runs: its session arguments, or the windows of its time range; with their labels.
+struct Side {
+  std::vector<std::string> arguments;
+  std::vector<std::string> labels;
+};
+
+Result<Side> SideOf(const std::vector<std::string>& sessions, const std::optional<TimeRange>& range,
+                    const std::string& session_root, std::string_view which) {
+  Side side;
+  if (!range) {
+    side.arguments = sessions;
+    for (const std::string& argument : sessions) side.labels.push_back(argument.empty() ? "current" : argument);
+    return side;
+  }
+  auto windows = WindowsInRange(session_root, *range);
+  if (!windows) return windows.error().WithContext(fmt::format("the {} side", which));
+  for (WindowSource& window : windows.value()) {
+    side.arguments.push_back(std::move(window.directory));
+    side.labels.push_back(std::move(window.name));
+  }
+  return side;
+}
+
+}  // namespace
+
 Result<LoadedDiff> DiffSessions(const DiffRequest& request) {
-  if (request.base.empty() || request.next.empty()) {
+  HVPROF_TRY(base_side, SideOf(request.base, request.base_range, request.session_root, "base"));
+  HVPROF_TRY(next_side, SideOf(request.next, request.next_range, request.session_root, "new"));
+  if (base_side.arguments.empty() || next_side.arguments.empty()) {
     return MakeError(ErrorKind::kInvalidArgument, "--diff needs a session on each side: --diff BASE NEW");
   }
   LoadedDiff out;
-  const size_t count = request.base.size() + request.next.size();
+  const size_t count = base_side.arguments.size() + next_side.arguments.size();
+  const size_t base_count = base_side.arguments.size();
   auto argument_of = [&](size_t i) -> const std::string& {
-    return i < request.base.size() ? request.base[i] : request.next[i - request.base.size()];
+    return i < base_count ? base_side.arguments[i] : next_side.arguments[i - base_count];
+  };
+  auto label_of = [&](size_t i) -> const std::string& {
+    return i < base_count ? base_side.labels[i] : next_side.labels[i - base_count];
   };
   for (size_t i = 0; i < count; ++i) {
     HVPROF_TRY(source, OpenSessionSource(argument_of(i), request.session_root));
@@ -103,18 +136,17 @@ Result<LoadedDiff> DiffSessions(const DiffRequest& request) {
   out.profiles.reserve(count);
   std::vector<DiffRun> base, next;
   for (size_t i = 0; i < count; ++i) {
-    const bool is_base = i < request.base.size();
-    const std::string& argument = argument_of(i);
+    const bool is_base = i < base_count;
     Result<Profile>& profile = *loaded[i];
     if (!profile) {
-      return MakeError(profile.error().kind(), "{} ({} side): {}", argument, is_base ? "base" : "new",
+      return MakeError(profile.error().kind(), "{} ({} side): {}", label_of(i), is_base ? "base" : "new",
                        profile.error().message());
     }
     out.profiles.push_back(std::move(profile).value());
     const Profile& session = out.profiles.back();
     DiffRun run;
     run.profile = &session;
-    run.label = argument.empty() ? std::string("current") : argument;
+    run.label = label_of(i);
     run.table = request.table;
     HVPROF_TRYV(ResolveNamedFilters(session, request.domains, request.events, &run.table));
     if (request.diff.stacks) {

@@ -129,6 +129,11 @@ SessionSummary Summarize(const std::string& name, const std::string& directory, 
   summary.machine = m.machine;
   summary.sampled_ns = m.last_sample_ns > m.first_sample_ns ? m.last_sample_ns - m.first_sample_ns : 0;
   summary.samples = m.samples_stored;
+  summary.window = m.window;
+  for (size_t i = 1; i < m.profiling.size(); ++i) {
+    const uint64_t stop = m.profiling[i - 1].stop_ns, start = m.profiling[i].start_ns;
+    if (stop != 0 && start > stop) summary.stopped_ns += start - stop;
+  }
   for (const store::LossField& field : store::kLossFields) {
     if (field.member != &store::LossRecord::unprofiled_domain) summary.lost += m.losses.*field.member;
   }

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cstring>
 #include <fstream>
+#include <map>
 
 #include "hvprof/base/json_fields.h"
 #include "hvprof/base/units.h"
@@ -63,6 +64,43 @@ Result<uint32_t> CheckNumber(std::string_view option, int64_t value, std::string
     return MakeError(ErrorKind::kInternal, "no range is known for --{}", option);
   }
   return static_cast<uint32_t>(value);
+}
+
+SettingsChange CompareSettings(const SetupOptions& running, const SetupOptions& wanted) {
+  // daemonrc.json's keys by the option that sets them, where the two differ.
+  static const std::map<std::string, std::string, std::less<>> kOptionOf = {
+      {"window_ns", "--continuous"},          {"keep_bytes", "--keep-size"},
+      {"keep_age_ns", "--keep-age"},          {"build_id_cache_bytes", "--build-id-cache-size"},
+      {"events", "--event"},                  {"xen_image", "--xen"},
+      {"hv_run_dir", "--run-dir"},            {"session_root", "--session-dir"},
+      {"active_domains", "--active-domains"}, {"passive_domains", "--passive-domains"},
+      {"poll_interval_ms", "--poll-interval"}};
+  static constexpr std::string_view kLive[] = {"keep_bytes", "keep_age_ns", "build_id_cache_bytes", "verbose"};
+  const nlohmann::json before = running.ToJson(), after = wanted.ToJson();
+  SettingsChange change;
+  for (const auto& [key, value] : after.items()) {
+    if (before.contains(key) && before[key] == value) continue;
+    const auto named = kOptionOf.find(key);
+    std::string option = named != kOptionOf.end() ? named->second : "--" + key;
+    std::replace(option.begin(), option.end(), '_', '-');
+    const bool window = key == "window_ns" && running.continuous() && wanted.continuous();
+    const bool live = window || std::find(std::begin(kLive), std::end(kLive), key) != std::end(kLive);
+    (live ? change.live : change.restart).push_back(std::move(option));
+  }
+  return change;
+}
+
+Result<void> CheckBudget(const SetupOptions& setup) {
+  if (!setup.continuous()) return Ok();
+  if (setup.keep_bytes != 0 && setup.keep_bytes < kMinKeepBytes) {
+    return MakeError(ErrorKind::kInvalidArgument, "--keep-size: {} bytes keeps less than {} MiB, too little for the "
+                     "windows: give more (e.g. 2G)", setup.keep_bytes, kMinKeepBytes >> 20);
+  }
+  if (setup.keep_age_ns != 0 && setup.keep_age_ns < setup.window_ns) {
+    return MakeError(ErrorKind::kInvalidArgument, "--keep-age is shorter than a window ({} s): no window would stay",
+                     static_cast<double>(setup.window_ns) / 1e9);
+  }
+  return Ok();
 }
 
 Result<void> CheckWindow(uint64_t window_ns, std::string_view platform) {

@@ -1,9 +1,13 @@
 // Continuous mode on a simulated host, run by the real programs: windows that follow each other
 // on the simulated clock with every sample in exactly one of them (against the sim's ground
 // truth), a restart that continues the series, a window reduced to its aggregate that reports
-// as before, and the budget.
+// as before, the budget, a diff of two time ranges, --list, and new settings by --reload and
+// SIGHUP.
+#include <signal.h>
+
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <thread>
 #include <tuple>
@@ -11,6 +15,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "hvprof/base/process.h"
 #include "hvprof/report/load.h"
 #include "hvprof/store/samples_file.h"
 #include "hvprof/store/session.h"
@@ -300,5 +305,153 @@ TEST_CASE("a report over a time range merges its windows: what they hold added u
   auto none = host.Report({"--since=@1", "--until=@2"});
   CHECK(none.status == 1);
   CHECK(none.err.find("no window of continuous profiling") != std::string::npos);
+  REQUIRE(host.Hvprof({"--shutdown"}).status == 0);
+}
+
+TEST_CASE("a diff of two time ranges compares their windows as the runs of each side", "[continuous][diff]") {
+  Host host(TestScenario("intel-arch-v4", 36));
+  REQUIRE(host.Hvprof({"--start-daemon", "--event=CPU_CLK_UNHALTED:20000", "--continuous=1s"}).status == 0);
+  REQUIRE(host.Hvprof({"--run-sim=6500ms"}).status == 0);
+  const std::vector<store::WindowEntry> windows = Windows(host);
+  REQUIRE(windows.size() == 6);
+  // Whole seconds, as a user types them (@SECONDS); a window counts when it overlaps the range.
+  const uint64_t s = windows[0].window.start_ns / 1'000'000'000;
+  const auto in = [&](uint64_t since, uint64_t until) {
+    std::vector<std::string> names;
+    for (const store::WindowEntry& w : windows) {
+      if (w.window.start_ns < until * 1'000'000'000 && w.window.end_ns > since * 1'000'000'000) names.push_back(w.name);
+    }
+    return names;
+  };
+  // --list: each window's span, then the windows together (the six closed and the one in
+  // progress), with no gap between them.
+  auto list = host.Report({"--list"});
+  INFO(list.out);
+  CHECK(list.out.find("Continuous profiling: 7 windows (0 to 6)") != std::string::npos);
+  CHECK(list.out.find("no gap: each window starts where the one before ended") != std::string::npos);
+  CHECK(list.out.find("window 6, ") != std::string::npos);
+  CHECK(list.out.find("now (in progress)") != std::string::npos);
+  const Json listed = Json::parse(host.Report({"--list", "--format=json"}).out, nullptr, false);
+  REQUIRE(listed.is_object());
+  size_t with_window = 0;
+  for (const Json& session : listed["sessions"]) {
+    if (!session.contains("window")) continue;
+    ++with_window;
+    const uint64_t index = session["window"]["index"].get<uint64_t>();
+    if (index < windows.size()) CHECK(session["window"]["end_ns"].get<uint64_t>() == windows[index].window.end_ns);
+  }
+  CHECK(with_window == 7);
+
+  const std::vector<std::string> base = in(s, s + 2), next = in(s + 3, s + 5);
+  REQUIRE(base.size() >= 2);
+  REQUIRE(next.size() >= 2);
+  auto diff = host.Report({"--diff", fmt::format("range:@{}..@{}", s, s + 2), fmt::format("range:@{}..@{}", s + 3, s + 5),
+                           "-l", "--format=json"});
+  INFO(diff.err);
+  CHECK((diff.status == 0 || diff.status == 3));
+  const Json json = Json::parse(diff.out, nullptr, false);
+  REQUIRE(json.is_object());
+  CHECK(json["base"]["sessions"].get<std::vector<std::string>>() == base);
+  CHECK(json["new"]["sessions"].get<std::vector<std::string>>() == next);
+  CHECK(json["base"]["samples"].get<uint64_t>() > 0);
+  // Several windows a side: the rank test across them.
+  auto text = host.Report({"--diff", fmt::format("range:@{}..@{}", s, s + 2), fmt::format("range:@{}..@{}", s + 3, s + 5)});
+  CHECK(text.out.find("Mann-Whitney U over the runs' shares") != std::string::npos);
+
+  // A side with no window, a range written wrong, and a range beside sessions are refused.
+  auto none = host.Report({"--diff", "range:@1..@2", fmt::format("range:@{}..@{}", s, s + 2)});
+  CHECK(none.status == 1);
+  CHECK(none.err.find("no window of continuous profiling") != std::string::npos);
+  CHECK(none.err.find("the base side") != std::string::npos);
+  auto wrong = host.Report({"--diff", "range:yesterday", "range:-1h..now"});
+  CHECK(wrong.status == 2);
+  CHECK(wrong.err.find("range:SINCE..UNTIL") != std::string::npos);
+  auto mixed = host.Report({"--diff", fmt::format("range:@{}..@{},{}", s, s + 2, windows[0].name), windows[1].name});
+  CHECK(mixed.status == 2);
+  CHECK(mixed.err.find("not both") != std::string::npos);
+  REQUIRE(host.Hvprof({"--shutdown"}).status == 0);
+}
+
+TEST_CASE("hvprof --reload and SIGHUP give a running hvprofd a new budget and window, and refuse other changes",
+          "[continuous][reload]") {
+  Host host(TestScenario("intel-arch-v4", 37));
+  const std::vector<std::string> setup{"--event=CPU_CLK_UNHALTED:20000", "--continuous=50ms"};
+  const auto with = [&](const char* action, std::vector<std::string> more) {
+    std::vector<std::string> args{action};
+    args.insert(args.end(), setup.begin(), setup.end());
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  REQUIRE(host.Hvprof(with("--start-daemon", {})).status == 0);
+  REQUIRE(host.Hvprof({"--run-sim=160ms"}).status == 0);  // windows 0-2 close; 3 opens at 150 ms
+  auto same = host.Hvprof(with("--reload", {}));
+  INFO(same.out << same.err);
+  CHECK(same.status == 0);
+  CHECK(same.out.find("already runs with these settings") != std::string::npos);
+
+  // Another window length and age: in effect at once, the window in progress keeping its end.
+  auto reloaded = host.Hvprof({"--reload", "--event=CPU_CLK_UNHALTED:20000", "--continuous=100ms", "--keep-age=100ms"});
+  INFO(reloaded.out << reloaded.err);
+  REQUIRE(reloaded.status == 0);
+  CHECK(reloaded.out.find("now in effect: ") != std::string::npos);
+  CHECK(reloaded.out.find("--continuous") != std::string::npos);
+  CHECK(reloaded.out.find("--keep-age") != std::string::npos);
+  REQUIRE(host.Hvprof({"--run-sim=260ms"}).status == 0);  // 3 closes at 200 ms, 4 at 300, 5 at 400
+  auto status = host.Hvprof({"--status"});
+  CHECK(status.out.find("windows: 0.1 s each") != std::string::npos);
+  CHECK(status.out.find("none older than 100ms") != std::string::npos);
+  const std::vector<store::WindowEntry> windows = Windows(host);
+  REQUIRE(!windows.empty());
+  CHECK(windows.back().window.index == 5);
+  // The budget's new age: what ended more than 100 ms before the last close has gone.
+  CHECK(windows.front().window.index == 4);
+  CHECK(windows.front().window.end_ns - windows.front().window.start_ns == 100'000'000);
+
+  // An event is the counters' setup: refused, nothing changed.
+  const std::string before = hvprof::testing::ReadText(host.session_root() + "/daemonrc.json");
+  auto refused = host.Hvprof({"--reload", "--event=CPU_CLK_UNHALTED:40000", "--continuous=100ms", "--keep-age=100ms"});
+  CHECK(refused.status != 0);
+  CHECK(refused.err.find("cannot change --event while it runs: nothing was changed") != std::string::npos);
+  CHECK(hvprof::testing::ReadText(host.session_root() + "/daemonrc.json") == before);
+
+  // SIGHUP reads daemonrc.json again (the budget's size here).
+  Json edited = Json::parse(before);
+  edited["keep_bytes"] = uint64_t{32} << 20;
+  {
+    std::ofstream out(host.session_root() + "/daemonrc.json");
+    out << edited.dump(1) << "\n";
+  }
+  REQUIRE(::kill(host.AgentPid(), SIGHUP) == 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  std::string shown;
+  while (std::chrono::steady_clock::now() < deadline) {
+    shown = host.Hvprof({"--status"}).out;
+    if (shown.find("of 32 MiB on disk") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  INFO(shown);
+  CHECK(shown.find("of 32 MiB on disk") != std::string::npos);
+  // Woken by the signal, hvprofd goes back to waiting: it does not spin.
+  const long long ticks_before = hvprof::ProcessCpuTicks(host.AgentPid());
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  CHECK(hvprof::ProcessCpuTicks(host.AgentPid()) - ticks_before < 30);
+
+  // A file that also changes what needs a restart changes nothing, the budget included.
+  edited["keep_bytes"] = uint64_t{64} << 20;
+  edited["callgraph"] = 8;
+  {
+    std::ofstream out(host.session_root() + "/daemonrc.json");
+    out << edited.dump(1) << "\n";
+  }
+  REQUIRE(::kill(host.AgentPid(), SIGHUP) == 0);
+  const auto logged = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  std::string log;
+  while (std::chrono::steady_clock::now() < logged) {
+    log = hvprof::testing::ReadText(host.session_root() + "/hvprofd.log");
+    if (log.find("--callgraph, which needs a restart") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK(log.find("--callgraph, which needs a restart") != std::string::npos);
+  CHECK(host.Hvprof({"--status"}).out.find("of 32 MiB on disk") != std::string::npos);
   REQUIRE(host.Hvprof({"--shutdown"}).status == 0);
 }

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -57,20 +58,24 @@ struct Reply {
   int status = 200;
   std::string body;
   std::string extra_headers;  // whole lines, each ending in \r\n
+  int delay_ms = 0;           // a slow server: waits this long before answering
 };
 
 // An HTTP/1.1 server on 127.0.0.1, in a thread: takes one request per connection, answers
 // the i-th request with the i-th reply (200 and no body past the list) and closes.
 class LoopbackServer {
  public:
-  explicit LoopbackServer(std::vector<Reply> replies = {}) : replies_(std::move(replies)) {
+  // On `port` (0: any free one): a server that comes back on the port a client was given.
+  explicit LoopbackServer(std::vector<Reply> replies = {}, uint16_t port = 0) : replies_(std::move(replies)) {
     BypassProxies();
     listener_ = ScopedFd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     REQUIRE(listener_.valid());
+    const int reuse = 1;
+    REQUIRE(setsockopt(listener_.get(), SOL_SOCKET, SO_REUSEADDR, &reuse, sizeof(reuse)) == 0);
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = 0;
+    address.sin_port = htons(port);
     REQUIRE(bind(listener_.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
     REQUIRE(listen(listener_.get(), 8) == 0);
     socklen_t length = sizeof(address);
@@ -94,7 +99,17 @@ class LoopbackServer {
       (void)!write(stop_write_.get(), &byte, 1);
       thread_.join();
     }
+    return Requests();
+  }
+
+  // The requests taken so far (answered or being answered), while it runs.
+  std::vector<Request> Requests() const {
+    std::lock_guard<std::mutex> lock(mutex_);
     return requests_;
+  }
+  size_t Count() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return requests_.size();
   }
 
  private:
@@ -109,8 +124,17 @@ class LoopbackServer {
       ScopedFd connection(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
       if (!connection.valid()) continue;
       Request request = ReadRequest(connection.get());
-      const Reply reply = requests_.size() < replies_.size() ? replies_[requests_.size()] : Reply{};
-      requests_.push_back(std::move(request));
+      Reply reply;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (requests_.size() < replies_.size()) reply = replies_[requests_.size()];
+        requests_.push_back(std::move(request));
+      }
+      if (reply.delay_ms != 0) {
+        // Slow, but still stoppable.
+        pollfd stop = {stop_read_.get(), POLLIN, 0};
+        if (poll(&stop, 1, reply.delay_ms) > 0) return;
+      }
       const std::string answer = "HTTP/1.1 " + std::to_string(reply.status) + " Whatever\r\n" + reply.extra_headers +
                                  "Content-Type: text/plain\r\nContent-Length: " + std::to_string(reply.body.size()) +
                                  "\r\nConnection: close\r\n\r\n" + reply.body;
@@ -201,6 +225,7 @@ class LoopbackServer {
 
   std::vector<Reply> replies_;
   std::vector<Request> requests_;
+  mutable std::mutex mutex_;  // requests_, between the server thread and the test
   ScopedFd listener_;
   ScopedFd stop_read_;
   ScopedFd stop_write_;

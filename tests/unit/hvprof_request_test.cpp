@@ -275,4 +275,14 @@ TEST_CASE("hvprof --continuous: its window, its budget and what it does not go w
   RequireRefusal({"--start-daemon", "--platform=sim", "--domain=1", "--continuous"}, "from dom0");
   RequireRefusal({"--start", "--continuous"}, "only goes with --start-daemon");
   RequireRefusal({"run", "--platform=sim", "--continuous"}, "goes with --start-daemon");
+  // --push is hvprof run's; continuous windows are pushed by hvprof-push, not by an action.
+  RequireRefusal({"--start-daemon", "--platform=sim", "--continuous", "--push=http://127.0.0.1:4040"}, "hvprof-push");
+  RequireRefusal({"--start", "--push-tenant=fleet"}, "goes with `hvprof run`");
+  RequireRefusal({"--status", "--push-app=x"}, "goes with `hvprof run`");
+  // --reload takes the whole setup, as --start-daemon does.
+  const auto reload = Accept({"--reload", "--platform=sim", "--continuous=30s", "--keep-size=4G"});
+  CHECK(reload.action == HvprofAction::kReload);
+  CHECK(reload.setup.window_ns == 30'000'000'000);
+  CHECK(reload.setup.keep_bytes == uint64_t{4} << 30);
+  RequireRefusal({"--stop", "--callgraph=4"}, "only goes with --start-daemon (or --reload)");
 }

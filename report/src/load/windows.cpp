@@ -74,6 +74,17 @@ Result<Chosen> ChooseWindows(const store::SessionPaths& paths, const TimeRange& 
                    range.until_ns == UINT64_MAX ? std::string("now") : FormatLocalTime(range.until_ns), covered);
 }
 
+}  // namespace
+
+Result<std::vector<WindowSource>> WindowsInRange(const std::string& session_root, const TimeRange& range) {
+  HVPROF_TRY(chosen, ChooseWindows(store::SessionPaths{session_root}, range));
+  std::vector<WindowSource> out;
+  for (auto& [name, directory] : chosen.windows) out.push_back({std::move(name), std::move(directory)});
+  return out;
+}
+
+namespace {
+
 // The window's samples as its aggregate counts them: the aggregate, where it stands for the
 // samples this report needs; else samples.hvs counted through the window's context.hvc, as hvprofd
 // counts its aggregate (the window in progress, whose aggregate is written when it closes).

@@ -51,7 +51,9 @@ class AgentDaemon {
   Result<void> Run();
   // Async-signal-safe.
   void RequestShutdown();
-  // Routes SIGTERM and SIGINT to RequestShutdown.
+  // Async-signal-safe: the loop reads the settings again (ReloadSettings) at its next turn.
+  void RequestReload();
+  // Routes SIGTERM and SIGINT to RequestShutdown, SIGHUP to RequestReload.
   static void HandleSignals(AgentDaemon* agent);
 
   // A one-line summary of what was set up, for `hvprof --start-daemon` to print.
@@ -88,6 +90,9 @@ class AgentDaemon {
   // is an error; the default one a warning, and no cache. Called before OpenSession: the
   // sessions name it.
   Result<void> OpenBuildIdCache(const std::string& directory, uint64_t max_bytes);
+  // The same cache with another size (hvprof --reload): what is over it goes the next time images
+  // are kept (a stop, a window's close). A failure keeps the cache as it was.
+  Result<void> ResizeBuildIdCache(uint64_t max_bytes);
   // Opens (or continues) the current session with `base` as its metadata.
   Result<void> OpenSession(store::SessionMetadata base);
   Result<void> ListenForControl();
@@ -137,6 +142,13 @@ class AgentDaemon {
   // again a window later.
   void CloseWindowIfDue(uint64_t clock_ns);
   std::optional<ContinuousStatus> ContinuousState() const;
+  // New lengths and budget for the windows (hvprof --reload): the window in progress keeps its
+  // end, the next ones last `window_ns`; the budget applies at once.
+  void UpdateWindows(uint64_t window_ns, const store::WindowBudget& budget);
+  // SIGHUP or the "reload" request: reads daemonrc.json again and takes on what a running agent
+  // can (setup::CompareSettings's live settings), saying what it took and what needs a restart.
+  // The guest's agent has nothing to reload (kUnsupported).
+  virtual Result<Json> ReloadSettings();
 
   // Role-specific.
   virtual Result<Json> Start() = 0;
@@ -217,6 +229,7 @@ class AgentDaemon {
   ScopedFd control_;
   ScopedFd profiler_lock_;
   std::atomic<bool> shutdown_requested_{false};
+  std::atomic<bool> reload_requested_{false};
   ScopedFd wake_;  // eventfd written by RequestShutdown
 };
 

@@ -38,6 +38,10 @@ AgentProcess FindAgent(const store::SessionPaths& paths);
 // linux that no hvprof-hv serves starts one as it says (hypervisor.h), which --shutdown ends.
 Result<Outcome> StartDaemon(const setup::SetupOptions& setup, const std::string& hvprofd_path,
                             const HypervisorSpec* own_hypervisor = nullptr);
+// --reload: the running hvprofd's settings (daemonrc.json) become `setup`, when all that differs
+// is what hvprofd can change while it runs (setup::CompareSettings); else refused, changing
+// nothing. hvprofd says what it took.
+Result<Outcome> Reload(const setup::SetupOptions& setup);
 // --start, --stop, --dump, --shutdown, --reset, --save=NAME, --status. --shutdown finishes in
 // bounded time: an hvprofd that does not answer within 5 s is terminated (SIGTERM, then
 // SIGKILL), keeping what it had written; then the hvprof-hv --start-daemon started, if any, ends.

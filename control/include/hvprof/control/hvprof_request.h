@@ -30,6 +30,7 @@ enum class HvprofKind : uint8_t {
 // The actions, one per call.
 enum class HvprofAction : uint8_t {
   kStartDaemon,
+  kReload,
   kStart,
   kStop,
   kDump,

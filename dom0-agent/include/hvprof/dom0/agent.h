@@ -57,6 +57,9 @@ class Dom0Agent final : public agent::AgentDaemon {
   Result<agent::Json> Stop() override;
   Result<agent::Json> Shutdown() override;
   Result<agent::AgentStatus> Status() override;
+  Result<agent::Json> ReloadSettings() override;
+  // The bytes the build-id cache keeps, as the setup asks.
+  uint64_t BuildIdCacheBytes() const;
   Result<agent::Json> HandleOther(const std::string& action, const agent::Json& request) override;
   uint32_t PollIntervalMs() const override;
   void OnTick() override;

@@ -46,6 +46,7 @@
 //   caller: a program that pushes over https should ignore it (InstallStopHandler does).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -82,6 +83,9 @@ struct PushOptions {
   std::string password;
   double timeout_seconds = 30;  // for each request, connecting included
   std::string spy_name = "hvprof";  // spyName: the series' pyroscope_spy label
+  // When set, a transfer in progress stops soon after it turns true (a daemon shutting down
+  // does not wait out a slow server's timeout); the push fails with kBadState.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct PushSummary {
@@ -107,8 +111,17 @@ Result<std::string> SeriesName(const PyroscopeSeries& series);
 // options.url are taken out (PushToPyroscope sends them as basic auth), so it may be printed.
 Result<std::string> IngestUrl(const PushOptions& options, const PyroscopeSeries& series);
 
+// Checks a server URL and options as PushToPyroscope will, sending nothing: for a daemon to
+// refuse a bad --url when it starts, not at its first window. With `allow_credentials` false,
+// credentials in the URL are refused (they would be written into settings files and shown by
+// `ps`): the error says to give them in the environment.
+Result<void> CheckPushOptions(const PushOptions& options, bool allow_credentials);
+
 // Posts each series in order. Checks the options and every series first, then sends; stops
-// at the first failure. No exception escapes.
-Result<PushSummary> PushToPyroscope(const PushOptions& options, std::span<const PyroscopeSeries> series);
+// at the first failure. `http_status`, when given, gets the last answer's HTTP status (0 when
+// none came): callers that retry tell a server that refuses the profile (400, 413) from one
+// that is down, busy or misconfigured. No exception escapes.
+Result<PushSummary> PushToPyroscope(const PushOptions& options, std::span<const PyroscopeSeries> series,
+                                    long* http_status = nullptr);
 
 }  // namespace hvprof::push

@@ -3,6 +3,7 @@
 // each session's own metadata, and diffed (views/diff.h).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,10 @@ Result<void> ResolveProcessNames(const Profile& profile, const std::vector<std::
 struct DiffRequest {
   std::vector<std::string> base;  // session arguments, as OpenSessionSource takes them
   std::vector<std::string> next;
+  // A side that is continuous mode's windows in a time range instead (its list above empty):
+  // each window is a run of that side (WindowsInRange), compared as repeats.
+  std::optional<TimeRange> base_range;
+  std::optional<TimeRange> next_range;
   std::string session_root;
   LoadOptions load;
   ReportOptions table;            // the view and the filters that need no session

@@ -68,6 +68,15 @@ struct TimeRange {
 // saying which span the windows cover.
 Result<Profile> LoadWindows(const std::string& session_root, const TimeRange& range, const LoadOptions& options);
 
+// The windows LoadWindows would merge, apart: each window's name (the window in progress as
+// "current") and directory, oldest first. What a diff of two ranges compares, window by window
+// as repeats. kNotFound as LoadWindows.
+struct WindowSource {
+  std::string name;
+  std::string directory;
+};
+Result<std::vector<WindowSource>> WindowsInRange(const std::string& session_root, const TimeRange& range);
+
 // Each of profile.entries()'s samples in `slices` equal spans of time, from the session's first
 // sample to its last (by the platform's clock each sample carries), entry by entry:
 // counts[entry * slices + slice]. From the aggregate when hvprofd counted as many slices into

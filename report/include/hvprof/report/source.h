@@ -5,10 +5,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "hvprof/base/result.h"
+#include "hvprof/store/session.h"
 
 namespace hvprof::report {
 
@@ -47,6 +49,11 @@ struct SessionSummary {
   std::string state;
   std::string problem;
   bool chosen = false;  // what a report takes when no session is named (ChooseSession)
+  // Continuous mode's window (store/windows.h), when it is one (the window in progress too).
+  std::optional<store::WindowRecord> window;
+  // Time between its profiling intervals, when no hvprofd profiled (a window continued by a
+  // restarted hvprofd spans the time it was down).
+  uint64_t stopped_ns = 0;
 };
 
 // Every session under `session_root` (its saved sessions and the current one), oldest first by

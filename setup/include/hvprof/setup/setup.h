@@ -107,6 +107,22 @@ inline constexpr uint64_t kDefaultKeepAgeNs = 7 * 86'400'000'000'000;
 // Checks --continuous's window for `platform`.
 Result<void> CheckWindow(uint64_t window_ns, std::string_view platform);
 
+// What changes between the setup an hvprofd runs and a new one (`hvprof --reload`, or SIGHUP
+// after daemonrc.json changed), by option name ("--keep-size"). `live`: what a running hvprofd
+// takes on at once: --keep-size, --keep-age, --build-id-cache-size, --verbose, and --continuous's
+// window (from the next window on; not continuous mode itself). `restart`: everything else, which
+// only a new hvprofd can take (the counters, rings and domains are set up with it).
+struct SettingsChange {
+  std::vector<std::string> live;
+  std::vector<std::string> restart;
+  bool empty() const { return live.empty() && restart.empty(); }
+};
+SettingsChange CompareSettings(const SetupOptions& running, const SetupOptions& wanted);
+// Continuous mode's budget as --start-daemon takes it: at least 16 MiB, and an age no shorter
+// than a window (a daemonrc.json edited by hand and reloaded is checked so too).
+inline constexpr uint64_t kMinKeepBytes = uint64_t{16} << 20;
+Result<void> CheckBudget(const SetupOptions& setup);
+
 struct EventSpec {
   std::string text;  // as typed, for messages
   std::string name;
