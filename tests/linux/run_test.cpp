@@ -22,6 +22,7 @@
 
 #include "live_support.h"
 #include "hvprof/store/session.h"
+#include "hvprof/store/windows.h"
 #include "run_support.h"
 #include "skip.h"
 #include "temp_dir.h"
@@ -491,4 +492,50 @@ TEST_CASE("hvprof record -g on linux: -d shows objdump's addresses, and the sess
     from_cache |= note.get<std::string>().find("copy in the build-id cache") != std::string::npos;
   }
   CHECK(from_cache);
+}
+
+TEST_CASE("continuous mode on this host: windows of the wall clock follow each other and hold the workload",
+          "[linux][live][continuous]") {
+  if (!PerfUsable()) return;
+  hvprof::testing::TempDir dir;
+  const std::vector<std::string> where = {"--run-dir=" + dir.File("run"), "--session-dir=" + dir.File("s")};
+  const auto hvprof = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), hvprof::testing::Binary("hvprof"));
+    args.insert(args.end(), where.begin(), where.end());
+    return hvprof::testing::RunProgram(args);
+  };
+  const CommandResult started = hvprof({"--start-daemon", "--platform=linux", "--continuous=1s", "-F", "2000"});
+  INFO(started.out << started.err);
+  REQUIRE(started.status == 0);
+  CHECK(started.out.find("profiling continuously") != std::string::npos);
+  const CommandResult worked = hvprof::testing::RunProgram({kFixture, "--seconds", "3"});
+  REQUIRE(worked.status == 0);
+  // Waits (a loaded machine drains late) until three windows have closed.
+  const hvprof::store::SessionPaths paths{dir.File("s")};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (hvprof::store::ListWindows(paths).windows.size() < 3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  REQUIRE(hvprof({"--shutdown"}).status == 0);
+  const hvprof::store::WindowList list = hvprof::store::ListWindows(paths);
+  CHECK(list.problems.empty());
+  REQUIRE(list.windows.size() >= 3);
+  for (size_t i = 0; i < list.windows.size(); ++i) {
+    const hvprof::store::WindowEntry& w = list.windows[i];
+    INFO(w.name);
+    CHECK(w.window.index == i);
+    CHECK(w.window.clock == "realtime");
+    // A window closes at the first drain after its end, and the next starts where it ended.
+    CHECK(w.window.end_ns - w.window.start_ns >= 1'000'000'000);
+    if (i > 0) CHECK(w.window.start_ns == list.windows[i - 1].window.end_ns);
+  }
+  // The windows and the one in progress, merged: the fixture's functions in their shares.
+  const CommandResult report = hvprof::testing::RunProgram(
+      {hvprof::testing::Binary("hvprof-report"), "--session-dir=" + dir.File("s"), "--last=1h", "-l",
+       "--format=json", "--symbol=hot_*"});
+  INFO(report.err);
+  REQUIRE((report.status == 0 || report.status == 3));  // 3: some other image on the host lacks symbols
+  const Json merged = Json::parse(report.out, nullptr, false);
+  REQUIRE(merged.is_object());
+  CheckShares(HotSamples(merged), 0.03);
 }
