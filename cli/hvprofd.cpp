@@ -100,9 +100,7 @@ int main(int argc, char** argv) {
       return Fail(ready_fd, hvprof::MakeError(hvprof::ErrorKind::kInvalidArgument,
                                               "--role must be dom0 or guest (got '{}')", role));
     }
-    auto text = hvprof::ReadFileToString(setup_path, size_t{1} << 20, hvprof::Links::kRefuse);
-    if (!text) return Fail(ready_fd, text.error());
-    auto setup = hvprof::setup::SetupOptions::FromJson(text.value(), setup_path);
+    auto setup = hvprof::setup::SetupOptions::Read(setup_path);
     if (!setup) return Fail(ready_fd, setup.error());
     if (setup.value().verbose) hvprof::SetLogLevel(hvprof::LogLevel::kDebug);
     // What it writes says which processes ran and what they mapped: its owner's alone, or

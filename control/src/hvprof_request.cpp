@@ -398,20 +398,17 @@ Result<void> ReadContinuous(const po::variables_map& values, Words& w) {
   }
   setup.keep_bytes = setup::kDefaultKeepBytes;
   if (!w.keep_size.empty()) {
-    HVPROF_TRY(bytes, SizeOption("keep-size", w.keep_size, 16, "too little for the windows: give more (e.g. 2G)"));
+    HVPROF_TRY(bytes, SizeOption("keep-size", w.keep_size, setup::kMinKeepBytes >> 20, "too little for the windows: give more (e.g. 2G)"));
     setup.keep_bytes = bytes;
   }
   setup.keep_age_ns = setup::kDefaultKeepAgeNs;
   if (!w.keep_age.empty()) {
     auto age = ParseDurationNs(w.keep_age);
     if (!age) return Refuse(fmt::format("--keep-age: {}", age.error().message()));
-    if (age.value() < setup.window_ns) {
-      return Refuse(fmt::format("--keep-age={} is shorter than a window ({}): no window would stay", w.keep_age,
-                                w.continuous));
-    }
     setup.keep_age_ns = age.value();
   }
-  return Ok();
+  // The budget's rules, as hvprofd checks a reloaded setup.
+  return setup::CheckBudget(setup);
 }
 
 // The setup every kind shares: the platform, the numbers in their ranges, the session root.

@@ -701,8 +701,7 @@ uint64_t Dom0Agent::BuildIdCacheBytes() const {
 }
 
 Result<agent::Json> Dom0Agent::ReloadSettings() {
-  HVPROF_TRY(text, ReadFileToString(paths_.setup(), size_t{1} << 20, Links::kRefuse));
-  HVPROF_TRY(wanted, setup::SetupOptions::FromJson(text, paths_.setup()));
+  HVPROF_TRY(wanted, setup::SetupOptions::Read(paths_.setup()));
   const setup::SettingsChange change = setup::CompareSettings(setup_, wanted);
   // All or nothing, as `hvprof --reload` is: a change this hvprofd cannot make leaves every
   // setting as it was.

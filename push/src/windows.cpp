@@ -1,5 +1,6 @@
 #include "hvprof/push/windows.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -295,6 +296,14 @@ uint64_t WindowPusher::PushPending(uint64_t now_ns) {
   // since it was scheduled (a push.json from before a reboot).
   state_.next_attempt_ns = std::min(state_.next_attempt_ns, SaturatingAdd(now_ns, most_ns));
   if (state_.next_attempt_ns > now_ns) return state_.next_attempt_ns;
+  // Listing reads every window's session.json: only when samples/ changed (a window saved or
+  // removed renames an entry there) since a pass that left nothing to push.
+  struct stat samples {};
+  const uint64_t changed_ns = ::stat(options_.paths.samples_dir().c_str(), &samples) == 0
+                                  ? static_cast<uint64_t>(samples.st_mtim.tv_sec) * 1'000'000'000 +
+                                        static_cast<uint64_t>(samples.st_mtim.tv_nsec)
+                                  : 0;
+  if (state_.started && changed_ns != 0 && changed_ns == settled_changed_ns_) return now_ns + poll_ns;
   const store::WindowList list = store::ListWindows(options_.paths);
   if (!state_.started) {
     // The first run: from the window in progress on.
@@ -346,6 +355,7 @@ uint64_t WindowPusher::PushPending(uint64_t now_ns) {
       return NowNs();
     }
   }
+  settled_changed_ns_ = changed_ns;
   return now_ns + poll_ns;
 }
 

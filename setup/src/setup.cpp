@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 
+#include "hvprof/base/files.h"
 #include "hvprof/base/json_fields.h"
 #include "hvprof/base/units.h"
 #include "hvpmu/abi/ring.h"
@@ -248,6 +249,11 @@ Result<SetupOptions> SetupOptions::FromJson(std::string_view text, const std::st
   // Someone may have edited it since --start-daemon checked the same numbers.
   HVPROF_TRYV(o.CheckNumbers());
   return o;
+}
+
+Result<SetupOptions> SetupOptions::Read(const std::string& path) {
+  HVPROF_TRY(text, ReadFileToString(path, size_t{1} << 20, Links::kRefuse));
+  return FromJson(text, path);
 }
 
 Result<EventSpec> ParseEventSpec(std::string_view text) {

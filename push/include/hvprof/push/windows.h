@@ -124,6 +124,7 @@ class WindowPusher {
   PushState state_;
   std::string saved_problem_;  // the last failure to write the state, said once
   uint64_t load_failures_ = 0; // of window next_index, in a row
+  uint64_t settled_changed_ns_ = 0;  // samples/'s mtime when a pass last left nothing to push
 };
 
 }  // namespace hvprof::push

@@ -86,6 +86,8 @@ struct SetupOptions {
   nlohmann::json ToJson() const;
   // Reads what ToJson wrote (daemonrc.json), every field checked; `origin` names the file.
   static Result<SetupOptions> FromJson(std::string_view text, const std::string& origin);
+  // daemonrc.json as hvprofd and --reload read it: `path`, never through a link, parsed by FromJson.
+  static Result<SetupOptions> Read(const std::string& path);
 };
 
 // The rate the linux platform samples at when neither -e nor -F says: perf record's default,
