@@ -142,11 +142,10 @@ int main(int argc, char** argv) {
   for (uint64_t day = 1; day <= days; ++day) {
     for (uint64_t w = 0; w < per_day; ++w) {
       Hvprof(with({fmt::format("--run-sim={}", window_text)}), log);
-      auto truth_text = link.value()->GroundTruth(true);
-      if (!truth_text) Die(truth_text.error().message());
-      const Json truth = Json::parse(truth_text.value());
+      auto truth = link.value()->GroundTruth(true);
+      if (!truth) Die(truth.error().message());
       uint64_t expected = 0;
-      for (const Json& row : truth["rows"]) expected += row["overflows"][counter].get<uint64_t>();
+      for (const hvprof::context::TruthRow& row : truth.value().rows) expected += row.overflows.at(counter);
       // The window just closed is the newest.
       const hvprof::store::WindowList list = hvprof::store::ListWindows(paths);
       if (list.windows.empty() || list.windows.back().window.index != windows) Die("the window did not close");

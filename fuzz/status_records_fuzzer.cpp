@@ -1,7 +1,8 @@
 // Fuzzes the JSON records that cross between hvprof's processes: hvprofd's status, as `hvprof
 // --status` reads it (agent/agent_status.h), and what hvprof-hv's platform says of itself, as
 // hvprofd reads it: its account of its sampling (context/platform_stats.h; the session keeps
-// its statistics), its domains and their images (context/domains.h). Each input is offered to
+// its statistics), its domains and their images (context/domains.h), and the sim's ground truth
+// (context/ground_truth.h), as dom0's tests and benchmarks read it. Each input is offered to
 // every reader. What a reader accepts must survive a round trip unchanged:
 // written again and read back, it writes the same.
 #include <string_view>
@@ -11,6 +12,7 @@
 #include "hvprof/agent/agent_status.h"
 #include "hvprof/base/json_fields.h"
 #include "hvprof/context/domains.h"
+#include "hvprof/context/ground_truth.h"
 #include "hvprof/context/platform_stats.h"
 
 namespace {
@@ -38,5 +40,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   RoundTrip(document, [&](const nlohmann::json& d) { return hvprof::context::ParsePlatformInfo(node(d)); });
   RoundTrip(document, [&](const nlohmann::json& d) { return hvprof::context::ParseDomainList(node(d)); });
   RoundTrip(document, [&](const nlohmann::json& d) { return hvprof::context::ParseDomainImages(node(d)); });
+  RoundTrip(document, [&](const nlohmann::json& d) { return hvprof::context::ParseGroundTruth(node(d)); });
   return 0;
 }

@@ -20,8 +20,9 @@ LAYERS = {
     # What every sample says (mode, reserved domains, unknown pid), for user space: the ABI's values.
     "facts": ["hypervisor-pmu"],
     "symbolizer": ["base"],
-    # What the hosts tell of a run besides its samples: context events, domains, sampling stats.
-    "context": ["base"],
+    # What the hosts tell of a run besides its samples: context events, domains, sampling stats, and
+    # the sim's ground truth (its rows name modes: facts).
+    "context": ["facts", "base"],
     "store": ["context", "facts", "base"],
     # Statistics of comparisons: pure numbers, used by the report's diff.
     "stats": ["base"],
@@ -38,8 +39,8 @@ LAYERS = {
     "xen": ["agent-core", "linux", "store", "context", "hypervisor-pmu", "base"],
     "setup": ["store", "context", "symbolizer", "hypervisor-pmu", "base"],
     "dom0-agent": ["agent-core", "buildid-cache", "setup", "store", "context", "hypervisor-pmu", "base", "symbolizer"],
-    # A guest publishes its own profile for dom0: its agent reports its own session.
-    "guest-agent": ["report", "agent-core", "buildid-cache", "setup", "store", "context", "hypervisor-pmu", "base", "symbolizer"],
+    # A guest's agent hands dom0 the profile `hvprof --publish` (control) made of its session.
+    "guest-agent": ["agent-core", "buildid-cache", "setup", "store", "context", "hypervisor-pmu", "base", "symbolizer"],
     # Session archives: a session and its images by build-id, written and unpacked (tar).
     "archive": ["buildid-cache", "store", "symbolizer", "base"],
     "report": ["stats", "archive", "buildid-cache", "store", "context", "symbolizer", "base"],

@@ -18,7 +18,7 @@ Result<SimClock> HypervisorLink::SimQuery() {
   return MakeError(ErrorKind::kUnsupported, "{} is not a simulated machine", platform_name());
 }
 Result<SimClock> HypervisorLink::SimRunFor(uint64_t) { return SimQuery(); }
-Result<std::string> HypervisorLink::GroundTruth(bool) {
+Result<context::GroundTruth> HypervisorLink::GroundTruth(bool) {
   return MakeError(ErrorKind::kUnsupported, "{} has no ground truth", platform_name());
 }
 
@@ -316,9 +316,11 @@ class HostedLink final : public HypervisorLink {
   Result<SimClock> SimRunFor(uint64_t ns) override {
     return SimControl(hvprof::hv::SimCommand::kRunFor, ns);
   }
-  Result<std::string> GroundTruth(bool reset) override {
+  Result<context::GroundTruth> GroundTruth(bool reset) override {
     hv::GroundTruthRequest request{reset ? 1u : 0u, 0};
-    return TextCall(MessageType::kGroundTruth, hv::Pack(request));
+    HVPROF_TRY(text, TextCall(MessageType::kGroundTruth, hv::Pack(request)));
+    HVPROF_TRY(root, json::Node::Parse(text, "hvprof-hv's ground truth", ErrorKind::kProtocol));
+    return context::ParseGroundTruth(root);
   }
   Result<SimTraceBuffers> SimXenTrace(uint32_t command, uint64_t argument) override {
     hv::XenTraceRequest request{command, 0, argument};

@@ -87,6 +87,33 @@ std::optional<uint64_t> FreeBytes(const std::string& directory) {
   return static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
 }
 
+// What an unpacked archive is (its manifest), and where its session was.
+Result<Unpacked> ReadManifest(const std::string& destination, const std::string& where) {
+  const std::string manifest_path = destination + "/" + kManifestFile;
+  auto manifest_text = ReadFileToString(manifest_path, size_t{64} << 20, Links::kRefuse);
+  if (!manifest_text) {
+    return MakeError(ErrorKind::kInvalidArgument, "{}: holds no {}: it is not an archive `hvprof archive` wrote", where,
+                     kManifestFile);
+  }
+  HVPROF_TRY(manifest, json::Node::Parse(manifest_text.value(), where + ": " + kManifestFile, ErrorKind::kCorrupt));
+  HVPROF_TRY(version, manifest.Get<int>("hvprof_archive"));
+  if (version != kArchiveVersion) {
+    return MakeError(ErrorKind::kUnsupported, "{}: archive format {} is not the {} this hvprof reads; use the hvprof "
+                     "that wrote it",
+                     where, version, kArchiveVersion);
+  }
+  Unpacked unpacked;
+  unpacked.root = destination;
+  unpacked.session_directory = destination + "/" + kSessionFolder;
+  HVPROF_TRY(original, manifest.Get<std::string>("session_directory"));
+  unpacked.original_directory = std::move(original);
+  struct stat st {};
+  if (::lstat(unpacked.session_directory.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return MakeError(ErrorKind::kCorrupt, "{}: holds no {}/ folder: no session to report", where, kSessionFolder);
+  }
+  return unpacked;
+}
+
 // `archive_bytes`: how much the tar holds. What it unpacks to cannot be more (a tar stores each
 // file's bytes whole), unless an entry is sparse: those are refused, and the sum is checked.
 Result<Unpacked> UnpackFrom(struct archive* reader, const std::string& where, const std::string& destination,
@@ -186,30 +213,7 @@ Result<Unpacked> UnpackFrom(struct archive* reader, const std::string& where, co
                        where, shown, written, size);
     }
   }
-  // What it is, and where the session was.
-  const std::string manifest_path = destination + "/" + kManifestFile;
-  auto manifest_text = ReadFileToString(manifest_path, size_t{64} << 20, Links::kRefuse);
-  if (!manifest_text) {
-    return MakeError(ErrorKind::kInvalidArgument, "{}: holds no {}: it is not an archive `hvprof archive` wrote", where,
-                     kManifestFile);
-  }
-  HVPROF_TRY(manifest, json::Node::Parse(manifest_text.value(), where + ": " + kManifestFile, ErrorKind::kCorrupt));
-  HVPROF_TRY(version, manifest.Get<int>("hvprof_archive"));
-  if (version != kArchiveVersion) {
-    return MakeError(ErrorKind::kUnsupported, "{}: archive format {} is not the {} this hvprof reads; use the hvprof "
-                     "that wrote it",
-                     where, version, kArchiveVersion);
-  }
-  Unpacked unpacked;
-  unpacked.root = destination;
-  unpacked.session_directory = destination + "/" + kSessionFolder;
-  HVPROF_TRY(original, manifest.Get<std::string>("session_directory"));
-  unpacked.original_directory = std::move(original);
-  struct stat st {};
-  if (::lstat(unpacked.session_directory.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return MakeError(ErrorKind::kCorrupt, "{}: holds no {}/ folder: no session to report", where, kSessionFolder);
-  }
-  return unpacked;
+  return ReadManifest(destination, where);
 }
 
 Result<Reader> NewReader() {

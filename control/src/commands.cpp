@@ -19,6 +19,7 @@
 
 #include <fmt/ranges.h>
 
+#include "hvprof/agent/agent_status.h"
 #include "hvprof/agent/hypervisor_link.h"
 #include "hvprof/control/hypervisor.h"
 #include "hvprof/base/escape.h"
@@ -28,6 +29,8 @@
 #include "hvprof/base/scoped_fd.h"
 #include "hvprof/base/units.h"
 #include "hvprof/push/windows.h"
+#include "hvprof/report/load.h"
+#include "hvprof/report/published.h"
 
 namespace hvprof::control {
 
@@ -569,18 +572,39 @@ Result<Outcome> Save(const store::SessionPaths& paths, const std::string& name, 
 }
 
 Result<Outcome> Publish(const store::SessionPaths& paths) {
-  auto reply = Ask(paths, Json{{"action", "publish"}}, kLongRequestTimeout);
-  if (reply && !reply.value()) {
+  HVPROF_TRY(asked, Ask(paths, Json{{"action", "status"}}));
+  if (!asked) {
     return MakeError(ErrorKind::kBadState, "{}; start it with `hvprof --start-daemon` and `hvprof --start`, "
                      "then publish", NotRunning(paths));
   }
-  if (!reply && reply.error().kind() == ErrorKind::kUnsupported) {  // an agent without the action: dom0's
+  HVPROF_TRY(status, agent::ParseAgentStatus(*asked));
+  if (status.role != agent::AgentRole::kGuest) {
     return MakeError(ErrorKind::kInvalidArgument,
                      "--publish is for active guests: dom0's own report already holds dom0, the hypervisor "
                      "and the passive domains (`hvprof-report --all-domains` adds what the guests published)");
   }
-  if (!reply) return reply.error();
-  return Outcome{reply.value()->value("message", "published")};
+  if (status.session.empty()) {
+    return MakeError(ErrorKind::kBadState, "this domain has no samples to publish: run `hvprof --start` here first");
+  }
+  // What hvprofd has drained, written; then the profile as this domain alone can symbolize it (its
+  // files are here), its hypervisor addresses left raw for dom0, which has xen-syms.
+  HVPROF_TRYV(Send(paths, Json{{"action", "dump"}}, kLongRequestTimeout));
+  HVPROF_TRY(profile, report::LoadProfile(status.session, report::LoadOptions{}));
+  const report::PublishedProfile published = report::BuildPublished(profile);
+  HVPROF_TRY(reply, Send(paths, Json{{"action", "publish"}, {"profile", report::PublishedToJson(published)}},
+                         kLongRequestTimeout));
+  const std::string label = EscapeForTerminal(store::DomainName(published.domain, published.name));
+  if (reply.contains("path")) {
+    const std::string path = EscapeForTerminal(reply.value("path", std::string()));
+    return Outcome{fmt::format("wrote the profile of {} ({} samples) to {}. Xen cannot hand it to dom0: copy it into "
+                               "dom0's session as published/domain-{}.json (e.g. `scp {} "
+                               "dom0:/var/lib/hvprof/samples/current/published/domain-{}.json`), then "
+                               "`hvprof-report --all-domains` there shows it",
+                               label, published.samples, path, published.domain, path, published.domain)};
+  }
+  return Outcome{fmt::format("published {} samples of {} ({} symbols, {} hypervisor addresses) to dom0; dom0 takes it "
+                             "into its session within a second, and `hvprof-report --all-domains` there shows it",
+                             published.samples, label, published.symbols.size(), published.hypervisor.size())};
 }
 
 Result<Outcome> RunSim(const store::SessionPaths& paths, uint64_t duration_ns) {

@@ -271,10 +271,10 @@ void PrintTiming(const report::Profile& profile, std::chrono::steady_clock::time
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   say.stream() << fmt::format(
       "timing: {} samples, {} distinct addresses, {} distinct stacks\n"
-      "  read samples ({}): {:.3f} s\n  symbol tables: {:.3f} s\n  attribute: {:.3f} s\n"
+      "  read samples ({}; {} pass{} over samples.hvs): {:.3f} s\n  symbol tables: {:.3f} s\n  attribute: {:.3f} s\n"
       "  resolve: {:.3f} s\n  table and output: {:.3f} s\n  total: {:.3f} s; without symbol tables: {:.3f} s\n",
       profile.total_samples(), t.distinct_addresses, t.distinct_stacks, t.from_aggregate ? "aggregate" : "raw",
-      t.read_seconds, t.symbol_tables_seconds, t.attribute_seconds, t.resolve_seconds,
+      t.samples_passes, t.samples_passes == 1 ? "" : "es", t.read_seconds, t.symbol_tables_seconds, t.attribute_seconds, t.resolve_seconds,
       total - t.read_seconds - t.symbol_tables_seconds - t.attribute_seconds - t.resolve_seconds, total,
       total - t.symbol_tables_seconds);
 }

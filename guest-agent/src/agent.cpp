@@ -6,8 +6,6 @@
 
 #include "hvprof/base/files.h"
 #include "hvprof/base/log.h"
-#include "hvprof/report/load.h"
-#include "hvprof/report/published.h"
 #include "hvpmu/events.h"
 
 namespace hvprof::guest {
@@ -311,41 +309,33 @@ Result<agent::AgentStatus> GuestAgent::Status() {
 }
 
 Result<Json> GuestAgent::HandleOther(const std::string& action, const Json& request) {
-  if (action == "publish") return Publish();
+  if (action == "publish") return Publish(request);
   if (action == "run-sim") {
     return MakeError(ErrorKind::kPermissionDenied, "only dom0 drives the simulated machine; run `hvprof --run-sim` there");
   }
   return AgentDaemon::HandleOther(action, request);
 }
 
-Result<Json> GuestAgent::Publish() {
+Result<Json> GuestAgent::Publish(const Json& request) {
   if (!session_) {
     return MakeError(ErrorKind::kBadState, "{} has no samples to publish: run `hvprof --start` here first", Label());
   }
-  HVPROF_TRYV(Dump());
-  // The profile as this domain alone can symbolize it; hypervisor addresses stay raw for dom0.
-  report::LoadOptions options;
-  HVPROF_TRY(profile, report::LoadProfile(session_->directory(), options));
-  const report::PublishedProfile published = report::BuildPublished(profile);
-  const std::string text = report::SerializePublished(published);
+  // `hvprof --publish` made the profile from this domain's session, symbolized as this domain
+  // alone can; it is carried as it is. To dom0 it is untrusted input, checked there.
+  const auto profile = request.find("profile");
+  if (profile == request.end() || !profile->is_object()) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "publish takes the profile to hand to dom0 ('profile', as `hvprof --publish` makes it)");
+  }
+  const std::string text = profile->dump(-1, ' ', false, Json::error_handler_t::replace);
   if (link_->legacy_only()) {
     // Xen carries nothing between domains: the profile is left for the admin to copy.
     const std::string path = fmt::format("{}/published-domain-{}.json", session_->directory(), setup_.domain);
     HVPROF_TRYV(WriteFileAtomically(path, text));
-    return Json{{"message", fmt::format("wrote the profile of {} ({} samples) to {}. Xen cannot hand it to dom0: copy it "
-                                        "into dom0's session as published/domain-{}.json (e.g. `scp {} "
-                                        "dom0:/var/lib/hvprof/samples/current/published/domain-{}.json`), then "
-                                        "`hvprof-report --all-domains` there shows it",
-                                        Label(), published.samples, path, setup_.domain, path, setup_.domain)},
-                {"samples", published.samples},
-                {"path", path}};
+    return Json{{"path", path}, {"domain", setup_.domain}};
   }
   HVPROF_TRYV(link_->Publish(std::as_bytes(std::span(text.data(), text.size()))));
-  return Json{{"message", fmt::format("published {} samples of {} ({} symbols, {} hypervisor addresses) to dom0; "
-                                      "dom0 takes it into its session within a second, and `hvprof-report "
-                                      "--all-domains` there shows it",
-                                      published.samples, Label(), published.symbols.size(), published.hypervisor.size())},
-              {"samples", published.samples}};
+  return Json{{"domain", setup_.domain}};
 }
 
 // Xen 4.17's sequence for an active PV domain: init (not primary), get_buffer, its rings

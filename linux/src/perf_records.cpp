@@ -188,6 +188,41 @@ bool ParseSample(const RecordLayout& layout, uint16_t misc, const uint8_t* body,
   return cursor.ok();
 }
 
+// An MMAP2 record: a mapping with its file's identity (device and inode, or build-id).
+bool ParseMmap2(const RecordLayout& layout, uint16_t misc, const uint8_t* body, size_t size, RecordVisitor& visitor) {
+  PerfMmap2 record;
+  if (!ReadSampleId(layout, body, &size, &record.sid)) return false;
+  Cursor cursor(body, size);
+  record.misc = misc;
+  record.pid = cursor.Read<uint32_t>();
+  record.tid = cursor.Read<uint32_t>();
+  record.addr = cursor.Read<uint64_t>();
+  record.len = cursor.Read<uint64_t>();
+  record.pgoff = cursor.Read<uint64_t>();
+  if (misc & kMiscMmapBuildId) {
+    const auto id_size = cursor.Read<uint8_t>();
+    cursor.Skip(3);
+    uint8_t id[20];
+    for (uint8_t& byte : id) byte = cursor.Read<uint8_t>();
+    if (id_size > sizeof id) return false;
+    static constexpr char kHex[] = "0123456789abcdef";
+    for (uint8_t i = 0; i < id_size; ++i) {
+      record.build_id += kHex[id[i] >> 4];
+      record.build_id += kHex[id[i] & 0xF];
+    }
+  } else {
+    record.maj = cursor.Read<uint32_t>();
+    record.min = cursor.Read<uint32_t>();
+    record.ino = cursor.Read<uint64_t>();
+    record.ino_generation = cursor.Read<uint64_t>();
+  }
+  record.prot = cursor.Read<uint32_t>();
+  record.flags = cursor.Read<uint32_t>();
+  if (!cursor.ok() || !ReadString(cursor, &record.filename)) return false;
+  visitor.OnMmap2(record);
+  return true;
+}
+
 bool ParseOne(const RecordLayout& layout, uint32_t type, uint16_t misc, const uint8_t* body,
               size_t size, RecordVisitor& visitor, bool* known) {
   *known = true;
@@ -198,39 +233,8 @@ bool ParseOne(const RecordLayout& layout, uint32_t type, uint16_t misc, const ui
       visitor.OnSample(sample);
       return true;
     }
-    case RecordType::kMmap2: {
-      PerfMmap2 record;
-      if (!ReadSampleId(layout, body, &size, &record.sid)) return false;
-      Cursor cursor(body, size);
-      record.misc = misc;
-      record.pid = cursor.Read<uint32_t>();
-      record.tid = cursor.Read<uint32_t>();
-      record.addr = cursor.Read<uint64_t>();
-      record.len = cursor.Read<uint64_t>();
-      record.pgoff = cursor.Read<uint64_t>();
-      if (misc & kMiscMmapBuildId) {
-        const auto id_size = cursor.Read<uint8_t>();
-        cursor.Skip(3);
-        uint8_t id[20];
-        for (uint8_t& byte : id) byte = cursor.Read<uint8_t>();
-        if (id_size > sizeof id) return false;
-        static constexpr char kHex[] = "0123456789abcdef";
-        for (uint8_t i = 0; i < id_size; ++i) {
-          record.build_id += kHex[id[i] >> 4];
-          record.build_id += kHex[id[i] & 0xF];
-        }
-      } else {
-        record.maj = cursor.Read<uint32_t>();
-        record.min = cursor.Read<uint32_t>();
-        record.ino = cursor.Read<uint64_t>();
-        record.ino_generation = cursor.Read<uint64_t>();
-      }
-      record.prot = cursor.Read<uint32_t>();
-      record.flags = cursor.Read<uint32_t>();
-      if (!cursor.ok() || !ReadString(cursor, &record.filename)) return false;
-      visitor.OnMmap2(record);
-      return true;
-    }
+    case RecordType::kMmap2:
+      return ParseMmap2(layout, misc, body, size, visitor);
     case RecordType::kComm: {
       PerfComm record;
       if (!ReadSampleId(layout, body, &size, &record.sid)) return false;

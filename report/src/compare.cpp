@@ -117,6 +117,8 @@ Result<LoadedDiff> DiffSessions(const DiffRequest& request) {
   // The sessions load side by side, as many at once as there are CPUs: each load is its own
   // (its symbolizer, its files), and a diff costs about one report instead of two.
   std::vector<std::optional<Result<Profile>>> loaded(count);
+  // The time slices the diff counts, in the same pass as the rest of each session.
+  const uint32_t slices = DiffTimeSlices(request.diff, base_count, count - base_count);
   const size_t workers = std::max<size_t>(1, std::min<size_t>(count, std::thread::hardware_concurrency()));
   std::atomic<size_t> next_index{0};
   auto work = [&] {
@@ -124,6 +126,7 @@ Result<LoadedDiff> DiffSessions(const DiffRequest& request) {
       LoadOptions load = request.load;
       load.build_id_roots = out.sources[i].build_id_roots;
       load.shown_directory = out.sources[i].shown_directory;
+      load.time_slices = slices >= 2 ? slices : 0;
       loaded[i] = LoadProfile(out.sources[i].directory, load);
     }
   };

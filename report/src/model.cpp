@@ -5,32 +5,36 @@
 
 namespace hvprof::report {
 
+Profile::Profile(ProfileParts parts) : parts_(std::move(parts)) {
+  if (parts_.partial_context) whole_context_ = std::make_shared<WholeContext>();
+}
+
 std::vector<std::string> Profile::Warnings() const {
   std::vector<std::string> warnings;
-  for (const Image& image : images_) {
+  for (const Image& image : parts_.images) {
     if (image.build_id_mismatch) {
       warnings.push_back(fmt::format("{} is not the image that was profiled: {}", image.long_name, image.problem));
     } else if (!image.problem.empty()) {
       warnings.push_back(fmt::format("{} could not be symbolized: {}", image.long_name, image.problem));
     }
   }
-  warnings.insert(warnings.end(), problems_.begin(), problems_.end());
+  warnings.insert(warnings.end(), parts_.problems.begin(), parts_.problems.end());
   if (whole_context_) {
     const std::lock_guard lock(whole_context_->mutex);
     warnings.insert(warnings.end(), whole_context_->problems.begin(), whole_context_->problems.end());
   }
-  warnings.insert(warnings.end(), stack_notes_.begin(), stack_notes_.end());
+  warnings.insert(warnings.end(), parts_.stack_notes.begin(), parts_.stack_notes.end());
   return warnings;
 }
 
 const store::ContextIndex& Profile::context() const {
-  if (!whole_context_) return *context_;
+  if (!whole_context_) return *parts_.context;
   WholeContext& whole = *whole_context_;
   const std::lock_guard lock(whole.mutex);
   if (!whole.index) {
     auto index = std::make_shared<store::ContextIndex>();
-    const std::string path = loaded_directory_ + "/" + store::kContextFile;
-    auto read = store::ReadContextFile(path, metadata_.session_id, *index);
+    const std::string path = parts_.loaded_directory + "/" + store::kContextFile;
+    auto read = store::ReadContextFile(path, parts_.metadata.session_id, *index);
     if (!read) {
       whole.problems.push_back(read.error().message() + "; processes are shown by pid");
     } else {
@@ -43,8 +47,8 @@ const store::ContextIndex& Profile::context() const {
   return *whole.index;
 }
 
-std::string Profile::DomainName(uint16_t domain) const {
-  for (const auto& record : metadata_.domains) {
+std::string ProfileParts::DomainName(uint16_t domain) const {
+  for (const auto& record : metadata.domains) {
     if (record.id == domain) return store::DomainName(domain, record.name);
   }
   return store::DomainName(domain, "");

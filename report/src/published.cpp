@@ -79,7 +79,7 @@ PublishedProfile BuildPublished(const Profile& profile) {
   return out;
 }
 
-std::string SerializePublished(const PublishedProfile& p) {
+Json PublishedToJson(const PublishedProfile& p) {
   Json events = Json::array();
   for (const PublishedEvent& event : p.events) {
     events.push_back({{"counter", event.counter}, {"name", event.name}, {"count", event.count}});
@@ -95,23 +95,26 @@ std::string SerializePublished(const PublishedProfile& p) {
   }
   Json hypervisor = Json::array();
   for (const PublishedAddress& a : p.hypervisor) hypervisor.push_back({{"ip", Hex(a.ip)}, {"samples", a.samples}});
-  const Json out{{"format", "hvprof-published"},
-                 {"version", kPublishedVersion},
-                 {"domain", p.domain},
-                 {"name", p.name},
-                 {"session_id", p.session_id},
-                 {"hvprof_version", p.hvprof_version},
-                 {"cpu_type", p.cpu_type},
-                 {"published_ns", p.published_ns},
-                 {"samples", p.samples},
-                 {"losses", {{"ring_full", p.losses.ring_full}, {"corrupt_index", p.losses.corrupt_index},
-                             {"no_ring", p.losses.no_ring}, {"malformed_records", p.losses.malformed_records},
-                             {"store_failed", p.losses.store_failed}}},
-                 {"events", events},
-                 {"symbols", symbols},
-                 {"hypervisor", hypervisor}};
+  return Json{{"format", "hvprof-published"},
+              {"version", kPublishedVersion},
+              {"domain", p.domain},
+              {"name", p.name},
+              {"session_id", p.session_id},
+              {"hvprof_version", p.hvprof_version},
+              {"cpu_type", p.cpu_type},
+              {"published_ns", p.published_ns},
+              {"samples", p.samples},
+              {"losses", {{"ring_full", p.losses.ring_full}, {"corrupt_index", p.losses.corrupt_index},
+                          {"no_ring", p.losses.no_ring}, {"malformed_records", p.losses.malformed_records},
+                          {"store_failed", p.losses.store_failed}}},
+              {"events", events},
+              {"symbols", symbols},
+              {"hypervisor", hypervisor}};
+}
+
+std::string SerializePublished(const PublishedProfile& p) {
   // Names come from the guest's files; replace bytes that are not UTF-8 rather than fail.
-  return out.dump(-1, ' ', false, Json::error_handler_t::replace);
+  return PublishedToJson(p).dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 Result<PublishedProfile> ParsePublished(std::string_view text, uint16_t expected_domain) {

@@ -13,99 +13,89 @@ void SimMachine::ResetGroundTruth() {
   sched_accounted_to_ = sched_truth_since_ = now_;
 }
 
-std::string SimMachine::GroundTruthJson() const {
-  using Json = nlohmann::json;
-  Json out;
-  out["scenario"] = scenario_.name;
-  out["seed"] = scenario_.seed;
-  out["run_seed"] = scenario_.run_seed.value_or(scenario_.seed);
-  out["sim_time_ns"] = now_ns();
-  out["cpus"] = cpus_.size();
-  out["pmu"] = std::string(PmuModelName(scenario_.machine.pmu));
-  out["pmis"] = pmis_;
-  out["ticks"] = ticks_;
-  out["source"] = timer_sampled_ ? "timer" : "pmu";
-  Json counters = Json::array();
+context::GroundTruth SimMachine::GroundTruth() const {
+  context::GroundTruth out;
+  out.scenario = scenario_.name;
+  out.seed = scenario_.seed;
+  out.run_seed = scenario_.run_seed.value_or(scenario_.seed);
+  out.sim_time_ns = now_ns();
+  out.cpus = static_cast<uint32_t>(cpus_.size());
+  out.pmu = std::string(PmuModelName(scenario_.machine.pmu));
+  out.pmis = pmis_;
+  out.ticks = ticks_;
+  out.timer = timer_sampled_;
   const PmuModel& pmu = cpus_[0]->pmu;
   // The timer's truth is one counter: ns of each function's time and the ticks due in it.
   const uint32_t truth_counters = timer_sampled_ ? 1 : pmu.num_counters();
   auto events_of = [&](const TruthRow& row, uint32_t i) { return timer_sampled_ ? NsOf(row.timer_cycles) : row.events[i]; };
   auto overflows_of = [&](const TruthRow& row, uint32_t i) { return timer_sampled_ ? row.ticks : row.overflows[i]; };
   if (timer_sampled_) {
-    counters.push_back({{"index", 0},
-                        {"enabled", tick_cycles_ != 0},
-                        {"event", fmt::format("{:#x}", hvpmu::kTimerEventCode)},
-                        {"unit_mask", "0x00"},
-                        {"os", true},
-                        {"usr", true},
-                        {"fixed", false},
-                        {"counts", "time_ns"}});
+    out.counters.push_back({.index = 0,
+                            .enabled = tick_cycles_ != 0,
+                            .event = hvpmu::kTimerEventCode,
+                            .unit_mask = 0,
+                            .os = true,
+                            .usr = true,
+                            .fixed = false,
+                            .counts = "time_ns"});
   }
   for (uint32_t i = 0; i < pmu.num_counters() && !timer_sampled_; ++i) {
     const PmuModel::CounterInfo info = pmu.Describe(i);
-    counters.push_back({{"index", i},
-                        {"enabled", info.enabled},
-                        {"event", fmt::format("{:#x}", info.event)},
-                        {"unit_mask", fmt::format("{:#04x}", info.unit_mask)},
-                        {"os", info.os},
-                        {"usr", info.usr},
-                        {"fixed", info.fixed},
-                        {"counts", QuantityName(pmu.quantity(i))}});
+    out.counters.push_back({.index = i,
+                            .enabled = info.enabled,
+                            .event = info.event,
+                            .unit_mask = info.unit_mask,
+                            .os = info.os,
+                            .usr = info.usr,
+                            .fixed = info.fixed,
+                            .counts = std::string(QuantityName(pmu.quantity(i)))});
   }
-  out["counters"] = counters;
-  Json rows = Json::array();
   for (size_t r = 0; r < truth_.size(); ++r) {
     const TruthRow& row = truth_[r];
     bool any = false;
     for (uint32_t i = 0; i < truth_counters; ++i) any |= events_of(row, i) != 0;
     if (!any) continue;
     const TruthKey& key = truth_keys_[r];
-    Json events = Json::array();
-    Json overflows = Json::array();
+    context::TruthRow& entry = out.rows.emplace_back();
+    entry.domain = key.domain;
+    entry.vcpu = key.vcpu;
+    entry.mode = key.mode;
+    entry.image = image_names_[key.image];
+    entry.function = function_names_[key.function];
+    entry.start = key.start;
+    entry.image_address = key.image_address;
     for (uint32_t i = 0; i < truth_counters; ++i) {
-      events.push_back(events_of(row, i));
-      overflows.push_back(overflows_of(row, i));
+      entry.events.push_back(events_of(row, i));
+      entry.overflows.push_back(overflows_of(row, i));
     }
-    Json entry{{"domain", key.domain},
-               {"vcpu", key.vcpu},
-               {"mode", std::string(sample_mode::Name(key.mode))},
-               {"image", image_names_[key.image]},
-               {"function", function_names_[key.function]},
-               {"start", fmt::format("{:#x}", key.start)},
-               {"image_address", fmt::format("{:#x}", key.image_address)},
-               {"events", events},
-               {"overflows", overflows}};
     // The chain a frame-pointer walk finds from this function: its callers, innermost first.
-    if (!function_callers_[key.function].empty()) entry["callers"] = function_callers_[key.function];
-    rows.push_back(std::move(entry));
+    entry.callers = function_callers_[key.function];
   }
-  out["rows"] = rows;
 
   // Time in state, with the interval since the last schedule counted as it stands.
   auto ns = [this](uint64_t cycles) { return NsOf(cycles); };
   const uint64_t open = now_ - sched_accounted_to_;
-  Json vcpus = Json::array();
+  out.sched.since_ns = ns(sched_truth_since_);
+  out.sched.now_ns = now_ns();
   for (size_t v = 0; v < vcpus_.size(); ++v) {
     uint64_t cycles[hvpmu::ring::kRunstateCount];
     for (uint32_t s = 0; s < hvpmu::ring::kRunstateCount; ++s) cycles[s] = vcpu_truth_[v].cycles[s];
     cycles[static_cast<uint32_t>(vcpus_[v].state)] += open;
-    vcpus.push_back({{"domain", domains_[vcpus_[v].domain]->id},
-                     {"vcpu", vcpus_[v].id},
-                     {"running_ns", ns(cycles[0])},
-                     {"runnable_ns", ns(cycles[1])},
-                     {"blocked_ns", ns(cycles[2])},
-                     {"offline_ns", ns(cycles[3])},
-                     {"wakeups", vcpu_truth_[v].wakeups},
-                     {"migrations", vcpu_truth_[v].migrations}});
+    out.sched.vcpus.push_back({.domain = domains_[vcpus_[v].domain]->id,
+                               .vcpu = vcpus_[v].id,
+                               .running_ns = ns(cycles[0]),
+                               .runnable_ns = ns(cycles[1]),
+                               .blocked_ns = ns(cycles[2]),
+                               .offline_ns = ns(cycles[3]),
+                               .wakeups = vcpu_truth_[v].wakeups,
+                               .migrations = vcpu_truth_[v].migrations});
   }
-  Json cpus = Json::array();
   for (size_t c = 0; c < cpus_.size(); ++c) {
     const uint64_t idle = idle_truth_[c] + (cpus_[c]->vcpu < 0 ? open : 0);
     const uint64_t total = now_ - sched_truth_since_;
-    cpus.push_back({{"cpu", c}, {"idle_ns", ns(idle)}, {"busy_ns", ns(total - idle)}});
+    out.sched.cpus.push_back({.cpu = static_cast<uint16_t>(c), .idle_ns = ns(idle), .busy_ns = ns(total - idle)});
   }
-  out["sched"] = {{"since_ns", ns(sched_truth_since_)}, {"now_ns", now_ns()}, {"vcpus", vcpus}, {"cpus", cpus}};
-  return out.dump(1);
+  return out;
 }
 
 context::DomainImages SimMachine::Images(DomainId domain_id) const {

@@ -281,9 +281,42 @@ Aggregate AggregateBuilder::Snapshot(uint64_t source_bytes) {
 
 // ---- counting a samples file
 
+namespace {
+
+// Each reader's counts per slice, merged into `aggregate`'s slice_counts (entry-major). Each
+// slice's entries are sorted like the whole's, and a subset of them: one merge each. Counts
+// beyond 32 bits a slice are not kept (time_slices 0).
+void AddSliceCounts(Aggregate& aggregate, const TimeSlicing& slicing,
+                    const std::vector<std::vector<detail::AddressCounter>*>& per_reader) {
+  const uint32_t slices = slicing.count;
+  aggregate.time_slices = slices;
+  aggregate.slices_first_ns = slicing.first_ns;
+  aggregate.slices_last_ns = slicing.last_ns;
+  aggregate.slice_counts.assign(aggregate.entries.size() * slices, 0);
+  bool fits = true;
+  for (uint32_t slice = 0; slice < slices; ++slice) {
+    std::vector<AggregateEntry> counted = (*per_reader[0])[slice].TakeSorted();
+    for (size_t w = 1; w < per_reader.size(); ++w) counted = MergeEntries(counted, (*per_reader[w])[slice].TakeSorted());
+    size_t at = 0;
+    for (const AggregateEntry& entry : counted) {
+      while (at < aggregate.entries.size() && aggregate.entries[at].key < entry.key) ++at;
+      if (at == aggregate.entries.size()) break;
+      fits &= entry.count <= UINT32_MAX;
+      aggregate.slice_counts[at * slices + slice] = static_cast<uint32_t>(entry.count);
+    }
+  }
+  if (!fits) {
+    aggregate.time_slices = 0;
+    aggregate.slice_counts = {};
+  }
+}
+
+}  // namespace
+
 Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* summary_out,
                                        std::optional<std::span<const uint8_t, 16>> session_id, StackDetail stacks,
-                                       TimeSlicing slicing, unsigned readers, const Translation& translation) {
+                                       TimeSlicing slicing, unsigned readers, const Translation& translation,
+                                       const SampleWatch& watch) {
   const uint32_t slices = std::min(slicing.count, kMaxTimeSlices);
   TimeSlicing capped = slicing;
   capped.count = slices;
@@ -300,6 +333,7 @@ Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* sum
     detail::AddressCounter counter;
     StackCounter stack_counter;
     std::vector<detail::AddressCounter> slice_counters;
+    SampleObserver observe;
     uint64_t samples = 0;
     uint64_t addresses[kMaxFrames + 1];
   };
@@ -310,6 +344,7 @@ Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* sum
     Reader& r = *state.back();
     r.slice_counters.reserve(slices);
     for (uint32_t slice = 0; slice < slices; ++slice) r.slice_counters.emplace_back(1u << 12);
+    if (watch) r.observe = watch(w);
     // Called inline by the decoder (no std::function per sample: 10M samples take tens of ms so).
     auto count = [&r, &capped, slices, stacks, &translation](const StoredSample& s) {
       AggregateKey key;
@@ -317,14 +352,24 @@ Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* sum
       const size_t length = TranslateSample(s, translation, stacks, &key, &stack, r.addresses);
       r.counter.Add(key);
       ++r.samples;
-      if (slices != 0) r.slice_counters[capped.SliceOf(s.time_ns)].Add(key);
+      const uint32_t slice = slices != 0 ? capped.SliceOf(s.time_ns) : 0;
+      if (slices != 0) r.slice_counters[slice].Add(key);
       if (length != 0) r.stack_counter.Add(stack, {r.addresses, length});
+      if (r.observe) r.observe(s, slice);
     };
     decoders.push_back([count](std::span<const uint8_t> payload, uint32_t records) mutable {
       return detail::DecodeSamples(payload, records, count);
     });
   }
-  HVPROF_TRY(summary, ReadSamplesFileDecoding(path, decoders, session_id));
+  // A span not known (a session whose metadata has no sample times yet): the chunks' headers give it,
+  // before their samples are decoded and counted.
+  const bool span_from_chunks = slices != 0 && slicing.last_ns <= slicing.first_ns;
+  const ChunksVerified from_chunks = [&capped](const ChunkReadSummary& headers) {
+    if (!headers.chunks_timed) return;
+    capped.first_ns = headers.first_time_ns;
+    capped.last_ns = headers.last_time_ns;
+  };
+  HVPROF_TRY(summary, ReadSamplesFileDecoding(path, decoders, session_id, span_from_chunks ? from_chunks : ChunksVerified()));
   Aggregate aggregate;
   // Each share's counts sorted on a thread of its own (a tenth of the time, and memory-bound),
   // then merged.
@@ -361,27 +406,9 @@ Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* sum
     }
   }
   if (slices != 0) {
-    // Each slice's entries are sorted like the whole's, and a subset of them: one merge each.
-    aggregate.time_slices = slices;
-    aggregate.slices_first_ns = slicing.first_ns;
-    aggregate.slices_last_ns = slicing.last_ns;
-    aggregate.slice_counts.assign(aggregate.entries.size() * slices, 0);
-    bool fits = true;
-    for (uint32_t slice = 0; slice < slices; ++slice) {
-      std::vector<AggregateEntry> counted = state[0]->slice_counters[slice].TakeSorted();
-      for (unsigned w = 1; w < readers; ++w) counted = MergeEntries(counted, state[w]->slice_counters[slice].TakeSorted());
-      size_t at = 0;
-      for (const AggregateEntry& entry : counted) {
-        while (at < aggregate.entries.size() && aggregate.entries[at].key < entry.key) ++at;
-        if (at == aggregate.entries.size()) break;
-        fits &= entry.count <= UINT32_MAX;
-        aggregate.slice_counts[at * slices + slice] = static_cast<uint32_t>(entry.count);
-      }
-    }
-    if (!fits) {  // counts beyond 32 bits a slice: not kept (a diff reads the samples)
-      aggregate.time_slices = 0;
-      aggregate.slice_counts = {};
-    }
+    std::vector<std::vector<detail::AddressCounter>*> slice_counters;
+    for (unsigned w = 0; w < readers; ++w) slice_counters.push_back(&state[w]->slice_counters);
+    AddSliceCounts(aggregate, capped, slice_counters);
   }
   // The size before reading: were the file to grow meanwhile, the aggregate would count more than
   // this and be read again next time, never less and kept.

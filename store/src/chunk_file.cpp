@@ -35,6 +35,8 @@ struct ChunkInfo {
   uint32_t records = 0;
   uint32_t payload_bytes = 0;
   uint32_t payload_crc = 0;
+  uint64_t first_time_ns = 0;
+  uint64_t last_time_ns = 0;
   bool has_id = false;
   uint8_t session_id[16] = {};
 };
@@ -59,7 +61,8 @@ std::optional<ChunkInfo> ParseChunkHeader(std::span<const uint8_t> bytes, const 
     std::memcpy(&h, bytes.data(), sizeof h);
     if (h.version == kChunkVersion && h.header_bytes == sizeof h &&
         h.header_crc == Crc(&h, offsetof(ChunkHeader, header_crc))) {
-      ChunkInfo info{sizeof h, h.sequence, h.records, h.payload_bytes, h.payload_crc, true, {}};
+      ChunkInfo info{sizeof h, h.sequence, h.records, h.payload_bytes, h.payload_crc, h.first_time_ns, h.last_time_ns,
+                     true, {}};
       std::memcpy(info.session_id, h.session_id, sizeof info.session_id);
       if (sane(info)) return info;
     }
@@ -69,7 +72,8 @@ std::optional<ChunkInfo> ParseChunkHeader(std::span<const uint8_t> bytes, const 
     ChunkHeaderV1 h;
     std::memcpy(&h, bytes.data(), sizeof h);
     if (h.version == 1 && h.header_bytes == sizeof h && h.header_crc == Crc(&h, offsetof(ChunkHeaderV1, header_crc))) {
-      ChunkInfo info{sizeof h, h.sequence, h.records, h.payload_bytes, h.payload_crc, false, {}};
+      ChunkInfo info{sizeof h, h.sequence, h.records, h.payload_bytes, h.payload_crc, h.first_time_ns, h.last_time_ns,
+                     false, {}};
       if (sane(info)) return info;
     }
   }
@@ -274,34 +278,39 @@ struct VerifiedChunk {
 // The first pass of reading: every check of the chunks' headers, in file order. The payloads
 // are left to the second (ReadChunksWith), which may run on threads: their checksums are most of
 // the checking.
-ChunkReadSummary VerifyChunks(std::span<const uint8_t> bytes, const ChunkFormat& format,
-                              std::optional<std::span<const uint8_t, 16>> session_id,
-                              std::vector<VerifiedChunk>* chunks) {
-  ChunkReadSummary summary;
-  const char* const noun = format.records;
-  uint64_t position = 0;
-  auto problem = [&](uint64_t offset, int64_t chunk, std::string description) {
-    if (summary.problems.size() < kMaxProblems) summary.problems.push_back({offset, chunk, std::move(description)});
-  };
-  uint32_t version = 0;  // unknown until the file header says
+// The file header, into `summary` (header_ok, version, session id, or the problem); returns
+// where the chunks start.
+uint64_t VerifyFileHeader(std::span<const uint8_t> bytes, const ChunkFormat& format, ChunkReadSummary& summary) {
   if (bytes.size() >= sizeof(FileHeader)) {
     FileHeader header;
     std::memcpy(&header, bytes.data(), sizeof header);
     if (std::memcmp(header.magic, format.file_magic, 8) == 0 && header.header_bytes == sizeof header &&
         (header.version == format.version || IsLegacy(format, header.version))) {
       summary.header_ok = true;
-      summary.version = version = header.version;
+      summary.version = header.version;
       std::memcpy(summary.session_id, header.session_id, 16);
-      position = sizeof header;
+      return sizeof header;
     }
   }
-  if (!summary.header_ok) {
-    problem(0, -1,
-            bytes.empty() ? "the file is empty"
-            : bytes.size() >= sizeof(FileHeader) && std::memcmp(bytes.data(), format.file_magic, 8) == 0
-                ? "the file header is of an unknown version (a newer hvprof wrote it?) or damaged"
-                : "the file header is missing or damaged");
-  }
+  summary.problems.push_back(
+      {0, -1,
+       bytes.empty() ? "the file is empty"
+       : bytes.size() >= sizeof(FileHeader) && std::memcmp(bytes.data(), format.file_magic, 8) == 0
+           ? "the file header is of an unknown version (a newer hvprof wrote it?) or damaged"
+           : "the file header is missing or damaged"});
+  return 0;
+}
+
+ChunkReadSummary VerifyChunks(std::span<const uint8_t> bytes, const ChunkFormat& format,
+                              std::optional<std::span<const uint8_t, 16>> session_id,
+                              std::vector<VerifiedChunk>* chunks) {
+  ChunkReadSummary summary;
+  const char* const noun = format.records;
+  auto problem = [&](uint64_t offset, int64_t chunk, std::string description) {
+    if (summary.problems.size() < kMaxProblems) summary.problems.push_back({offset, chunk, std::move(description)});
+  };
+  uint64_t position = VerifyFileHeader(bytes, format, summary);
+  const uint32_t version = summary.version;  // 0: unknown (the file header is damaged)
   // Whose chunks count: the caller's session, else the file header's.
   uint8_t owner[16] = {};
   const bool know_owner = session_id.has_value() || summary.header_ok;
@@ -395,6 +404,11 @@ ChunkReadSummary VerifyChunks(std::span<const uint8_t> bytes, const ChunkFormat&
     next = uint64_t{info->sequence} + 1;
     summary.intact_end = position;
     chunks->push_back({start, info->sequence, info->records, payload, info->payload_crc, position - start});
+    if (info->records != 0 && info->first_time_ns <= info->last_time_ns) {
+      summary.first_time_ns = summary.chunks_timed ? std::min(summary.first_time_ns, info->first_time_ns) : info->first_time_ns;
+      summary.last_time_ns = summary.chunks_timed ? std::max(summary.last_time_ns, info->last_time_ns) : info->last_time_ns;
+      summary.chunks_timed = true;
+    }
   }
   summary.next_sequence = next;
   return summary;
@@ -432,9 +446,10 @@ void CountChunk(ChunkReadSummary* summary, const ChunkFormat& format, const Veri
 // decoder: this thread, in order). The summary is the same whatever the number of decoders.
 ChunkReadSummary ReadChunksWith(std::span<const uint8_t> bytes, const ChunkFormat& format,
                                 std::span<const ChunkDecoder> decoders,
-                                std::optional<std::span<const uint8_t, 16>> session_id) {
+                                std::optional<std::span<const uint8_t, 16>> session_id, const ChunksVerified& verified) {
   std::vector<VerifiedChunk> chunks;
   ChunkReadSummary summary = VerifyChunks(bytes, format, session_id, &chunks);
+  if (verified) verified(summary);
   const size_t shares = std::max<size_t>(1, std::min(decoders.size(), chunks.size()));
   uint64_t total = 0;
   for (const VerifiedChunk& chunk : chunks) total += chunk.payload.size();
@@ -471,7 +486,7 @@ ChunkReadSummary ReadChunksWith(std::span<const uint8_t> bytes, const ChunkForma
 
 ChunkReadSummary ReadChunks(std::span<const uint8_t> bytes, const ChunkFormat& format, const ChunkDecoder& decode,
                             std::optional<std::span<const uint8_t, 16>> session_id) {
-  return ReadChunksWith(bytes, format, std::span<const ChunkDecoder>(&decode, 1), session_id);
+  return ReadChunksWith(bytes, format, std::span<const ChunkDecoder>(&decode, 1), session_id, {});
 }
 
 namespace {
@@ -509,10 +524,10 @@ Result<ChunkReadSummary> ReadChunkFile(const std::string& path, const ChunkForma
 Result<ChunkReadSummary> ReadChunkFileInParallel(const std::string& path, const ChunkFormat& format,
                                                  std::span<const ChunkDecoder> decoders,
                                                  std::optional<std::span<const uint8_t, 16>> session_id,
-                                                 bool refuse_foreign) {
+                                                 bool refuse_foreign, const ChunksVerified& verified) {
   HVPROF_TRY(mapping, MapChunkFile(path, format, session_id, refuse_foreign));
   return ReadChunksWith(std::span<const uint8_t>(static_cast<const uint8_t*>(mapping.data()), mapping.size()), format,
-                        decoders, session_id);
+                        decoders, session_id, verified);
 }
 
 }  // namespace hvprof::store

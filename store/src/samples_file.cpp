@@ -94,8 +94,9 @@ Result<ReadSummary> ReadSamplesFile(const std::string& path, const std::function
 }
 
 Result<ReadSummary> ReadSamplesFileDecoding(const std::string& path, std::span<const ChunkDecoder> decoders,
-                                            std::optional<std::span<const uint8_t, 16>> session_id) {
-  HVPROF_TRY(read, ReadChunkFileInParallel(path, kSamplesFormat, decoders, session_id));
+                                            std::optional<std::span<const uint8_t, 16>> session_id,
+                                            const ChunksVerified& verified) {
+  HVPROF_TRY(read, ReadChunkFileInParallel(path, kSamplesFormat, decoders, session_id, false, verified));
   ReadSummary summary;
   static_cast<ChunkReadSummary&>(summary) = std::move(read);
   summary.samples = summary.records;

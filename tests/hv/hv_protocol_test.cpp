@@ -266,13 +266,10 @@ TEST_CASE("a whole session over the sockets matches the ground truth", "[hv]") {
   }
   CHECK(wakes > 0);
 
-  auto truth_text = dom0->GroundTruth(false);
-  REQUIRE(truth_text.has_value());
-  const Json truth = Json::parse(truth_text.value());
+  auto truth = dom0->GroundTruth(false);
+  REQUIRE(truth.has_value());
   std::map<DomainId, uint64_t> overflows;
-  for (const auto& row : truth["rows"]) {
-    overflows[row["domain"].get<DomainId>()] += row["overflows"][0].get<uint64_t>();
-  }
+  for (const hvprof::context::TruthRow& row : truth.value().rows) overflows[row.domain] += row.overflows.at(0);
   // Profiled domains: every overflow became exactly one sample. Domain 3 is not profiled.
   for (DomainId domain : {DomainId{0}, DomainId{1}, DomainId{2}, kDomainIdle}) {
     INFO("domain " << domain);

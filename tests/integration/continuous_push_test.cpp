@@ -37,7 +37,6 @@ using hvprof::testing::LoopbackServer;
 using hvprof::testing::Reply;
 using hvprof::testing::Request;
 using hvprof::testing::TestScenario;
-using Json = nlohmann::json;
 
 namespace {
 
@@ -182,7 +181,7 @@ TEST_CASE("hvprof-push sends every closed window as labelled series holding its 
   CHECK(state.next_index == 3);
   CHECK(state.NotPushed() == 0);
   CHECK(state.failures == 0);
-  const Json truth = host.GroundTruth(false);
+  const context::GroundTruth truth = host.GroundTruth(false);
   auto status = host.Hvprof({"--status"});
   CHECK(status.out.find("push:    3 windows pushed to " + server.url()) != std::string::npos);
   CHECK(status.out.find("the last, window 2, at") != std::string::npos);
@@ -226,12 +225,10 @@ TEST_CASE("hvprof-push sends every closed window as labelled series holding its 
   REQUIRE(current.has_value());
   const uint32_t counter = current.value().metadata.events.at(0).counter;
   std::map<Part, uint64_t> expected;
-  for (const Json& row : truth["rows"]) {
-    const auto domain = row["domain"].get<uint16_t>();
-    const uint64_t overflows = row["overflows"][counter].get<uint64_t>();
-    const auto mode = sample_mode::FromName(row["mode"].get<std::string>());
-    REQUIRE(mode.has_value());
-    if ((domain == 0 || domain == 2) && overflows != 0) expected[{domain, sample_mode::Byte(*mode)}] += overflows;
+  for (const context::TruthRow& row : truth.rows) {
+    const uint16_t domain = row.domain;
+    const uint64_t overflows = row.overflows.at(counter);
+    if ((domain == 0 || domain == 2) && overflows != 0) expected[{domain, sample_mode::Byte(row.mode)}] += overflows;
   }
   REQUIRE(expected.size() >= 4);
   for (const auto& [part, count] : expected) {

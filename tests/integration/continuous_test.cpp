@@ -32,21 +32,17 @@ namespace {
 
 using Key = std::tuple<uint16_t, uint8_t, std::string>;  // domain, mode, image path
 
-constexpr const char* kModes[] = {"user", "kernel", "hypervisor"};
-
 // What the sim sampled (`truth`: its ground truth) of `counter`, by domain, mode and image, for
 // dom0, the idle loop and the passive domain 2 (a session's view of them).
-std::map<Key, uint64_t> Truth(const Json& truth, uint32_t counter) {
+std::map<Key, uint64_t> Truth(const context::GroundTruth& truth, uint32_t counter) {
   std::map<Key, uint64_t> expected;
-  for (const Json& row : truth["rows"]) {
-    const uint64_t overflows = row["overflows"][counter].get<uint64_t>();
-    const auto domain = row["domain"].get<uint16_t>();
-    if (overflows == 0 || (domain != 0 && domain != 2 && domain != 0x7FFF)) continue;
-    uint8_t mode = 0;
-    while (row["mode"] != kModes[mode]) ++mode;
+  for (const context::TruthRow& row : truth.rows) {
+    const uint64_t overflows = row.overflows.at(counter);
+    const uint16_t domain = row.domain;
+    if (overflows == 0 || (domain != 0 && domain != 2 && domain != kIdleDomain)) continue;
     // A passive domain's user and kernel code is counted by mode alone (its images are not
     // known inside it).
-    expected[{domain, mode, domain == 2 ? std::string() : row["image"].get<std::string>()}] += overflows;
+    expected[{domain, sample_mode::Byte(row.mode), domain == 2 ? std::string() : row.image}] += overflows;
   }
   return expected;
 }
@@ -81,7 +77,7 @@ TEST_CASE("continuous windows follow each other on the clock, and every sample i
 
   // The sim stands still between commands: what it sampled so far is what the windows hold once
   // hvprofd has shut down.
-  const Json truth = host.GroundTruth(false);
+  const context::GroundTruth truth = host.GroundTruth(false);
   auto status = host.Hvprof({"--status"});
   INFO(status.out);
   CHECK(status.out.find("window 20 in progress") != std::string::npos);
@@ -129,7 +125,7 @@ TEST_CASE("continuous windows follow each other on the clock, and every sample i
   const std::map<Key, uint64_t> expected = Truth(truth, counter);
   REQUIRE(expected.size() > 3);
   for (const auto& [key, count] : expected) {
-    INFO("domain " << std::get<0>(key) << " " << kModes[std::get<1>(key)] << " " << std::get<2>(key));
+    INFO("domain " << std::get<0>(key) << " " << sample_mode::Name(std::get<1>(key)) << " " << std::get<2>(key));
     CHECK(seen[key] == count);
   }
   uint64_t total_seen = 0, total_expected = 0;
@@ -226,7 +222,7 @@ TEST_CASE("a report over a time range merges its windows: what they hold added u
               .status == 0);
   (void)host.GroundTruth(true);
   REQUIRE(host.Hvprof({"--run-sim=520ms"}).status == 0);
-  const Json truth = host.GroundTruth(false);
+  const context::GroundTruth truth = host.GroundTruth(false);
   // The window in progress, as hvprofd has flushed it so far (it flushes every second).
   const auto flushed = [&] {
     auto read = store::ReadSamplesFile(host.current() + "/" + store::kSamplesFile, [](const store::StoredSample&) {});
@@ -283,7 +279,7 @@ TEST_CASE("a report over a time range merges its windows: what they hold added u
   std::map<Key, uint64_t> everything;
   Count(all.value(), everything);
   for (const auto& [key, count] : expected) {
-    INFO("domain " << std::get<0>(key) << " " << kModes[std::get<1>(key)] << " " << std::get<2>(key));
+    INFO("domain " << std::get<0>(key) << " " << sample_mode::Name(std::get<1>(key)) << " " << std::get<2>(key));
     CHECK(everything[key] == count);
   }
   auto flat = host.Report({"--last=1d", "-l"});

@@ -6,21 +6,31 @@
 #include <regex>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "hvprof/context/ground_truth.h"
+#include "hvprof/report/load.h"
+#include "hvprof/store/session.h"
 #include "browser_support.h"
 #include "host_harness.h"
 #include "sim_harness.h"
 #include "skip.h"
 #include "temp_dir.h"
 
+using hvprof::kIdleDomain;
+using hvprof::Mode;
 using hvprof::testing::CommandResult;
 using hvprof::testing::Host;
 using hvprof::testing::TestScenario;
 using Json = nlohmann::json;
+namespace context = hvprof::context;
+namespace report = hvprof::report;
+namespace store = hvprof::store;
 
 namespace {
 
@@ -39,7 +49,7 @@ Json Scenario(bool changed) {
 // One profile of `ms` simulated milliseconds, kept as `name`; returns its directory, and the
 // ground truth of the profiled time in `truth`.
 std::string Profile(Host& host, const std::string& name, int ms = 150, const std::string& callgraph = "0",
-                    Json* truth = nullptr) {
+                    context::GroundTruth* truth = nullptr) {
   REQUIRE(host.Hvprof({"--start-daemon", "--passive-domains=guest1,guest2,guest3", "--callgraph=" + callgraph,
                        "--event=CPU_CLK_UNHALTED:60000"})
               .status == 0);
@@ -54,21 +64,21 @@ std::string Profile(Host& host, const std::string& name, int ms = 150, const std
 }
 
 // guest1's do_mmu_update: its share of counter 0's overflows in the ground truth.
-double TruthShare(const Json& truth) {
+double TruthShare(const context::GroundTruth& truth) {
   // The one counter that counted (the event's logical counter).
   std::vector<double> per_counter;
-  for (const Json& row : truth["rows"]) {
-    per_counter.resize(std::max(per_counter.size(), row["overflows"].size()));
-    for (size_t i = 0; i < row["overflows"].size(); ++i) per_counter[i] += row["overflows"][i].get<double>();
+  for (const context::TruthRow& row : truth.rows) {
+    per_counter.resize(std::max(per_counter.size(), row.overflows.size()));
+    for (size_t i = 0; i < row.overflows.size(); ++i) per_counter[i] += static_cast<double>(row.overflows[i]);
   }
   REQUIRE(!per_counter.empty());
   const size_t counter = std::max_element(per_counter.begin(), per_counter.end()) - per_counter.begin();
   // Shares are of the samples outside the idle loop (the idle domain), as the report's are.
   double total = 0, function = 0;
-  for (const Json& row : truth["rows"]) {
-    const double overflows = row["overflows"][counter].get<double>();
-    if (row["domain"] != 0x7FFF) total += overflows;
-    if (row["domain"] == 1 && row["mode"] == "hypervisor" && row["function"] == "do_mmu_update") function += overflows;
+  for (const context::TruthRow& row : truth.rows) {
+    const double overflows = static_cast<double>(row.overflows.at(counter));
+    if (row.domain != kIdleDomain) total += overflows;
+    if (row.domain == 1 && row.mode == Mode::kHypervisor && row.function == "do_mmu_update") function += overflows;
   }
   return function / total;
 }
@@ -96,7 +106,7 @@ TEST_CASE("diff: two seeds of one scenario flag nothing, a 2-point move is flagg
   Host first(Scenario(false), 11);
   Host second(Scenario(false), 12);
   Host changed(Scenario(true), 13);
-  Json truth_a, truth_c;
+  context::GroundTruth truth_a, truth_c;
   const std::string a = Profile(first, "a", 150, "0", &truth_a);
   const std::string b = Profile(second, "b");
   const std::string c = Profile(changed, "c", 150, "0", &truth_c);
@@ -152,6 +162,48 @@ TEST_CASE("diff: two seeds of one scenario flag nothing, a 2-point move is flagg
   REQUIRE(sliced.status == 0);
   CHECK(sliced.out.find("Mann-Whitney") != std::string::npos);
   CHECK(sliced.out.find("caveat") != std::string::npos);
+}
+
+TEST_CASE("diff: each row's time slices add up to it, from the aggregate's spans or from one pass", "[diff]") {
+  Host host(Scenario(false), 14);
+  const std::string session = Profile(host, "a", 150);
+  // hvprofd's aggregate counts equal spans of time (up to 64, widening as the session grows).
+  auto stored = store::ReadAggregate(session + "/" + store::kAggregateFile);
+  REQUIRE(stored.has_value());
+  const uint32_t spans = stored.value().time_slices;
+  REQUIRE(spans >= 2);
+  REQUIRE(spans < store::kMaxTimeSlices);
+  std::map<std::string, uint64_t> counts;  // per entry, as the aggregate alone counts them
+  for (const uint32_t slices : {0u, 2u, store::kMaxTimeSlices}) {
+    INFO(slices << " slices");
+    report::LoadOptions options;
+    options.time_slices = slices;
+    auto loaded = report::LoadProfile(session, options);
+    REQUIRE(loaded.has_value());
+    const report::Profile& profile = loaded.value();
+    CHECK(profile.timings().from_aggregate);
+    // As many slices as the spans or fewer come from them; more, from one pass over samples.hvs,
+    // whose user samples are counted by image through the whole context, as hvprofd counted them.
+    CHECK(profile.timings().samples_passes == (slices > spans ? 1u : 0u));
+    REQUIRE(profile.time_slices() == slices);
+    REQUIRE(profile.slice_counts().size() == profile.entries().size() * slices);
+    uint64_t mismatched = 0, user_rows = 0;
+    for (size_t e = 0; e < profile.entries().size(); ++e) {
+      const report::Entry& entry = profile.entries()[e];
+      const std::string key = fmt::format("{}/{}/{}/{:x}", entry.domain, entry.mode, entry.pid, entry.ip);
+      if (slices == 0) {
+        counts[key] = entry.count;
+        continue;
+      }
+      CHECK(counts[key] == entry.count);
+      uint64_t sum = 0;
+      for (uint32_t k = 0; k < slices; ++k) sum += profile.slice_counts()[e * slices + k];
+      mismatched += sum != entry.count;
+      user_rows += entry.mode == hvprof::sample_mode::kUser && entry.count != 0;
+    }
+    CHECK(mismatched == 0);
+    if (slices != 0) CHECK(user_rows > 0);
+  }
 }
 
 TEST_CASE("diff: several runs a side are compared by rank, spelled as OProfile does", "[diff]") {

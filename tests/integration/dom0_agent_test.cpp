@@ -21,7 +21,6 @@
 using namespace hvprof;
 using hvprof::testing::Host;
 using hvprof::testing::TestScenario;
-using Json = nlohmann::json;
 
 namespace {
 
@@ -80,16 +79,17 @@ TEST_CASE("dom0's session equals the ground truth for everything routed to dom0"
   REQUIRE(host.Hvprof({"--stop"}).status == 0);
   const auto guest_samples = guest.Drain();
 
-  const Json truth = host.GroundTruth(false);
+  const context::GroundTruth truth = host.GroundTruth(false);
   const uint32_t counter = FirstCounter(host.current());
   std::map<Key, uint64_t> expected;
   std::map<std::pair<uint16_t, std::string>, uint64_t> expected_by_mode;
-  for (const Json& row : truth["rows"]) {
-    const uint64_t overflows = row["overflows"][counter].get<uint64_t>();
+  for (const context::TruthRow& row : truth.rows) {
+    const uint64_t overflows = row.overflows.at(counter);
     if (overflows == 0) continue;
-    const auto domain = row["domain"].get<uint16_t>();
-    expected[{domain, row["mode"], row["image"]}] += overflows;
-    expected_by_mode[{domain, row["mode"]}] += overflows;
+    const uint16_t domain = row.domain;
+    const std::string mode(sample_mode::Name(row.mode));
+    expected[{domain, mode, row.image}] += overflows;
+    expected_by_mode[{domain, mode}] += overflows;
   }
 
   auto profile = report::LoadProfile(host.current(), {});
@@ -168,22 +168,23 @@ TEST_CASE("a host without a PMU is sampled by the engine's timer, by default, an
         std::string::npos);
 
   // Every tick of dom0, the idle loop and the passive guest, where it came due.
-  const Json truth = host.GroundTruth(false);
-  CHECK(truth["source"] == "timer");
+  const context::GroundTruth truth = host.GroundTruth(false);
+  CHECK(truth.timer);
   std::map<Key, uint64_t> expected;
   uint64_t ticks = 0;
   uint64_t time_ns = 0;
-  for (const Json& row : truth["rows"]) {
-    const auto domain = row["domain"].get<uint16_t>();
-    time_ns += row["events"][0].get<uint64_t>();
-    if (domain != 0 && domain != 2 && domain != 0x7FFF) continue;
-    const uint64_t count = row["overflows"][0].get<uint64_t>();
+  for (const context::TruthRow& row : truth.rows) {
+    const uint16_t domain = row.domain;
+    time_ns += row.events.at(0);
+    if (domain != 0 && domain != 2 && domain != kIdleDomain) continue;
+    const uint64_t count = row.overflows.at(0);
     ticks += count;
-    if (count != 0) expected[{domain, row["mode"], domain == 2 ? std::string() : row["image"].get<std::string>()}] += count;
+    const std::string image = domain == 2 ? std::string() : row.image;
+    if (count != 0) expected[{domain, std::string(sample_mode::Name(row.mode)), image}] += count;
   }
   // 4 CPUs, 500 ms, 1 ms: every CPU ticked 500 times, whoever ran.
   CHECK(time_ns <= 4 * 500'000'000ULL);
-  CHECK(time_ns + truth["rows"].size() >= 4 * 500'000'000ULL);  // a ns of rounding per row
+  CHECK(time_ns + truth.rows.size() >= 4 * 500'000'000ULL);  // a ns of rounding per row
   CHECK(ticks > 0);
   auto profile = report::LoadProfile(host.current(), {});
   REQUIRE(profile.has_value());
@@ -240,13 +241,10 @@ TEST_CASE("with tiny rings and a stalled agent, produced = stored + lost, per ri
   INFO(stopped.err);
   REQUIRE(stopped.status == 0);
 
-  const Json truth = host.GroundTruth(false);
+  const context::GroundTruth truth = host.GroundTruth(false);
   const uint32_t counter = FirstCounter(host.current());
   std::map<std::pair<uint16_t, uint16_t>, uint64_t> produced;  // (domain, vCPU or CPU)
-  for (const Json& row : truth["rows"]) {
-    produced[{row["domain"].get<uint16_t>(), row["vcpu"].get<uint16_t>()}] +=
-        row["overflows"][counter].get<uint64_t>();
-  }
+  for (const context::TruthRow& row : truth.rows) produced[{row.domain, row.vcpu}] += row.overflows.at(counter);
   std::map<std::pair<uint16_t, uint16_t>, uint64_t> stored;
   auto read = store::ReadSamplesFile(host.current() + "/samples.hvs", [&](const store::StoredSample& s) {
     ++stored[{s.domain, s.domain == 0x7FFF ? s.pcpu : s.vcpu}];

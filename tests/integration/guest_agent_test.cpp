@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "hvprof/agent/agent_daemon.h"
+#include "hvprof/agent/control_channel.h"
 #include "hvprof/report/load.h"
 #include "hvprof/report/views/table.h"
 #include "hvprof/store/samples_file.h"
@@ -62,7 +63,7 @@ TEST_CASE("two active guests and a passive one: every report matches the ground 
   (void)host.GroundTruth(true);
   REQUIRE(host.Hvprof({"--run-sim=150ms"}).status == 0);
   REQUIRE(host.Hvprof({"--stop"}).status == 0);
-  const Json truth = host.GroundTruth(false);
+  const context::GroundTruth truth = host.GroundTruth(false);
   {
     // dom0's stop notified every guest: with nobody asking them, the agents drain the rest and
     // their periodic flush puts it on disk.
@@ -171,12 +172,12 @@ TEST_CASE("two active guests and a passive one: every report matches the ground 
       std::map<uint64_t, double> truth_share;
       std::map<uint64_t, std::string> names;
       double total = 0;
-      for (const Json& row : truth["rows"]) {
-        if (row["domain"].get<uint16_t>() != guest) continue;
-        const double events = static_cast<double>(row["events"][counter].get<uint64_t>());
-        const uint64_t start = std::stoull(row["image_address"].get<std::string>(), nullptr, 16);
+      for (const context::TruthRow& row : truth.rows) {
+        if (row.domain != guest) continue;
+        const double events = static_cast<double>(row.events.at(counter));
+        const uint64_t start = row.image_address;
         truth_share[start] += events;
-        names[start] = row["function"].get<std::string>();
+        names[start] = row.function;
         total += events;
       }
       REQUIRE(total > 0);
@@ -227,6 +228,15 @@ TEST_CASE("every wrong order of the multi-domain steps has its own message", "[g
 
   REQUIRE(host.GuestHvprof(1, {"--start"}).status == 0);
   CHECK(host.GuestHvprof(1, {"--start"}).out.find("already joined") != std::string::npos);
+  // The guest's agent hands dom0 the profile `hvprof --publish` makes; asked to publish nothing,
+  // it refuses.
+  const store::SessionPaths guest_paths{host.guest_root(1)};
+  auto bare_publish = agent::Request(guest_paths.control_socket(), agent::Json{{"action", "publish"}},
+                                     std::chrono::seconds(30));
+  REQUIRE(bare_publish.has_value());
+  auto refused_publish = agent::CheckResponse(std::move(bare_publish).value());
+  REQUIRE_FALSE(refused_publish.has_value());
+  CHECK(refused_publish.error().message().find("publish takes the profile") != std::string::npos);
   REQUIRE(host.Hvprof({"--start"}).status == 0);
   REQUIRE(host.Hvprof({"--run-sim=20ms"}).status == 0);
 
@@ -345,7 +355,7 @@ TEST_CASE("a guest that writes garbage into its ring or dies harms nobody else",
   for (int i = 0; i < 200 && ::kill(guest2, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   REQUIRE(host.Hvprof({"--run-sim=60ms"}).status == 0);
   REQUIRE(host.Hvprof({"--stop"}).status == 0);
-  const Json truth = host.GroundTruth(false);
+  const context::GroundTruth truth = host.GroundTruth(false);
 
   const report::Profile dom0 = Load(host.current());
   const auto expected = TruthByMode(truth, dom0.metadata().events.at(0).counter);

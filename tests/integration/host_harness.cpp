@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <utility>
 
 #include <catch2/catch.hpp>
 
@@ -106,10 +107,11 @@ std::unique_ptr<agent::HypervisorLink> Host::Connect(uint16_t domain) const {
   return std::move(link).value();
 }
 
-nlohmann::json Host::GroundTruth(bool reset) const {
-  auto text = Connect(0)->GroundTruth(reset);
-  REQUIRE(text.has_value());
-  return nlohmann::json::parse(text.value());
+context::GroundTruth Host::GroundTruth(bool reset) const {
+  auto truth = Connect(0)->GroundTruth(reset);
+  INFO("ground truth: " << (truth ? std::string() : truth.error().message()));
+  REQUIRE(truth.has_value());
+  return std::move(truth).value();
 }
 
 pid_t Host::AgentPid() const {

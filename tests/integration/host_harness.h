@@ -14,6 +14,7 @@
 
 #include "hvprof/agent/hypervisor_link.h"
 #include "hvprof/context/context_event.h"
+#include "hvprof/context/ground_truth.h"
 #include "programs.h"
 #include "temp_dir.h"
 
@@ -36,7 +37,8 @@ class Host {
   // hvprof-report on this host's session root.
   CommandResult Report(std::vector<std::string> args);
   std::unique_ptr<agent::HypervisorLink> Connect(uint16_t domain) const;
-  nlohmann::json GroundTruth(bool reset) const;
+  // The sim's ground truth (`reset`: counted again from now); REQUIREs that hvprof-hv gives it.
+  context::GroundTruth GroundTruth(bool reset) const;
   pid_t AgentPid() const;  // from the session root's lock file
   pid_t HypervisorPid() const { return hv_pid_; }
   // Ends hvprof-hv as a crash would (SIGKILL) and reaps it.

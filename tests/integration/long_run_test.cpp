@@ -36,7 +36,7 @@ TEST_CASE("A hundred thousand short-lived processes: each sample read by its own
   // Five simulated seconds, in steps, as a long run drains as it goes.
   for (int step = 0; step < 5; ++step) REQUIRE(host.Hvprof({"--run-sim=1s"}).status == 0);
   REQUIRE(host.Hvprof({"--shutdown"}).status == 0);
-  const Json truth = host.GroundTruth(false);
+  const context::GroundTruth truth = host.GroundTruth(false);
 
   // The session knows every run: 5 s x 20,000 per second, and the three guests' applications.
   const auto result = host.Report({"--domain=dom0", "--mode=user", "-l", "--format=json"});
@@ -59,13 +59,13 @@ TEST_CASE("A hundred thousand short-lived processes: each sample read by its own
   std::map<uint64_t, double> truth_share;
   std::map<uint64_t, std::string> names;
   double truth_total = 0;
-  for (const Json& row : truth["rows"]) {
-    if (row["domain"] != 0 || row["mode"] != "user") continue;
-    const double events = static_cast<double>(row["events"][counter].get<uint64_t>());
-    const uint64_t address = std::stoull(row["image_address"].get<std::string>(), nullptr, 16);
+  for (const context::TruthRow& row : truth.rows) {
+    if (row.domain != 0 || row.mode != Mode::kUser) continue;
+    const double events = static_cast<double>(row.events.at(counter));
+    const uint64_t address = row.image_address;
     truth_share[address] += events;
     truth_total += events;
-    names[address] = row["function"].get<std::string>();
+    names[address] = row.function;
   }
   REQUIRE(truth_total > 0);
   std::map<uint64_t, double> sampled;

@@ -13,11 +13,11 @@ const char* ModeName(uint8_t mode) {
 
 }  // namespace
 
-std::map<DomainMode, uint64_t> TruthByMode(const nlohmann::json& truth, uint32_t counter) {
+std::map<DomainMode, uint64_t> TruthByMode(const context::GroundTruth& truth, uint32_t counter) {
   std::map<DomainMode, uint64_t> out;
-  for (const nlohmann::json& row : truth["rows"]) {
-    const uint64_t overflows = row["overflows"][counter].get<uint64_t>();
-    if (overflows != 0) out[{row["domain"].get<uint16_t>(), row["mode"].get<std::string>()}] += overflows;
+  for (const context::TruthRow& row : truth.rows) {
+    const uint64_t overflows = row.overflows.at(counter);
+    if (overflows != 0) out[{row.domain, std::string(sample_mode::Name(row.mode))}] += overflows;
   }
   return out;
 }

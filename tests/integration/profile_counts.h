@@ -7,8 +7,7 @@
 #include <string>
 #include <utility>
 
-#include <nlohmann/json.hpp>
-
+#include "hvprof/context/ground_truth.h"
 #include "hvprof/report/load.h"
 
 namespace hvprof::testing {
@@ -16,7 +15,7 @@ namespace hvprof::testing {
 using DomainMode = std::pair<uint16_t, std::string>;  // domain, "user" / "kernel" / "hypervisor"
 
 // Overflows of `counter` per domain and mode, from the ground truth.
-std::map<DomainMode, uint64_t> TruthByMode(const nlohmann::json& truth, uint32_t counter);
+std::map<DomainMode, uint64_t> TruthByMode(const context::GroundTruth& truth, uint32_t counter);
 // Samples per domain and mode in a loaded session.
 std::map<DomainMode, uint64_t> ProfileByMode(const report::Profile& profile);
 // Loads a session; a failure fails the test with the loader's message.

@@ -102,7 +102,7 @@ TEST_CASE("the idle loop is counted apart: the header's idle share matches the g
   (void)host.GroundTruth(true);
   REQUIRE(host.Hvprof({"--run-sim=200ms"}).status == 0);
   REQUIRE(host.Hvprof({"--stop"}).status == 0);
-  const Json truth = host.GroundTruth(false);
+  const context::GroundTruth truth = host.GroundTruth(false);
 
   const CommandResult json = host.Report({"-l", "--format=json"});
   REQUIRE(json.status == 0);
@@ -113,12 +113,12 @@ TEST_CASE("the idle loop is counted apart: the header's idle share matches the g
   // The truth: overflows (samples taken) of the idle domain, of all, and per CPU.
   uint64_t truth_all = 0, truth_idle = 0;
   std::map<uint16_t, uint64_t> truth_idle_cpu;
-  for (const Json& row : truth["rows"]) {
-    const uint64_t overflows = row["overflows"][counter].get<uint64_t>();
+  for (const context::TruthRow& row : truth.rows) {
+    const uint64_t overflows = row.overflows.at(counter);
     truth_all += overflows;
-    if (row["domain"] == 0x7FFF) {
+    if (row.domain == kIdleDomain) {
       truth_idle += overflows;
-      truth_idle_cpu[row["vcpu"].get<uint16_t>()] += overflows;
+      truth_idle_cpu[row.vcpu] += overflows;
     }
   }
   REQUIRE(truth_idle > 1000);
@@ -126,7 +126,7 @@ TEST_CASE("the idle loop is counted apart: the header's idle share matches the g
   // Samples are the overflows that reached the session: within half a point of the truth.
   CHECK(idle["percent"].get<double>() == Approx(truth_percent).margin(0.5));
   // Per CPU: each CPU's idle samples within 2% (and 20 samples) of its idle overflows.
-  REQUIRE(idle["cpus"].size() == truth["cpus"].get<size_t>());
+  REQUIRE(idle["cpus"].size() == truth.cpus);
   for (const Json& cpu : idle["cpus"]) {
     const double expected = static_cast<double>(truth_idle_cpu[cpu["cpu"].get<uint16_t>()]);
     INFO("cpu " << cpu["cpu"]);
@@ -251,14 +251,14 @@ TEST_CASE("narrowed by --pid and --comm, every view shows one process's samples,
   (void)host.GroundTruth(true);
   REQUIRE(host.Hvprof({"--run-sim=100ms"}).status == 0);
   REQUIRE(host.Hvprof({"--stop"}).status == 0);
-  const Json truth = host.GroundTruth(false);
+  const context::GroundTruth truth = host.GroundTruth(false);
   auto opened = store::OpenSession(host.current());
   REQUIRE(opened.has_value());
   const uint32_t counter = opened.value().metadata.events.at(0).counter;
   // dom0's user mode is its one process, pid 100 ("dom0-app"), running libc.
   uint64_t expected = 0;
-  for (const Json& row : truth["rows"]) {
-    if (row["domain"] == 0 && row["mode"] == "user") expected += row["overflows"][counter].get<uint64_t>();
+  for (const context::TruthRow& row : truth.rows) {
+    if (row.domain == 0 && row.mode == Mode::kUser) expected += row.overflows.at(counter);
   }
   REQUIRE(expected > 0);
   const auto table_sum = [&](const std::vector<std::string>& args) {

@@ -36,7 +36,7 @@ TEST_CASE("symbol shares per domain match the ground truth within 1 point", "[re
   (void)host.GroundTruth(true);
   REQUIRE(host.Hvprof({"--run-sim=200ms"}).status == 0);
   REQUIRE(host.Hvprof({"--stop"}).status == 0);
-  const Json truth = host.GroundTruth(false);
+  const context::GroundTruth truth = host.GroundTruth(false);
 
   auto profile = report::LoadProfile(host.current(), {});
   REQUIRE(profile.has_value());
@@ -53,16 +53,16 @@ TEST_CASE("symbol shares per domain match the ground truth within 1 point", "[re
   std::map<uint16_t, std::map<uint64_t, double>> truth_share;
   std::map<uint16_t, double> truth_total;
   std::map<uint64_t, std::string> names;
-  for (const Json& row : truth["rows"]) {
-    const auto domain = row["domain"].get<uint16_t>();
-    const double events = static_cast<double>(row["events"][counter].get<uint64_t>());
-    const uint64_t start = std::stoull(row["image_address"].get<std::string>(), nullptr, 16);
+  for (const context::TruthRow& row : truth.rows) {
+    const uint16_t domain = row.domain;
+    const double events = static_cast<double>(row.events.at(counter));
+    const uint64_t start = row.image_address;
     truth_total[domain] += events;
     // A passive domain's user space is one unresolvable bucket (domainN-apps), as in
     // Xenoprof: its functions count in the domain's total but cannot be compared one by one.
-    if (domain >= 1 && domain <= 3 && row["mode"] == "user") continue;
+    if (domain >= 1 && domain <= 3 && row.mode == Mode::kUser) continue;
     truth_share[domain][start] += events;
-    names[start] = row["function"].get<std::string>();
+    names[start] = row.function;
   }
   std::map<uint16_t, std::map<uint64_t, double>> sampled;
   std::map<uint16_t, double> sampled_total;

@@ -40,7 +40,7 @@ TEST_CASE("hvprof --sched on the sim: the report's time in each state is the mac
   (void)host.GroundTruth(true);  // the truth counts from here, as the session does
   REQUIRE(host.Hvprof({"--run-sim=2s"}).status == 0);
   REQUIRE(host.Hvprof({"--stop"}).status == 0);
-  const Json truth = host.GroundTruth(false)["sched"];
+  const hvprof::context::SchedTruth truth = host.GroundTruth(false).sched;
   // --status says how many scheduling records sched.hvs holds and what was lost: session.json's counts.
   const auto status = host.Hvprof({"--status"});
   REQUIRE(status.status == 0);
@@ -63,7 +63,7 @@ TEST_CASE("hvprof --sched on the sim: the report's time in each state is the mac
   const Json sched = Json::parse(report.out);
   REQUIRE(sched["schema"] == "hvprof-sched");
   const double window = sched["window"]["ns"].get<double>();
-  const double truth_window = static_cast<double>(truth["now_ns"].get<uint64_t>() - truth["since_ns"].get<uint64_t>());
+  const double truth_window = static_cast<double>(truth.now_ns - truth.since_ns);
   CHECK(std::abs(window - truth_window) <= 0.01 * truth_window);
   CHECK(sched["records"]["inconsistent"] == 0);
   CHECK(sched["records"]["backwards"] == 0);
@@ -71,24 +71,28 @@ TEST_CASE("hvprof --sched on the sim: the report's time in each state is the mac
 
   std::map<std::pair<int, int>, Json> entities;
   for (const Json& entity : sched["entities"]) entities[{entity["domain"].get<int>(), entity["vcpu"].get<int>()}] = entity;
-  REQUIRE(truth["vcpus"].size() == 7);
-  for (const Json& expected : truth["vcpus"]) {
-    const std::pair<int, int> key{expected["domain"].get<int>(), expected["vcpu"].get<int>()};
+  REQUIRE(truth.vcpus.size() == 7);
+  for (const hvprof::context::TruthVcpu& expected : truth.vcpus) {
+    const std::pair<int, int> key{expected.domain, expected.vcpu};
     INFO(fmt::format("dom{} vcpu {}", key.first, key.second));
     REQUIRE(entities.count(key) == 1);
     const Json& got = entities[key];
-    for (const char* state : {"running_ns", "runnable_ns", "blocked_ns", "offline_ns"}) {
+    const std::pair<const char*, uint64_t> states[] = {{"running_ns", expected.running_ns},
+                                                       {"runnable_ns", expected.runnable_ns},
+                                                       {"blocked_ns", expected.blocked_ns},
+                                                       {"offline_ns", expected.offline_ns}};
+    for (const auto& [state, ns] : states) {
       INFO(state);
-      CHECK(std::abs(got[state].get<double>() - expected[state].get<double>()) <= 0.01 * truth_window);
+      CHECK(std::abs(got[state].get<double>() - static_cast<double>(ns)) <= 0.01 * truth_window);
     }
-    CHECK(got["wakeups"].get<uint64_t>() == expected["wakeups"].get<uint64_t>());
+    CHECK(got["wakeups"].get<uint64_t>() == expected.wakeups);
   }
   // The pCPUs account for the whole window: 4 pCPUs x 2 s = 8 s, within 2%.
   double accounted = 0;
   for (const Json& cpu : sched["pcpus"]) {
     accounted += cpu["busy_ns"].get<double>() + cpu["idle_ns"].get<double>();
-    const Json& expected = truth["cpus"][cpu["pcpu"].get<size_t>()];
-    CHECK(std::abs(cpu["idle_ns"].get<double>() - expected["idle_ns"].get<double>()) <= 0.01 * truth_window);
+    const hvprof::context::TruthCpu& expected = truth.cpus.at(cpu["pcpu"].get<size_t>());
+    CHECK(std::abs(cpu["idle_ns"].get<double>() - static_cast<double>(expected.idle_ns)) <= 0.01 * truth_window);
   }
   CHECK(std::abs(accounted - 4 * truth_window) <= 0.02 * 4 * truth_window);
 
@@ -107,10 +111,10 @@ TEST_CASE("hvprof --sched on the sim: the report's time in each state is the mac
   for (const Json& event : events["traceEvents"]) {
     if (event["ph"] == "X") slice_us[event["args"].contains("domain") ? fmt::format("{}/{}", event["args"]["domain"].get<int>(), event["args"]["vcpu"].get<int>()) : std::string("?")] += event["dur"].get<double>();
   }
-  for (const Json& expected : truth["vcpus"]) {
-    const std::string key = fmt::format("{}/{}", expected["domain"].get<int>(), expected["vcpu"].get<int>());
+  for (const hvprof::context::TruthVcpu& expected : truth.vcpus) {
+    const std::string key = fmt::format("{}/{}", expected.domain, expected.vcpu);
     INFO(key);
-    CHECK(std::abs(slice_us[key] * 1000 - expected["running_ns"].get<double>()) <= 0.01 * truth_window);
+    CHECK(std::abs(slice_us[key] * 1000 - static_cast<double>(expected.running_ns)) <= 0.01 * truth_window);
   }
 }
 

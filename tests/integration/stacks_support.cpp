@@ -61,20 +61,20 @@ std::string Bucket(const std::string& stack, const std::set<std::string>& named)
   return stack.substr(0, mode_end + 2) + "*";
 }
 
-std::map<std::string, uint64_t> TruthStacks(const nlohmann::json& truth, uint32_t counter, uint32_t depth,
+std::map<std::string, uint64_t> TruthStacks(const context::GroundTruth& truth, uint32_t counter, uint32_t depth,
                                             const std::map<int, std::string>& domain_names) {
   std::map<std::string, uint64_t> stacks;
-  for (const nlohmann::json& row : truth["rows"]) {
-    const int domain = row["domain"].get<int>();
+  for (const context::TruthRow& row : truth.rows) {
+    const int domain = row.domain;
     if (domain_names.count(domain) == 0) continue;
-    const uint64_t count = row["overflows"][counter].get<uint64_t>();
+    const uint64_t count = row.overflows.at(counter);
     if (count == 0) continue;
-    std::vector<std::string> callers = row.value("callers", std::vector<std::string>{});
+    std::vector<std::string> callers = row.callers;
     // The engine walks frames of active domains only, as Xenoprof does.
     if (domain != 0 || callers.size() > depth) callers.resize(domain != 0 ? 0 : std::min<size_t>(depth, callers.size()));
-    std::string stack = domain_names.at(domain) + ";[" + row["mode"].get<std::string>() + "]";
+    std::string stack = domain_names.at(domain) + ";[" + std::string(sample_mode::Name(row.mode)) + "]";
     for (auto caller = callers.rbegin(); caller != callers.rend(); ++caller) stack += ";" + *caller;
-    stacks[stack + ";" + row["function"].get<std::string>()] += count;
+    stacks[stack + ";" + row.function] += count;
   }
   return stacks;
 }

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hvprof/context/ground_truth.h"
 #include "host_harness.h"
 
 namespace hvprof::testing {
@@ -36,7 +37,7 @@ std::string Bucket(const std::string& stack, const std::set<std::string>& named)
 
 // What the ground truth says each stack should count, as folded names them with
 // --stack-root=domain, for the walk's `depth` (0: no chains), for the domains named.
-std::map<std::string, uint64_t> TruthStacks(const nlohmann::json& truth, uint32_t counter, uint32_t depth,
+std::map<std::string, uint64_t> TruthStacks(const context::GroundTruth& truth, uint32_t counter, uint32_t depth,
                                             const std::map<int, std::string>& domain_names);
 
 // `go tool pprof -top` of `file` (with `extra` options) as function -> flat samples.

@@ -38,7 +38,7 @@ uint32_t FirstCounter(const Host& host) {
 void CheckAgainstTruth(uint32_t depth) {
   Host host(DefaultScenario());
   ProfileWithChains(host, depth);
-  const Json truth = host.GroundTruth(false);
+  const hvprof::context::GroundTruth truth = host.GroundTruth(false);
   // Every stack of the truth, the idle loop's included.
   const CommandResult folded = host.Report({"--format=folded", "--include-idle"});
   INFO(folded.err);
@@ -158,25 +158,25 @@ TEST_CASE("stack views read the aggregate's stacks, and give what the raw sample
   }
   // Timing says which was read.
   const CommandResult timed = host.Report({"--format=folded", "--timing"});
-  CHECK(timed.err.find("read samples (aggregate)") != std::string::npos);
+  CHECK(timed.err.find("read samples (aggregate; 0 passes over samples.hvs)") != std::string::npos);
   // Without the aggregate, the samples are read, to the same stacks.
   const std::string folded = host.Report({"--format=folded"}).out;
   std::filesystem::remove(aggregate);
   const CommandResult without = host.Report({"--format=folded", "--timing"});
-  CHECK(without.err.find("read samples (raw)") != std::string::npos);
+  CHECK(without.err.find("read samples (raw; 1 pass over samples.hvs)") != std::string::npos);
   CHECK(without.out == folded);
 }
 
 TEST_CASE("the call graph (-c, --children) matches the sim's ground truth", "[report][stacks][callgraph]") {
   Host host(DefaultScenario());
   ProfileWithChains(host, 8);
-  const Json truth = host.GroundTruth(false);
+  const hvprof::context::GroundTruth truth = host.GroundTruth(false);
   const uint32_t counter = FirstCounter(host);
   // dom0's own samples of a function (all its vCPUs), from the truth.
   auto in_dom0 = [&](const std::string& function) {
     uint64_t sum = 0;
-    for (const Json& row : truth["rows"]) {
-      if (row["domain"] == 0 && row["function"] == function) sum += row["overflows"][counter].get<uint64_t>();
+    for (const hvprof::context::TruthRow& row : truth.rows) {
+      if (row.domain == 0 && row.function == function) sum += row.overflows.at(counter);
     }
     return sum;
   };
@@ -244,7 +244,7 @@ TEST_CASE("the call graph (-c, --children) matches the sim's ground truth", "[re
 TEST_CASE("stack views of two events: one at a time, or added up with --merge", "[report][stacks][callgraph]") {
   Host host(DefaultScenario());
   ProfileWithChains(host, 8, "200ms", {"--event=CPU_CLK_UNHALTED:20000", "--event=INST_RETIRED:30000"});
-  const Json truth = host.GroundTruth(false);
+  const hvprof::context::GroundTruth truth = host.GroundTruth(false);
   std::ifstream in(host.current() + "/session.json");
   const Json session = Json::parse(in, nullptr, false);
   REQUIRE(session["events"].size() == 2);
@@ -252,10 +252,8 @@ TEST_CASE("stack views of two events: one at a time, or added up with --merge", 
   const uint32_t instructions = session["events"][1]["counter"].get<uint32_t>();
   auto dom0 = [&](uint32_t counter, const std::string& function) {
     uint64_t sum = 0;
-    for (const Json& row : truth["rows"]) {
-      if (row["domain"] == 0 && (function.empty() || row["function"] == function)) {
-        sum += row["overflows"][counter].get<uint64_t>();
-      }
+    for (const hvprof::context::TruthRow& row : truth.rows) {
+      if (row.domain == 0 && (function.empty() || row.function == function)) sum += row.overflows.at(counter);
     }
     return sum;
   };

@@ -80,7 +80,7 @@ void Require(const testing::CommandResult& result) {
 
 // Every sample of `domains` in `session` is there, as the ground truth counted it, and no
 // sample of any other domain.
-void CheckDomains(const std::string& session, const nlohmann::json& truth, const std::set<uint16_t>& domains,
+void CheckDomains(const std::string& session, const context::GroundTruth& truth, const std::set<uint16_t>& domains,
                   const std::string& ring_format = "xenoprof") {
   const report::Profile profile = Load(session);
   const auto expected = TruthByMode(truth, profile.metadata().events.at(0).counter);
@@ -157,7 +157,7 @@ TEST_CASE("xen: dom0, an active PV guest and a passive HVM guest match the groun
   CHECK(too_soon.status != 0);
   CHECK(too_soon.err.find("dom0 is still profiling") != std::string::npos);
   Require(host.Hvprof({"--stop"}, dom0));
-  const nlohmann::json truth = host.GroundTruth(false);
+  const context::GroundTruth truth = host.GroundTruth(false);
   Require(host.GuestHvprof(1, {"--stop"}, guest));
   CheckDomains(host.current(), truth, {0, 2});
   CheckDomains(host.guest_current(1), truth, {1});
@@ -219,7 +219,7 @@ TEST_CASE("xen with hvprof's engine: the same commands get v2 rings, call chains
   CHECK(status.out.find("Xen reports no state or losses of its own") == std::string::npos);
   CHECK(status.out.find("scheduling records from xentrace") != std::string::npos);
   Require(host.Hvprof({"--stop"}, dom0));
-  const nlohmann::json truth = host.GroundTruth(false);
+  const context::GroundTruth truth = host.GroundTruth(false);
   Require(host.GuestHvprof(1, {"--stop"}, guest));
   // dom0, the primary, also gets the idle domain's samples in its pCPU rings (xenoprof drops them).
   CheckDomains(host.current(), truth, {0, 2, hvpmu::kDomainIdle}, "v2");
@@ -277,7 +277,7 @@ TEST_CASE("xen: a killed dom0 agent leaves xenoprof state that the next one reco
   (void)host.GroundTruth(true);
   RunMachine(host, 60);
   Require(host.Hvprof({"--stop"}, dom0));
-  const nlohmann::json truth = host.GroundTruth(false);
+  const context::GroundTruth truth = host.GroundTruth(false);
   CheckDomains(host.current(), truth, {0, 2});
   const report::Profile profile = Load(host.current());
   CHECK(profile.metadata().backtrace_depth == 4);
@@ -340,7 +340,7 @@ TEST_CASE("xen: samples that find a ring full are counted as lost, and stored pl
   (void)host.GroundTruth(true);
   RunMachine(host, 20);
   Require(host.Hvprof({"--stop"}, dom0));
-  const nlohmann::json truth = host.GroundTruth(false);
+  const context::GroundTruth truth = host.GroundTruth(false);
 
   const report::Profile profile = Load(host.current());
   const auto& m = profile.metadata();
@@ -391,7 +391,7 @@ TEST_CASE("xen: hvprof run profiles a workload and saves a session that matches 
   Require(run);
   REQUIRE(profiling);
   CHECK(steps == 100);
-  const nlohmann::json truth = host.GroundTruth(false);
+  const context::GroundTruth truth = host.GroundTruth(false);
   std::ifstream json_file(dir.File("run.json"));
   const nlohmann::json summary = nlohmann::json::parse(json_file, nullptr, false);
   REQUIRE(summary.is_object());
@@ -429,7 +429,7 @@ TEST_CASE("xen: call chains through xenoprof or hvprof's engine: folded, -c, ppr
   RunMachine(host, 100);
   Require(host.Hvprof({"--stop"}, dom0));
   Require(host.Hvprof({"--shutdown"}, dom0));
-  const nlohmann::json truth = host.GroundTruth(false);
+  const context::GroundTruth truth = host.GroundTruth(false);
   const report::Profile profile = Load(host.current());
   CHECK(profile.metadata().ring_format == (engine ? "v2" : "xenoprof"));
   CHECK(profile.metadata().backtrace_depth == 8);
@@ -466,8 +466,8 @@ TEST_CASE("xen: call chains through xenoprof or hvprof's engine: folded, -c, ppr
 
   // -c: vfs_read is reached through ksys_read only, as the scenario says.
   uint64_t vfs_read = 0;
-  for (const nlohmann::json& row : truth["rows"]) {
-    if (row["domain"] == 0 && row["function"] == "vfs_read") vfs_read += row["overflows"][counter].get<uint64_t>();
+  for (const context::TruthRow& row : truth.rows) {
+    if (row.domain == 0 && row.function == "vfs_read") vfs_read += row.overflows.at(counter);
   }
   REQUIRE(vfs_read > 0);
   const auto graph_result = host.Report({"-c", "--format=json"});
@@ -540,7 +540,7 @@ TEST_CASE("xen: --sched reads Xen's trace buffers, and the report's time in each
   CHECK(status.out.find("global trace event mask to 0x00029000") != std::string::npos);
   CHECK(status.out.find("xentrace running meanwhile competes") != std::string::npos);
   Require(host.Hvprof({"--stop"}, dom0));
-  const nlohmann::json truth = host.GroundTruth(false)["sched"];
+  const context::SchedTruth truth = host.GroundTruth(false).sched;
   Require(host.Hvprof({"--shutdown"}, dom0));
 
   const nlohmann::json metadata = nlohmann::json::parse(std::ifstream(host.current() + "/session.json"));
@@ -558,7 +558,7 @@ TEST_CASE("xen: --sched reads Xen's trace buffers, and the report's time in each
   REQUIRE(report.status == 0);
   const nlohmann::json sched = nlohmann::json::parse(report.out);
   const double window = sched["window"]["ns"].get<double>();
-  const double truth_window = static_cast<double>(truth["now_ns"].get<uint64_t>() - truth["since_ns"].get<uint64_t>());
+  const double truth_window = static_cast<double>(truth.now_ns - truth.since_ns);
   std::cout << fmt::format("xen --sched: window {} ns, truth {} ns\n", window, truth_window);
   CHECK(std::abs(window - truth_window) <= 0.01 * truth_window);
   CHECK(sched["records"]["inconsistent"] == 0);
@@ -569,28 +569,32 @@ TEST_CASE("xen: --sched reads Xen's trace buffers, and the report's time in each
   for (const nlohmann::json& entity : sched["entities"]) {
     entities[{entity["domain"].get<int>(), entity["vcpu"].get<int>()}] = entity;
   }
-  REQUIRE(truth["vcpus"].size() == 7);
+  REQUIRE(truth.vcpus.size() == 7);
   double worst = 0;
-  for (const nlohmann::json& expected : truth["vcpus"]) {
-    const std::pair<int, int> key{expected["domain"].get<int>(), expected["vcpu"].get<int>()};
+  for (const context::TruthVcpu& expected : truth.vcpus) {
+    const std::pair<int, int> key{expected.domain, expected.vcpu};
     INFO(fmt::format("dom{} vcpu {}", key.first, key.second));
     REQUIRE(entities.count(key) == 1);
     const nlohmann::json& got = entities[key];
-    for (const char* state : {"running_ns", "runnable_ns", "blocked_ns", "offline_ns"}) {
+    const std::pair<const char*, uint64_t> states[] = {{"running_ns", expected.running_ns},
+                                                       {"runnable_ns", expected.runnable_ns},
+                                                       {"blocked_ns", expected.blocked_ns},
+                                                       {"offline_ns", expected.offline_ns}};
+    for (const auto& [state, ns] : states) {
       INFO(state);
-      const double off = std::abs(got[state].get<double>() - expected[state].get<double>());
+      const double off = std::abs(got[state].get<double>() - static_cast<double>(ns));
       worst = std::max(worst, off / truth_window);
       CHECK(off <= 0.01 * truth_window);
     }
-    CHECK(got["wakeups"].get<uint64_t>() == expected["wakeups"].get<uint64_t>());
+    CHECK(got["wakeups"].get<uint64_t>() == expected.wakeups);
   }
   std::cout << fmt::format("xen --sched: worst state time off by {:.4f}% of the window\n", 100 * worst);
   // The pCPUs account for the whole window: 4 pCPUs, within 2%.
   double accounted = 0;
   for (const nlohmann::json& cpu : sched["pcpus"]) {
     accounted += cpu["busy_ns"].get<double>() + cpu["idle_ns"].get<double>();
-    const nlohmann::json& expected = truth["cpus"][cpu["pcpu"].get<size_t>()];
-    CHECK(std::abs(cpu["idle_ns"].get<double>() - expected["idle_ns"].get<double>()) <= 0.01 * truth_window);
+    const context::TruthCpu& expected = truth.cpus.at(cpu["pcpu"].get<size_t>());
+    CHECK(std::abs(cpu["idle_ns"].get<double>() - static_cast<double>(expected.idle_ns)) <= 0.01 * truth_window);
   }
   CHECK(std::abs(accounted - 4 * truth_window) <= 0.02 * 4 * truth_window);
 }

@@ -182,21 +182,18 @@ TEST_CASE("xen link: the legacy lifecycle through the fake matches the ground tr
   CHECK(wakes > 0);  // VIRQ_XENOPROF reached the eventfd
   CHECK(drains_without_wake == 0);
 
-  const Json truth = host.GroundTruth(false);
-  std::map<std::pair<uint16_t, std::string>, uint64_t> expected;
-  for (const Json& row : truth["rows"]) {
-    expected[{row["domain"].get<uint16_t>(), row["mode"].get<std::string>()}] += row["overflows"][0].get<uint64_t>();
-  }
-  const char* names[] = {"user", "kernel", "hypervisor"};
+  const context::GroundTruth truth = host.GroundTruth(false);
+  std::map<std::pair<uint16_t, Mode>, uint64_t> expected;
+  for (const context::TruthRow& row : truth.rows) expected[{row.domain, row.mode}] += row.overflows.at(0);
   uint64_t lost = 0;
   for (const auto& reader : dom0.readers) lost += reader.header().lost_samples;
   for (const auto& reader : guest2.readers) lost += reader.header().lost_samples;
   CHECK(lost == 0);
-  for (uint8_t mode = 0; mode < 3; ++mode) {
-    INFO("mode " << names[mode]);
-    CHECK(expected[{0, names[mode]}] > 0);
-    CHECK(dom0_modes[mode] == expected[{0, names[mode]}]);
-    CHECK(guest2_modes[mode] == expected[{2, names[mode]}]);
+  for (const Mode mode : {Mode::kUser, Mode::kKernel, Mode::kHypervisor}) {
+    INFO("mode " << sample_mode::Name(mode));
+    CHECK(expected[{0, mode}] > 0);
+    CHECK(dom0_modes[sample_mode::Byte(mode)] == expected[{0, mode}]);
+    CHECK(guest2_modes[sample_mode::Byte(mode)] == expected[{2, mode}]);
   }
 
   // Tear down in Xen's order; the mappings go first, then get_buffer works again.

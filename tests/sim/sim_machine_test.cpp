@@ -142,7 +142,8 @@ TEST_CASE("the same seed gives the same sample stream, bit for bit", "[sim]") {
                  first->samples[i].owner == second->samples[i].owner;
   }
   CHECK(identical);
-  CHECK(first->machine->GroundTruthJson() == second->machine->GroundTruthJson());
+  CHECK(hvprof::context::ToJson(first->machine->GroundTruth()) ==
+        hvprof::context::ToJson(second->machine->GroundTruth()));
   bool differs = other->samples.size() != first->samples.size();
   for (size_t i = 0; !differs && i < first->samples.size(); ++i) {
     differs = first->samples[i].record.ip != other->samples[i].record.ip;
@@ -324,10 +325,15 @@ TEST_CASE("a CPU without a PMU is sampled by the engine's timer: a tick each per
 
   // The timer's time is the scheduler's: each domain's is its vCPUs' running time, and the idle
   // loop's (halted time included, which no cycle counter sees) is the pCPUs' idle time.
-  const auto written = nlohmann::json::parse(machine.GroundTruthJson());
+  // Through its codec, as hvprof-hv writes it and dom0 reads it.
+  const auto truth_json = hvprof::context::ToJson(machine.GroundTruth());
+  auto parsed = hvprof::context::ParseGroundTruth(
+      hvprof::json::Node::Root(truth_json, "the ground truth", hvprof::ErrorKind::kCorrupt));
+  REQUIRE(parsed.has_value());
+  const hvprof::context::GroundTruth& written = parsed.value();
   std::map<DomainId, double> running;
-  for (const auto& vcpu : written["sched"]["vcpus"]) running[vcpu["domain"].get<DomainId>()] += vcpu["running_ns"].get<double>();
-  for (const auto& cpu : written["sched"]["cpus"]) running[kDomainIdle] += cpu["idle_ns"].get<double>();
+  for (const auto& vcpu : written.sched.vcpus) running[vcpu.domain] += static_cast<double>(vcpu.running_ns);
+  for (const auto& cpu : written.sched.cpus) running[kDomainIdle] += static_cast<double>(cpu.idle_ns);
   std::map<DomainId, double> timed;
   for (const auto& [key, ns] : truth) timed[key.domain] += ns;
   for (const auto& [domain, ns] : running) {
@@ -335,12 +341,12 @@ TEST_CASE("a CPU without a PMU is sampled by the engine's timer: a tick each per
     CHECK(std::fabs(timed[domain] - ns) <= 1e-6 * static_cast<double>(cpus * kRun));
   }
 
-  // The truth as hvprof-hv writes it: one counter, TIMER, in ns and ticks.
-  CHECK(written["source"] == "timer");
-  REQUIRE(written["counters"].size() == 1);
-  CHECK(written["counters"][0]["counts"] == "time_ns");
+  // One counter, TIMER, in ns and ticks.
+  CHECK(written.timer);
+  REQUIRE(written.counters.size() == 1);
+  CHECK(written.counters[0].counts == "time_ns");
   uint64_t written_ticks = 0;
-  for (const auto& row : written["rows"]) written_ticks += row["overflows"][0].get<uint64_t>();
+  for (const auto& row : written.rows) written_ticks += row.overflows.at(0);
   CHECK(written_ticks == machine.ticks_delivered());
 }
 
@@ -395,7 +401,7 @@ TEST_CASE("scheduling records, replayed, give every vCPU's exact time in each st
   host->StopProfiling();
   REQUIRE(host->malformed == 0);
   REQUIRE_FALSE(host->sched.empty());
-  const auto truth = nlohmann::json::parse(host->machine->GroundTruthJson())["sched"];
+  const hvprof::context::SchedTruth truth = host->machine->GroundTruth().sched;
 
   // Replay: in time order; at one instant (records of different pCPUs have no other order),
   // states as they stand first, then whoever leaves a pCPU, then the rest.
@@ -434,43 +440,43 @@ TEST_CASE("scheduling records, replayed, give every vCPU's exact time in each st
   }
   CHECK(inconsistent == 0);
   const double duration = static_cast<double>(end_ns - start_ns);
-  REQUIRE(truth["vcpus"].size() == 7);
-  for (const auto& expected : truth["vcpus"]) {
-    const std::pair<DomainId, uint16_t> key{expected["domain"].get<DomainId>(), expected["vcpu"].get<uint16_t>()};
+  REQUIRE(truth.vcpus.size() == 7);
+  for (const hvprof::context::TruthVcpu& expected : truth.vcpus) {
+    const std::pair<DomainId, uint16_t> key{expected.domain, expected.vcpu};
     INFO("dom" << key.first << " vcpu " << key.second);
     REQUIRE(entities.count(key) == 1);  // the snapshot names even a vCPU that never changes
     Replayed& entity = entities[key];
     entity.ns[entity.state] += end_ns - entity.since;
-    const char* names[] = {"running_ns", "runnable_ns", "blocked_ns", "offline_ns"};
+    const uint64_t states[] = {expected.running_ns, expected.runnable_ns, expected.blocked_ns, expected.offline_ns};
     uint64_t total = 0;
     for (uint32_t s = 0; s < ring::kRunstateCount; ++s) {
-      total += expected[names[s]].get<uint64_t>();
-      CHECK(std::abs(static_cast<double>(entity.ns[s]) - expected[names[s]].get<double>()) <= 0.01 * duration);
+      total += states[s];
+      CHECK(std::abs(static_cast<double>(entity.ns[s]) - static_cast<double>(states[s])) <= 0.01 * duration);
     }
     CHECK(total == Approx(duration).margin(1));  // the truth accounts for every nanosecond
-    CHECK(entity.wakeups == expected["wakeups"].get<uint64_t>());
-    CHECK(entity.migrations == expected["migrations"].get<uint64_t>());
+    CHECK(entity.wakeups == expected.wakeups);
+    CHECK(entity.migrations == expected.migrations);
   }
   // Every state occurred somewhere, or the test proves little.
   uint64_t runnable = 0;
   uint64_t blocked = 0;
   uint64_t migrations = 0;
-  for (const auto& expected : truth["vcpus"]) {
-    runnable += expected["runnable_ns"].get<uint64_t>();
-    blocked += expected["blocked_ns"].get<uint64_t>();
-    migrations += expected["migrations"].get<uint64_t>();
+  for (const hvprof::context::TruthVcpu& expected : truth.vcpus) {
+    runnable += expected.runnable_ns;
+    blocked += expected.blocked_ns;
+    migrations += expected.migrations;
   }
   CHECK(runnable > 0);
   CHECK(blocked > 0);
   CHECK(migrations > 0);
   // Each pCPU: busy (a vCPU of a domain ran) plus idle (its idle vCPU ran) is the whole window.
-  for (const auto& cpu : truth["cpus"]) {
-    const auto c = cpu["cpu"].get<uint16_t>();
+  for (const hvprof::context::TruthCpu& cpu : truth.cpus) {
+    const uint16_t c = cpu.cpu;
     Replayed& idle = entities[{kDomainIdle, c}];
     idle.ns[idle.state] += 0;  // closed above only for guests: close here
     const uint64_t idle_ns = idle.ns[0] + (idle.state == 0 ? end_ns - idle.since : 0);
-    CHECK(std::abs(static_cast<double>(idle_ns) - cpu["idle_ns"].get<double>()) <= 0.01 * duration);
-    CHECK(cpu["idle_ns"].get<uint64_t>() + cpu["busy_ns"].get<uint64_t>() == Approx(duration).margin(1));
+    CHECK(std::abs(static_cast<double>(idle_ns) - static_cast<double>(cpu.idle_ns)) <= 0.01 * duration);
+    CHECK(cpu.idle_ns + cpu.busy_ns == Approx(duration).margin(1));
   }
 }
 

@@ -110,13 +110,23 @@ TEST_CASE("jit report: each sample is named by the JIT code its time found at it
   CHECK(text.find('\x07') == std::string::npos);
   CHECK(text.find("JS:*second") != std::string::npos);
 
-  // Time slices (what a diff measures spread with) still add up to each row's samples.
-  auto slices = report::SliceCounts(profile.value(), 4);
-  REQUIRE(slices.has_value());
-  for (size_t e = 0; e < profile.value().entries().size(); ++e) {
+  CHECK(profile.value().timings().samples_passes == 1);
+
+  // Time slices (what a diff measures spread with) still add up to each row's samples, the
+  // pieces of a split address each its own, counted in the same one pass.
+  report::LoadOptions sliced_options;
+  sliced_options.time_slices = 4;
+  auto sliced = report::LoadProfile(session, sliced_options);
+  REQUIRE(sliced.has_value());
+  CHECK(BySymbol(sliced.value()) == counts);
+  CHECK(sliced.value().timings().samples_passes == 1);
+  REQUIRE(sliced.value().time_slices() == 4);
+  const std::vector<uint32_t>& slices = sliced.value().slice_counts();
+  REQUIRE(slices.size() == sliced.value().entries().size() * 4);
+  for (size_t e = 0; e < sliced.value().entries().size(); ++e) {
     uint64_t sum = 0;
-    for (size_t k = 0; k < 4; ++k) sum += slices.value()[e * 4 + k];
-    CHECK(sum == profile.value().entries()[e].count);
+    for (size_t k = 0; k < 4; ++k) sum += slices[e * 4 + k];
+    CHECK(sum == sliced.value().entries()[e].count);
   }
 }
 

@@ -7,9 +7,11 @@
 
 #include <csignal>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <tuple>
 #include <random>
 #include <vector>
@@ -1111,6 +1113,72 @@ TEST_CASE("counting a samples file in time slices", "[store]") {
   CHECK(a.slice_counts[0 * 10 + 9] == 5);
   for (uint32_t k = 0; k < 9; ++k) CHECK(a.slice_counts[1 * 10 + k] == 0);
   CHECK(a.slice_counts[1 * 10 + 9] == 5);
+}
+
+TEST_CASE("without a time span, the chunks' headers give it", "[store]") {
+  TempDir dir;
+  const std::array<uint8_t, 16> id{1, 2, 3};
+  {
+    auto writer = SamplesWriter::Open(dir.File("s.hvs"), id);
+    REQUIRE(writer.has_value());
+    // Times out of order, as drains of several vCPUs write them: 5000..5099 in two chunks.
+    for (uint64_t t = 0; t < 100; ++t) {
+      StoredSample sample;
+      sample.ip = 0x10;
+      sample.time_ns = 5000 + (t * 37) % 100;
+      writer.value().Append(sample);
+      if (t == 49) REQUIRE(writer.value().Flush(false).has_value());
+    }
+    REQUIRE(writer.value().Flush(true).has_value());
+  }
+  auto counted = AggregateSamplesFile(dir.File("s.hvs"), nullptr, std::nullopt, StackDetail::kNone, {10, 0, 0});
+  REQUIRE(counted.has_value());
+  const Aggregate& a = counted.value();
+  CHECK(a.slices_first_ns == 5000);
+  CHECK(a.slices_last_ns == 5099);
+  REQUIRE(a.time_slices == 10);
+  REQUIRE(a.entries.size() == 1);
+  for (uint32_t k = 0; k < 10; ++k) CHECK(a.slice_counts[k] == 10);
+}
+
+TEST_CASE("a watch sees every sample counted once, with the slice it was counted in", "[store]") {
+  TempDir dir;
+  const auto samples = MakeSamples(20000, 5);
+  const std::string path = dir.File("samples.hvs");
+  WriteFile(path, samples, 3000);
+  const TimeSlicing slicing{4, samples.front().sample.time_ns, samples.back().sample.time_ns};
+  for (unsigned readers : {1u, 4u}) {
+    INFO(readers << " readers");
+    // Per reader: what its observer saw per slice, and how many samples came with another slice
+    // than their time's (Catch2's checks are for this thread only).
+    struct Seen {
+      std::vector<uint64_t> per_slice;
+      uint64_t wrong_slice = 0;
+    };
+    std::deque<Seen> per_reader;
+    unsigned made = 0;
+    const SampleWatch watch = [&](unsigned) -> SampleObserver {
+      ++made;
+      Seen& seen = per_reader.emplace_back(Seen{std::vector<uint64_t>(slicing.count, 0), 0});
+      return [&seen, &slicing](const StoredSample& sample, uint32_t slice) {
+        seen.wrong_slice += slice != slicing.SliceOf(sample.time_ns);
+        ++seen.per_slice[slice];
+      };
+    };
+    auto counted = AggregateSamplesFile(path, nullptr, std::nullopt, StackDetail::kNone, slicing, readers, {}, watch);
+    REQUIRE(counted.has_value());
+    CHECK(made == readers);
+    std::vector<uint64_t> seen(slicing.count, 0), sliced(slicing.count, 0);
+    for (const Seen& one : per_reader) {
+      CHECK(one.wrong_slice == 0);
+      for (uint32_t k = 0; k < slicing.count; ++k) seen[k] += one.per_slice[k];
+    }
+    for (size_t e = 0; e < counted.value().entries.size(); ++e) {
+      for (uint32_t k = 0; k < slicing.count; ++k) sliced[k] += counted.value().slice_counts[e * slicing.count + k];
+    }
+    CHECK(seen == sliced);
+    CHECK(std::accumulate(seen.begin(), seen.end(), uint64_t{0}) == counted.value().samples);
+  }
 }
 
 TEST_CASE("the aggregate is the same whatever the number of threads reading the file, damage included",

@@ -544,13 +544,14 @@ void Daemon::HandleGroundTruth(Connection& connection, uint32_t sequence, std::s
     return ReplyStatus(connection, sequence, MessageType::kGroundTruth, ProtocolError::kUnsupported,
                        "a real machine has no ground truth; only the simulated one does");
   }
-  std::string json;
+  context::GroundTruth truth;
   {
     auto lock = lock_->Take();
-    json = clock->GroundTruthJson();
+    truth = clock->GroundTruth();
     if (request.reset != 0) clock->ResetGroundTruth();
   }
-  return ReplyStatus(connection, sequence, MessageType::kGroundTruth, ProtocolError::kOk, json);
+  return ReplyStatus(connection, sequence, MessageType::kGroundTruth, ProtocolError::kOk,
+                     DumpJson(context::ToJson(truth)));
 }
 
 // dom0 on the sim: the machine's Xen trace buffers.

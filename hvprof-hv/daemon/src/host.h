@@ -22,6 +22,7 @@
 #include "hvprof/base/result.h"
 #include "hvprof/context/context_event.h"
 #include "hvprof/context/domains.h"
+#include "hvprof/context/ground_truth.h"
 #include "hvprof/context/platform_stats.h"
 #include "hvprof/hv/daemon.h"
 #include "hvprof/hv/protocol.h"
@@ -79,7 +80,7 @@ class SimulatedClock {
   // At full speed, runs the clock on to `target_ns` at least; the machine thread calls its
   // `runs_due` once it gets there.
   virtual void RunTo(uint64_t target_ns) = 0;
-  virtual std::string GroundTruthJson() = 0;
+  virtual context::GroundTruth GroundTruth() = 0;
   virtual void ResetGroundTruth() = 0;
   // The machine's Xen trace buffers, made when first asked for.
   virtual SimXenTrace& XenTrace() = 0;

@@ -203,7 +203,9 @@ SimXenTrace& SimHost::XenTrace() {
 
 void SimHost::Shutdown() {
   if (ground_truth_path_.empty()) return;
-  if (auto written = hvprof::WriteFileAtomically(ground_truth_path_, machine_->GroundTruthJson()); !written) {
+  if (auto written = hvprof::WriteFileAtomically(
+          ground_truth_path_,
+          context::ToJson(machine_->GroundTruth()).dump(1, ' ', false, nlohmann::json::error_handler_t::replace)); !written) {
     Log(LogLevel::kError, "{}", written.error().message());
   } else {
     Log(LogLevel::kInfo, "ground truth written to {}", ground_truth_path_);

@@ -39,7 +39,7 @@ class SimHost final : public Host, public SimulatedClock {
   bool halted() const override { return halted_; }
   uint64_t pmis_delivered() const override { return machine_->pmis_delivered(); }
   void RunTo(uint64_t target_ns) override;
-  std::string GroundTruthJson() override { return machine_->GroundTruthJson(); }
+  context::GroundTruth GroundTruth() override { return machine_->GroundTruth(); }
   void ResetGroundTruth() override { machine_->ResetGroundTruth(); }
   SimXenTrace& XenTrace() override;
 

@@ -4,15 +4,15 @@
 namespace hvprof::report {
 
 const sym::JitTable* ProfileBuilder::JitTableOf(uint16_t domain, uint32_t pid) {
-  if (p_.metadata_.jit.empty()) return nullptr;
+  if (p_.metadata.jit.empty()) return nullptr;
   auto [it, added] = jit_tables_.try_emplace({domain, pid});
   if (!added) return it->second.get();
   auto table = std::make_unique<sym::JitTable>();
   std::set<std::string> read_files;
-  for (const store::JitRecord& record : p_.metadata_.jit) {
+  for (const store::JitRecord& record : p_.metadata.jit) {
     if (record.domain != domain || record.pid != pid || record.file.empty() || record.bytes == 0) continue;
     if (!read_files.insert(record.file).second) continue;  // listed twice
-    const std::string path = p_.directory_ + "/" + record.file;
+    const std::string path = p_.directory + "/" + record.file;
     // The copies are bounded when made; a session from elsewhere is bounded here too, each copy
     // and all of them together.
     constexpr size_t kMaxJitBytes = size_t(2) << 30;
@@ -23,20 +23,22 @@ const sym::JitTable* ProfileBuilder::JitTableOf(uint16_t domain, uint32_t pid) {
     auto text = ReadFileToString(path, kMaxJitBytes - jit_bytes_read_, Links::kRefuse);
     if (text) jit_bytes_read_ += text.value().size();
     if (!text) {
-      p_.problems_.push_back(fmt::format("the {} of pid {} cannot be read: {}", record.kind, pid, text.error().message()));
+      jit_problems_[{domain, pid}].push_back(
+          fmt::format("the {} of pid {} cannot be read: {}", record.kind, pid, text.error().message()));
       continue;
     }
     sym::JitParseStats stats;
     if (record.kind == "jitdump") {
       sym::JitDump dump = sym::ParseJitDump(std::as_bytes(std::span(text.value().data(), text.value().size())), &stats);
       if (!dump.valid) {
-        p_.problems_.push_back(fmt::format("{} (the jitdump of pid {}) is not one: {}", path, pid, dump.error));
+        jit_problems_[{domain, pid}].push_back(
+            fmt::format("{} (the jitdump of pid {}) is not one: {}", path, pid, dump.error));
         continue;
       }
       // Its times are CLOCK_MONOTONIC, the linux platform's sample clock; the TSC
       // (arch_timestamp) or another platform's clock cannot be compared: then the later record
       // at an address names it whenever it was sampled.
-      if (dump.header.arch_timestamp || p_.metadata_.platform != "linux") {
+      if (dump.header.arch_timestamp || p_.metadata.platform != "linux") {
         for (sym::JitSymbol& symbol : dump.symbols) symbol.valid_from_ns = 0;
       }
       table->Add(std::move(dump.symbols));
@@ -56,65 +58,101 @@ const sym::JitTable* ProfileBuilder::JitTableOf(uint16_t domain, uint32_t pid) {
   return it->second.get();
 }
 
-Result<bool> ProfileBuilder::SplitJitByTime(const std::string& samples_path) {
-  std::map<std::pair<uint16_t, uint32_t>, const sym::JitTable*> reused;
-  for (const auto& [key, table] : jit_tables_) {
-    if (table && table->has_reuse()) reused[key] = table.get();
+ReusedJit ProfileBuilder::ReusedJitTables(const store::Aggregate* counted) {
+  ReusedJit reused;
+  if (p_.metadata.jit.empty()) return reused;
+  std::set<std::pair<uint16_t, uint32_t>> sampled;  // with `counted`: the processes it counts by process
+  if (counted != nullptr) {
+    for (const store::AggregateEntry& entry : counted->entries) {
+      if (entry.key.mode == kUser && entry.key.pid != store::kAnyProcess) sampled.insert({entry.key.domain, entry.key.pid});
+    }
   }
+  for (const store::JitRecord& record : p_.metadata.jit) {
+    if (reused.contains({record.domain, record.pid})) continue;
+    if (counted != nullptr && !sampled.contains({record.domain, record.pid})) continue;
+    const sym::JitTable* table = JitTableOf(record.domain, record.pid);
+    if (table != nullptr && table->has_reuse()) reused[{record.domain, record.pid}] = table;
+  }
+  return reused;
+}
+
+void ProfileBuilder::NoteJitProblems() {
+  if (jit_problems_.empty()) return;
+  std::set<std::pair<uint16_t, uint32_t>> sampled;
+  for (const Entry& entry : p_.entries) {
+    if (entry.mode == kUser) sampled.insert({entry.domain, entry.pid});
+  }
+  for (auto& [process, problems] : jit_problems_) {
+    if (!sampled.contains(process)) continue;
+    for (std::string& problem : problems) p_.problems.push_back(std::move(problem));
+  }
+  jit_problems_.clear();
+}
+
+store::SampleWatch JitWatch::Watch() {
+  if (reused_.empty()) return {};
+  return [this](unsigned) -> store::SampleObserver {
+    JitSeenMap& seen = per_reader_.emplace_back();
+    return [this, &seen](const store::StoredSample& sample, uint32_t slice) {
+      if (sample.mode != kUser) return;
+      const auto table = reused_.find({sample.domain, sample.pid});
+      if (table == reused_.end()) return;
+      JitSeen& one = seen[{sample.domain, sample.pid, sample.event, sample.ip, table->second->Find(sample.ip, sample.time_ns)}];
+      ++one.count;
+      if (slices_ != 0) {
+        one.slices.resize(slices_);
+        ++one.slices[slice];
+      }
+    };
+  };
+}
+
+JitSeenMap JitWatch::Merged() {
+  JitSeenMap merged;
+  for (JitSeenMap& seen : per_reader_) {
+    for (auto& [key, one] : seen) {
+      JitSeen& into = merged[key];
+      into.count += one.count;
+      into.slices.resize(std::max(into.slices.size(), one.slices.size()));
+      for (size_t k = 0; k < one.slices.size(); ++k) into.slices[k] += one.slices[k];
+    }
+    JitSeenMap().swap(seen);
+  }
+  return merged;
+}
+
+bool ProfileBuilder::SplitJitByTime(const ReusedJit& reused, const JitSeenMap& seen) {
   if (reused.empty()) return false;
   // The entries of those processes by (domain, pid, event, address).
   std::map<std::tuple<uint16_t, uint32_t, uint8_t, uint64_t>, size_t> index;
-  for (size_t e = 0; e < p_.entries_.size(); ++e) {
-    const Entry& entry = p_.entries_[e];
+  for (size_t e = 0; e < p_.entries.size(); ++e) {
+    const Entry& entry = p_.entries[e];
     if (entry.mode == kUser && reused.contains({entry.domain, entry.pid})) {
       index[{entry.domain, entry.pid, entry.event, entry.ip}] = e;
     }
   }
-  struct Seen {
-    uint64_t count = 0;
-    uint64_t first_ns = UINT64_MAX;
-    uint64_t last_ns = 0;
-  };
-  std::map<std::pair<size_t, const sym::JitSymbol*>, Seen> counts;
-  const auto id = store::ParseSessionId(p_.metadata_.session_id);
-  auto read = store::ReadSamplesFile(
-      samples_path,
-      [&](const store::StoredSample& sample) {
-        if (sample.mode != kUser) return;
-        const auto table = reused.find({sample.domain, sample.pid});
-        if (table == reused.end()) return;
-        const auto entry = index.find({sample.domain, sample.pid, sample.event, sample.ip});
-        if (entry == index.end()) return;
-        Seen& seen = counts[{entry->second, table->second->Find(sample.ip, sample.time_ns)}];
-        ++seen.count;
-        seen.first_ns = std::min(seen.first_ns, sample.time_ns);
-        seen.last_ns = std::max(seen.last_ns, sample.time_ns);
-      },
-      id ? std::optional<std::span<const uint8_t, 16>>(*id) : std::nullopt);
-  if (!read) {
-    for (const auto& [key, table] : reused) {
-      NoteOnce(fmt::format("pid {} loaded new JIT code over old code's addresses, and without the raw samples' times "
-                           "({}) its samples there are named by the latest code", key.second, read.error().message()));
-    }
-    return false;
-  }
+  const uint32_t slices = p_.time_slices;
   bool split = false;
-  for (auto it = counts.begin(); it != counts.end();) {
-    const size_t e = it->first.first;
-    std::vector<std::pair<const sym::JitSymbol*, Seen>> names;
+  for (auto it = seen.begin(); it != seen.end();) {
+    const auto [domain, pid, event, ip, first_symbol] = it->first;
+    const auto entry = index.find({domain, pid, event, ip});
+    std::vector<std::pair<const sym::JitSymbol*, const JitSeen*>> names;
     uint64_t sum = 0;
-    for (; it != counts.end() && it->first.first == e; ++it) {
-      names.emplace_back(it->first.second, it->second);
+    for (; it != seen.end() && std::get<0>(it->first) == domain && std::get<1>(it->first) == pid &&
+           std::get<2>(it->first) == event && std::get<3>(it->first) == ip;
+         ++it) {
+      names.emplace_back(std::get<4>(it->first), &it->second);
       sum += it->second.count;
     }
     // Only what the raw samples account for exactly (a session still being written may differ).
-    if (names.size() < 2 || sum != p_.entries_[e].count) continue;
+    if (entry == index.end() || names.size() < 2 || sum != p_.entries[entry->second].count) continue;
     split = true;
-    const Entry original = p_.entries_[e];
-    const std::string& image_name = p_.images_[original.image].name;
+    const size_t e = entry->second;
+    const Entry original = p_.entries[e];
+    const std::string& image_name = p_.images[original.image].name;
     for (size_t n = 0; n < names.size(); ++n) {
       Entry piece = original;
-      piece.count = names[n].second.count;
+      piece.count = names[n].second->count;
       piece.line = kNoIndex;
       if (const sym::JitSymbol* symbol = names[n].first) {
         piece.symbol = SymbolIndex(original.image, symbol->name, symbol->start, true, "");
@@ -123,11 +161,15 @@ Result<bool> ProfileBuilder::SplitJitByTime(const std::string& samples_path) {
         piece.symbol = SymbolIndex(original.image, fmt::format("[unknown in {}]", image_name), 0, false,
                                    "no JIT code was there yet when it was sampled");
       }
-      // Each name held the address over one span of time (the code there changed at load
-      // times only): the span of its samples' times tells its samples apart again later.
-      p_.time_splits_.push_back({n == 0 ? e : p_.entries_.size(), names[n].second.first_ns, names[n].second.last_ns});
-      if (n == 0) p_.entries_[e] = piece;
-      else p_.entries_.push_back(piece);
+      // Each piece's time slices are its own samples'.
+      const size_t at = n == 0 ? e : p_.entries.size();
+      if (n == 0) p_.entries[e] = piece;
+      else p_.entries.push_back(piece);
+      if (slices != 0) {
+        p_.slice_counts.resize(p_.entries.size() * slices, 0);
+        const std::vector<uint32_t>& own = names[n].second->slices;
+        for (uint32_t k = 0; k < slices; ++k) p_.slice_counts[at * slices + k] = k < own.size() ? own[k] : 0;
+      }
     }
   }
   if (split) {

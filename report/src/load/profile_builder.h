@@ -1,11 +1,14 @@
-// ProfileBuilder: how load.cpp's LoadProfile fills a Profile, shared by its parts (report/src/load/):
+// ProfileBuilder: how load.cpp's LoadProfile fills a Profile's parts (ProfileParts, model.h) and
+// seals them into a Profile, shared by its steps (report/src/load/):
 //   targets.cpp  what each sample is symbolized against (its target), and the symbolizing;
 //   jit.cpp      code a JIT runtime described, named by the time of each sample;
 //   stacks.cpp   the call stacks, their frames, and the idle marks;
 //   guests.cpp   the rows guests published for dom0's report (--all-domains);
-//   slices.cpp   counts per time slice (SliceCounts);
-// and load.cpp itself: which source stands for the samples (aggregate or samples.hvs) and the
-// order of the steps. Private to the report library.
+//   slices.cpp   counts per time slice (LoadOptions::time_slices);
+//   windows.cpp  continuous mode's windows in a time range, merged (LoadWindows);
+// and load.cpp itself: which source stands for the samples (aggregate or samples.hvs), the one
+// pass over samples.hvs that gets all the report needs of it, and the order of the steps.
+// Private to the report library.
 #pragma once
 
 #include "hvprof/report/load.h"
@@ -14,6 +17,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -85,10 +89,44 @@ struct CollectedStacks {
 // Takes the aggregate's stacks (which it leaves empty).
 CollectedStacks CollectStacks(store::Aggregate& aggregate, bool by_thread);
 
+// The processes whose JIT runtime put new code at addresses that had held other code during the
+// session (sym::JitTable::has_reuse), each with its table: their samples there are named by time.
+using ReusedJit = std::map<std::pair<uint16_t, uint32_t>, const sym::JitTable*>;
+// What the samples at such addresses found there: counted by (domain, pid, event, address) and
+// the code its time found (null: none yet), and, with time slices, in each slice.
+struct JitSeen {
+  uint64_t count = 0;
+  std::vector<uint32_t> slices;
+};
+using JitSeenKey = std::tuple<uint16_t, uint32_t, uint8_t, uint64_t, const sym::JitSymbol*>;
+using JitSeenMap = std::map<JitSeenKey, JitSeen>;
+
+// What a report needs of samples.hvs beyond the stored aggregate (none of it: no pass).
+struct SamplesNeeds {
+  bool count = false;              // no stored aggregate stands for the samples: the pass counts them
+  uint32_t slices = 0;             // time slices to count
+  const ReusedJit* jit = nullptr;  // samples in replaced JIT code, to name by their times (JitWatch)
+  bool slices_from_spans = false;  // the stored aggregate's spans give the slices if the pass fails
+};
+
+// The observers of the pass over samples.hvs (store::SampleWatch) that see the samples in reused
+// JIT code: one map per reading thread, merged at the end.
+class JitWatch {
+ public:
+  JitWatch(const ReusedJit& reused, uint32_t slices) : reused_(reused), slices_(slices) {}
+  store::SampleWatch Watch();
+  JitSeenMap Merged();
+
+ private:
+  const ReusedJit& reused_;
+  uint32_t slices_;
+  std::deque<JitSeenMap> per_reader_;  // a deque: the observers keep references into it
+};
+
 // target in one batch, and names images and symbols.
 class ProfileBuilder {
  public:
-  ProfileBuilder(Profile& profile, const LoadOptions& options, std::vector<std::string> build_id_caches)
+  ProfileBuilder(ProfileParts& profile, const LoadOptions& options, std::vector<std::string> build_id_caches)
       : p_(profile),
         options_(options),
         build_id_caches_(std::move(build_id_caches)),
@@ -118,38 +156,37 @@ class ProfileBuilder {
   // LoadWindows (load/windows.cpp): the windows in a time range as one Profile.
   static Result<Profile> LoadWindows(const std::string& session_root, const TimeRange& range,
                                      const LoadOptions& options);
-  // A profile of the session `directory` whose metadata is `metadata`, nothing counted yet.
-  static void Adopt(Profile& profile, store::SessionMetadata metadata, std::string directory) {
-    profile.metadata_ = std::move(metadata);
-    profile.directory_ = std::move(directory);
-  }
   // What a report of an aggregate needs of the context, from the aggregate: its images, numbered
   // as context.hvc numbers them, and the regions its per-process addresses fell in, in time order.
   static void ContextOfAggregate(const store::Aggregate& counted, store::ContextIndex& context);
-  static Result<std::vector<uint32_t>> Slice(const Profile& profile, uint32_t slices);
-  // Slice's counts of the entries an address was split into by time (SplitJitByTime), from the
-  // raw samples.
-  static Result<void> CountTimeSplits(const Profile& profile, const store::TimeSlicing& slicing,
-                                      std::vector<uint32_t>& counts);
   // With --all-domains: the guests' published profiles, checked; their hypervisor samples are
   // added to `aggregate`, for dom0 to resolve.
   // `total` is the session's own samples, checked not to wrap.
-  static std::vector<PublishedProfile> ReadPublished(Profile& profile, store::Aggregate* aggregate, uint64_t total);
+  static std::vector<PublishedProfile> ReadPublished(ProfileParts& profile, store::Aggregate* aggregate, uint64_t total);
   // Load's parts. The session's aggregate when it can stand for samples.hvs (`samples_bytes`
   // long) in this report, else nothing (and why, among the problems, when it is damaged).
-  static std::optional<store::Aggregate> UsableAggregate(Profile& profile, const LoadOptions& options,
+  static std::optional<store::Aggregate> UsableAggregate(ProfileParts& profile, const LoadOptions& options,
                                                          const std::string& path, uint64_t samples_bytes);
   // The stored aggregate that stands for the session's samples in this report: UsableAggregate
   // for a samples.hvs `samples_bytes` long; without one, where the budget dropped a window's raw
   // samples, the aggregate must serve (an error says why it cannot); else nothing.
-  static Result<std::optional<store::Aggregate>> StoredAggregate(Profile& profile, const LoadOptions& options,
+  static Result<std::optional<store::Aggregate>> StoredAggregate(ProfileParts& profile, const LoadOptions& options,
                                                                  std::optional<uint64_t> samples_bytes);
-  // samples.hvs counted in one pass (as the aggregate would have counted it), with its damage.
-  static Result<store::Aggregate> ReadRawSamples(Profile& profile, const LoadOptions& options,
-                                                 const std::string& samples, const store::Translation& translation);
+  // The stored aggregate that stands for the samples (StoredAggregate), and the context the
+  // samples ran in: context.hvc (on a thread of its own meanwhile), or only the aggregate's images
+  // and regions when they are all this report needs (ProfileParts::partial_context).
+  static Result<std::optional<store::Aggregate>> ReadAggregateAndContext(ProfileParts& profile,
+                                                                         const LoadOptions& options,
+                                                                         std::optional<uint64_t> samples_bytes);
+  // The report's one pass over samples.hvs: counted as the aggregate would have counted it (with
+  // its damage said, when the count stands for the samples), in time slices with needs.slices,
+  // and shown to `watch`'s observers as it is counted. Nothing (and a note) when the file cannot
+  // be read but the stored aggregate can serve without it.
+  Result<std::optional<store::Aggregate>> ReadSamplesOnce(const std::string& samples, const SamplesNeeds& needs,
+                                                          const store::SampleWatch& watch);
   // What the session's state says of the report: a samples file missing or cut, the session
   // incomplete, or still being written.
-  static void NoteSessionState(Profile& profile, std::optional<uint64_t> samples_bytes);
+  static void NoteSessionState(ProfileParts& profile, std::optional<uint64_t> samples_bytes);
 
  private:
   // What a group of addresses is symbolized against, and how its image is named.
@@ -161,7 +198,7 @@ class ProfileBuilder {
     sym::ImageFormat format = sym::ImageFormat::kElf;
     uint64_t bias = 0;
     std::string build_id;
-    std::vector<size_t> entries;  // indexes into p_.entries_
+    std::vector<size_t> entries;  // indexes into p_.entries
     const sym::JitTable* jit = nullptr;  // code a JIT runtime described (perf map, jitdump)
   };
 
@@ -182,7 +219,7 @@ class ProfileBuilder {
   // Whether the session's context told processes of the domain (a passive domain's user space is
   // one bucket otherwise).
   bool ContextKnows(uint16_t domain) const {
-    const std::vector<uint16_t>& domains = p_.context_summary_.domains;
+    const std::vector<uint16_t>& domains = p_.context_summary.domains;
     return std::binary_search(domains.begin(), domains.end(), domain);
   }
   std::string ResolvePath(const Target& target) const;
@@ -198,16 +235,31 @@ class ProfileBuilder {
   const sym::JitTable* JitTableOf(uint16_t domain, uint32_t pid);
   void SymbolizeJit(Target& target);
  public:
+  // The processes of the session's JIT copies whose code was replaced at addresses it had held;
+  // with `counted` (a stored aggregate), only those it counts samples of by process.
+  ReusedJit ReusedJitTables(const store::Aggregate* counted);
+  // What could not be read of the JIT copies of the processes the profile has user samples of
+  // (the copies were read before the samples said which processes ran): into its problems.
+  void NoteJitProblems();
   // Entries in JIT code whose addresses held different code during the session are split by
-  // what each sample's time found there (the raw samples have times; the aggregate has none).
-  // True when some entry was split (the entries no longer match the aggregate's one to one).
-  Result<bool> SplitJitByTime(const std::string& samples_path);
+  // what each sample's time found there (`seen`: the raw samples have times; the aggregate has
+  // none), each piece with its time slices. True when some entry was split (the entries no
+  // longer match the aggregate's one to one).
+  bool SplitJitByTime(const ReusedJit& reused, const JitSeenMap& seen);
+  // With LoadOptions::time_slices: each entry's count per slice (ProfileParts::slice_counts), from
+  // the stored aggregate's spans, or from `counted`, the pass's own count in time slices (its
+  // entries, or, with `by_key`, entries matched by key: the pass that counted only the slices).
+  Result<void> SlicesFromSpans(const store::Aggregate& aggregate, uint32_t slices);
+  void SlicesFromPass(const store::Aggregate& counted, uint32_t slices, bool by_key);
+  // Without a pass: from the spans when they serve (`spans_serve`), else none to count (no
+  // samples), else an error (a window whose raw samples were dropped, with too few spans).
+  Result<void> SlicesWithoutPass(const store::Aggregate& aggregate, uint32_t slices, bool spans_serve);
 
  private:
   const store::ImageRecord* FindImage(const std::string& role, std::optional<uint16_t> domain) const;
   void Symbolize(Target& target);
 
-  Profile& p_;
+  ProfileParts& p_;
   const LoadOptions& options_;
   // Where copies of rebuilt or removed images are looked for (buildid_cache::SearchDirectories).
   std::vector<std::string> build_id_caches_;
@@ -219,6 +271,7 @@ class ProfileBuilder {
   std::unordered_map<std::string, uint32_t> line_index_;
   sym::Symbolizer symbolizer_;
   std::map<std::pair<uint16_t, uint32_t>, std::unique_ptr<sym::JitTable>> jit_tables_;
+  std::map<std::pair<uint16_t, uint32_t>, std::vector<std::string>> jit_problems_;  // NoteJitProblems
   size_t jit_bytes_read_ = 0;
 };
 

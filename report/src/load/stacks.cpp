@@ -43,8 +43,8 @@ CollectedStacks CollectStacks(store::Aggregate& aggregate, bool by_thread) {
 
 Result<void> ProfileBuilder::BuildStacks(const CollectedStacks& collected) {
   const auto& counted = collected.stacks;
-  p_.samples_without_chain_ = collected.without_chain;
-  p_.timings_.distinct_stacks = counted.size();
+  p_.samples_without_chain = collected.without_chain;
+  p_.timings.distinct_stacks = counted.size();
   // Every frame address once, sorted as the aggregate is, so that attribution reuses targets.
   auto frame_key = [&collected](const store::CountedStack& s, size_t i) {
     // A caller's frame is a return address: the call that made it is the byte before.
@@ -72,8 +72,8 @@ Result<void> ProfileBuilder::BuildStacks(const CollectedStacks& collected) {
   store::Aggregate frames;
   frames.entries.reserve(keys.size());
   for (const store::AggregateKey& key : keys) frames.entries.push_back({key, 0});
-  HVPROF_TRYV(Build(frames, p_.frames_));
-  p_.stacks_.reserve(counted.size());
+  HVPROF_TRYV(Build(frames, p_.frames));
+  p_.stacks.reserve(counted.size());
   for (const store::CountedStack& stack : counted) {
     Stack out;
     out.domain = stack.key.domain;
@@ -88,11 +88,11 @@ Result<void> ProfileBuilder::BuildStacks(const CollectedStacks& collected) {
     for (size_t i = 0; i < stack.length; ++i) {
       out.frames.push_back(index.find(frame_key(stack, i))->second);
     }
-    p_.stacks_.push_back(std::move(out));
+    p_.stacks.push_back(std::move(out));
   }
   NoteShallowImages();
   // A stable order: most samples first, then by frames.
-  std::sort(p_.stacks_.begin(), p_.stacks_.end(), [](const Stack& a, const Stack& b) {
+  std::sort(p_.stacks.begin(), p_.stacks.end(), [](const Stack& a, const Stack& b) {
     return a.count != b.count ? a.count > b.count : a.frames < b.frames;
   });
   return Ok();
@@ -100,13 +100,13 @@ Result<void> ProfileBuilder::BuildStacks(const CollectedStacks& collected) {
 
 void ProfileBuilder::MarkIdleEntry(Entry& entry) const {
   const std::string_view symbol =
-      entry.symbol < p_.symbols_.size() ? std::string_view(p_.symbols_[entry.symbol].name) : std::string_view();
+      entry.symbol < p_.symbols.size() ? std::string_view(p_.symbols[entry.symbol].name) : std::string_view();
   entry.idle = IsIdleSample(entry.domain, entry.mode, symbol);
 }
 
 void ProfileBuilder::MarkIdle(const store::Aggregate& aggregate) {
-  for (Entry& entry : p_.entries_) MarkIdleEntry(entry);
-  if (!aggregate.has_stacks || aggregate.entries.size() != p_.entries_.size()) return;
+  for (Entry& entry : p_.entries) MarkIdleEntry(entry);
+  if (!aggregate.has_stacks || aggregate.entries.size() != p_.entries.size()) return;
   // The stacks' sampled addresses, found among the entries (both keyed alike, the entries sorted).
   std::map<std::pair<uint16_t, uint8_t>, CpuIdle> per_cpu;
   for (const store::CountedStack& stack : aggregate.stacks) {
@@ -119,17 +119,17 @@ void ProfileBuilder::MarkIdle(const store::Aggregate& aggregate) {
     cpu.cpu = stack.key.pcpu;
     cpu.event = stack.key.event;
     cpu.samples += stack.count;
-    if (it != aggregate.entries.end() && it->key == key && p_.entries_[it - aggregate.entries.begin()].idle) {
+    if (it != aggregate.entries.end() && it->key == key && p_.entries[it - aggregate.entries.begin()].idle) {
       cpu.idle += stack.count;
     }
   }
-  for (const auto& [key, cpu] : per_cpu) p_.cpu_idle_.push_back(cpu);
+  for (const auto& [key, cpu] : per_cpu) p_.cpu_idle.push_back(cpu);
 }
 
 void ProfileBuilder::MarkIdleStacks() {
-  for (Entry& frame : p_.frames_) MarkIdleEntry(frame);
-  for (Stack& stack : p_.stacks_) {
-    stack.idle = stack.domain == kIdleDomain || (!stack.frames.empty() && p_.frames_[stack.frames[0]].idle);
+  for (Entry& frame : p_.frames) MarkIdleEntry(frame);
+  for (Stack& stack : p_.stacks) {
+    stack.idle = stack.domain == kIdleDomain || (!stack.frames.empty() && p_.frames[stack.frames[0]].idle);
   }
 }
 
@@ -139,16 +139,16 @@ void ProfileBuilder::NoteShallowImages() {
   // the image was built without frame pointers. (The sim has no such walk: its scenario says
   // which functions have callers. Passive domains and the idle domain are sampled without
   // chains.)
-  const store::SessionMetadata& m = p_.metadata_;
+  const store::SessionMetadata& m = p_.metadata;
   if (m.backtrace_depth == 0 || m.platform == "sim") return;
   std::set<uint16_t> passive;
   for (const store::DomainRecord& domain : m.domains) {
     if (domain.role == "passive") passive.insert(domain.id);
   }
   std::map<uint32_t, std::pair<uint64_t, uint64_t>> by_image;  // image -> (samples, one frame deep)
-  for (const Stack& stack : p_.stacks_) {
+  for (const Stack& stack : p_.stacks) {
     if (stack.frames.empty() || stack.domain == kIdleDomain || passive.count(stack.domain) != 0) continue;
-    auto& [samples, shallow] = by_image[p_.frames_[stack.frames[0]].image];
+    auto& [samples, shallow] = by_image[p_.frames[stack.frames[0]].image];
     samples += stack.count;
     if (stack.frames.size() == 1) shallow += stack.count;
   }
@@ -156,10 +156,10 @@ void ProfileBuilder::NoteShallowImages() {
   for (const auto& [image, counts] : by_image) {
     const auto [samples, shallow] = counts;
     if (samples < kEnough || shallow * 2 < samples) continue;
-    p_.stack_notes_.push_back(fmt::format(
+    p_.stack_notes.push_back(fmt::format(
         "{}: {} of its {} sampled stacks ({:.0f}%) stop at the sampled function: it was probably built without frame "
         "pointers, so its callers are unknown (rebuild it with -fno-omit-frame-pointer to see them)",
-        p_.images_[image].long_name, shallow, samples, 100.0 * static_cast<double>(shallow) / static_cast<double>(samples)));
+        p_.images[image].long_name, shallow, samples, 100.0 * static_cast<double>(shallow) / static_cast<double>(samples)));
   }
 }
 

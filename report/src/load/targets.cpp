@@ -6,7 +6,7 @@
 namespace hvprof::report {
 
 const store::DomainRecord* ProfileBuilder::FindDomain(uint16_t id) const {
-  for (const auto& domain : p_.metadata_.domains) {
+  for (const auto& domain : p_.metadata.domains) {
     if (domain.id == id) return &domain;
   }
   return nullptr;
@@ -14,7 +14,7 @@ const store::DomainRecord* ProfileBuilder::FindDomain(uint16_t id) const {
 
 const store::ImageRecord* ProfileBuilder::FindImage(const std::string& role,
                                                     std::optional<uint16_t> domain) const {
-  for (const auto& image : p_.metadata_.images) {
+  for (const auto& image : p_.metadata.images) {
     if (image.role == role && (!domain || image.domain == domain)) return &image;
   }
   return nullptr;
@@ -44,14 +44,14 @@ std::string ProfileBuilder::ResolvePath(const Target& target) const {
 }
 
 uint32_t ProfileBuilder::ImageIndex(const std::string& name, const std::string& path, bool has_symbols) {
-  auto [it, added] = image_index_.emplace(name, static_cast<uint32_t>(p_.images_.size()));
+  auto [it, added] = image_index_.emplace(name, static_cast<uint32_t>(p_.images.size()));
   if (added) {
     Image image;
     image.name = name;
     image.path = path;
     image.long_name = path.empty() ? name : path;
     image.has_symbols = has_symbols;
-    p_.images_.push_back(image);
+    p_.images.push_back(image);
   }
   return it->second;
 }
@@ -61,8 +61,8 @@ uint32_t ProfileBuilder::SymbolIndex(uint32_t image, const std::string& name, ui
   std::string key = std::to_string(image);
   key += '\0';
   key += name;
-  auto [it, added] = symbol_index_.emplace(std::move(key), static_cast<uint32_t>(p_.symbols_.size()));
-  if (added) p_.symbols_.push_back({image, name, start, resolved, reason});
+  auto [it, added] = symbol_index_.emplace(std::move(key), static_cast<uint32_t>(p_.symbols.size()));
+  if (added) p_.symbols.push_back({image, name, start, resolved, reason});
   return it->second;
 }
 
@@ -70,8 +70,8 @@ uint32_t ProfileBuilder::LineIndex(std::string_view file, uint32_t line) {
   std::string key(file);
   key += ':';
   key += std::to_string(line);
-  auto [it, added] = line_index_.emplace(std::move(key), static_cast<uint32_t>(p_.lines_.size()));
-  if (added) p_.lines_.push_back({std::string(file), line});
+  auto [it, added] = line_index_.emplace(std::move(key), static_cast<uint32_t>(p_.lines.size()));
+  if (added) p_.lines.push_back({std::string(file), line});
   return it->second;
 }
 
@@ -93,7 +93,7 @@ ProfileBuilder::Target& ProfileBuilder::ImageTarget(uint32_t id) {
   if (const auto it = aggregate_images_.find(id); it != aggregate_images_.end()) {
     path = &it->second.path;
     build_id = &it->second.build_id;
-  } else if (const store::ContextImage* image = p_.context_->image(id)) {
+  } else if (const store::ContextImage* image = p_.context->image(id)) {
     path = &image->path;
     build_id = &image->build_id;
   }
@@ -117,13 +117,13 @@ ProfileBuilder::Target& ProfileBuilder::TargetFor(const store::Aggregate& aggreg
   const bool passive = record != nullptr && record->role == "passive";
   const bool published =
       std::find(published_domains.begin(), published_domains.end(), domain) != published_domains.end();
-  const bool guest_session = p_.metadata_.role == "guest";
+  const bool guest_session = p_.metadata.role == "guest";
 
   auto target = [&](const std::string& key) -> Target& { return targets_[key]; };
   if (mode == kHypervisor || domain == kIdleDomain) {
     const store::ImageRecord* xen = FindImage("hypervisor", std::nullopt);
     // On linux the "hypervisor" is the host kernel, the same image whichever domain ran.
-    const bool host_kernel = p_.metadata_.platform == "linux" && xen != nullptr;
+    const bool host_kernel = p_.metadata.platform == "linux" && xen != nullptr;
     const std::string name = host_kernel                  ? KernelImageName(*xen)
                              : passive || published ? fmt::format("domain{}-xen", domain)
                              : xen != nullptr ? Basename(xen->path)
@@ -164,7 +164,7 @@ ProfileBuilder::Target& ProfileBuilder::TargetFor(const store::Aggregate& aggreg
   }
   // User space the image path did not take: a passive domain's is one unresolvable bucket (as in
   // Xenoprof), unless the platform showed dom0 its processes (host processes on linux).
-  const store::ContextIndex& context = *p_.context_;
+  const store::ContextIndex& context = *p_.context;
   if (passive && !ContextKnows(domain)) {
     Target& t = target(fmt::format("apps:{}", domain));
     t.name = fmt::format("domain{}-apps", domain);
@@ -197,7 +197,7 @@ ProfileBuilder::Target& ProfileBuilder::TargetFor(const store::Aggregate& aggreg
 }
 
 void ProfileBuilder::NoteOnce(const std::string& note) {
-  auto& notes = p_.metadata_.notes;
+  auto& notes = p_.metadata.notes;
   if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
 }
 
@@ -287,7 +287,7 @@ void ProfileBuilder::Symbolize(Target& target) {
   addresses.reserve(target.entries.size());
   for (size_t e : target.entries) addresses.push_back((*out_)[e].address);
   sym::LookupOptions lookup;
-  const bool inlines = options_.inlines && out_ == &p_.frames_;
+  const bool inlines = options_.inlines && out_ == &p_.frames;
   lookup.detail = inlines ? sym::Detail::kInlines : lines ? sym::Detail::kLines : sym::Detail::kFunctions;
   lookup.demangle = options_.demangle;
   {
@@ -295,14 +295,14 @@ void ProfileBuilder::Symbolize(Target& target) {
     // timings; an image that fails is reported by Symbolize below.
     const Stopwatch loading;
     (void)symbolizer_.Describe(spec);
-    p_.timings_.symbol_tables_seconds += loading.Seconds();
+    p_.timings.symbol_tables_seconds += loading.Seconds();
   }
   const Stopwatch resolving;
   auto batch = symbolizer_.Symbolize(spec, addresses, lookup);
   const uint32_t main_image = ImageIndex(target.name, target.path, true);
   if (!batch) {
-    p_.images_[main_image].has_symbols = false;
-    p_.images_[main_image].problem = batch.error().message();
+    p_.images[main_image].has_symbols = false;
+    p_.images[main_image].problem = batch.error().message();
     const uint32_t symbol = SymbolIndex(main_image, "(no symbols)", 0, false, batch.error().message());
     for (size_t e : target.entries) {
       (*out_)[e].image = main_image;
@@ -313,7 +313,7 @@ void ProfileBuilder::Symbolize(Target& target) {
   const sym::BatchResult& result = batch.value();
   for (const sym::ImageStatus& status : result.images()) {
     if (status.reason == sym::Reason::kNone) continue;
-    Image& image = p_.images_[main_image];
+    Image& image = p_.images[main_image];
     image.problem = status.detail.empty() ? std::string(sym::ReasonDescription(status.reason)) : status.detail;
     image.build_id_mismatch = status.reason == sym::Reason::kBuildIdMismatch;
     image.has_symbols = false;
@@ -356,10 +356,10 @@ void ProfileBuilder::Symbolize(Target& target) {
           chain.calls.push_back({std::string(call.function), call.file.empty() ? kNoIndex : LineIndex(call.file, call.line)});
         }
         if (!outer.file.empty()) chain.outer_line = LineIndex(outer.file, outer.line);
-        chain_of[u] = static_cast<uint32_t>(p_.inline_chains_.size());
-        p_.inline_chains_.push_back(std::move(chain));
+        chain_of[u] = static_cast<uint32_t>(p_.inline_chains.size());
+        p_.inline_chains.push_back(std::move(chain));
       }
-    } else if (!p_.images_[main_image].has_symbols) {
+    } else if (!p_.images[main_image].has_symbols) {
       by_unique[u] = {image, SymbolIndex(image, "(no symbols)", 0, false,
                                          std::string(sym::ReasonName(s.reason)))};
     } else {
@@ -376,7 +376,7 @@ void ProfileBuilder::Symbolize(Target& target) {
     entry.line = line_of[u];
     entry.inlined = chain_of[u];
   }
-  p_.timings_.resolve_seconds += resolving.Seconds();
+  p_.timings.resolve_seconds += resolving.Seconds();
 }
 
 Result<void> ProfileBuilder::Build(const store::Aggregate& aggregate, std::vector<Entry>& out) {
@@ -387,7 +387,7 @@ Result<void> ProfileBuilder::Build(const store::Aggregate& aggregate, std::vecto
   uint64_t last_low = 0, last_high = 0;
   out_ = &out;
   targets_.clear();
-  p_.timings_.distinct_addresses += aggregate.entries.size();
+  p_.timings.distinct_addresses += aggregate.entries.size();
   out.resize(aggregate.entries.size());
   for (size_t e = 0; e < aggregate.entries.size(); ++e) {
     const store::AggregateEntry& source = aggregate.entries[e];
@@ -400,15 +400,15 @@ Result<void> ProfileBuilder::Build(const store::Aggregate& aggregate, std::vecto
     entry.address = source.key.ip;
     entry.count = source.count;
     entry.image = entry.symbol = entry.line = kNoIndex;
-    p_.total_ += source.count;
+    p_.total += source.count;
     // User code counted by image (hvprofd resolved it as it came), or, in a session from before
     // context.hvc, resolved now through the processes session.json lists.
     uint32_t image_id = 0;
     if (source.key.mode == kUser && store::IsImageWord(source.key.ip)) {
       image_id = store::ImageOfWord(source.key.ip);
       entry.address = store::AddressOfWord(source.key.ip);
-    } else if (source.key.mode == kUser && !p_.has_context_file_ && source.key.domain != kIdleDomain) {
-      if (const auto resolved = p_.context_->Resolve(source.key.domain, source.key.pid, UINT64_MAX, source.key.ip)) {
+    } else if (source.key.mode == kUser && !p_.has_context_file && source.key.domain != kIdleDomain) {
+      if (const auto resolved = p_.context->Resolve(source.key.domain, source.key.pid, UINT64_MAX, source.key.ip)) {
         image_id = resolved->image;
         entry.address = resolved->address;
       }
@@ -429,9 +429,9 @@ Result<void> ProfileBuilder::Build(const store::Aggregate& aggregate, std::vecto
     }
     last_target->entries.push_back(e);
   }
-  p_.timings_.attribute_seconds += attributing.Seconds();
+  p_.timings.attribute_seconds += attributing.Seconds();
   // Symbolizing a large session's images can take a while: a progress line on a terminal.
-  Progress progress(out_ == &p_.frames_ ? "hvprof-report: symbolizing call-stack frames, images" : "hvprof-report: symbolizing images",
+  Progress progress(out_ == &p_.frames ? "hvprof-report: symbolizing call-stack frames, images" : "hvprof-report: symbolizing images",
                     targets_.size());
   for (auto& [key, target] : targets_) {
     Symbolize(target);

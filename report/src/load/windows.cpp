@@ -91,9 +91,10 @@ namespace {
 Result<Part> ReadPart(const std::string& name, const std::string& directory, const LoadOptions& options,
                       std::vector<std::string>& problems) {
   HVPROF_TRY(session, store::OpenSession(directory));
-  Profile scratch;  // for StoredAggregate's checks and the problems it finds
-  ProfileBuilder::Adopt(scratch, std::move(session.metadata), session.directory);
-  const store::SessionMetadata& m = scratch.metadata();
+  ProfileParts scratch;  // for StoredAggregate's checks and the problems it finds
+  scratch.metadata = std::move(session.metadata);
+  scratch.directory = session.directory;
+  const store::SessionMetadata& m = scratch.metadata;
   const std::string samples = directory + "/" + store::kSamplesFile;
   struct stat st {};
   const bool have_samples = ::stat(samples.c_str(), &st) == 0;
@@ -133,7 +134,7 @@ Result<Part> ReadPart(const std::string& name, const std::string& directory, con
   } else {
     return MakeError(ErrorKind::kCorrupt, "{} has neither samples.hvs nor an aggregate that stands for it", directory);
   }
-  for (const std::string& problem : scratch.problems()) problems.push_back(name + ": " + problem);
+  for (const std::string& problem : scratch.problems) problems.push_back(name + ": " + problem);
   // Its JIT files, named from the samples directory the merged profile reads them from.
   for (store::JitRecord& record : part.metadata.jit) {
     if (!record.file.empty()) record.file = name + "/" + record.file;
@@ -227,6 +228,11 @@ Result<Profile> ProfileBuilder::LoadWindows(const std::string& session_root, con
                      "threads: {} need every sample; report one window instead (--session=NAME; --list names them)",
                      options.all_domains ? "--all-domains and the views by process" : "views by process and pprof's thread labels");
   }
+  if (options.time_slices != 0) {
+    return MakeError(ErrorKind::kUnsupported,
+                     "a report over a time range adds up its windows: each window is a time slice of it already "
+                     "(a diff of two ranges compares them window by window)");
+  }
   const Stopwatch reading;
   const store::SessionPaths paths{session_root};
   HVPROF_TRY(chosen, ChooseWindows(paths, range));
@@ -253,11 +259,11 @@ Result<Profile> ProfileBuilder::LoadWindows(const std::string& session_root, con
     parts.push_back(std::move(part).value());
   }
   if (parts.empty()) return MakeError(ErrorKind::kNotFound, "every window of the range was removed while it was read");
-  Profile profile;
-  profile.metadata_ = MergeMetadata(parts);
-  profile.directory_ = paths.samples_dir();
-  profile.loaded_directory_ = paths.samples_dir();
-  profile.problems_ = std::move(problems);
+  ProfileParts profile;
+  profile.metadata = MergeMetadata(parts);
+  profile.directory = paths.samples_dir();
+  profile.loaded_directory = paths.samples_dir();
+  profile.problems = std::move(problems);
   HVPROF_TRY(aggregate, store::MergeAggregates(std::move(aggregates)));
   if (options.stacks && !aggregate.has_stacks) {
     return MakeError(ErrorKind::kUnsupported,
@@ -267,27 +273,28 @@ Result<Profile> ProfileBuilder::LoadWindows(const std::string& session_root, con
   auto context = std::make_shared<store::ContextIndex>();
   ContextOfAggregate(aggregate, *context);
   if (!aggregate.has_regions) {
-    profile.problems_.push_back(
+    profile.problems.push_back(
         "a window's aggregate lists no regions of anonymous memory: user samples there are shown by process and address");
   }
-  profile.context_ = context;
-  profile.has_context_file_ = true;
-  profile.context_summary_ = {context->processes(), context->images().size(), context->Domains()};
-  profile.timings_.read_seconds = reading.Seconds();
-  profile.timings_.from_aggregate = true;
-  ProfileBuilder builder(profile, options, buildid_cache::SearchDirectories(profile.metadata_.build_id_cache));
+  profile.context = context;
+  profile.has_context_file = true;
+  profile.context_summary = {context->processes(), context->images().size(), context->Domains()};
+  profile.timings.read_seconds = reading.Seconds();
+  profile.timings.from_aggregate = true;
+  ProfileBuilder builder(profile, options, buildid_cache::SearchDirectories(profile.metadata.build_id_cache));
   if (options.debuginfod) {
     auto client = sym::Debuginfod::FromEnvironment();
     if (client) builder.debuginfod = std::move(client).value();
-    else profile.problems_.push_back(client.error().message() + "; no images were asked for there");
+    else profile.problems.push_back(client.error().message() + "; no images were asked for there");
   }
-  HVPROF_TRYV(builder.Build(aggregate, profile.entries_));
+  HVPROF_TRYV(builder.Build(aggregate, profile.entries));
   builder.MarkIdle(aggregate);
   if (options.stacks) {
     HVPROF_TRYV(builder.BuildStacks(CollectStacks(aggregate, false)));
     builder.MarkIdleStacks();
   }
-  return profile;
+  builder.NoteJitProblems();
+  return Profile(std::move(profile));
 }
 
 Result<Profile> LoadWindows(const std::string& session_root, const TimeRange& range, const LoadOptions& options) {

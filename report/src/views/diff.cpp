@@ -54,7 +54,11 @@ Result<Counted> CountTable(const Profile& profile, const DiffRun& run, KeySpace&
     counted.counts.emplace_back(key_of_row.back(), row.samples.front());
   }
   if (slices >= 2) {
-    HVPROF_TRY(per_entry, SliceCounts(profile, slices));
+    if (profile.time_slices() != slices) {
+      return MakeError(ErrorKind::kInvalidArgument, "{} was loaded with {} time slices where the diff counts {}",
+                       profile.directory(), profile.time_slices(), slices);
+    }
+    const std::vector<uint32_t>& per_entry = profile.slice_counts();
     counted.slices = slices;
     counted.slice_totals.assign(slices, 0);
     std::vector<std::vector<uint64_t>> per_row(table.rows.size(), std::vector<uint64_t>(slices, 0));
@@ -314,6 +318,14 @@ void AddNotes(const std::vector<DiffRun>& base, const std::vector<DiffRun>& next
 
 }  // namespace
 
+uint32_t DiffTimeSlices(const DiffOptions& options, size_t base_runs, size_t new_runs) {
+  // Slices serve the count test (its dispersion) and pseudo-repeats; the rank test over real
+  // runs needs none.
+  const bool slices_as_runs = options.compare.method == stats::Method::kSlices;
+  const bool rank = slices_as_runs || (base_runs >= 2 && new_runs >= 2);
+  return !rank || slices_as_runs ? options.slices : 0;
+}
+
 Result<Diff> BuildDiff(const std::vector<DiffRun>& base, const std::vector<DiffRun>& next, const DiffOptions& options) {
   if (base.empty() || next.empty()) {
     return MakeError(ErrorKind::kInvalidArgument, "--diff needs a session on each side");
@@ -331,10 +343,9 @@ Result<Diff> BuildDiff(const std::vector<DiffRun>& base, const std::vector<DiffR
                      "--slices takes one session a side; with several, their runs are the repeats already");
   }
   const bool rank = slices_as_runs || (base.size() >= 2 && next.size() >= 2);
-  // Slices serve the count test (its dispersion) and pseudo-repeats; the rank test over real
-  // runs needs none. Stacks are sliced through their sampled function's symbol (below).
-  const uint32_t slices = (!rank || slices_as_runs) && !options.stacks ? options.slices : 0;
-  diff.slices = (!rank || slices_as_runs) ? options.slices : 0;
+  // Stacks are sliced through their sampled function's symbol (below).
+  diff.slices = DiffTimeSlices(options, base.size(), next.size());
+  const uint32_t slices = options.stacks ? 0 : diff.slices;
 
   KeySpace keys;
   HVPROF_TRY(base_counts, CountSide(base, options, options.stacks, slices, keys));

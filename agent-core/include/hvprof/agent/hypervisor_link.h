@@ -19,6 +19,7 @@
 #include "hvprof/base/scoped_fd.h"
 #include "hvprof/context/context_event.h"
 #include "hvprof/context/domains.h"
+#include "hvprof/context/ground_truth.h"
 #include "hvprof/context/platform_stats.h"
 
 namespace hvprof::agent {
@@ -135,7 +136,8 @@ class HypervisorLink {
   // Simulated machines only.
   virtual Result<SimClock> SimQuery();
   virtual Result<SimClock> SimRunFor(uint64_t ns);
-  virtual Result<std::string> GroundTruth(bool reset);
+  // What the machine really did (context/ground_truth.h); `reset` starts it again from now.
+  virtual Result<context::GroundTruth> GroundTruth(bool reset);
   // The machine's Xen trace buffers: one command (hv::XenTraceCommand) and its argument.
   virtual Result<SimTraceBuffers> SimXenTrace(uint32_t command, uint64_t argument);
 };

@@ -35,7 +35,10 @@ class GuestAgent final : public agent::AgentDaemon {
   Result<agent::Json> HandleOther(const std::string& action, const agent::Json& request) override;
   uint32_t PollIntervalMs() const override;
 
-  Result<agent::Json> Publish();
+  // Hands the profile `hvprof --publish` made of this domain's session (request's "profile") to
+  // dom0; under Xen 4.17, which carries nothing between domains, writes it into the session for
+  // the admin to copy.
+  Result<agent::Json> Publish(const agent::Json& request);
   // Checks that dom0 has set profiling up with this domain active, and says what to run if not.
   Result<void> CheckJoinable(const hvpmu::Status& status) const;
   // What the counters count: as dom0 set them up (the engine says), or as this agent's --event

@@ -47,6 +47,13 @@ struct LoadOptions {
   // What the report calls the session's directory (an archive's original one); empty: the
   // directory loaded.
   std::string shown_directory;
+  // Count each entry's samples in this many equal spans of time too (Profile::slice_counts), from
+  // the session's first sample to its last by the platform's clock each sample carries: from the
+  // aggregate when hvprofd counted at least as many spans into it, else in the one pass over
+  // samples.hvs. The diff measures from them how much more a row's share varies within a session
+  // than independent samples would make it, and takes them as pseudo-repeats with --slices. Not
+  // with the profiles guests published (all_domains), nor by LoadWindows.
+  uint32_t time_slices = 0;
 };
 
 Result<Profile> LoadProfile(const std::string& directory, const LoadOptions& options);
@@ -77,12 +84,5 @@ struct WindowSource {
 };
 Result<std::vector<WindowSource>> WindowsInRange(const std::string& session_root, const TimeRange& range);
 
-// Each of profile.entries()'s samples in `slices` equal spans of time, from the session's first
-// sample to its last (by the platform's clock each sample carries), entry by entry:
-// counts[entry * slices + slice]. From the aggregate when hvprofd counted as many slices into
-// it, else from the raw samples in one pass. The diff measures from them how much more a row's
-// share varies within a session than independent samples would make it, and takes them as
-// pseudo-repeats with --slices.
-Result<std::vector<uint32_t>> SliceCounts(const Profile& profile, uint32_t slices);
 
 }  // namespace hvprof::report

@@ -135,6 +135,9 @@ struct LoadTimings {
   double attribute_seconds = 0;     // deciding each address's image
   uint64_t distinct_addresses = 0;
   uint64_t distinct_stacks = 0;  // as read, before frames are named (with LoadOptions::stacks)
+  // Passes over samples.hvs: 0 when the aggregate gave all the report needed, else 1 (counts,
+  // time slices and the times of samples in replaced JIT code are all read in one pass).
+  uint32_t samples_passes = 0;
 };
 
 // A guest's published profile, as --all-domains used it.
@@ -146,91 +149,100 @@ struct PublishedSource {
   store::LossRecord losses;
 };
 
+// What a Profile is made of. LoadProfile (report/src/load/) fills the parts step by step and then
+// seals them into a Profile, whose one constructor takes them: the parts are the loader's whole way
+// into a profile, and a Profile is read-only once made.
+struct ProfileParts {
+  store::SessionMetadata metadata;
+  // The index the profile was built with: the whole context, or, from an aggregate with regions,
+  // its images and regions only (partial_context); then Profile::context() reads the file when a
+  // view asks for it.
+  std::shared_ptr<const store::ContextIndex> context = std::make_shared<store::ContextIndex>();
+  bool partial_context = false;
+  store::ContextSummary context_summary;
+  bool has_context_file = false;  // context.hvc: user code was counted by image as it came
+  bool keeps_pids = false;        // loaded with LoadOptions::processes
+  std::string directory;          // as shown (LoadOptions::shown_directory: an archive's original)
+  std::string loaded_directory;   // where the files are
+  std::vector<Image> images;
+  std::vector<Symbol> symbols;
+  std::vector<SourceLine> lines;
+  std::vector<Entry> entries;
+  std::vector<Stack> stacks;
+  std::vector<Entry> frames;
+  std::vector<CpuIdle> cpu_idle;
+  uint64_t samples_without_chain = 0;
+  std::vector<std::string> problems;
+  std::vector<std::string> stack_notes;
+  std::vector<InlineChain> inline_chains;  // what the stacks say of the images (no frame pointers)
+  uint64_t total = 0;
+  LoadTimings timings;
+  std::vector<PublishedSource> published;
+  // With LoadOptions::time_slices: each entry's count in each time slice (entry-major).
+  uint32_t time_slices = 0;
+  std::vector<uint32_t> slice_counts;
+
+  // Profile::DomainName.
+  std::string DomainName(uint16_t domain) const;
+};
+
 class Profile {
  public:
-  const store::SessionMetadata& metadata() const { return metadata_; }
+  Profile() = default;
+  explicit Profile(ProfileParts parts);
+
+  const store::SessionMetadata& metadata() const { return parts_.metadata; }
   // The processes the session's samples ran in: context.hvc, or the processes session.json listed
   // (sessions before it). A profile counted from the aggregate alone reads context.hvc on the
   // first call (a view by process, -x): after a day of a host that starts processes all day it
   // is hundreds of megabytes, which a flat report or a call graph does not need.
   const store::ContextIndex& context() const;
   // How many processes and images context.hvc told, and of which domains, without reading it.
-  const store::ContextSummary& context_summary() const { return context_summary_; }
-  const std::string& directory() const { return directory_; }
-  const std::vector<Image>& images() const { return images_; }
-  const std::vector<Symbol>& symbols() const { return symbols_; }
-  const std::vector<SourceLine>& lines() const { return lines_; }
-  const std::vector<Entry>& entries() const { return entries_; }
+  const store::ContextSummary& context_summary() const { return parts_.context_summary; }
+  const std::string& directory() const { return parts_.directory; }
+  const std::vector<Image>& images() const { return parts_.images; }
+  const std::vector<Symbol>& symbols() const { return parts_.symbols; }
+  const std::vector<SourceLine>& lines() const { return parts_.lines; }
+  const std::vector<Entry>& entries() const { return parts_.entries; }
   // With LoadOptions::stacks (load.h): every distinct call stack, and the addresses of their
   // frames, attributed as entries are (their counts are 0: a frame is counted by its stacks).
-  const std::vector<Stack>& stacks() const { return stacks_; }
-  const std::vector<Entry>& frames() const { return frames_; }
-  const std::vector<InlineChain>& inline_chains() const { return inline_chains_; }
+  const std::vector<Stack>& stacks() const { return parts_.stacks; }
+  const std::vector<Entry>& frames() const { return parts_.frames; }
+  const std::vector<InlineChain>& inline_chains() const { return parts_.inline_chains; }
   // Samples recorded without a call chain while stacks were read (--callgraph was 0, or the
   // platform gives none): their stacks hold only the sampled address.
-  uint64_t samples_without_chain() const { return samples_without_chain_; }
+  uint64_t samples_without_chain() const { return parts_.samples_without_chain; }
   // Per physical CPU and event, where the data has the CPU: samples and idle samples.
-  const std::vector<CpuIdle>& cpu_idle() const { return cpu_idle_; }
+  const std::vector<CpuIdle>& cpu_idle() const { return parts_.cpu_idle; }
   // What went wrong reading the session (damaged chunks, missing metadata fields...).
-  const std::vector<std::string>& problems() const { return problems_; }
+  const std::vector<std::string>& problems() const { return parts_.problems; }
   // With LoadOptions::stacks: images whose chains mostly stop at the sampled function (built
   // without frame pointers). Warnings, not problems: the report is complete without callers.
-  const std::vector<std::string>& stack_notes() const { return stack_notes_; }
-  uint64_t total_samples() const { return total_; }
-  const LoadTimings& timings() const { return timings_; }
+  const std::vector<std::string>& stack_notes() const { return parts_.stack_notes; }
+  uint64_t total_samples() const { return parts_.total; }
+  const LoadTimings& timings() const { return parts_.timings; }
   // With LoadOptions::all_domains (load.h): the guests' profiles that were merged.
-  const std::vector<PublishedSource>& published() const { return published_; }
+  const std::vector<PublishedSource>& published() const { return parts_.published; }
+  // With LoadOptions::time_slices (load.h): how many slices, and each entry's count in each
+  // (entry-major: entries().size() * time_slices() counts); 0 and empty without.
+  uint32_t time_slices() const { return parts_.time_slices; }
+  const std::vector<uint32_t>& slice_counts() const { return parts_.slice_counts; }
   // The name of a domain, as every view prints it (store::DomainName): "dom0", "dom3 (db-hvm)",
   // "idle".
-  std::string DomainName(uint16_t domain) const;
+  std::string DomainName(uint16_t domain) const { return parts_.DomainName(domain); }
   // Everything a reader of any view must be told, unescaped: images that could not be used
   // (not the one profiled, unreadable), then the problems, then the stack notes.
   std::vector<std::string> Warnings() const;
 
  private:
-  store::SessionMetadata metadata_;
-  // The index the profile was built with: the whole context, or, from an aggregate with regions,
-  // its images and regions only; then whole_context_ reads the file when a view asks for it.
-  std::shared_ptr<const store::ContextIndex> context_ = std::make_shared<store::ContextIndex>();
+  ProfileParts parts_;
+  // With parts_.partial_context: the whole context, read at the first context().
   struct WholeContext {
     std::mutex mutex;
-    std::shared_ptr<const store::ContextIndex> index;  // read at the first context()
-    std::vector<std::string> problems;                 // what reading it found wrong
+    std::shared_ptr<const store::ContextIndex> index;
+    std::vector<std::string> problems;  // what reading it found wrong
   };
   std::shared_ptr<WholeContext> whole_context_;
-  store::ContextSummary context_summary_;
-  bool has_context_file_ = false;  // context.hvc: user code was counted by image as it came
-  bool keeps_pids_ = false;        // loaded with LoadOptions::processes
-  std::string directory_;
-  std::vector<Image> images_;
-  std::vector<Symbol> symbols_;
-  std::vector<SourceLine> lines_;
-  std::vector<Entry> entries_;
-  std::vector<Stack> stacks_;
-  std::vector<Entry> frames_;
-  std::vector<CpuIdle> cpu_idle_;
-  uint64_t samples_without_chain_ = 0;
-  std::vector<std::string> problems_;
-  std::vector<std::string> stack_notes_;
-  std::vector<InlineChain> inline_chains_;  // what the stacks say of the images (no frame pointers)
-  uint64_t total_ = 0;
-  LoadTimings timings_;
-  std::vector<PublishedSource> published_;
-  // The aggregate's time slices of the entries (entry-major), when it had them: SliceProfile
-  // (load.h) uses them instead of reading the samples again.
-  uint32_t time_slices_ = 0;
-  std::vector<uint32_t> slice_counts_;
-  // Entries that share an address with others, told apart by time (JIT code replaced there):
-  // the span of sample times each one holds, for SliceCounts.
-  struct TimeSplit {
-    size_t entry;
-    uint64_t first_ns;
-    uint64_t last_ns;
-  };
-  std::vector<TimeSplit> time_splits_;
-  std::string loaded_directory_;  // where the files are (directory_ may be an archive's original)
-
-  friend class ProfileBuilder;  // LoadProfile fills it in (report/src/load/)
 };
 
 }  // namespace hvprof::report

@@ -58,6 +58,8 @@ struct PublishedProfile {
 
 // From a guest's session, loaded as a Profile (load.h).
 PublishedProfile BuildPublished(const Profile& profile);
+// The published format (docs/session-format.md) as JSON, and as the text dom0 keeps.
+nlohmann::json PublishedToJson(const PublishedProfile& profile);
 std::string SerializePublished(const PublishedProfile& profile);
 // Checks everything: format, version, types, sizes, and that the profile is `expected_domain`'s.
 Result<PublishedProfile> ParsePublished(std::string_view text, uint16_t expected_domain);

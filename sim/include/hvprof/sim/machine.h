@@ -19,6 +19,7 @@
 #include "hvprof/base/result.h"
 #include "hvprof/context/context_event.h"
 #include "hvprof/context/domains.h"
+#include "hvprof/context/ground_truth.h"
 #include "hvprof/hosted/hosted_platform.h"
 #include "hvprof/sim/pmu_model.h"
 #include "hvprof/sim/rng.h"
@@ -112,14 +113,14 @@ class SimMachine {
   uint64_t pmis_delivered() const { return pmis_; }
   uint64_t ticks_delivered() const { return ticks_; }
   // Whether the engine's timer (rather than the PMU) sampled since the last reset of the ground
-  // truth: the truth is then in ns of time and ticks, as counter 0 (GroundTruthJson).
+  // truth: the truth is then in ns of time and ticks, as counter 0 (GroundTruth).
   bool timer_sampled() const { return timer_sampled_; }
 
   // Ground truth: exact events and overflows per (domain, vCPU, mode, image, function) and
   // counter, since boot or the last reset (when the engine's timer samples: one counter, TIMER,
   // whose events are ns of the CPU's time and whose overflows are the timer's ticks); and ("sched") the exact time every vCPU spent in
   // each runstate, every pCPU idle and busy, and the wake-ups and migrations.
-  std::string GroundTruthJson() const;
+  context::GroundTruth GroundTruth() const;
   void ResetGroundTruth();
   const std::vector<TruthRow>& truth_rows() const { return truth_; }
   const std::vector<TruthKey>& truth_keys() const { return truth_keys_; }

@@ -96,6 +96,11 @@ struct ChunkReadSummary {
   uint64_t skipped_bytes = 0;
   uint64_t next_sequence = 0;    // one past the highest sequence number of this session's chunks
   uint64_t intact_end = 0;       // the offset after the last chunk that was whole
+  // The span of the times the chunks' headers give (the earliest and the latest record time of
+  // any chunk of this session); chunks_timed false when none gave one.
+  uint64_t first_time_ns = 0;
+  uint64_t last_time_ns = 0;
+  bool chunks_timed = false;
   bool torn_tail = false;        // the file ends inside a chunk
   uint64_t torn_bytes = 0;       // with torn_tail: the bytes of that last chunk in the file
   bool foreign_file = false;     // the file header names another session than the one asked for
@@ -129,10 +134,13 @@ Result<ChunkReadSummary> ReadChunkFile(const std::string& path, const ChunkForma
 // ReadChunkFile with the payloads checked and decoded by one thread per decoder: decoder `w` gets
 // the w-th of as many runs of consecutive chunks, of about equal bytes, in file order. The
 // summary is the same as one decoder's (the chunks' headers are checked first, on this thread).
+// `verified`, when given, is told what the headers' checks found (the chunks' time span among it)
+// before any payload is decoded.
+using ChunksVerified = std::function<void(const ChunkReadSummary& headers)>;
 Result<ChunkReadSummary> ReadChunkFileInParallel(const std::string& path, const ChunkFormat& format,
                                                  std::span<const ChunkDecoder> decoders,
                                                  std::optional<std::span<const uint8_t, 16>> session_id,
-                                                 bool refuse_foreign = false);
+                                                 bool refuse_foreign = false, const ChunksVerified& verified = {});
 
 struct ChunkWriterStats {
   uint64_t records = 0;   // in the file and the chunk in progress (an existing file's included)

@@ -100,9 +100,11 @@ struct ReadSummary : ChunkReadSummary {
 Result<ReadSummary> ReadSamplesFile(const std::string& path,
                                     const std::function<void(const StoredSample&)>& on_sample,
                                     std::optional<std::span<const uint8_t, 16>> session_id = std::nullopt);
-// ReadSamplesFile with the caller's chunk decoders, one thread each (ReadChunkFileInParallel).
+// ReadSamplesFile with the caller's chunk decoders, one thread each (ReadChunkFileInParallel),
+// and `verified` told of the chunks' headers before they are decoded.
 Result<ReadSummary> ReadSamplesFileDecoding(const std::string& path, std::span<const ChunkDecoder> decoders,
-                                            std::optional<std::span<const uint8_t, 16>> session_id = std::nullopt);
+                                            std::optional<std::span<const uint8_t, 16>> session_id = std::nullopt,
+                                            const ChunksVerified& verified = {});
 // The same over bytes in memory (for the fuzzer and tests).
 ReadSummary ReadSamples(std::span<const uint8_t> bytes,
                         const std::function<void(const StoredSample&)>& on_sample,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -399,7 +400,10 @@ std::string DomainName(uint16_t id, std::string_view name);
 
 // Builds the aggregate from the whole samples file (ignoring damaged chunks, and chunks of
 // another session than `session_id`'s when given), and its stacks as `stacks` asks.
-// With `slicing`, each entry is also counted per time slice (Aggregate::slice_counts).
+// With `slicing`, each entry is also counted per time slice (Aggregate::slice_counts); a slicing
+// whose last_ns is not after its first_ns takes its span from the chunks' headers (the time of
+// their first and last samples), and the aggregate's slices_first_ns and slices_last_ns say
+// the span used.
 // A large file's chunks are decoded by `readers` threads (0: one per CPU, up to 4, for a file of
 // 8 MiB or more), each counting its share; the result is the same whatever their number.
 // How user-mode addresses are counted: by image where `index` resolves them (nullptr: by process,
@@ -421,10 +425,19 @@ struct Translation {
   bool keep_pid = false;
   RegionSink* regions = nullptr;
 };
+// With `watch`, every sample counted is also shown, as read (before the translation), with the
+// time slice it was counted in (0 without slicing), to an observer of its reading thread's: what a
+// report needs of the samples besides their counts (which code each sample's time found where
+// JIT code was replaced) comes in the same pass. watch(reader) is called for each reading thread
+// on the caller's thread, one after the other, before any sample is decoded; each observer is
+// then called from its reading thread alone.
+using SampleObserver = std::function<void(const StoredSample& sample, uint32_t slice)>;
+using SampleWatch = std::function<SampleObserver(unsigned reader)>;
 Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* summary = nullptr,
                                        std::optional<std::span<const uint8_t, 16>> session_id = std::nullopt,
                                        StackDetail stacks = StackDetail::kNone, TimeSlicing slicing = {},
-                                       unsigned readers = 0, const Translation& translation = {});
+                                       unsigned readers = 0, const Translation& translation = {},
+                                       const SampleWatch& watch = {});
 // hvprofd deflates the aggregate (zlib, its fastest level: the addresses of stacks shrink about
 // sevenfold); kPlain writes the sections as they are (tests that forge them). Readers take both.
 enum class AggregateCompression { kDeflate, kPlain };

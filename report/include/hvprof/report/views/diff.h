@@ -60,6 +60,10 @@ struct Diff {
   std::vector<std::string> warnings; // the sessions' own (images missing, damage...), prefixed
 };
 
+// The time slices BuildDiff counts each session in, with `base_runs` and `new_runs` sessions a
+// side: the profiles must be loaded with that many (LoadOptions::time_slices). 0: none.
+uint32_t DiffTimeSlices(const DiffOptions& options, size_t base_runs, size_t new_runs);
+
 Result<Diff> BuildDiff(const std::vector<DiffRun>& base, const std::vector<DiffRun>& next, const DiffOptions& options);
 
 // Rows that grew by at least `points` percentage points and are significant: what
