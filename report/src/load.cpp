@@ -185,17 +185,7 @@ static bool SpansServe(const store::Aggregate& aggregate, uint32_t slices) {
 // hvprofd did when it counted them (the aggregate's regions name no mapped file).
 static void TakeWholeContext(ProfileParts& profile) {
   if (!profile.partial_context) return;
-  auto whole = std::make_shared<store::ContextIndex>();
-  const std::string path = profile.loaded_directory + "/" + store::kContextFile;
-  auto read = store::ReadContextFile(path, profile.metadata.session_id, *whole);
-  if (!read) {
-    profile.problems.push_back(read.error().message() + "; user samples are shown by process and address");
-  } else {
-    for (const store::FileProblem& problem : read.value().problems) {
-      profile.problems.push_back(fmt::format("{} at byte {}: {}", path, problem.offset, problem.description));
-    }
-  }
-  profile.context = std::move(whole);
+  profile.context = profile.ReadWholeContext(profile.problems, "user samples are shown by process and address");
   profile.partial_context = false;
 }
 

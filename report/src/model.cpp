@@ -31,20 +31,23 @@ const store::ContextIndex& Profile::context() const {
   if (!whole_context_) return *parts_.context;
   WholeContext& whole = *whole_context_;
   const std::lock_guard lock(whole.mutex);
-  if (!whole.index) {
-    auto index = std::make_shared<store::ContextIndex>();
-    const std::string path = parts_.loaded_directory + "/" + store::kContextFile;
-    auto read = store::ReadContextFile(path, parts_.metadata.session_id, *index);
-    if (!read) {
-      whole.problems.push_back(read.error().message() + "; processes are shown by pid");
-    } else {
-      for (const store::FileProblem& problem : read.value().problems) {
-        whole.problems.push_back(fmt::format("{} at byte {}: {}", path, problem.offset, problem.description));
-      }
-    }
-    whole.index = std::move(index);
-  }
+  if (!whole.index) whole.index = parts_.ReadWholeContext(whole.problems, "processes are shown by pid");
   return *whole.index;
+}
+
+std::shared_ptr<const store::ContextIndex> ProfileParts::ReadWholeContext(std::vector<std::string>& problems_out,
+                                                                          std::string_view without) const {
+  auto index = std::make_shared<store::ContextIndex>();
+  const std::string path = loaded_directory + "/" + store::kContextFile;
+  auto read = store::ReadContextFile(path, metadata.session_id, *index);
+  if (!read) {
+    problems_out.push_back(fmt::format("{}; {}", read.error().message(), without));
+  } else {
+    for (const store::FileProblem& problem : read.value().problems) {
+      problems_out.push_back(fmt::format("{} at byte {}: {}", path, problem.offset, problem.description));
+    }
+  }
+  return index;
 }
 
 std::string ProfileParts::DomainName(uint16_t domain) const {

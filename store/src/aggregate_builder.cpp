@@ -232,6 +232,36 @@ void AggregateBuilder::Add(const StoredSample& sample) {
 
 uint64_t AggregateBuilder::samples() const { return state_->samples; }
 
+namespace {
+
+// The counts of each of `slicing`'s slices (`counted_in`: its entries, sorted like the whole's
+// and a subset of them: one merge each) into aggregate.slice_counts, entry-major. Counts beyond
+// 32 bits a slice are not kept (time_slices 0).
+void SetSliceCounts(Aggregate& aggregate, const TimeSlicing& slicing,
+                    const std::function<std::vector<AggregateEntry>(uint32_t slice)>& counted_in) {
+  const uint32_t slices = slicing.count;
+  aggregate.time_slices = slices;
+  aggregate.slices_first_ns = slicing.first_ns;
+  aggregate.slices_last_ns = slicing.last_ns;
+  aggregate.slice_counts.assign(aggregate.entries.size() * slices, 0);
+  bool fits = true;
+  for (uint32_t slice = 0; slice < slices; ++slice) {
+    size_t at = 0;
+    for (const AggregateEntry& entry : counted_in(slice)) {
+      while (at < aggregate.entries.size() && aggregate.entries[at].key < entry.key) ++at;
+      if (at == aggregate.entries.size()) break;
+      fits &= entry.count <= UINT32_MAX;
+      aggregate.slice_counts[at * slices + slice] = static_cast<uint32_t>(entry.count);
+    }
+  }
+  if (!fits) {
+    aggregate.time_slices = 0;
+    aggregate.slice_counts = {};
+  }
+}
+
+}  // namespace
+
 Aggregate AggregateBuilder::Snapshot(uint64_t source_bytes) {
   State& s = *state_;
   Aggregate aggregate;
@@ -256,62 +286,14 @@ Aggregate AggregateBuilder::Snapshot(uint64_t source_bytes) {
   aggregate.stack_words = s.stack_counter.words();
   const uint32_t slices = s.slices_over_budget ? 0 : static_cast<uint32_t>(s.buckets.size());
   if (slices != 0) {
-    aggregate.time_slices = slices;
-    aggregate.slices_first_ns = s.origin_ns;
-    aggregate.slices_last_ns = s.origin_ns + slices * s.width_ns - 1;
-    aggregate.slice_counts.assign(aggregate.entries.size() * slices, 0);
-    bool fits = true;
-    for (uint32_t slice = 0; slice < slices; ++slice) {
-      // Each span's keys are a subset of the whole's, sorted alike: one merge.
-      size_t at = 0;
-      for (const AggregateEntry& entry : s.buckets[slice].SortedCopy()) {
-        while (at < aggregate.entries.size() && aggregate.entries[at].key < entry.key) ++at;
-        if (at == aggregate.entries.size()) break;
-        fits &= entry.count <= UINT32_MAX;
-        aggregate.slice_counts[at * slices + slice] = static_cast<uint32_t>(entry.count);
-      }
-    }
-    if (!fits) {
-      aggregate.time_slices = 0;
-      aggregate.slice_counts = {};
-    }
+    SetSliceCounts(aggregate, {slices, s.origin_ns, s.origin_ns + slices * s.width_ns - 1},
+                   [&s](uint32_t slice) { return s.buckets[slice].SortedCopy(); });
   }
   return aggregate;
 }
 
 // ---- counting a samples file
 
-namespace {
-
-// Each reader's counts per slice, merged into `aggregate`'s slice_counts (entry-major). Each
-// slice's entries are sorted like the whole's, and a subset of them: one merge each. Counts
-// beyond 32 bits a slice are not kept (time_slices 0).
-void AddSliceCounts(Aggregate& aggregate, const TimeSlicing& slicing,
-                    const std::vector<std::vector<detail::AddressCounter>*>& per_reader) {
-  const uint32_t slices = slicing.count;
-  aggregate.time_slices = slices;
-  aggregate.slices_first_ns = slicing.first_ns;
-  aggregate.slices_last_ns = slicing.last_ns;
-  aggregate.slice_counts.assign(aggregate.entries.size() * slices, 0);
-  bool fits = true;
-  for (uint32_t slice = 0; slice < slices; ++slice) {
-    std::vector<AggregateEntry> counted = (*per_reader[0])[slice].TakeSorted();
-    for (size_t w = 1; w < per_reader.size(); ++w) counted = MergeEntries(counted, (*per_reader[w])[slice].TakeSorted());
-    size_t at = 0;
-    for (const AggregateEntry& entry : counted) {
-      while (at < aggregate.entries.size() && aggregate.entries[at].key < entry.key) ++at;
-      if (at == aggregate.entries.size()) break;
-      fits &= entry.count <= UINT32_MAX;
-      aggregate.slice_counts[at * slices + slice] = static_cast<uint32_t>(entry.count);
-    }
-  }
-  if (!fits) {
-    aggregate.time_slices = 0;
-    aggregate.slice_counts = {};
-  }
-}
-
-}  // namespace
 
 Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* summary_out,
                                        std::optional<std::span<const uint8_t, 16>> session_id, StackDetail stacks,
@@ -406,9 +388,11 @@ Result<Aggregate> AggregateSamplesFile(const std::string& path, ReadSummary* sum
     }
   }
   if (slices != 0) {
-    std::vector<std::vector<detail::AddressCounter>*> slice_counters;
-    for (unsigned w = 0; w < readers; ++w) slice_counters.push_back(&state[w]->slice_counters);
-    AddSliceCounts(aggregate, capped, slice_counters);
+    SetSliceCounts(aggregate, capped, [&](uint32_t slice) {
+      std::vector<AggregateEntry> counted = state[0]->slice_counters[slice].TakeSorted();
+      for (unsigned w = 1; w < readers; ++w) counted = MergeEntries(counted, state[w]->slice_counters[slice].TakeSorted());
+      return counted;
+    });
   }
   // The size before reading: were the file to grow meanwhile, the aggregate would count more than
   // this and be read again next time, never less and kept.

@@ -184,6 +184,10 @@ struct ProfileParts {
 
   // Profile::DomainName.
   std::string DomainName(uint16_t domain) const;
+  // The whole of context.hvc (in loaded_directory), what could not be read of it added to
+  // `problems_out`, each saying what that means (`without`).
+  std::shared_ptr<const store::ContextIndex> ReadWholeContext(std::vector<std::string>& problems_out,
+                                                              std::string_view without) const;
 };
 
 class Profile {
