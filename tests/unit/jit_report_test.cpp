@@ -120,6 +120,12 @@ TEST_CASE("jit report: each sample is named by the JIT code its time found at it
   REQUIRE(sliced.has_value());
   CHECK(BySymbol(sliced.value()) == counts);
   CHECK(sliced.value().timings().samples_passes == 1);
+  // More slices than an aggregate can hold is refused, saying how many it can.
+  sliced_options.time_slices = 65;
+  auto too_many = report::LoadProfile(session, sliced_options);
+  REQUIRE_FALSE(too_many.has_value());
+  CHECK(too_many.error().kind() == hvprof::ErrorKind::kInvalidArgument);
+  CHECK(too_many.error().message().find("at most 64 time slices") != std::string::npos);
   REQUIRE(sliced.value().time_slices() == 4);
   const std::vector<uint32_t>& slices = sliced.value().slice_counts();
   REQUIRE(slices.size() == sliced.value().entries().size() * 4);
